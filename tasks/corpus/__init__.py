@@ -1,0 +1,1 @@
+"""Corpus schema, validation, importers, public datasets and splits."""

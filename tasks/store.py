@@ -1,0 +1,174 @@
+"""Parquet artifact store: atomic writes, content fingerprints, cache keys and the run manifest.
+
+The storage root is a local path (default ``./runs``) or any fsspec URL (``s3://bucket/runs``,
+``memory://runs``). Artifacts are written to a temporary name beside the target and renamed, so a
+reader never sees a partial file under the final name (on object stores, where rename is a copy,
+the object appears whole once the copy completes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import io
+import json
+import platform
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+_CHUNK = 1 << 20
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class ArtifactRef:
+    """A written artifact: where it is and the sha256 of its bytes (what cache keys are built from)."""
+
+    path: str
+    fingerprint: str
+    rows: int | None = None
+
+
+def sha256_bytes(data: bytes) -> str:
+    """sha256 hex digest of bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def fingerprint_file(path: str, fs: fsspec.AbstractFileSystem | None = None) -> str:
+    """sha256 of a file's contents, streamed (a rewritten file at the same path gets a new fingerprint)."""
+    fs = fs or fsspec.core.url_to_fs(str(path))[0]
+    digest = hashlib.sha256()
+    with fs.open(str(path), "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def fingerprint_config(section: Any) -> str:
+    """sha256 of a config section as canonical JSON (key order and whitespace do not matter)."""
+    if hasattr(section, "model_dump"):
+        section = section.model_dump(mode="json")
+    return sha256_bytes(json.dumps(section, sort_keys=True, default=str, separators=(",", ":")).encode())
+
+
+def code_version(*areas: str) -> str:
+    """sha256 over the source of the given areas (package folders or modules under the repo, e.g.
+    ``"tasks/generate"``, ``"tasks/store.py"``): a change in any helper of an area changes it."""
+    digest = hashlib.sha256()
+    for area in sorted(areas):
+        target = _REPO_ROOT / area
+        files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+        if not files or not all(f.exists() for f in files):
+            raise FileNotFoundError(f"code area {area} not found under {_REPO_ROOT}")
+        for f in files:
+            digest.update(str(f.relative_to(_REPO_ROOT)).encode())
+            digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def cache_key(stage: str, inputs: Iterable[ArtifactRef | str], config_hash: str, code_hash: str) -> str:
+    """A stage's cache key: its name, its inputs' content fingerprints, its config hash and code version."""
+    parts = [stage, config_hash, code_hash]
+    parts += [i.fingerprint if isinstance(i, ArtifactRef) else str(i) for i in inputs]
+    return sha256_bytes("\x1f".join(parts).encode())
+
+
+def package_versions(names: Iterable[str]) -> dict[str, str]:
+    """Installed versions of the named distributions (absent ones as 'not installed')."""
+    out = {"python": platform.python_version()}
+    for name in names:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+class ArtifactStore:
+    """Reads and writes run artifacts under a root path or fsspec URL."""
+
+    def __init__(self, root: str | Path = "runs") -> None:
+        self.root = str(root)
+        self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
+        if self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol:
+            self._root_path = str(Path(self._root_path).resolve())
+
+    def path(self, *parts: str) -> str:
+        """The full path of an artifact under the root."""
+        return "/".join([self._root_path.rstrip("/"), *[p.strip("/") for p in parts]])
+
+    def _write_atomic(self, data: bytes, path: str) -> None:
+        parent = path.rsplit("/", 1)[0]
+        self.fs.makedirs(parent, exist_ok=True)
+        tmp = f"{parent}/.tmp-{uuid.uuid4().hex}-{path.rsplit('/', 1)[-1]}"
+        try:
+            with self.fs.open(tmp, "wb") as f:
+                f.write(data)
+            self.fs.mv(tmp, path)
+        finally:
+            if self.fs.exists(tmp):
+                self.fs.rm(tmp)
+
+    def write_table(self, df: pd.DataFrame, *parts: str) -> ArtifactRef:
+        """Write a DataFrame as parquet atomically and return its reference."""
+        buf = io.BytesIO()
+        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), buf)
+        data = buf.getvalue()
+        path = self.path(*parts)
+        self._write_atomic(data, path)
+        return ArtifactRef(path=path, fingerprint=sha256_bytes(data), rows=len(df))
+
+    def write_text(self, text: str, *parts: str) -> ArtifactRef:
+        """Write a text file (report, manifest) atomically and return its reference."""
+        data = text.encode("utf-8")
+        path = self.path(*parts)
+        self._write_atomic(data, path)
+        return ArtifactRef(path=path, fingerprint=sha256_bytes(data))
+
+    def read_table(self, ref: ArtifactRef | str) -> pd.DataFrame:
+        """Read a parquet artifact written by this store (or any parquet file the fs can open)."""
+        path = ref.path if isinstance(ref, ArtifactRef) else ref
+        with self.fs.open(path, "rb") as f:
+            return pq.read_table(f).to_pandas()
+
+    def read_text(self, ref: ArtifactRef | str) -> str:
+        path = ref.path if isinstance(ref, ArtifactRef) else ref
+        with self.fs.open(path, "rb") as f:
+            return f.read().decode("utf-8")
+
+    def is_intact(self, ref: ArtifactRef) -> bool:
+        """True when the artifact exists and its bytes still have the recorded fingerprint."""
+        return self.fs.exists(ref.path) and fingerprint_file(ref.path, self.fs) == ref.fingerprint
+
+    def list_partials(self, *parts: str) -> list[str]:
+        """Leftover temporary files under a folder (there should be none after any write)."""
+        base = self.path(*parts)
+        if not self.fs.exists(base):
+            return []
+        return [p for p in self.fs.find(base) if p.rsplit("/", 1)[-1].startswith(".tmp-")]
+
+
+def write_manifest(store: ArtifactStore, experiment: str, *, config: dict, models: dict[str, str],
+                   signatures: dict[str, str], artifacts: dict[str, ArtifactRef],
+                   stages: dict[str, str]) -> ArtifactRef:
+    """Write ``<experiment>/manifest.json``: config, package versions, models, signatures, artifacts, stage states."""
+    manifest = {
+        "experiment": experiment,
+        "config": config,
+        "versions": package_versions(
+            ["synthugc", "torch", "transformers", "sentence-transformers", "prefect", "pandas", "pyarrow",
+             "sacrebleu", "spacy"]),
+        "models": models,
+        "signatures": signatures,
+        "artifacts": {name: asdict(ref) for name, ref in sorted(artifacts.items())},
+        "stages": stages,
+    }
+    return store.write_text(json.dumps(manifest, indent=2, sort_keys=True), experiment, "manifest.json")

@@ -1,0 +1,121 @@
+"""The artifact store: atomic parquet writes, fingerprints, fsspec roots, manifest, code versions."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tasks.store import (
+    ArtifactStore,
+    cache_key,
+    code_version,
+    fingerprint_config,
+    fingerprint_file,
+    write_manifest,
+)
+
+
+def _frame(n: int = 5) -> pd.DataFrame:
+    return pd.DataFrame({"doc_id": [f"d{i}" for i in range(n)], "text": [f"text {i}" for i in range(n)]})
+
+
+def test_write_table_roundtrip_and_fingerprint_is_sha256_of_bytes(tmp_path):
+    store = ArtifactStore(tmp_path)
+    ref = store.write_table(_frame(), "exp", "stage", "out.parquet")
+    assert ref.rows == 5
+    assert ref.fingerprint == hashlib.sha256(Path(ref.path).read_bytes()).hexdigest()
+    assert ref.fingerprint == fingerprint_file(ref.path)
+    pd.testing.assert_frame_equal(store.read_table(ref), _frame())
+    assert store.is_intact(ref)
+    assert store.list_partials("exp") == []
+
+
+def test_same_content_same_fingerprint_changed_content_new_one(tmp_path):
+    store = ArtifactStore(tmp_path)
+    a = store.write_table(_frame(), "a.parquet")
+    b = store.write_table(_frame(), "b.parquet")
+    c = store.write_table(_frame(6), "c.parquet")
+    assert a.fingerprint == b.fingerprint != c.fingerprint
+
+
+def test_rewritten_file_is_detected(tmp_path):
+    store = ArtifactStore(tmp_path)
+    ref = store.write_table(_frame(), "x.parquet")
+    _frame(3).to_parquet(ref.path)
+    assert not store.is_intact(ref)
+
+
+def test_failed_write_leaves_no_partial_and_keeps_previous(tmp_path):
+    store = ArtifactStore(tmp_path)
+    ref = store.write_table(_frame(), "exp", "x.parquet")
+
+    class Boom:
+        def __getattr__(self, name):
+            raise RuntimeError("serialisation failed")
+
+    bad = pd.DataFrame({"doc_id": ["a"], "text": [Boom()]})
+    with pytest.raises(Exception):  # noqa: B017 - pyarrow raises its own type for unconvertible objects
+        store.write_table(bad, "exp", "x.parquet")
+    assert store.list_partials("exp") == []
+    assert store.is_intact(ref)
+
+
+def test_interrupted_atomic_write_leaves_nothing_under_final_name(tmp_path, monkeypatch):
+    store = ArtifactStore(tmp_path)
+
+    def crash(*_args, **_kwargs):
+        raise OSError("disk went away during rename")
+
+    monkeypatch.setattr(store.fs, "mv", crash)
+    with pytest.raises(OSError, match="disk went away"):
+        store.write_table(_frame(), "exp", "y.parquet")
+    assert not (tmp_path / "exp" / "y.parquet").exists()
+    assert store.list_partials("exp") == []
+
+
+def test_fsspec_memory_root():
+    store = ArtifactStore("memory://synthugc-test-root")
+    ref = store.write_table(_frame(), "exp", "m.parquet")
+    assert ref.path.startswith("/synthugc-test-root/exp/")
+    pd.testing.assert_frame_equal(store.read_table(ref), _frame())
+    assert store.is_intact(ref)
+
+
+def test_config_fingerprint_ignores_key_order():
+    assert fingerprint_config({"a": 1, "b": [1, 2]}) == fingerprint_config({"b": [1, 2], "a": 1})
+    assert fingerprint_config({"a": 1}) != fingerprint_config({"a": 2})
+
+
+def test_cache_key_depends_on_every_part(tmp_path):
+    store = ArtifactStore(tmp_path)
+    ref = store.write_table(_frame(), "k.parquet")
+    other = store.write_table(_frame(7), "k2.parquet")
+    base = cache_key("s", [ref], "cfg", "code")
+    assert base == cache_key("s", [ref], "cfg", "code")
+    assert len({base, cache_key("s", [other], "cfg", "code"), cache_key("s", [ref], "cfg2", "code"),
+                cache_key("s", [ref], "cfg", "code2"), cache_key("t", [ref], "cfg", "code")}) == 5
+
+
+def test_code_version_covers_helpers():
+    whole = code_version("tasks/corpus")
+    assert whole != code_version("tasks/corpus/schema.py")
+    assert whole == code_version("tasks/corpus")
+    with pytest.raises(FileNotFoundError):
+        code_version("tasks/no_such_area")
+
+
+def test_manifest_lists_config_versions_models_signatures_artifacts(tmp_path):
+    store = ArtifactStore(tmp_path)
+    ref = store.write_table(_frame(), "exp", "a.parquet")
+    m = write_manifest(store, "exp", config={"seed": 1}, models={"token_encoder": "minilm"},
+                       signatures={"bleu_divergence": "metric:bleu"}, artifacts={"a": ref}, stages={"ingest": "Completed"})
+    data = json.loads(store.read_text(m))
+    assert data["config"] == {"seed": 1}
+    assert data["versions"]["pandas"] == pd.__version__
+    assert data["models"]["token_encoder"] == "minilm"
+    assert data["artifacts"]["a"]["fingerprint"] == ref.fingerprint
+    assert data["stages"] == {"ingest": "Completed"}
