@@ -1,0 +1,185 @@
+"""Read a user's corpus from CSV, JSONL or parquet, map its columns to the schema, validate, split.
+
+Reading never crashes on bad bytes: text that is not UTF-8 is decoded with ``surrogateescape`` and
+reaches validation, which turns it into a per-row "invalid UTF-8" failure. Cells are read as
+strings (CSV) or kept as their JSON/parquet type, so a number where text belongs becomes a
+"text is not a string" failure, and an empty CSV cell becomes "text is empty", never a lost row.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from tasks.corpus.schema import ATTR_PREFIX, DEFAULT_MAX_CHARS, ValidatedCorpus, validate_corpus
+from tasks.corpus.splits import DEFAULT_FRACTIONS, assign_splits
+from tasks.errors import ConfigError, InputError
+
+FORMATS: dict[str, str] = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
+                           ".parquet": "parquet", ".pq": "parquet"}
+
+
+def detect_format(path: str | Path) -> str:
+    """The format named by a file's extension (csv, tsv, jsonl or parquet)."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise InputError(f"cannot tell the format from the extension '{suffix}'; name it "
+                         f"(one of {', '.join(sorted(set(FORMATS.values())))})", file=str(path))
+    return FORMATS[suffix]
+
+
+def _read_csv(path: Path, sep: str) -> pd.DataFrame:
+    # object dtype: pandas' Arrow-backed strings cannot hold the lone surrogates of bad bytes.
+    # utf-8-sig drops a byte-order mark. keep_default_na=False: "NA" or "null" in a text cell is text; empty cells stay "" here.
+    try:
+        return pd.read_csv(path, sep=sep, dtype=object, keep_default_na=False, na_filter=False,
+                           encoding="utf-8-sig", encoding_errors="surrogateescape")
+    except pd.errors.EmptyDataError as exc:
+        raise InputError("the file is empty (no header)", file=str(path)) from exc
+    except pd.errors.ParserError as exc:
+        raise InputError(f"not a valid CSV: {str(exc).strip().splitlines()[-1]}", file=str(path)) from exc
+
+
+def _read_jsonl(path: Path) -> tuple[pd.DataFrame, pd.Series]:
+    records: list[dict] = []
+    lines: list[int] = []
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            line = raw.decode("utf-8", "surrogateescape")
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"line {number} is not valid JSON ({exc.msg} at character {exc.colno})",
+                                 file=str(path), row=number) from exc
+            if not isinstance(record, dict):
+                raise InputError(f"line {number} is a JSON {type(record).__name__}, not an object",
+                                 file=str(path), row=number)
+            records.append(record)
+            lines.append(number)
+    columns = list(dict.fromkeys(k for r in records for k in r))
+    df = pd.DataFrame({c: pd.Series([r.get(c) for r in records], dtype=object) for c in columns},
+                      index=pd.RangeIndex(len(records)))
+    return df, pd.Series(lines, dtype="int64")
+
+
+def read_table(path: str | Path, fmt: str | None = None) -> tuple[pd.DataFrame, pd.Series]:
+    """Read a CSV/TSV, JSONL or parquet file; return the table and each row's number in the source.
+
+    Row numbers are 1-based record numbers (CSV: the header is not counted; JSONL: the line number,
+    blank lines skipped; parquet: the row index + 1). CSV cells are strings (object dtype, no NA
+    parsing: an empty cell is ""); JSONL and parquet values keep their types. A JSONL line that is
+    not a JSON object is fatal (InputError naming file and line).
+    """
+    path = Path(path)
+    fmt = (fmt or detect_format(path)).lower()
+    if not path.is_file():
+        raise InputError("file not found", file=str(path))
+    if fmt in ("csv", "tsv"):
+        df = _read_csv(path, "," if fmt == "csv" else "\t")
+        rows = pd.Series(range(1, len(df) + 1), dtype="int64")
+    elif fmt == "jsonl":
+        df, rows = _read_jsonl(path)
+    elif fmt == "parquet":
+        try:
+            df = pq.read_table(path).to_pandas(integer_object_nulls=True)  # an int text stays int
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise InputError(f"not a readable parquet file: {exc}", file=str(path)) from exc
+        rows = pd.Series(range(1, len(df) + 1), dtype="int64")
+    else:
+        raise InputError(f"unknown format '{fmt}' (one of csv, tsv, jsonl, parquet)", file=str(path))
+    df = df.reset_index(drop=True)
+    return df, rows.set_axis(df.index)
+
+
+def _attr_name(name: str) -> str:
+    name = name.removeprefix(ATTR_PREFIX)
+    if not name or not name.replace("_", "").isalnum():
+        raise ConfigError(f"attribute name '{name}' must be letters, digits and underscores")
+    return ATTR_PREFIX + name
+
+
+def import_corpus(path: str | Path, *, text_col: str, id_col: str | None = None,
+                  author_col: str | None = None, group_col: str | None = None,
+                  position_col: str | None = None, label_col: str | None = None,
+                  attrs: Mapping[str, str] | None = None, split_col: str | None = None,
+                  fmt: str | None = None, max_chars: int = DEFAULT_MAX_CHARS, seed: int = 0,
+                  split_fractions: tuple[float, float, float] = DEFAULT_FRACTIONS) -> ValidatedCorpus:
+    """Import a corpus file: map source columns to the schema, validate, and fill missing splits.
+
+    ``attrs`` maps attribute names to source columns (``{"gender": "user_gender"}`` gives
+    ``attr_gender``). A mapped column that the file lacks is fatal (InputError naming file and
+    column). Without ``id_col``, doc ids are generated as ``<file stem>-<row:06d>`` from the row
+    number in the source (see :func:`read_table`), so they are stable and point back at the record.
+    Empty id/author/group/position/split/label/attr cells are nulls (schema rule); an empty text cell is a
+    per-row failure. Rows with a null split (all of them when there is no ``split_col``) get one
+    from :func:`~tasks.corpus.splits.assign_splits` by group, with ``seed`` and ``split_fractions``.
+    """
+    path = Path(path)
+    source, rows = read_table(path, fmt)
+    mapping: dict[str, str] = {"text": text_col}
+    for target, col in (("doc_id", id_col), ("author_id", author_col), ("group_id", group_col),
+                        ("position", position_col), ("label", label_col), ("split", split_col)):
+        if col is not None:
+            mapping[target] = col
+    for name, col in (attrs or {}).items():
+        target = _attr_name(name)
+        if target in mapping:
+            raise ConfigError(f"attribute '{name}' is mapped twice")
+        mapping[target] = col
+    present = list(map(str, source.columns))
+    for target, col in mapping.items():
+        if col not in source.columns:
+            raise InputError(f"the column mapped to {target} is missing (columns present: {', '.join(present)})",
+                             file=str(path), column=col)
+
+    df = pd.DataFrame(index=source.index)
+    if "doc_id" not in mapping:
+        df["doc_id"] = pd.Series([f"{path.stem}-{int(r):06d}" for r in rows], index=source.index, dtype=object)
+    for target, col in mapping.items():
+        df[target] = source[col]
+
+    validated = validate_corpus(df, str(path), max_chars=max_chars, rows=rows)
+    corpus = assign_splits(validated.corpus, split_fractions, seed=seed)
+    return ValidatedCorpus(corpus=corpus, failures=validated.failures)
+
+
+def write_parquet_atomic(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write a table as parquet through a temporary file beside the target and an atomic rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    try:
+        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def failures_path(out_path: str | Path) -> Path:
+    """Where the failure table of a corpus file goes: ``out.parquet`` -> ``out.failures.parquet``."""
+    out_path = Path(out_path)
+    stem = out_path.name.removesuffix(".parquet")
+    return out_path.with_name(f"{stem}.failures.parquet")
+
+
+def write_corpus(validated: ValidatedCorpus, out_path: str | Path) -> tuple[Path, Path]:
+    """Write the valid rows to ``out_path`` and the failures beside it; both atomically.
+
+    Returns (corpus path, failures path). The failure file is written even when empty, so its
+    absence never has to be interpreted.
+    """
+    out_path = Path(out_path)
+    fail_path = failures_path(out_path)
+    write_parquet_atomic(validated.failures, fail_path)
+    write_parquet_atomic(validated.corpus, out_path)
+    return out_path, fail_path
