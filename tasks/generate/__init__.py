@@ -1,0 +1,25 @@
+"""Generation strategies: the registry (base) and one module per strategy family.
+
+Importing this package registers every strategy, so ``build_strategy("stymask", {...})`` works.
+"""
+
+from tasks.generate import backtranslate, stymask
+from tasks.generate.base import (
+    Strategy,
+    available_strategies,
+    build_strategy,
+    generate_synthetic,
+    register_strategy,
+    validate_params,
+)
+
+__all__ = [
+    "Strategy",
+    "available_strategies",
+    "backtranslate",
+    "build_strategy",
+    "generate_synthetic",
+    "register_strategy",
+    "stymask",
+    "validate_params",
+]
