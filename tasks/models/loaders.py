@@ -1,0 +1,139 @@
+"""Offline loaders, one process-wide instance per ModelSpec (functools.lru_cache on the frozen spec).
+
+Loading never reaches the internet unless the spec allows downloads: the HF offline variables are set and
+``local_files_only`` is passed. A missing file or package becomes ModelUnavailable with one line.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from typing import Any
+
+from tasks.errors import ModelUnavailable
+from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec
+
+# spaCy components kept for POS: the tagger writes token.tag_ (fine-grained), the attribute_ruler maps tags
+# to token.pos_ (UPOS), and tok2vec is the shared layer the small pipelines' tagger listens to.
+POS_COMPONENTS = ("tok2vec", "tagger", "attribute_ruler")
+
+
+def device() -> str:
+    """``cuda`` when a GPU is visible, else ``cpu``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _offline(spec: ModelSpec) -> bool:
+    """Set the HF offline variables unless the spec allows downloads; returns local_files_only."""
+    if spec.allow_downloads:
+        return False
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    return True
+
+
+def _unavailable(spec: ModelSpec, exc: BaseException) -> ModelUnavailable:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return ModelUnavailable(
+        f"model for role '{spec.role}': cannot load {spec.name} from {spec.path} ({type(exc).__name__}: {first}); "
+        f"give a local folder via config models.{spec.role}: /path, or set {ALLOW_DOWNLOADS_ENV}=1 to allow "
+        f"the Hugging Face hub"
+    )
+
+
+def _check_kind(spec: ModelSpec, *kinds: str) -> None:
+    if spec.kind not in kinds:
+        raise ValueError(f"{spec.name} is a {spec.kind} model; this loader takes {' or '.join(kinds)}")
+
+
+@cache
+def load_sentence_encoder(spec: ModelSpec) -> Any:
+    """A SentenceTransformer on cuda when available, else cpu."""
+    _check_kind(spec, "sentence-transformers", "hf-encoder")
+    local = _offline(spec)
+    try:
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(spec.path, device=device(), local_files_only=local)
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+
+
+@cache
+def load_tokenizer(spec: ModelSpec) -> Any:
+    """The model's tokenizer alone (cheap; enough to tokenise or build idf weights)."""
+    local = _offline(spec)
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(spec.path, local_files_only=local, gguf_file=spec.gguf_file)
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+
+
+@cache
+def load_token_encoder(spec: ModelSpec) -> tuple[Any, Any]:
+    """(tokenizer, AutoModel in eval mode) for token embeddings."""
+    _check_kind(spec, "hf-encoder", "sentence-transformers")
+    tokenizer = load_tokenizer(spec)
+    local = _offline(spec)
+    try:
+        from transformers import AutoModel
+
+        model = AutoModel.from_pretrained(spec.path, local_files_only=local)
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+    return tokenizer, model.eval().to(device())
+
+
+@cache
+def load_pos_tagger(spec: ModelSpec) -> Any:
+    """A spaCy pipeline that runs only tok2vec, tagger and attribute_ruler (token.tag_ and token.pos_);
+    parser, NER and lemmatizer are excluded (about 3x faster)."""
+    _check_kind(spec, "spacy")
+    try:
+        import spacy
+
+        nlp = spacy.load(spec.path, exclude=["parser", "ner", "lemmatizer", "senter", "entity_ruler"])
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+    for name in nlp.pipe_names:
+        if name not in POS_COMPONENTS:
+            nlp.disable_pipe(name)
+    if "tagger" not in nlp.pipe_names:
+        raise ModelUnavailable(f"model for role '{spec.role}': spaCy pipeline {spec.name} has no tagger; "
+                               f"give one with a tagger via config models.{spec.role}: /path")
+    return nlp
+
+
+@cache
+def load_causal_lm(spec: ModelSpec) -> tuple[Any, Any]:
+    """(tokenizer, AutoModelForCausalLM in eval mode); a GGUF file is dequantised by transformers (needs the
+    ``gguf`` package), which takes ~15 s on CPU for SmolLM2-135M."""
+    _check_kind(spec, "hf-causal-lm", "gguf-causal-lm")
+    tokenizer = load_tokenizer(spec)
+    local = _offline(spec)
+    try:
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(spec.path, gguf_file=spec.gguf_file, local_files_only=local)
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+    return tokenizer, model.eval().to(device())
+
+
+@cache
+def load_seq2seq(spec: ModelSpec) -> tuple[Any, Any]:
+    """(tokenizer, AutoModelForSeq2SeqLM in eval mode) for BART/Marian/mBART paraphrasers and translators."""
+    _check_kind(spec, "hf-seq2seq")
+    tokenizer = load_tokenizer(spec)
+    local = _offline(spec)
+    try:
+        from transformers import AutoModelForSeq2SeqLM
+
+        model = AutoModelForSeq2SeqLM.from_pretrained(spec.path, local_files_only=local)
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+    return tokenizer, model.eval().to(device())
