@@ -14,3 +14,11 @@ os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def pytest_unconfigure(config) -> None:
+    """Prefect stops its temporary server at interpreter exit and logs that to a console pytest has
+    already closed; do not print a 'Logging error' trace for it."""
+    import logging
+
+    logging.raiseExceptions = False

@@ -1,0 +1,179 @@
+"""The experiment configuration: a YAML file validated with pydantic.
+
+Unknown keys and bad values are rejected with their key path (``generate.strategies.0.params.pivots``);
+``--set key.path=value`` overrides are applied before validation.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from tasks.errors import ConfigError
+from tasks.generate.base import available_strategies, validate_params
+from tasks.models.registry import ROLES
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(Section):
+    """Where the corpus comes from: a public dataset by name or a corpus file in the schema."""
+
+    dataset: str | None = Field(None, description="Public dataset name (synthugc datasets list).")
+    path: str | None = Field(None, description="Corpus file (parquet/csv/jsonl) already in the schema.")
+    max_chars: int = Field(20_000, gt=0, description="Texts longer than this become failure records.")
+    max_docs: int | None = Field(None, gt=0, description="Keep at most this many documents (whole groups, seeded).")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataConfig:
+        if (self.dataset is None) == (self.path is None):
+            raise ValueError("give exactly one of data.dataset or data.path")
+        return self
+
+
+class SplitConfig(Section):
+    """Splits by group and undersampling of the training split."""
+
+    train: float = Field(0.8, ge=0, le=1)
+    val: float = Field(0.1, ge=0, le=1)
+    test: float = Field(0.1, ge=0, le=1)
+    train_fraction: float = Field(1.0, gt=0, le=1, description="Undersample the training split (1.0, 0.5, 0.1).")
+
+    @model_validator(mode="after")
+    def _sums_to_one(self) -> SplitConfig:
+        if abs(self.train + self.val + self.test - 1.0) > 1e-6:
+            raise ValueError("split.train + split.val + split.test must be 1")
+        return self
+
+
+class StrategyConfig(Section):
+    """One generation strategy with its parameters; ``label`` names it in outputs (default: the name)."""
+
+    name: str
+    label: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return self.label or self.name
+
+
+class GenerateConfig(Section):
+    shard_size: int = Field(250, gt=0, description="Documents per generation shard (the unit of resume).")
+    strategies: list[StrategyConfig] = Field(min_length=1)
+
+    @field_validator("strategies")
+    @classmethod
+    def _unique_labels(cls, value: list[StrategyConfig]) -> list[StrategyConfig]:
+        keys = [s.key for s in value]
+        dup = {k for k in keys if keys.count(k) > 1}
+        if dup:
+            raise ValueError(f"strategy labels must be unique, repeated: {', '.join(sorted(dup))}")
+        return value
+
+
+class BertScoreConfig(Section):
+    layer: int | None = Field(None, description="Token encoder layer (default: the last).")
+    idf: bool = False
+    baseline: str | None = Field(None, description="bert_score baseline CSV for rescaling.")
+
+
+MetricName = Literal["bertscore_p", "bertscore_r", "bertscore_f1", "bleu_divergence"]
+
+
+class MetricsConfig(Section):
+    names: list[MetricName] = Field(default_factory=lambda: ["bertscore_f1", "bleu_divergence"])
+    bertscore: BertScoreConfig = Field(default_factory=BertScoreConfig)
+
+
+class ReportConfig(Section):
+    title: str | None = None
+
+
+class ExperimentConfig(Section):
+    """The whole experiment: what data, how to split, which strategies, which metrics."""
+
+    experiment: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Run name: artifacts go to <root>/<experiment>.")
+    seed: int = 13
+    storage_root: str | None = Field(None, description="Path or fsspec URL; default SYNTHUGC_STORAGE_ROOT or ./runs.")
+    data: DataConfig
+    split: SplitConfig = Field(default_factory=SplitConfig)
+    models: dict[str, str] = Field(default_factory=dict, description="role -> short name, local folder or hub id.")
+    generate: GenerateConfig
+    metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @field_validator("models")
+    @classmethod
+    def _known_roles(cls, value: dict[str, str]) -> dict[str, str]:
+        unknown = sorted(set(value) - set(ROLES))
+        if unknown:
+            raise ValueError(f"unknown model role {unknown[0]!r}; roles: {', '.join(ROLES)}")
+        return value
+
+
+def _loc(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _apply_override(raw: dict, assignment: str) -> None:
+    if "=" not in assignment:
+        raise ConfigError(f"override '{assignment}' is not key.path=value")
+    path, value = assignment.split("=", 1)
+    node: Any = raw
+    keys = path.split(".")
+    try:
+        for key in keys[:-1]:
+            node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
+        parsed = yaml.safe_load(value) if value else None
+        if isinstance(node, list):
+            node[int(keys[-1])] = parsed
+        else:
+            node[keys[-1]] = parsed
+    except (ValueError, IndexError, TypeError, AttributeError):
+        raise ConfigError(f"override '{assignment}': {path} does not name a settable key") from None
+
+
+def parse_config(raw: dict, source: str = "config", overrides: list[str] | None = None) -> ExperimentConfig:
+    """Validate a config mapping (after overrides); errors name the key path and the source."""
+    raw = copy.deepcopy(raw)
+    for assignment in overrides or []:
+        _apply_override(raw, assignment)
+    try:
+        cfg = ExperimentConfig.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        msg = err["msg"].removeprefix("Value error, ")
+        where = _loc(err["loc"])
+        raise ConfigError(f"{source}: {where + ': ' if where else ''}{msg}") from None
+    for i, strategy in enumerate(cfg.generate.strategies):
+        if strategy.name not in available_strategies():
+            raise ConfigError(f"{source}: generate.strategies.{i}.name: unknown strategy '{strategy.name}'; "
+                              f"available: {', '.join(available_strategies())}")
+        try:
+            validate_params(strategy.name, strategy.params, root=f"generate.strategies.{i}.params")
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+    return cfg
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read and validate an experiment YAML file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}:{line} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping")
+    return parse_config(raw, source=str(path), overrides=overrides)

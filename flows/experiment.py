@@ -1,0 +1,166 @@
+"""The experiment flow: ingest -> split -> generate (per strategy x shard) -> metrics (per strategy) -> report.
+
+It reads like the pipeline diagram; each call is a coarse cached stage from :mod:`flows.stages`.
+A failing strategy branch is recorded and the others go on; the run then ends Failed, so a retry
+(CLI, ``prefect flow-run retry`` or the UI) recomputes only what failed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger
+from prefect.states import State
+
+from flows import stages
+from flows.config import ExperimentConfig, load_config, parse_config
+from tasks.corpus.datasets import fetch_dataset
+from tasks.errors import SynthUGCError
+from tasks.models.registry import model_id, resolve_model
+from tasks.settings import get_settings
+from tasks.store import ArtifactRef, ArtifactStore, fingerprint_file, write_manifest
+
+
+class StageFailed(SynthUGCError):
+    """One or more stages failed; the others completed and are cached for the retry."""
+
+
+@dataclass
+class RunSummary:
+    """What a run produced: the report, the manifest, and each stage's final state name."""
+
+    experiment: str
+    report_html: str | None
+    report_markdown: str | None
+    manifest: str
+    stages: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+class _StageRunner:
+    """Calls stages, records their state names, and re-runs a cached stage whose artifacts were lost."""
+
+    def __init__(self, store: ArtifactStore, result_dir: Path) -> None:
+        self.store, self.result_dir = store, result_dir
+        self.states: dict[str, str] = {}
+        self.failed: dict[str, str] = {}
+
+    def __call__(self, name: str, stage_task: Any, **params: Any) -> Any:
+        configured = stage_task.with_options(result_storage=self.result_dir, task_run_name=name)
+        state: State = configured(**params, return_state=True)
+        if state.is_completed() and state.name == "Cached" and not self._intact(state.result()):
+            get_run_logger().warning("%s: cached artifacts are missing or changed; recomputing", name)
+            state = configured.with_options(refresh_cache=True)(**params, return_state=True)
+        self.states[name] = state.name or state.type.value
+        if not state.is_completed():
+            self.failed[name] = _failure_reason(state)
+            get_run_logger().error("%s failed: %s", name, self.failed[name])
+            return None
+        return state.result()
+
+    def _intact(self, result: Any) -> bool:
+        refs = [v for v in getattr(result, "__dict__", {}).values() if isinstance(v, ArtifactRef)]
+        refs += [result] if isinstance(result, ArtifactRef) else []
+        return all(self.store.is_intact(r) for r in refs)
+
+
+def _failure_reason(state: State) -> str:
+    try:
+        state.result()
+    except Exception as exc:  # the stage's own exception, reported in one line
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
+    return state.message or state.name or "failed"
+
+
+def _source_ref(cfg: ExperimentConfig) -> ArtifactRef:
+    settings = get_settings()
+    if cfg.data.dataset:
+        path = str(fetch_dataset(cfg.data.dataset, settings.data_dir))
+    else:
+        path = cfg.data.path
+        if not Path(path).is_file():
+            raise SynthUGCError(f"data.path: corpus file {path} does not exist")
+    return ArtifactRef(path=str(path), fingerprint=fingerprint_file(str(path)))
+
+
+def run_experiment(cfg: ExperimentConfig) -> RunSummary:
+    """Run the whole DAG for a validated config (call inside a flow)."""
+    logger = get_run_logger()
+    settings = get_settings()
+    root = cfg.storage_root or settings.storage_root
+    store = ArtifactStore(root)
+    result_dir = (settings.cache_dir / "prefect-results").resolve()
+    run = _StageRunner(store, result_dir)
+    exp = cfg.experiment
+
+    source = _source_ref(cfg)
+    ingested: stages.IngestResult = run("ingest", stages.ingest, source=source, root=root, experiment=exp,
+                                        max_chars=cfg.data.max_chars)
+    if ingested is None:
+        raise StageFailed(f"ingest failed: {run.failed['ingest']}")
+    corpus: ArtifactRef = run("split", stages.split, corpus=ingested.corpus, root=root, experiment=exp,
+                              fractions={"train": cfg.split.train, "val": cfg.split.val, "test": cfg.split.test},
+                              train_fraction=cfg.split.train_fraction, max_docs=cfg.data.max_docs, seed=cfg.seed)
+    if corpus is None:
+        raise StageFailed(f"split failed: {run.failed['split']}")
+    n_shards = max(1, math.ceil((corpus.rows or 0) / cfg.generate.shard_size))
+    logger.info("%s: %d documents (%s level), %d shard(s) per strategy", exp, corpus.rows, ingested.level, n_shards)
+
+    models = {role: cfg.models.get(role) for role in ("token_encoder",) if cfg.models.get(role)}
+    results: dict[str, stages.MetricsResult] = {}
+    for strategy in cfg.generate.strategies:
+        label = strategy.key
+        shards = [
+            run(f"generate[{label}][{i}]", stages.generate, corpus=corpus, root=root, experiment=exp, label=label,
+                strategy=strategy.name, params=strategy.params, shard=i, shard_size=cfg.generate.shard_size,
+                seed=cfg.seed)
+            for i in range(n_shards)
+        ]
+        if any(s is None for s in shards):
+            continue
+        scored = run(f"metrics[{label}]", stages.metrics, corpus=corpus, shards=shards, root=root, experiment=exp,
+                     label=label, names=list(cfg.metrics.names), models=models,
+                     bertscore=cfg.metrics.bertscore.model_dump(), cache_dir=str(settings.cache_dir.resolve()))
+        if scored is not None:
+            results[label] = scored
+
+    token_spec = resolve_model("token_encoder", cfg.models.get("token_encoder"))
+    facts = {"experiment": exp, "data": cfg.data.dataset or str(cfg.data.path), "level": ingested.level,
+             "documents": str(corpus.rows), "strategies": ", ".join(s.key for s in cfg.generate.strategies),
+             "token encoder": model_id(token_spec), "seed": str(cfg.seed)}
+    reported: stages.ReportResult | None = run(
+        "report", stages.report, results=results, failures=ingested.failures, root=root, experiment=exp,
+        title=cfg.report.title or f"synthugc report: {exp}", facts=facts, failed_stages=dict(run.failed))
+
+    artifacts: dict[str, ArtifactRef] = {"ingest/corpus": ingested.corpus, "ingest/failures": ingested.failures,
+                                         "split/corpus": corpus}
+    for label, r in results.items():
+        artifacts[f"metrics/{label}/samples"] = r.samples
+        artifacts[f"metrics/{label}/summary"] = r.summary
+    if reported:
+        artifacts["report.md"], artifacts["report.html"] = reported.markdown, reported.html
+    signatures = {k: v for r in results.values() for k, v in r.signatures.items()}
+    manifest = write_manifest(store, exp, config=cfg.model_dump(mode="json"),
+                              models={"token_encoder": model_id(token_spec)}, signatures=signatures,
+                              artifacts=artifacts, stages=run.states)
+    summary = RunSummary(experiment=exp, report_html=reported.html.path if reported else None,
+                         report_markdown=reported.markdown.path if reported else None, manifest=manifest.path,
+                         stages=run.states, failed=run.failed)
+    if run.failed:
+        raise StageFailed(f"{len(run.failed)} stage(s) failed: " + "; ".join(f"{k}: {v}" for k, v in run.failed.items()))
+    return summary
+
+
+@flow(name="experiment", log_prints=True)
+def experiment(config: str, overrides: list[str] | None = None) -> RunSummary:
+    """Run an experiment from a YAML config file (with optional key.path=value overrides)."""
+    return run_experiment(load_config(config, overrides))
+
+
+@flow(name="experiment-from-mapping", log_prints=True)
+def experiment_from_mapping(config: dict[str, Any]) -> RunSummary:
+    """Run an experiment from an already-parsed config mapping."""
+    return run_experiment(parse_config(config, source="parameters"))

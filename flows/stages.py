@@ -1,0 +1,136 @@
+"""The Prefect layer: one coarse task per stage (x strategy x shard) that reads its input artifacts,
+calls the plain functions in tasks/, and writes its output artifacts.
+
+Every stage is cached with :func:`flows.caching.key_fn_for` (input content + config + code version)
+and persists its small result (artifact references) to the local result folder, so a repeated or
+retried run returns ``Cached`` for every stage whose inputs, settings and code are unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from prefect import task
+from prefect.artifacts import create_markdown_artifact, create_table_artifact
+
+from flows.caching import key_fn_for
+from tasks.corpus.importers import read_table
+from tasks.corpus.schema import corpus_level, validate_corpus
+from tasks.corpus.splits import assign_splits, cap_documents, undersample
+from tasks.generate.base import build_strategy, generate_synthetic
+from tasks.metrics.suite import BertScoreOptions, sample_scores, summarise_scores
+from tasks.models.embeddings import EmbeddingCache
+from tasks.models.registry import resolve_model
+from tasks.report.render import ReportInputs, render_html, render_markdown
+from tasks.store import ArtifactRef, ArtifactStore
+
+
+@dataclass(frozen=True)
+class IngestResult:
+    corpus: ArtifactRef
+    failures: ArtifactRef
+    level: str
+
+
+@dataclass(frozen=True)
+class MetricsResult:
+    samples: ArtifactRef
+    summary: ArtifactRef
+    signatures: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    markdown: ArtifactRef
+    html: ArtifactRef
+
+
+def _stage(name: str, **options: Any):
+    return task(name=name, cache_key_fn=key_fn_for(name), persist_result=True, **options)
+
+
+@_stage("ingest")
+def ingest(source: ArtifactRef, root: str, experiment: str, max_chars: int) -> IngestResult:
+    """Read the source corpus, validate it, and write the valid rows and the failure records."""
+    store = ArtifactStore(root)
+    df, rows = read_table(source.path)
+    validated = validate_corpus(df, source.path, max_chars=max_chars, rows=rows)
+    return IngestResult(
+        corpus=store.write_table(validated.corpus, experiment, "ingest", "corpus.parquet"),
+        failures=store.write_table(validated.failures, experiment, "ingest", "failures.parquet"),
+        level=corpus_level(validated.corpus).value,
+    )
+
+
+@_stage("split")
+def split(corpus: ArtifactRef, root: str, experiment: str, fractions: dict[str, float], train_fraction: float,
+          max_docs: int | None, seed: int) -> ArtifactRef:
+    """Assign splits by group, cap the corpus size and undersample the training split."""
+    store = ArtifactStore(root)
+    df = assign_splits(store.read_table(corpus), fractions=(fractions["train"], fractions["val"], fractions["test"]),
+                       seed=seed)
+    if max_docs is not None:
+        df = cap_documents(df, max_docs, seed=seed)
+    if train_fraction < 1.0:
+        df = undersample(df, train_fraction, seed=seed)
+    df = df.sort_values("doc_id", kind="stable").reset_index(drop=True)
+    return store.write_table(df, experiment, "split", "corpus.parquet")
+
+
+@_stage("generate")
+def generate(corpus: ArtifactRef, root: str, experiment: str, label: str, strategy: str, params: dict[str, Any],
+             shard: int, shard_size: int, seed: int) -> ArtifactRef:
+    """Rewrite one shard of the corpus with one strategy: one output row per input row."""
+    store = ArtifactStore(root)
+    whole = store.read_table(corpus)
+    rewriter = build_strategy(strategy, params).fit(whole)
+    out = generate_synthetic(rewriter, whole.iloc[shard * shard_size:(shard + 1) * shard_size], seed=seed)
+    out["strategy"] = label
+    return store.write_table(out, experiment, "generate", label, f"shard-{shard:05d}.parquet")
+
+
+@_stage("metrics")
+def metrics(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experiment: str, label: str,
+            names: list[str], models: dict[str, str], bertscore: dict[str, Any], cache_dir: str) -> MetricsResult:
+    """Sample-level scores of one strategy's outputs against their sources, and their summary."""
+    store = ArtifactStore(root)
+    sources = store.read_table(corpus)[["doc_id", "text"]].rename(columns={"text": "source"})
+    synthetic = pd.concat([store.read_table(s) for s in shards], ignore_index=True)
+    pairs = synthetic.merge(sources, on="doc_id", how="left", validate="many_to_one")
+    options = BertScoreOptions(spec=resolve_model("token_encoder", models.get("token_encoder")),
+                               layer=bertscore.get("layer"), idf=bool(bertscore.get("idf")),
+                               baseline_path=bertscore.get("baseline"))
+    cache = EmbeddingCache(Path(cache_dir) / "embeddings.sqlite")
+    result = sample_scores(pairs, names, bertscore_options=options, cache=cache)
+    summary = summarise_scores(result.scores, result.signatures)
+    return MetricsResult(
+        samples=store.write_table(result.scores, experiment, "metrics", label, "samples.parquet"),
+        summary=store.write_table(summary, experiment, "metrics", label, "summary.parquet"),
+        signatures=result.signatures,
+    )
+
+
+@_stage("report")
+def report(results: dict[str, MetricsResult], failures: ArtifactRef, root: str, experiment: str, title: str,
+           facts: dict[str, str], failed_stages: dict[str, str]) -> ReportResult:
+    """Render the markdown and HTML report and publish them (and the tables) as Prefect artifacts."""
+    store = ArtifactStore(root)
+    frames = [store.read_table(r.summary) for _, r in sorted(results.items())]
+    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["strategy", "variant", "metric", "value", "std", "median", "n", "n_failed", "signature"])
+    n_input_failures = len(store.read_table(failures))
+    facts = {**facts, "input rows failed validation": str(n_input_failures)}
+    inputs = ReportInputs(title=title, facts=facts, summary=summary, failed_stages=failed_stages)
+    markdown = render_markdown(inputs)
+    result = ReportResult(markdown=store.write_text(markdown, experiment, "report.md"),
+                          html=store.write_text(render_html(inputs), experiment, "report.html"))
+    key = experiment.lower().replace("_", "-").replace(".", "-")
+    create_markdown_artifact(markdown=markdown + f"\n\nHTML report: `{result.html.path}`\n",
+                             key=f"{key}-report", description=f"synthugc report for {experiment}")
+    if not summary.empty:
+        create_table_artifact(table=summary.drop(columns=["signature"]).round(6).to_dict(orient="records"),
+                              key=f"{key}-scores", description=f"distribution-level scores for {experiment}")
+    return result

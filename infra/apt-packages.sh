@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Debian packages the features need: apertium + the eng-spa pair for the offline back-translation strategy.
+# Skipped with one line where apt is not available (the backtranslate strategy then says what is missing).
+set -euo pipefail
+PACKAGES=(apertium apertium-eng-spa)
+if command -v apertium >/dev/null 2>&1 && apertium -l 2>/dev/null | grep -q "eng-spa"; then
+  exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "synthugc setup: apt-get not available, skipping Debian packages ${PACKAGES[*]} (backtranslate with backend=apertium will not run)"
+  exit 0
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then SUDO="sudo -n"; else
+    echo "synthugc setup: not root and no passwordless sudo, skipping Debian packages ${PACKAGES[*]} (install them by hand: apt-get install ${PACKAGES[*]})"
+    exit 0
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq >/dev/null
+$SUDO apt-get install -y -qq "${PACKAGES[@]}" >/dev/null
+echo "synthugc setup: installed ${PACKAGES[*]}"

@@ -1,0 +1,185 @@
+"""The experiment flow end to end on a small real sample (debates turns, apertium, MiniLM, sacrebleu),
+and the cache behaviour ARCHITECTURE.md asks for."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import sacrebleu
+
+from flows.experiment import StageFailed, experiment_from_mapping
+from tasks.corpus.datasets import fetch_dataset
+
+pytestmark = pytest.mark.slow
+REPO = Path(__file__).resolve().parent.parent
+CLI = Path(sys.executable).parent / "synthugc"
+
+
+@pytest.fixture(scope="module")
+def sample_corpus(tmp_path_factory) -> Path:
+    """40 real debate turns from two debates, in the corpus schema, splits left to the flow."""
+    debates = pd.read_parquet(fetch_dataset("debates", REPO / "data"))
+    groups = sorted(debates["group_id"].unique())[:2]
+    sample = (debates[debates["group_id"].isin(groups)].sort_values(["group_id", "position"])
+              .groupby("group_id").head(20).drop(columns=["split"]))
+    path = tmp_path_factory.mktemp("corpus") / "sample.parquet"
+    sample.to_parquet(path)
+    return path
+
+
+def _config(corpus: Path, root: Path, stymask_params: dict | None = None) -> dict:
+    return {
+        "experiment": "t",
+        "seed": 3,
+        "storage_root": str(root),
+        "data": {"path": str(corpus)},
+        "generate": {"shard_size": 25, "strategies": [
+            {"name": "backtranslate", "params": {"backend": "apertium"}},
+            {"name": "stymask", "params": stymask_params or {}},
+        ]},
+        "metrics": {"names": ["bertscore_f1", "bleu_divergence"]},
+    }
+
+
+@pytest.fixture()
+def isolated(tmp_path, monkeypatch) -> Path:
+    monkeypatch.setenv("SYNTHUGC_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def _manifest(root: Path) -> dict:
+    return json.loads((root / "t" / "manifest.json").read_text())
+
+
+def test_end_to_end_then_everything_cached(sample_corpus, isolated):
+    root = isolated / "runs"
+    first = experiment_from_mapping(_config(sample_corpus, root))
+    expected_stages = {"ingest", "split", "generate[backtranslate][0]", "generate[backtranslate][1]",
+                       "generate[stymask][0]", "generate[stymask][1]", "metrics[backtranslate]",
+                       "metrics[stymask]", "report"}
+    assert set(first.stages) == expected_stages
+    assert set(first.stages.values()) == {"Completed"}
+
+    corpus = pd.read_parquet(root / "t" / "split" / "corpus.parquet")
+    assert len(corpus) == 40
+    for label in ("backtranslate", "stymask"):
+        scores = pd.read_parquet(root / "t" / "metrics" / label / "samples.parquet")
+        assert sorted(scores["doc_id"]) == sorted(corpus["doc_id"])  # one output per input, none lost
+        ok = scores[scores["status"] == "ok"]
+        assert len(ok) >= 35
+        assert ok["bertscore_f1"].between(0.0, 1.0 + 1e-6).all()
+        # bleu_divergence equals sacrebleu on the stored pair
+        synthetic = pd.concat(pd.read_parquet(p) for p in sorted((root / "t" / "generate" / label).glob("*.parquet")))
+        row = synthetic[synthetic["status"] == "ok"].iloc[0]
+        source = corpus.set_index("doc_id").loc[row["doc_id"], "text"]
+        expected = 1 - sacrebleu.sentence_bleu(row["text"], [source]).score / 100
+        got = scores.set_index("doc_id").loc[row["doc_id"], "bleu_divergence"]
+        assert abs(got - expected) < 1e-9
+    # back-translation really rewrites: mean divergence clearly above zero
+    bt = pd.read_parquet(root / "t" / "metrics" / "backtranslate" / "summary.parquet")
+    assert bt.set_index("metric").loc["bleu_divergence", "value"] > 0.2
+
+    html = Path(first.report_html).read_text()
+    assert "<h2>backtranslate (pivot-spa)</h2>" in html and "<h2>stymask</h2>" in html and "http" not in html.split("<body>")[1]
+    manifest = _manifest(root)
+    assert manifest["signatures"]["bertscore_f1"].startswith("metric:bertscore")
+    assert manifest["stages"] == first.stages
+
+    second = experiment_from_mapping(_config(sample_corpus, root))
+    assert set(second.stages.values()) == {"Cached"}, second.stages
+
+
+def test_changing_one_strategy_recomputes_only_its_branch(sample_corpus, isolated):
+    root = isolated / "runs"
+    experiment_from_mapping(_config(sample_corpus, root))
+    changed = experiment_from_mapping(_config(sample_corpus, root, stymask_params={"intensity": 0.5}))
+    recomputed = {k for k, v in changed.stages.items() if v != "Cached"}
+    assert recomputed == {"generate[stymask][0]", "generate[stymask][1]", "metrics[stymask]", "report"}
+
+
+def test_rewritten_input_at_same_path_invalidates_dependents(sample_corpus, isolated):
+    root = isolated / "runs"
+    corpus = isolated / "mine.parquet"
+    shutil.copy(sample_corpus, corpus)
+    experiment_from_mapping(_config(corpus, root))
+    df = pd.read_parquet(corpus)
+    df.loc[df.index[0], "text"] = "An entirely new first turn about taxes and jobs."
+    df.to_parquet(corpus)
+    rerun = experiment_from_mapping(_config(corpus, root))
+    assert rerun.stages["ingest"] == "Completed"
+    assert rerun.stages["split"] == "Completed"
+    assert rerun.stages["metrics[stymask]"] == "Completed"
+    samples = pd.read_parquet(root / "t" / "split" / "corpus.parquet")
+    assert "An entirely new first turn about taxes and jobs." in set(samples["text"])
+
+
+def test_lost_artifact_is_recomputed_not_trusted(sample_corpus, isolated):
+    root = isolated / "runs"
+    experiment_from_mapping(_config(sample_corpus, root))
+    (root / "t" / "metrics" / "stymask" / "samples.parquet").unlink()
+    rerun = experiment_from_mapping(_config(sample_corpus, root))
+    assert rerun.stages["metrics[stymask]"] == "Completed"
+    assert rerun.stages["metrics[backtranslate]"] == "Cached"
+    assert (root / "t" / "metrics" / "stymask" / "samples.parquet").exists()
+
+
+def test_failed_strategy_recorded_others_complete_and_rerun_recomputes_only_it(sample_corpus, isolated, monkeypatch):
+    root = isolated / "runs"
+    original_path = os.environ["PATH"]
+    empty_bin = isolated / "bin"
+    empty_bin.mkdir()
+    monkeypatch.setenv("PATH", str(empty_bin))  # apertium is not found: the backtranslate branch fails
+    with pytest.raises(StageFailed, match="generate\\[backtranslate\\]"):
+        experiment_from_mapping(_config(sample_corpus, root))
+    stages = _manifest(root)["stages"]
+    assert stages["generate[backtranslate][0]"] == "Failed"
+    assert stages["metrics[stymask]"] == "Completed"
+    assert "metrics[backtranslate]" not in stages
+    assert not (root / "t" / "metrics" / "backtranslate").exists()
+    report = (root / "t" / "report.md").read_text()
+    assert "Failed stages" in report and "apertium" in report
+
+    monkeypatch.setenv("PATH", original_path)
+    rerun = experiment_from_mapping(_config(sample_corpus, root))
+    assert rerun.stages["generate[stymask][0]"] == "Cached"
+    assert rerun.stages["metrics[stymask]"] == "Cached"
+    assert rerun.stages["generate[backtranslate][0]"] == "Completed"
+    assert rerun.stages["metrics[backtranslate]"] == "Completed"
+
+
+def _cli(*args: str, env_extra: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, **(env_extra or {})}
+    return subprocess.run([str(CLI), *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
+
+
+def test_cli_bad_config_exits_2_with_one_line(tmp_path):
+    config = tmp_path / "bad.yaml"
+    config.write_text("experiment: x\ndata: {dataset: debates}\ngenerate:\n  strategies:\n    - name: stymask\n"
+                      "      params: {no_such_param: 1}\n  shards: 3\n")
+    proc = _cli("run", str(config))
+    assert proc.returncode == 2
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "generate" in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_cli_bad_data_exits_2_naming_file_column_row(sample_corpus, tmp_path):
+    df = pd.read_parquet(sample_corpus)
+    df.loc[df.index[5], "doc_id"] = df.loc[df.index[2], "doc_id"]
+    bad = tmp_path / "dup.parquet"
+    df.to_parquet(bad)
+    config = tmp_path / "c.yaml"
+    config.write_text(f"experiment: bad\nstorage_root: {tmp_path / 'runs'}\ndata: {{path: {bad}}}\n"
+                      "generate:\n  strategies:\n    - name: stymask\n")
+    proc = _cli("run", str(config), env_extra={"SYNTHUGC_CACHE_DIR": str(tmp_path / "cache")})
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    error_lines = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
+    assert any(str(bad) in line and "doc_id" in line and "row 6" in line for line in error_lines), proc.stderr
