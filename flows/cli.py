@@ -9,11 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from flows import progress
 from tasks.errors import SynthUGCError
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
@@ -33,6 +35,7 @@ def _environment() -> None:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
@@ -44,13 +47,21 @@ class _DropUserErrorTracebacks(logging.Filter):
         return not isinstance(exc, SynthUGCError)
 
 
-def _quiet_user_error_tracebacks() -> None:
+def _prefect_console_handlers() -> list[logging.Handler]:
     from prefect.logging.handlers import PrefectConsoleHandler
 
-    for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", ""):
-        for handler in logging.getLogger(name).handlers:
-            if isinstance(handler, PrefectConsoleHandler):
-                handler.addFilter(_DropUserErrorTracebacks())
+    return [h for name in ("prefect", "prefect.flow_runs", "prefect.task_runs", "")
+            for h in logging.getLogger(name).handlers if isinstance(h, PrefectConsoleHandler)]
+
+
+def _console_log_level(level: int) -> None:
+    for handler in _prefect_console_handlers():
+        handler.setLevel(level)
+
+
+def _quiet_user_error_tracebacks() -> None:
+    for handler in _prefect_console_handlers():
+        handler.addFilter(_DropUserErrorTracebacks())
 
 
 def _fail(message: str) -> None:
@@ -71,8 +82,12 @@ def _run_config(config: Path, overrides: list[str]) -> None:
 
     setup_logging()
     _quiet_user_error_tracebacks()
+    show_bar = sys.stderr.isatty()
+    if show_bar:  # the bar shows each stage and its state; the full log still goes to the Prefect API
+        _console_log_level(logging.WARNING)
     try:
-        summary = experiment(config=str(config), overrides=overrides)
+        with progress.RichStageBar() if show_bar else nullcontext() as bar, progress.installed(bar):
+            summary = experiment(config=str(config), overrides=overrides)
     except SynthUGCError as exc:
         _fail(str(exc))
     typer.echo(f"report: {summary.report_html}")

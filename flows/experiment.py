@@ -15,7 +15,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 from prefect.states import State
 
-from flows import stages
+from flows import progress, stages
 from flows.config import ExperimentConfig, load_config, parse_config
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import SynthUGCError
@@ -49,12 +49,17 @@ class _StageRunner:
         self.failed: dict[str, str] = {}
 
     def __call__(self, name: str, stage_task: Any, **params: Any) -> Any:
+        bar = progress.reporter()
+        if bar:
+            bar.started(name)
         configured = stage_task.with_options(result_storage=self.result_dir, task_run_name=name)
         state: State = configured(**params, return_state=True)
         if state.is_completed() and state.name == "Cached" and not self._intact(state.result()):
             get_run_logger().warning("%s: cached artifacts are missing or changed; recomputing", name)
             state = configured.with_options(refresh_cache=True)(**params, return_state=True)
         self.states[name] = state.name or state.type.value
+        if bar:
+            bar.finished(name, self.states[name])
         if not state.is_completed():
             self.failed[name] = _failure_reason(state)
             get_run_logger().error("%s failed: %s", name, self.failed[name])
@@ -107,6 +112,8 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     if corpus is None:
         raise StageFailed(f"split failed: {run.failed['split']}")
     n_shards = max(1, math.ceil((corpus.rows or 0) / cfg.generate.shard_size))
+    if bar := progress.reporter():
+        bar.planned(len(run.states) + len(cfg.generate.strategies) * (n_shards + 1) + 1)
     logger.info("%s: %d documents (%s level), %d shard(s) per strategy", exp, corpus.rows, ingested.level, n_shards)
 
     models = {role: cfg.models.get(role) for role in ("token_encoder",) if cfg.models.get(role)}
