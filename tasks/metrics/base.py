@@ -35,3 +35,23 @@ class MetricResult:
 
     scores: pd.DataFrame
     signatures: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class DistributionScore:
+    """One distribution-level (or bag-level) number with its signature.
+
+    ``value`` is NaN when the inputs cannot define it (one-item bag, empty text set, ...), and
+    ``reason`` then says why; ``distributions`` keeps arrays worth plotting (e.g. FCSD's cosine
+    scores of the real and synthetic sets)."""
+
+    metric: str
+    value: float
+    signature: str
+    reason: str | None = None
+    distributions: dict[str, list[float]] = field(default_factory=dict)
+
+
+def reason_column(metric: str) -> str:
+    """Name of the column that says why a sample-level score is NaN (null when the score is defined)."""
+    return f"{metric}_reason"
