@@ -92,8 +92,20 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     assert manifest["signatures"]["bertscore_f1"].startswith("metric:bertscore")
     assert manifest["stages"] == first.stages
 
+    published = _artifacts("t-report") + _artifacts("t-scores")
+    assert {a.type for a in published} == {"markdown", "table"}
+    assert any("bertscore_f1" in str(a.data) for a in published)
+
     second = experiment_from_mapping(_config(sample_corpus, root))
     assert set(second.stages.values()) == {"Cached"}, second.stages
+
+
+def _artifacts(key: str) -> list:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    with get_client(sync_client=True) as client:
+        return client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
 
 
 def test_changing_one_strategy_recomputes_only_its_branch(sample_corpus, isolated):
