@@ -1,0 +1,419 @@
+"""LLM backends for the generation strategies and the LLM profiling attack.
+
+One interface, :class:`LLMBackend`: ``complete(requests) -> results``, one :class:`ChatResult` per
+:class:`ChatRequest`, in order. A request that fails becomes a result with ``error`` set (one line); it
+never raises, so one bad prompt does not sink a batch of thousands.
+
+- :class:`OpenAICompatibleClient` talks to any OpenAI-compatible server (vLLM on the GPU workers,
+  ``tasks.models.openai_server`` on CPU) with httpx: concurrent requests, per-request timeout, bounded
+  retries with exponential backoff on connection errors, timeouts, 429 and 5xx.
+- :class:`TransformersBackend` runs the model in process (CPU default: SmolLM2-135M-Instruct).
+- :class:`RequestCache` (SQLite, WAL) stores the texts of successful requests keyed by (model, sampling
+  params, messages); both backends use it, so a rerun does not pay for the same prompt twice.
+- :func:`llm_backend_for` picks the client when an endpoint is configured for a role, else in-process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.errors import ConfigError
+from tasks.models.registry import ModelSpec, model_id, production_models, resolve_model
+
+ENDPOINT_ENV = "SYNTHUGC_LLM_ENDPOINT_{role}"  # e.g. SYNTHUGC_LLM_ENDPOINT_PROFILING_LLM=http://gpu1:8000/v1
+MODEL_ENV = "SYNTHUGC_LLM_MODEL_{role}"  # the served model name; default: the role's production model
+API_KEY_ENV = "SYNTHUGC_LLM_API_KEY"
+CACHE_ENV = "SYNTHUGC_LLM_CACHE"  # path of the SQLite request cache
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    """One chat completion: OpenAI-style messages and sampling parameters (temperature 0 = greedy)."""
+
+    messages: list[dict[str, str]]
+    temperature: float = 0.7
+    top_p: float = 1.0
+    max_tokens: int = 256
+    n: int = 1
+    seed: int | None = None
+    stop: list[str] | None = None
+
+    def sampling(self) -> dict[str, Any]:
+        """The sampling parameters, as a JSON-ready dict (part of the cache key)."""
+        return {"temperature": float(self.temperature), "top_p": float(self.top_p),
+                "max_tokens": int(self.max_tokens), "n": int(self.n), "seed": self.seed,
+                "stop": list(self.stop) if self.stop else None}
+
+
+@dataclass
+class ChatResult:
+    """``texts`` (``n`` completions) on success; ``error`` (one line) on failure. ``attempts`` counts HTTP
+    tries (0 for a cache hit or an in-process call)."""
+
+    texts: list[str] | None
+    error: str | None = None
+    cached: bool = False
+    latency_s: float = 0.0
+    attempts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.texts is not None
+
+
+# ---------------------------------------------------------------- cache
+
+
+def request_key(model: str, request: ChatRequest) -> str:
+    """sha256 over the model id, the sampling parameters (n and seed included) and the messages."""
+    payload = {"model": model, "sampling": request.sampling(),
+               "messages": [{"role": m.get("role"), "content": m.get("content")} for m in request.messages]}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+class RequestCache:
+    """SQLite (WAL) store of completed requests: key -> texts. Survives restarts; safe across threads (one
+    connection behind a lock) and processes (SQLite locking, busy timeout)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30, isolation_level=None)
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.execute("CREATE TABLE IF NOT EXISTS completions (key TEXT PRIMARY KEY, model TEXT NOT NULL, "
+                           "texts TEXT NOT NULL, created REAL NOT NULL)")
+
+    def get(self, key: str) -> list[str] | None:
+        """The cached texts for ``key``, or None."""
+        with self._lock:
+            row = self._conn.execute("SELECT texts FROM completions WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, model: str, texts: list[str]) -> None:
+        """Store (or replace) the texts for ``key``."""
+        with self._lock:
+            self._conn.execute("INSERT OR REPLACE INTO completions (key, model, texts, created) VALUES (?, ?, ?, ?)",
+                               (key, model, json.dumps(texts, ensure_ascii=False), time.time()))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return int(self._conn.execute("SELECT COUNT(*) FROM completions").fetchone()[0])
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+
+# ---------------------------------------------------------------- interface
+
+
+class LLMBackend:
+    """Base class: answers from the cache first, sends the rest to :meth:`_complete_uncached`, stores what
+    succeeded. Subclasses set ``model`` (the id in cache keys) and implement ``_complete_uncached``."""
+
+    model: str = ""
+    cache: RequestCache | None = None
+
+    def complete(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        """One result per request, in order; failures are results with ``error`` set."""
+        results: list[ChatResult | None] = [None] * len(requests)
+        keys = [request_key(self.model, r) for r in requests]
+        pending: list[int] = []
+        for i, key in enumerate(keys):
+            texts = self.cache.get(key) if self.cache is not None else None
+            if texts is not None:
+                results[i] = ChatResult(texts=texts, cached=True)
+            else:
+                pending.append(i)
+        if pending:
+            fresh = self._complete_uncached([requests[i] for i in pending])
+            for i, result in zip(pending, fresh, strict=True):
+                results[i] = result
+                if self.cache is not None and result.ok:
+                    self.cache.put(keys[i], self.model, list(result.texts or []))
+        return [r for r in results if r is not None]
+
+    def _complete_uncached(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        raise NotImplementedError
+
+
+# ---------------------------------------------------------------- OpenAI-compatible HTTP client
+
+
+class _Retryable(Exception):
+    """A failure worth another attempt (connection error, timeout, 429, 5xx)."""
+
+
+class _Fatal(Exception):
+    """A failure another attempt would repeat (4xx, malformed response)."""
+
+
+def normalise_base_url(base_url: str) -> str:
+    """``http://host:8000`` and ``http://host:8000/v1/`` both become ``http://host:8000/v1``."""
+    url = base_url.strip().rstrip("/")
+    return url if url.endswith("/v1") else url + "/v1"
+
+
+@dataclass
+class OpenAICompatibleClient(LLMBackend):
+    """Client of ``/v1/chat/completions`` (vLLM, ``tasks.models.openai_server``, ``transformers serve``).
+
+    ``complete`` sends up to ``concurrency`` requests at once; each attempt has ``timeout_s``; retries
+    (at most ``max_retries`` after the first try) wait ``backoff_s * 2**k`` (capped at 30 s)."""
+
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout_s: float = 120.0
+    max_retries: int = 3
+    backoff_s: float = 0.5
+    concurrency: int = 8
+    cache: RequestCache | None = None
+    _http: Any = field(init=False, repr=False, default=None)
+
+    def __post_init__(self) -> None:
+        import httpx
+
+        self.base_url = normalise_base_url(self.base_url)
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        limits = httpx.Limits(max_connections=max(1, self.concurrency), max_keepalive_connections=max(1, self.concurrency))
+        self._http = httpx.Client(headers=headers, timeout=self.timeout_s, limits=limits)
+
+    def health(self, timeout_s: float = 5.0) -> bool:
+        """True when ``GET /v1/models`` answers 200 with a model list."""
+        try:
+            self.list_models(timeout_s=timeout_s)
+        except Exception:
+            return False
+        return True
+
+    def list_models(self, timeout_s: float = 5.0) -> list[str]:
+        """The ids the server serves (``GET /v1/models``); raises on any failure."""
+        response = self._http.get(f"{self.base_url}/models", timeout=timeout_s)
+        response.raise_for_status()
+        return [m["id"] for m in response.json()["data"]]
+
+    def wait_until_healthy(self, deadline_s: float = 120.0, poll_s: float = 0.5) -> bool:
+        """Poll :meth:`health` until it answers or ``deadline_s`` passes."""
+        end = time.monotonic() + deadline_s
+        while time.monotonic() < end:
+            if self.health(timeout_s=min(5.0, poll_s * 4)):
+                return True
+            time.sleep(poll_s)
+        return False
+
+    def _complete_uncached(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        if len(requests) == 1:
+            return [self._one(requests[0])]
+        with ThreadPoolExecutor(max_workers=max(1, min(self.concurrency, len(requests)))) as pool:
+            return list(pool.map(self._one, requests))
+
+    def payload(self, request: ChatRequest) -> dict[str, Any]:
+        """The JSON body of one request."""
+        body: dict[str, Any] = {"model": self.model, "messages": list(request.messages), **request.sampling()}
+        for key in ("seed", "stop"):
+            if body[key] is None:
+                del body[key]
+        return body
+
+    def _one(self, request: ChatRequest) -> ChatResult:
+        import httpx
+
+        url = f"{self.base_url}/chat/completions"
+        start = time.perf_counter()
+        body = self.payload(request)
+        reason = "no attempt made"
+        attempts = 0
+        for attempt in range(self.max_retries + 1):
+            attempts = attempt + 1
+            try:
+                try:
+                    response = self._http.post(url, json=body)
+                except httpx.TimeoutException as exc:
+                    raise _Retryable(f"timeout after {self.timeout_s:g}s ({type(exc).__name__})") from exc
+                except httpx.TransportError as exc:
+                    raise _Retryable(f"connection error ({type(exc).__name__}: {_first_line(exc)})") from exc
+                texts = self._parse(response, request.n)
+                return ChatResult(texts=texts, latency_s=time.perf_counter() - start, attempts=attempts)
+            except _Retryable as exc:
+                reason = str(exc)
+            except _Fatal as exc:
+                reason = str(exc)
+                break
+            if attempt < self.max_retries:
+                time.sleep(min(30.0, self.backoff_s * 2**attempt))
+        return ChatResult(texts=None, error=f"{url}: {reason} after {attempts} attempt(s)",
+                          latency_s=time.perf_counter() - start, attempts=attempts)
+
+    @staticmethod
+    def _parse(response: Any, n: int) -> list[str]:
+        status = response.status_code
+        if status == 429 or status >= 500:
+            raise _Retryable(f"HTTP {status}: {_first_line(response.text)}")
+        if status >= 400:
+            raise _Fatal(f"HTTP {status}: {_first_line(response.text)}")
+        try:
+            data = response.json()
+        except ValueError as exc:
+            raise _Fatal(f"malformed response: not JSON ({_first_line(response.text)})") from exc
+        choices = data.get("choices") if isinstance(data, dict) else None
+        if not isinstance(choices, list) or not choices:
+            raise _Fatal("malformed response: no 'choices' list")
+        if len(choices) != n:
+            raise _Fatal(f"malformed response: expected {n} choice(s), got {len(choices)}")
+        texts: list[str] = []
+        for i, choice in enumerate(sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)):
+            content = choice.get("message", {}).get("content") if isinstance(choice, dict) else None
+            if not isinstance(content, str):
+                raise _Fatal(f"malformed response: choice {i} has no message.content string")
+            texts.append(content)
+        return texts
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> OpenAICompatibleClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _first_line(value: object, limit: int = 160) -> str:
+    text = str(value).strip()
+    return (text.splitlines() or [""])[0][:limit]
+
+
+# ---------------------------------------------------------------- in-process transformers backend
+
+_GENERATE_LOCK = threading.Lock()  # the torch RNG is process-global: one seeded generate at a time
+
+
+class TransformersBackend(LLMBackend):
+    """In-process generation with transformers (CPU by default). Requests with the same sampling parameters
+    are generated together in batches of ``batch_size`` (left padding); each batch is seeded with the
+    requests' seed, so results are reproducible for the same batch (a request's sampled texts can differ
+    when it is batched with other prompts; greedy ones do not)."""
+
+    def __init__(self, spec: ModelSpec, *, cache: RequestCache | None = None, batch_size: int = 8,
+                 num_threads: int | None = None) -> None:
+        self.spec = spec
+        self.model = model_id(spec)
+        self.cache = cache
+        self.batch_size = max(1, batch_size)
+        self.num_threads = num_threads  # torch intra-op threads (process-wide); 1 is far faster on a busy box
+
+    def load(self) -> None:
+        """Load the model now (otherwise on the first request)."""
+        from tasks.models.loaders import load_causal_lm
+
+        load_causal_lm(self.spec)
+
+    def _complete_uncached(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
+        results: list[ChatResult | None] = [None] * len(requests)
+        groups: dict[str, list[int]] = {}
+        for i, request in enumerate(requests):
+            groups.setdefault(json.dumps(request.sampling(), sort_keys=True), []).append(i)
+        for indices in groups.values():
+            for start in range(0, len(indices), self.batch_size):
+                chunk = indices[start:start + self.batch_size]
+                t0 = time.perf_counter()
+                try:
+                    outputs = self.generate([requests[i] for i in chunk])
+                except Exception as exc:  # one bad batch fails its requests, not the call
+                    error = f"{self.model}: generation failed ({type(exc).__name__}: {_first_line(exc)})"
+                    for i in chunk:
+                        results[i] = ChatResult(texts=None, error=error)
+                    continue
+                per_request = (time.perf_counter() - t0) / len(chunk)
+                for i, texts in zip(chunk, outputs, strict=True):
+                    results[i] = ChatResult(texts=texts, latency_s=per_request)
+        return [r for r in results if r is not None]
+
+    def generate(self, requests: Sequence[ChatRequest]) -> list[list[str]]:
+        """Generate one batch of requests that share sampling parameters; ``n`` texts per request."""
+        import torch
+        from transformers import set_seed
+
+        from tasks.models.loaders import load_causal_lm
+
+        if self.num_threads:
+            torch.set_num_threads(self.num_threads)
+        tokenizer, model = load_causal_lm(self.spec)
+        params = requests[0]
+        prompts = [tokenizer.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
+                   for r in requests]
+        batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
+                          add_special_tokens=False).to(model.device)
+        sample = params.temperature > 0
+        kwargs: dict[str, Any] = {"max_new_tokens": params.max_tokens, "num_return_sequences": params.n,
+                                  "do_sample": sample, "pad_token_id": tokenizer.pad_token_id}
+        if sample:
+            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
+        else:
+            kwargs.update(temperature=None, top_p=None, top_k=None)
+        if params.stop:
+            kwargs.update(stop_strings=list(params.stop), tokenizer=tokenizer)
+        with _GENERATE_LOCK, torch.inference_mode():
+            if params.seed is not None:
+                set_seed(params.seed)
+            out = model.generate(**batch, **kwargs)
+        new = out[:, batch["input_ids"].shape[1]:]
+        decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
+        decoded = [_cut_at_stop(text, params.stop) for text in decoded]
+        return [decoded[i * params.n:(i + 1) * params.n] for i in range(len(requests))]
+
+
+def _cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
+    """OpenAI semantics: the text ends before the first stop string (which is not included)."""
+    if stop:
+        cuts = [text.find(s) for s in stop if s and s in text]
+        if cuts:
+            text = text[:min(cuts)]
+    return text
+
+
+# ---------------------------------------------------------------- factory
+
+
+def llm_backend_for(role: str, settings: Mapping[str, Any] | None = None,
+                    env: Mapping[str, str] | None = None) -> LLMBackend:
+    """The backend for ``role`` (``llm`` or ``profiling_llm``).
+
+    With an endpoint (``settings['endpoint']`` or ``SYNTHUGC_LLM_ENDPOINT_<ROLE>``) it is an
+    :class:`OpenAICompatibleClient` for ``settings['model']`` / ``SYNTHUGC_LLM_MODEL_<ROLE>`` (default: the
+    role's production model, as vLLM serves it); otherwise a :class:`TransformersBackend` for
+    ``settings['model']`` or the role's offline default. ``settings`` may also set api_key, timeout_s,
+    max_retries, backoff_s, concurrency, batch_size, num_threads and cache_path (or ``SYNTHUGC_LLM_CACHE``)."""
+    if role not in ("llm", "profiling_llm"):
+        raise ConfigError(f"llm backend: role must be 'llm' or 'profiling_llm', not {role!r}")
+    settings = dict(settings or {})
+    env = os.environ if env is None else env
+    suffix = role.upper()
+    cache_path = settings.get("cache_path") or env.get(CACHE_ENV)
+    cache = RequestCache(cache_path) if cache_path else None
+    endpoint = settings.get("endpoint") or env.get(ENDPOINT_ENV.format(role=suffix))
+    if endpoint:
+        model = settings.get("model") or env.get(MODEL_ENV.format(role=suffix)) or production_models()[role]
+        return OpenAICompatibleClient(
+            str(endpoint), str(model), api_key=settings.get("api_key") or env.get(API_KEY_ENV),
+            timeout_s=float(settings.get("timeout_s", 120.0)), max_retries=int(settings.get("max_retries", 3)),
+            backoff_s=float(settings.get("backoff_s", 0.5)), concurrency=int(settings.get("concurrency", 8)),
+            cache=cache,
+        )
+    spec = resolve_model(role, settings.get("model"))
+    threads = settings.get("num_threads")
+    return TransformersBackend(spec, cache=cache, batch_size=int(settings.get("batch_size", 8)),
+                               num_threads=int(threads) if threads else None)
