@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tasks.errors import ConfigError
 from tasks.generate.base import available_strategies, validate_params
-from tasks.models.registry import ROLES
+from tasks.metrics.suite import DEFAULT_METRICS, MetricOptions, check_metric_names
+from tasks.models.registry import ROLES, resolve_model
 
 
 class Section(BaseModel):
@@ -79,17 +80,34 @@ class GenerateConfig(Section):
 
 
 class BertScoreConfig(Section):
-    layer: int | None = Field(None, description="Token encoder layer (default: the last).")
+    layer: int | None = Field(None, description="Token encoder layer (default: the model's BERTScore layer).")
     idf: bool = False
     baseline: str | None = Field(None, description="bert_score baseline CSV for rescaling.")
 
 
-MetricName = Literal["bertscore_p", "bertscore_r", "bertscore_f1", "bleu_divergence"]
+class TransferConfig(Section):
+    """Style transfer intensity (STI) and content preservation (CPS), seed 002."""
+
+    classifier: str = Field("subjectivity", description="subjectivity | vader | a sequence-classifier folder or hub id.")
+    target: str | None = Field(None, description="Target style class (default: objective / neutral / class 0).")
+    cps_mask: Literal["pad", "remove"] | None = Field(None, description="Mask style words before CPS.")
+    cps_threshold: float = Field(0.3, gt=0, le=1, description="Attribution share masked when cps_mask is set.")
 
 
 class MetricsConfig(Section):
-    names: list[MetricName] = Field(default_factory=lambda: ["bertscore_f1", "bleu_divergence"])
+    """Which intrinsic metrics to compute (all of them by default) and how."""
+
+    names: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS),
+                             description="Metric names (synthugc score --help lists them).")
+    shard_size: int = Field(2000, gt=0, description="Pairs per Dask shard for sample-level metrics.")
+    bag_group: str = Field("group_id", description="Column forming bags for bag-level metrics (group_id, author_id).")
     bertscore: BertScoreConfig = Field(default_factory=BertScoreConfig)
+    transfer: TransferConfig = Field(default_factory=TransferConfig)
+
+    @field_validator("names")
+    @classmethod
+    def _known_metrics(cls, value: list[str]) -> list[str]:
+        return check_metric_names(value)
 
 
 class ReportConfig(Section):
@@ -177,3 +195,18 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping")
     return parse_config(raw, source=str(path), overrides=overrides)
+
+
+def metric_options(cfg: ExperimentConfig) -> MetricOptions:
+    """The metric suite's options from a validated config (models resolved offline here)."""
+    m = cfg.metrics
+    return MetricOptions(
+        token_encoder=resolve_model("token_encoder", cfg.models.get("token_encoder")),
+        sentence_encoder=resolve_model("sentence_encoder", cfg.models.get("sentence_encoder")),
+        style_encoder=cfg.models.get("style_encoder"),
+        pos_tagger=resolve_model("pos_tagger", cfg.models.get("pos_tagger")),
+        bertscore_layer=m.bertscore.layer, bertscore_idf=m.bertscore.idf, bertscore_baseline=m.bertscore.baseline,
+        transfer_classifier=m.transfer.classifier, transfer_target=m.transfer.target,
+        cps_mask=m.transfer.cps_mask, cps_threshold=m.transfer.cps_threshold,
+        bag_group=m.bag_group, seed=cfg.seed, shard_size=m.shard_size,
+    )

@@ -16,10 +16,10 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 
 from flows import progress, stages
-from flows.config import ExperimentConfig, load_config, parse_config
+from flows.config import ExperimentConfig, load_config, metric_options, parse_config
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import SynthUGCError
-from tasks.models.registry import model_id, resolve_model
+from tasks.models.registry import model_id
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_file, write_manifest
 
@@ -116,7 +116,7 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
         bar.planned(len(run.states) + len(cfg.generate.strategies) * (n_shards + 1) + 1)
     logger.info("%s: %d documents (%s level), %d shard(s) per strategy", exp, corpus.rows, ingested.level, n_shards)
 
-    models = {role: cfg.models.get(role) for role in ("token_encoder",) if cfg.models.get(role)}
+    options = metric_options(cfg)
     results: dict[str, stages.MetricsResult] = {}
     for strategy in cfg.generate.strategies:
         label = strategy.key
@@ -129,12 +129,12 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
         if any(s is None for s in shards):
             continue
         scored = run(f"metrics[{label}]", stages.metrics, corpus=corpus, shards=shards, root=root, experiment=exp,
-                     label=label, names=list(cfg.metrics.names), models=models,
-                     bertscore=cfg.metrics.bertscore.model_dump(), cache_dir=str(settings.cache_dir.resolve()))
+                     label=label, names=list(cfg.metrics.names), options=options,
+                     cache_dir=str(settings.cache_dir.resolve()))
         if scored is not None:
             results[label] = scored
 
-    token_spec = resolve_model("token_encoder", cfg.models.get("token_encoder"))
+    token_spec = options.token_encoder
     facts = {"experiment": exp, "data": cfg.data.dataset or str(cfg.data.path), "level": ingested.level,
              "documents": str(corpus.rows), "strategies": ", ".join(s.key for s in cfg.generate.strategies),
              "token encoder": model_id(token_spec), "seed": str(cfg.seed)}
@@ -145,13 +145,17 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     artifacts: dict[str, ArtifactRef] = {"ingest/corpus": ingested.corpus, "ingest/failures": ingested.failures,
                                          "split/corpus": corpus}
     for label, r in results.items():
-        artifacts[f"metrics/{label}/samples"] = r.samples
-        artifacts[f"metrics/{label}/summary"] = r.summary
+        artifacts[f"metrics/{label}/sample_scores"] = r.sample_scores
+        artifacts[f"metrics/{label}/distribution_scores"] = r.distribution_scores
+        artifacts[f"metrics/{label}/distributions"] = r.distributions
     if reported:
         artifacts["report.md"], artifacts["report.html"] = reported.markdown, reported.html
     signatures = {k: v for r in results.values() for k, v in r.signatures.items()}
     manifest = write_manifest(store, exp, config=cfg.model_dump(mode="json"),
-                              models={"token_encoder": model_id(token_spec)}, signatures=signatures,
+                              models={role: model_id(spec) for role, spec in (
+                                  ("token_encoder", options.token_encoder), ("sentence_encoder", options.sentence_encoder),
+                                  ("pos_tagger", options.pos_tagger))},
+                              signatures=signatures,
                               artifacts=artifacts, stages=run.states)
     summary = RunSummary(experiment=exp, report_html=reported.html.path if reported else None,
                          report_markdown=reported.markdown.path if reported else None, manifest=manifest.path,

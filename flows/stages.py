@@ -21,10 +21,10 @@ from tasks.corpus.importers import read_table
 from tasks.corpus.schema import corpus_level, validate_corpus
 from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic
-from tasks.metrics.suite import BertScoreOptions, sample_scores, summarise_scores
-from tasks.models.embeddings import EmbeddingCache
-from tasks.models.registry import resolve_model
+from tasks.metrics.suite import DISTRIBUTION_COLUMNS, MetricOptions, score_strategy
+from tasks.parallel import dask_client
 from tasks.report.render import ReportInputs, render_html, render_markdown
+from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore
 
 
@@ -37,8 +37,9 @@ class IngestResult:
 
 @dataclass(frozen=True)
 class MetricsResult:
-    samples: ArtifactRef
-    summary: ArtifactRef
+    sample_scores: ArtifactRef
+    distribution_scores: ArtifactRef
+    distributions: ArtifactRef
     signatures: dict[str, str] = field(default_factory=dict)
 
 
@@ -94,21 +95,18 @@ def generate(corpus: ArtifactRef, root: str, experiment: str, label: str, strate
 
 @_stage("metrics")
 def metrics(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experiment: str, label: str,
-            names: list[str], models: dict[str, str], bertscore: dict[str, Any], cache_dir: str) -> MetricsResult:
-    """Sample-level scores of one strategy's outputs against their sources, and their summary."""
+            names: list[str], options: MetricOptions, cache_dir: str) -> MetricsResult:
+    """Every requested intrinsic metric of one strategy's outputs, fanned out on Dask."""
     store = ArtifactStore(root)
-    sources = store.read_table(corpus)[["doc_id", "text"]].rename(columns={"text": "source"})
     synthetic = pd.concat([store.read_table(s) for s in shards], ignore_index=True)
-    pairs = synthetic.merge(sources, on="doc_id", how="left", validate="many_to_one")
-    options = BertScoreOptions(spec=resolve_model("token_encoder", models.get("token_encoder")),
-                               layer=bertscore.get("layer"), idf=bool(bertscore.get("idf")),
-                               baseline_path=bertscore.get("baseline"))
-    cache = EmbeddingCache(Path(cache_dir) / "embeddings.sqlite")
-    result = sample_scores(pairs, names, bertscore_options=options, cache=cache)
-    summary = summarise_scores(result.scores, result.signatures)
+    with dask_client(get_settings().dask_address) as client:
+        result = score_strategy(store.read_table(corpus), synthetic, names, options,
+                                Path(cache_dir) / "embeddings.sqlite", client=client)
     return MetricsResult(
-        samples=store.write_table(result.scores, experiment, "metrics", label, "samples.parquet"),
-        summary=store.write_table(summary, experiment, "metrics", label, "summary.parquet"),
+        sample_scores=store.write_table(result.sample_scores, experiment, "metrics", label, "sample_scores.parquet"),
+        distribution_scores=store.write_table(result.distribution_scores, experiment, "metrics", label,
+                                  "distribution_scores.parquet"),
+        distributions=store.write_table(result.distributions, experiment, "metrics", label, "distributions.parquet"),
         signatures=result.signatures,
     )
 
@@ -118,9 +116,8 @@ def report(results: dict[str, MetricsResult], failures: ArtifactRef, root: str, 
            facts: dict[str, str], failed_stages: dict[str, str]) -> ReportResult:
     """Render the markdown and HTML report and publish them (and the tables) as Prefect artifacts."""
     store = ArtifactStore(root)
-    frames = [store.read_table(r.summary) for _, r in sorted(results.items())]
-    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["strategy", "variant", "metric", "value", "std", "median", "n", "n_failed", "signature"])
+    frames = [store.read_table(r.distribution_scores) for _, r in sorted(results.items())]
+    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=DISTRIBUTION_COLUMNS)
     n_input_failures = len(store.read_table(failures))
     facts = {**facts, "input rows failed validation": str(n_input_failures)}
     inputs = ReportInputs(title=title, facts=facts, summary=summary, failed_stages=failed_stages)

@@ -70,7 +70,7 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     corpus = pd.read_parquet(root / "t" / "split" / "corpus.parquet")
     assert len(corpus) == 40
     for label in ("backtranslate", "stymask"):
-        scores = pd.read_parquet(root / "t" / "metrics" / label / "samples.parquet")
+        scores = pd.read_parquet(root / "t" / "metrics" / label / "sample_scores.parquet")
         assert sorted(scores["doc_id"]) == sorted(corpus["doc_id"])  # one output per input, none lost
         ok = scores[scores["status"] == "ok"]
         assert len(ok) >= 35
@@ -83,7 +83,7 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
         got = scores.set_index("doc_id").loc[row["doc_id"], "bleu_divergence"]
         assert abs(got - expected) < 1e-9
     # back-translation really rewrites: mean divergence clearly above zero
-    bt = pd.read_parquet(root / "t" / "metrics" / "backtranslate" / "summary.parquet")
+    bt = pd.read_parquet(root / "t" / "metrics" / "backtranslate" / "distribution_scores.parquet")
     assert bt.set_index("metric").loc["bleu_divergence", "value"] > 0.2
 
     html = Path(first.report_html).read_text()
@@ -135,11 +135,11 @@ def test_rewritten_input_at_same_path_invalidates_dependents(sample_corpus, isol
 def test_lost_artifact_is_recomputed_not_trusted(sample_corpus, isolated):
     root = isolated / "runs"
     experiment_from_mapping(_config(sample_corpus, root))
-    (root / "t" / "metrics" / "stymask" / "samples.parquet").unlink()
+    (root / "t" / "metrics" / "stymask" / "sample_scores.parquet").unlink()
     rerun = experiment_from_mapping(_config(sample_corpus, root))
     assert rerun.stages["metrics[stymask]"] == "Completed"
     assert rerun.stages["metrics[backtranslate]"] == "Cached"
-    assert (root / "t" / "metrics" / "stymask" / "samples.parquet").exists()
+    assert (root / "t" / "metrics" / "stymask" / "sample_scores.parquet").exists()
 
 
 def test_failed_strategy_recorded_others_complete_and_rerun_recomputes_only_it(sample_corpus, isolated, monkeypatch):

@@ -1,80 +1,329 @@
-"""Runs the configured sample-level metrics on (source, synthetic) pairs and summarises them per
-strategy: the one entry point the metrics stage calls."""
+"""The metric suite: every intrinsic metric by name and level, run for one strategy's synthetic table.
+
+Levels:
+
+- sample: one score per (source, synthetic) pair; scored in shards (on Dask when a client is given);
+- distribution: one number per (real set, synthetic set);
+- bag: one number per group (context, conversation or user; ``bag_group``), summarised as the mean over groups.
+
+"Real" for distribution and bag metrics is every source text of the corpus being rewritten (the same
+set for every strategy, so strategies are comparable); "synthetic" is the strategy's ``ok`` outputs.
+Sample scores of failed rows are NaN with the generation failure as the reason. Embeddings go through
+one shared :class:`~tasks.models.embeddings.EmbeddingCache`, so BERTScore and FBD share token
+embeddings, and FBD-SBERT, FCSD, CPS and the SBERT bag metrics share sentence embeddings.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
-from tasks.metrics.base import MetricResult
-from tasks.metrics.divergence import bleu_divergence
+from tasks.metrics import bags as bag_metrics
+from tasks.metrics.base import DistributionScore, MetricResult, reason_column
+from tasks.metrics.divergence import bleu_divergence, char_jsd, self_bleu
+from tasks.metrics.frechet import fbd, fbd_sbert, fcsd
 from tasks.metrics.meaning import bertscore
+from tasks.metrics.style import pos_jaccard, pos_jsd, style_cosine, style_frechet
+from tasks.metrics.transfer import HFSequenceClassifier, SubjectivityClassifier, VaderClassifier, cps, sti
 from tasks.models.embeddings import EmbeddingCache
+from tasks.models.loaders import import_model_libraries
 from tasks.models.registry import ModelSpec
+from tasks.parallel import map_shards, split_even
 
-BERTSCORE_OUTPUTS = ("bertscore_p", "bertscore_r", "bertscore_f1")
-SAMPLE_METRICS = (*BERTSCORE_OUTPUTS, "bleu_divergence")
+#: Sample-level output columns, grouped by the function that produces them.
+SAMPLE_GROUPS: dict[str, tuple[str, ...]] = {
+    "bertscore": ("bertscore_p", "bertscore_r", "bertscore_f1"),
+    "bleu_divergence": ("bleu_divergence",),
+    "style_cosine": ("style_cosine",),
+    "pos_jaccard": ("pos_jaccard",),
+    "sti": ("sti", "sti_pct"),
+    "cps": ("cps",),
+}
+SAMPLE_METRICS: tuple[str, ...] = tuple(m for group in SAMPLE_GROUPS.values() for m in group)
+#: Diversity among the variants of one input (needs several outputs per doc_id).
+VARIANT_METRICS: tuple[str, ...] = ("self_bleu", "self_bleu_diversity")
+DISTRIBUTION_METRICS: tuple[str, ...] = ("fbd", "fbd_sbert", "fcsd", "style_frechet", "pos_jsd", "char_jsd")
+BAG_METRICS: tuple[str, ...] = tuple(bag_metrics.ALL_METRICS)
+ALL_METRICS: tuple[str, ...] = SAMPLE_METRICS + VARIANT_METRICS + DISTRIBUTION_METRICS + BAG_METRICS
+#: What a run computes when the config does not list metrics.
+DEFAULT_METRICS: tuple[str, ...] = ALL_METRICS
+
+#: STI's target style per offline classifier: the neutral end (privacy-oriented rewriting removes style).
+DEFAULT_TRANSFER_TARGETS: dict[str, str] = {"subjectivity": "objective", "vader": "neutral"}
+
+SAMPLE_ID_COLUMNS = ["doc_id", "strategy", "variant", "status"]
+DISTRIBUTION_COLUMNS = ["strategy", "variant", "level", "metric", "value", "std", "median", "n", "n_failed",
+                        "signature", "reason"]
+DISTRIBUTIONS_COLUMNS = ["strategy", "variant", "metric", "series", "values"]
 
 
 @dataclass(frozen=True)
-class BertScoreOptions:
-    """How BERTScore is computed (see tasks.metrics.meaning.bertscore)."""
+class MetricOptions:
+    """Every choice the metrics take from the config (models, layers, classifiers, bags)."""
 
-    spec: ModelSpec | None = None
-    layer: int | None = None
-    idf: bool = False
-    baseline_path: str | None = None
+    token_encoder: ModelSpec | None = None
+    sentence_encoder: ModelSpec | None = None
+    style_encoder: str | None = None  # a value for tasks.models.style_encoders.load_style_encoder
+    pos_tagger: ModelSpec | None = None
+    bertscore_layer: int | None = None
+    bertscore_idf: bool = False
+    bertscore_baseline: str | None = None
+    transfer_classifier: str = "subjectivity"  # subjectivity | vader | a sequence classifier folder or hub id
+    transfer_target: str | None = None  # default: objective (subjectivity), neutral (vader), class 0 (others)
+    cps_mask: str | None = None
+    cps_threshold: float = 0.3
+    bag_group: str = "group_id"
+    seed: int = 0
+    shard_size: int = 2000
 
 
-def sample_scores(pairs: pd.DataFrame, names: Sequence[str], *, bertscore_options: BertScoreOptions,
-                  cache: EmbeddingCache | None = None) -> MetricResult:
-    """Score every row of ``pairs`` (columns doc_id, strategy, variant, source, text, status).
+@dataclass
+class SuiteResult:
+    """One strategy's scores: per pair, per distribution (incl. sample means), and plot series."""
 
-    Rows whose generation failed get NaN scores (they stay in the table, so counts add up).
-    """
-    unknown = sorted(set(names) - set(SAMPLE_METRICS))
+    sample_scores: pd.DataFrame
+    distribution_scores: pd.DataFrame
+    distributions: pd.DataFrame
+    signatures: dict[str, str] = field(default_factory=dict)
+
+
+def check_metric_names(names: Sequence[str]) -> list[str]:
+    """The names, validated (ValueError naming the first unknown one and the known ones)."""
+    unknown = [n for n in names if n not in ALL_METRICS]
     if unknown:
-        raise ValueError(f"unknown sample metric {unknown[0]!r}; known: {', '.join(SAMPLE_METRICS)}")
-    out = pairs[["doc_id", "strategy", "variant", "status"]].reset_index(drop=True).copy()
+        raise ValueError(f"unknown metric '{unknown[0]}'; known: {', '.join(ALL_METRICS)}")
+    return list(dict.fromkeys(names))
+
+
+def transfer_classifier(name: str) -> Any:
+    """The style classifier STI and CPS masking use: offline lexicon models or a sequence classifier."""
+    if name == "subjectivity":
+        return SubjectivityClassifier()
+    if name == "vader":
+        return VaderClassifier()
+    return HFSequenceClassifier(name)
+
+
+def _sample_group(group: str, sources: list[str], outputs: list[str], options: MetricOptions,
+                  cache: EmbeddingCache) -> MetricResult:
+    if group == "bertscore":
+        return bertscore(outputs, sources, spec=options.token_encoder, layer=options.bertscore_layer,
+                         idf=options.bertscore_idf, baseline_path=options.bertscore_baseline, cache=cache)
+    if group == "bleu_divergence":
+        return bleu_divergence(sources, outputs)
+    if group == "style_cosine":
+        return style_cosine(sources, outputs, encoder=_style_encoder(options), cache=cache)
+    if group == "pos_jaccard":
+        return pos_jaccard(sources, outputs, tagger=options.pos_tagger, cache=cache)
+    if group == "sti":
+        target = options.transfer_target or DEFAULT_TRANSFER_TARGETS.get(options.transfer_classifier, 0)
+        return sti(sources, outputs, classifier=transfer_classifier(options.transfer_classifier), target_class=target)
+    if group == "cps":
+        classifier = transfer_classifier(options.transfer_classifier) if options.cps_mask else None
+        return cps(sources, outputs, spec=options.sentence_encoder, cache=cache, mask=options.cps_mask,
+                   threshold=options.cps_threshold, classifier=classifier)
+    raise ValueError(f"unknown sample metric group {group}")
+
+
+def _style_encoder(options: MetricOptions) -> Any:
+    from tasks.models.style_encoders import load_style_encoder
+
+    return load_style_encoder(options.style_encoder, tagger=options.pos_tagger)
+
+
+def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
+                       cache_path: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Sample-level scores of one shard of pairs (columns doc_id, strategy, variant, status, source, text).
+
+    Runs where the shard is (a Dask worker or this process); loads models through the process cache."""
+    out = pairs[SAMPLE_ID_COLUMNS].reset_index(drop=True).copy()
     ok = (pairs["status"] == STATUS_OK).to_numpy()
+    failure = pairs["reason"].astype("string").to_numpy() if "reason" in pairs.columns else None
     sources = pairs["source"].astype(str).to_numpy()[ok].tolist()
-    synthetic = pairs["text"].astype(str).to_numpy()[ok].tolist()
+    outputs = pairs["text"].astype(str).to_numpy()[ok].tolist()
     signatures: dict[str, str] = {}
+    cache = EmbeddingCache(cache_path)
+    try:
+        for group, columns in SAMPLE_GROUPS.items():
+            wanted = [c for c in columns if c in names]
+            if not wanted:
+                continue
+            result = _sample_group(group, sources, outputs, options, cache) if sources else None
+            for col in wanted:
+                values = np.full(len(out), np.nan)
+                reasons = np.full(len(out), None, dtype=object)
+                if failure is not None:
+                    reasons[~ok] = [f"generation failed: {r}" for r in failure[~ok]]
+                if result is not None:
+                    values[ok] = result.scores[col].to_numpy(dtype=float)
+                    own_reason = next((c for c in (reason_column(col), f"{group}_reason")
+                                       if c in result.scores.columns), None)
+                    if own_reason:
+                        reasons[ok] = result.scores[own_reason].astype(object).where(
+                            result.scores[own_reason].notna(), None).to_numpy()
+                    signatures[col] = result.signatures[col]
+                out[col] = values
+                out[reason_column(col)] = pd.Series(reasons, dtype="string")
+    finally:
+        cache.close()
+    return out, signatures
 
-    def put(result: MetricResult, columns: Sequence[str]) -> None:
-        for col in columns:
-            values = np.full(len(out), np.nan)
-            values[ok] = result.scores[col].to_numpy(dtype=float)
-            out[col] = values
-            signatures[col] = result.signatures[col]
 
-    wanted_bertscore = [c for c in BERTSCORE_OUTPUTS if c in names]
-    if wanted_bertscore:
-        put(bertscore(synthetic, sources, spec=bertscore_options.spec, layer=bertscore_options.layer,
-                      idf=bertscore_options.idf, baseline_path=bertscore_options.baseline_path, cache=cache),
-            wanted_bertscore)
-    if "bleu_divergence" in names:
-        put(bleu_divergence(sources, synthetic), ["bleu_divergence"])
-    return MetricResult(scores=out, signatures=signatures)
+def _variant_scores(synthetic: pd.DataFrame, names: Sequence[str]) -> tuple[pd.DataFrame, dict[str, str]]:
+    """self-BLEU among the ok outputs of each doc_id across the strategy's variants."""
+    wanted = [m for m in VARIANT_METRICS if m in names]
+    ok = synthetic[synthetic["status"] == STATUS_OK]
+    doc_ids = list(dict.fromkeys(synthetic["doc_id"]))
+    outputs = ok.groupby("doc_id", sort=False)["text"].agg(list)
+    result = self_bleu([outputs.get(d, []) for d in doc_ids])
+    frame = pd.DataFrame({"doc_id": doc_ids})
+    for metric in wanted:
+        frame[metric] = result.scores[metric].to_numpy(dtype=float)
+        frame[reason_column(metric)] = result.scores["self_bleu_reason"].astype("string").to_numpy()
+    return frame, {m: result.signatures[m] for m in wanted}
 
 
-def summarise_scores(scores: pd.DataFrame, signatures: dict[str, str]) -> pd.DataFrame:
-    """Distribution-level summary per (strategy, variant, metric): mean, std, median, n ok, n failed."""
-    rows = []
-    for (strategy, variant), group in scores.groupby(["strategy", "variant"], sort=True):
-        n_failed = int((group["status"] != STATUS_OK).sum())
-        for metric, signature in signatures.items():
-            values = group[metric].dropna().to_numpy(dtype=float)
-            rows.append({
-                "strategy": strategy, "variant": variant, "metric": metric,
-                "value": float(values.mean()) if len(values) else np.nan,
-                "std": float(values.std(ddof=1)) if len(values) > 1 else np.nan,
-                "median": float(np.median(values)) if len(values) else np.nan,
-                "n": len(values), "n_failed": n_failed, "signature": signature,
-            })
-    return pd.DataFrame(rows, columns=["strategy", "variant", "metric", "value", "std", "median", "n",
-                                       "n_failed", "signature"])
+def score_distribution(metric: str, real: list[str], synthetic: list[str], options: MetricOptions,
+                       cache_path: str) -> DistributionScore:
+    """One distribution-level metric of the real set against the synthetic set."""
+    functions: dict[str, Callable[..., DistributionScore]] = {
+        "fbd": lambda c: fbd(real, synthetic, spec=options.token_encoder, layer=options.bertscore_layer, cache=c),
+        "fbd_sbert": lambda c: fbd_sbert(real, synthetic, spec=options.sentence_encoder, cache=c),
+        "fcsd": lambda c: fcsd(real, synthetic, spec=options.sentence_encoder, cache=c),
+        "style_frechet": lambda c: style_frechet(real, synthetic, encoder=_style_encoder(options), cache=c),
+        "pos_jsd": lambda c: pos_jsd(real, synthetic, tagger=options.pos_tagger, cache=c),
+        "char_jsd": lambda c: char_jsd(real, synthetic),
+    }
+    with EmbeddingCache(cache_path) as cache:
+        return functions[metric](cache)
+
+
+def score_bags(reference: pd.DataFrame, generated: pd.DataFrame, names: Sequence[str], options: MetricOptions,
+               cache_path: str) -> pd.DataFrame:
+    """Bag metrics per group of ``options.bag_group`` (one call, so corpus-level IDF stays exact)."""
+    group = options.bag_group
+    if group not in reference.columns or reference[group].isna().all():
+        group = "doc_id"  # a post-level corpus has no groups: every document is its own bag
+    with EmbeddingCache(cache_path) as cache:
+        return bag_metrics.bag_scores(reference, generated, group_col=group, metrics=list(names),
+                                      sentence_spec=options.sentence_encoder, cache=cache, seed=options.seed)
+
+
+def _summary_row(strategy: str, variant: str, level: str, metric: str, values: np.ndarray, n_failed: int,
+                 signature: str, reason: str | None) -> dict[str, Any]:
+    finite = values[~np.isnan(values)]
+    return {"strategy": strategy, "variant": variant, "level": level, "metric": metric,
+            "value": float(finite.mean()) if len(finite) else np.nan,
+            "std": float(finite.std(ddof=1)) if len(finite) > 1 else np.nan,
+            "median": float(np.median(finite)) if len(finite) else np.nan,
+            "n": len(finite), "n_failed": n_failed, "signature": signature,
+            "reason": reason if not len(finite) else None}
+
+
+def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequence[str], options: MetricOptions,
+                   cache_path: str | Path, client: Any = None) -> SuiteResult:
+    """Every requested metric for one strategy's synthetic table (all its variants) against the corpus.
+
+    With a Dask ``client``, sample shards, distribution metrics and bag metrics run as parallel tasks;
+    without one they run here, in order. The numbers are the same either way."""
+    names = check_metric_names(names)
+    cache_path = str(cache_path)
+    sources = corpus[["doc_id", "text"]].rename(columns={"text": "source"})
+    pairs = synthetic.merge(sources, on="doc_id", how="left", validate="many_to_one")
+    missing = pairs["source"].isna()
+    if missing.any():
+        raise ValueError(f"synthetic doc_id '{pairs.loc[missing, 'doc_id'].iloc[0]}' is not in the corpus")
+    sample_names = [n for n in names if n in SAMPLE_METRICS]
+    dist_names = [n for n in names if n in DISTRIBUTION_METRICS]
+    bag_names = [n for n in names if n in BAG_METRICS]
+    real = corpus["text"].astype(str).tolist()
+    variants = list(dict.fromkeys(synthetic["variant"]))
+    ok_by_variant = {v: synthetic[(synthetic["variant"] == v) & (synthetic["status"] == STATUS_OK)] for v in variants}
+
+    shards = [pairs.iloc[s] for s in split_even(len(pairs), max(1, -(-len(pairs) // options.shard_size)))]
+    dist_jobs = [(v, m) for v in variants for m in dist_names]
+    if client is not None:
+        import_model_libraries()
+        sample_future = client.map(score_sample_shard, shards, names=sample_names, options=options,
+                                   cache_path=cache_path, pure=False) if sample_names else []
+        dist_futures = [client.submit(score_distribution, m, real, ok_by_variant[v]["text"].astype(str).tolist(),
+                                      options, cache_path, pure=False) for v, m in dist_jobs]
+        bag_futures = [client.submit(score_bags, corpus, ok_by_variant[v], bag_names, options, cache_path,
+                                     pure=False) for v in variants] if bag_names else []
+        sample_parts = client.gather(sample_future) if sample_names else []
+        dist_scores = client.gather(dist_futures)
+        bag_tables = client.gather(bag_futures)
+    else:
+        sample_parts = map_shards(_Sequential(), score_sample_shard, shards, names=sample_names, options=options,
+                                  cache_path=cache_path) if sample_names else []
+        dist_scores = [score_distribution(m, real, ok_by_variant[v]["text"].astype(str).tolist(), options,
+                                          cache_path) for v, m in dist_jobs]
+        bag_tables = [score_bags(corpus, ok_by_variant[v], bag_names, options, cache_path)
+                      for v in variants] if bag_names else []
+
+    signatures: dict[str, str] = {}
+    if sample_parts:
+        samples = pd.concat([part for part, _ in sample_parts], ignore_index=True)
+        for _, sigs in sample_parts:
+            signatures.update(sigs)
+    else:
+        samples = pairs[SAMPLE_ID_COLUMNS].reset_index(drop=True).copy()
+    if any(m in names for m in VARIANT_METRICS):
+        variant_frame, variant_sigs = _variant_scores(synthetic, names)
+        samples = samples.merge(variant_frame, on="doc_id", how="left")
+        signatures.update(variant_sigs)
+
+    rows, series = [], []
+    strategy = str(synthetic["strategy"].iloc[0]) if len(synthetic) else ""
+    for variant in variants:
+        part = samples[samples["variant"] == variant]
+        n_failed = int((part["status"] != STATUS_OK).sum())
+        for metric in [*sample_names, *(m for m in VARIANT_METRICS if m in names)]:
+            if metric not in part.columns:
+                continue
+            reasons = part[reason_column(metric)].dropna()
+            rows.append(_summary_row(strategy, variant, "sample-mean", metric, part[metric].to_numpy(dtype=float),
+                                     n_failed, signatures.get(metric, ""),
+                                     str(reasons.iloc[0]) if len(reasons) else "no scored pairs"))
+    for (variant, _metric), score in zip(dist_jobs, dist_scores, strict=True):
+        n_failed = int((synthetic.loc[synthetic["variant"] == variant, "status"] != STATUS_OK).sum())
+        rows.append({"strategy": strategy, "variant": variant, "level": "distribution", "metric": score.metric,
+                     "value": score.value, "std": np.nan, "median": np.nan, "n": len(ok_by_variant[variant]),
+                     "n_failed": n_failed, "signature": score.signature, "reason": score.reason})
+        signatures[score.metric] = score.signature
+        series += [{"strategy": strategy, "variant": variant, "metric": score.metric, "series": name,
+                    "values": [float(x) for x in values]} for name, values in score.distributions.items()]
+    for variant, table in zip(variants if bag_names else [], bag_tables, strict=True):
+        n_failed = int((synthetic.loc[synthetic["variant"] == variant, "status"] != STATUS_OK).sum())
+        group_col = table.columns[0]
+        for score in bag_metrics.summarise_bags(table, group_col=group_col):
+            per_group = np.asarray(score.distributions.get("per_group", []), dtype=float)
+            rows.append({"strategy": strategy, "variant": variant, "level": "bag-mean", "metric": score.metric,
+                         "value": score.value,
+                         "std": float(per_group[np.isfinite(per_group)].std(ddof=1))
+                         if np.isfinite(per_group).sum() > 1 else np.nan,
+                         "median": float(np.median(per_group[np.isfinite(per_group)]))
+                         if np.isfinite(per_group).any() else np.nan,
+                         "n": int(np.isfinite(per_group).sum()), "n_failed": n_failed,
+                         "signature": score.signature, "reason": score.reason})
+            signatures[score.metric] = score.signature
+    distribution = pd.DataFrame(rows, columns=DISTRIBUTION_COLUMNS)
+    distribution["reason"] = distribution["reason"].astype("string")
+    return SuiteResult(sample_scores=samples, distribution_scores=distribution,
+                       distributions=pd.DataFrame(series, columns=DISTRIBUTIONS_COLUMNS), signatures=signatures)
+
+
+class _Sequential:
+    """A stand-in for a Dask client that runs ``map`` here, in order (no cluster needed)."""
+
+    def map(self, func: Callable[..., Any], items: list[Any], pure: bool = False, **kwargs: Any) -> list[Any]:
+        return [func(item, **kwargs) for item in items]
+
+    def gather(self, results: list[Any]) -> list[Any]:
+        return results

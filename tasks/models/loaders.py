@@ -1,4 +1,8 @@
-"""Offline loaders, one process-wide instance per ModelSpec (functools.lru_cache on the frozen spec).
+"""Offline loaders, one process-wide instance per ModelSpec (cached on the frozen spec).
+
+Loads are serialised by one process-wide lock: metrics fan out on threads (the local Dask cluster), and
+without it two threads would load the same model twice or race inside transformers' lazy imports (which
+are not thread-safe on first use: "cannot import name 'AutoTokenizer' from 'transformers'").
 
 Loading never reaches the internet unless the spec allows downloads: the HF offline variables are set and
 ``local_files_only`` is passed. A missing file or package becomes ModelUnavailable with one line.
@@ -6,9 +10,11 @@ Loading never reaches the internet unless the spec allows downloads: the HF offl
 
 from __future__ import annotations
 
+import functools
 import os
-from functools import cache
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from tasks.errors import ModelUnavailable
 from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec
@@ -16,6 +22,39 @@ from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec
 # spaCy components kept for POS: the tagger writes token.tag_ (fine-grained), the attribute_ruler maps tags
 # to token.pos_ (UPOS), and tok2vec is the shared layer the small pipelines' tagger listens to.
 POS_COMPONENTS = ("tok2vec", "tagger", "attribute_ruler")
+
+_LOAD_LOCK = threading.RLock()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def cache(func: F) -> F:
+    """functools.cache whose first (loading) call per spec runs under the process-wide load lock."""
+    cached = functools.cache(func)
+
+    @functools.wraps(func)
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _LOAD_LOCK:
+            return cached(*args, **kwargs)
+
+    locked.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
+    locked.cache_info = cached.cache_info  # type: ignore[attr-defined]
+    return locked  # type: ignore[return-value]
+
+
+def import_model_libraries() -> None:
+    """Import transformers' auto classes, sentence-transformers and spaCy in this thread, before work fans
+    out on threads that would otherwise race on their first lazy import."""
+    with _LOAD_LOCK:
+        import sentence_transformers  # noqa: F401
+        import spacy  # noqa: F401
+        from transformers import (  # noqa: F401
+            AutoConfig,
+            AutoModel,
+            AutoModelForCausalLM,
+            AutoModelForSeq2SeqLM,
+            AutoModelForSequenceClassification,
+            AutoTokenizer,
+        )
 
 
 def device() -> str:

@@ -9,14 +9,21 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-#: Direction of each metric, shown in table headers (higher is better for all of these so far).
+#: What each metric measures and its direction (↑ higher = more of the named aspect), shown as header tips.
 METRIC_NOTES: dict[str, str] = {
-    "bertscore_p": "meaning, precision ↑",
-    "bertscore_r": "meaning, recall ↑",
-    "bertscore_f1": "meaning ↑",
-    "bleu_divergence": "divergence (1 − BLEU/100) ↑",
+    "bertscore_p": "meaning, precision ↑", "bertscore_r": "meaning, recall ↑", "bertscore_f1": "meaning ↑",
+    "fbd": "meaning distance ↓", "fbd_sbert": "meaning distance (SBERT) ↓", "fcsd": "cosine-to-real-mean distance ↓",
+    "style_cosine": "style kept ↑", "style_frechet": "style distance ↓", "pos_jaccard": "syntax kept ↑",
+    "pos_jsd": "syntax divergence ↓", "bleu_divergence": "divergence (1 − BLEU/100) ↑",
+    "self_bleu": "self-BLEU among variants ↓", "self_bleu_diversity": "diversity among variants ↑",
+    "char_jsd": "character-trigram divergence ↑", "sti": "style transfer intensity toward target ↑",
+    "sti_pct": "% of possible style gain ↑", "cps": "content preserved ↑",
 }
-_STRATEGY_COLUMNS = ["metric", "mean", "std", "median", "n", "failed"]
+#: Section of the report per metric level (the article's Table 4 is sample level, Table 13 distribution level).
+LEVEL_TITLES: dict[str, str] = {"sample-mean": "Sample-level metrics (means)",
+                                "distribution": "Distribution-level metrics",
+                                "bag-mean": "Bag-level metrics (means over groups)"}
+_STRATEGY_COLUMNS = ["metric", "level", "mean", "std", "median", "n", "failed", "reason"]
 
 
 @dataclass
@@ -36,27 +43,34 @@ def _fmt(value: object) -> str:
 
 
 def strategy_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """One table per strategy (and variant): a row per metric with mean, std, median, n, failed."""
+    """One table per strategy (and variant): a row per metric with level, mean, std, median, n, failed, reason."""
     tables = {}
     for (strategy, variant), group in summary.groupby(["strategy", "variant"], sort=True):
         name = strategy if variant in ("first", "", None) else f"{strategy} ({variant})"
         tables[name] = pd.DataFrame({
             "metric": group["metric"].tolist(),
+            "level": group["level"].tolist(),
             "mean": group["value"].tolist(),
             "std": group["std"].tolist(),
             "median": group["median"].tolist(),
             "n": group["n"].astype(int).tolist(),
             "failed": group["n_failed"].astype(int).tolist(),
+            "reason": group["reason"].fillna("").astype(str).tolist(),
         }, columns=_STRATEGY_COLUMNS)
     return tables
 
 
-def overview_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Strategies as rows, metric means as columns (the article's Table 4 layout)."""
-    if summary.empty:
-        return pd.DataFrame()
-    wide = summary.pivot_table(index=["strategy", "variant"], columns="metric", values="value", sort=True)
-    return wide.reset_index()
+def overview_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Per metric level: strategies as rows, metric values as columns (Table 4 / Table 13 layouts)."""
+    tables = {}
+    for level, title in LEVEL_TITLES.items():
+        part = summary[summary["level"] == level]
+        if part.empty:
+            continue
+        order = list(dict.fromkeys(part["metric"]))
+        wide = part.set_index(["strategy", "variant", "metric"])["value"].unstack("metric").sort_index()
+        tables[title] = wide.reindex(columns=order).reset_index().rename_axis(columns=None)
+    return tables
 
 
 def _md_table(df: pd.DataFrame) -> str:
@@ -77,9 +91,8 @@ def render_markdown(inputs: ReportInputs) -> str:
     if inputs.failed_stages:
         lines += ["", "## Failed stages", ""]
         lines += [f"- `{stage}`: {reason}" for stage, reason in sorted(inputs.failed_stages.items())]
-    overview = overview_table(inputs.summary)
-    if not overview.empty:
-        lines += ["", "## Overview (means)", "", _md_table(overview)]
+    for title, overview in overview_tables(inputs.summary).items():
+        lines += ["", f"## {title}", "", _md_table(overview)]
     for name, table in strategy_tables(inputs.summary).items():
         lines += ["", f"## {name}", "", _md_table(table)]
     if not inputs.summary.empty:
@@ -123,11 +136,11 @@ def render_html(inputs: ReportInputs) -> str:
         parts += [f"<li class=\"failed\"><code>{html.escape(s)}</code>: {html.escape(r)}</li>"
                   for s, r in sorted(inputs.failed_stages.items())]
         parts.append("</ul>")
-    overview = overview_table(inputs.summary)
-    if not overview.empty:
-        parts += ["<h2>Overview (means)</h2>", _html_table(overview, "overview")]
+    for i, (title, overview) in enumerate(overview_tables(inputs.summary).items()):
+        parts += [f"<h2>{html.escape(title)}</h2>", _html_table(overview, f"overview-{i}")]
         notes = [f"{m}: {n}" for m, n in METRIC_NOTES.items() if m in overview.columns]
-        parts.append(f"<p class=\"note\">{html.escape('; '.join(notes))}</p>")
+        if notes:
+            parts.append(f"<p class=\"note\">{html.escape('; '.join(notes))}</p>")
     for i, (name, table) in enumerate(strategy_tables(inputs.summary).items()):
         parts += [f"<h2>{html.escape(name)}</h2>", _html_table(table, f"strategy-{i}")]
     if not inputs.summary.empty:
