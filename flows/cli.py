@@ -147,6 +147,109 @@ def import_(
     typer.echo(f"{len(validated.corpus)} documents -> {out}; {len(validated.failures)} failed -> {written[1]}")
 
 
+def _read_corpus_and_options(corpus: Path, seed: int, bag_group: str):
+    from tasks.corpus.importers import read_table
+    from tasks.corpus.schema import validate_corpus
+    from tasks.metrics.suite import MetricOptions
+    from tasks.models.registry import resolve_model
+
+    df, rows = read_table(corpus)
+    validated = validate_corpus(df, str(corpus), rows=rows)
+    options = MetricOptions(token_encoder=resolve_model("token_encoder"),
+                            sentence_encoder=resolve_model("sentence_encoder"),
+                            pos_tagger=resolve_model("pos_tagger"), bag_group=bag_group, seed=seed)
+    return validated.corpus, options
+
+
+def _metric_names(metrics: str | None, default: tuple[str, ...]) -> list[str]:
+    from tasks.metrics.suite import check_metric_names
+
+    names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else list(default)
+    try:
+        return check_metric_names(names)
+    except ValueError as exc:
+        _fail(f"--metrics: {exc}")
+        raise  # unreachable: _fail exits
+
+
+@app.command()
+def score(
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) with the source texts.")],
+    synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic parquet/CSV/JSONL (schema).")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")],
+    metrics: Annotated[str | None, typer.Option("--metrics", help="Comma-separated metric names (default: all).")] = None,
+    bag_group: Annotated[str, typer.Option("--bag-group", help="Column forming bags.")] = "group_id",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Score synthetic text against its sources without Prefect: sample and distribution scores."""
+    _environment()
+    from tasks.corpus.importers import read_table
+    from tasks.corpus.schema import check_synthetic
+    from tasks.metrics.suite import ALL_METRICS, metric_correlation_matrix, score_synthetic
+    from tasks.parallel import dask_client
+    from tasks.settings import get_settings
+    from tasks.store import ArtifactStore
+
+    names = _metric_names(metrics, ALL_METRICS)
+    try:
+        source, options = _read_corpus_and_options(corpus, seed, bag_group)
+        synth, _ = read_table(synthetic)
+        check_synthetic(synth, str(synthetic), source["doc_id"])
+        settings = get_settings()
+        with dask_client(settings.dask_address) as client:
+            result = score_synthetic(source, synth, names, options, settings.cache_dir / "embeddings.sqlite",
+                                     client=client)
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    store = ArtifactStore(out)
+    store.write_table(result.sample_scores, "sample_scores.parquet")
+    store.write_table(result.distribution_scores, "distribution_scores.parquet")
+    store.write_table(result.distributions, "distributions.parquet")
+    store.write_table(metric_correlation_matrix(result.distribution_scores), "metric_correlations.parquet")
+    typer.echo(f"{len(result.sample_scores)} sample rows, {len(result.distribution_scores)} distribution rows -> {out}")
+
+
+@app.command()
+def metaeval(
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) to draw reference bags from.")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")],
+    metrics: Annotated[str | None, typer.Option("--metrics", help="Comma-separated metric names "
+                                                "(distribution and bag level; default: all of them).")] = None,
+    bag_size: Annotated[int, typer.Option("--bag-size")] = 100,
+    bags: Annotated[int, typer.Option("--bags", help="Reference bags to average over.")] = 1,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Check the metrics themselves (seed 003 §4.2): Spearman of each metric with the true ranking of
+    increasingly manipulated bags, and the correlations between metrics."""
+    _environment()
+    from tasks.metrics.metaeval import metric_correlations, run_metaeval, summarize_metaeval
+    from tasks.metrics.suite import BAG_METRICS, CLOSER_IS_HIGHER, DISTRIBUTION_METRICS, comparison_metrics
+    from tasks.settings import get_settings
+    from tasks.store import ArtifactStore
+
+    names = _metric_names(metrics, DISTRIBUTION_METRICS + BAG_METRICS)
+    try:
+        source, options = _read_corpus_and_options(corpus, seed, "group_id")
+        functions = comparison_metrics(names, options, get_settings().cache_dir / "embeddings.sqlite")
+        if not functions:
+            _fail("--metrics: none of these is a distribution- or bag-level metric")
+        rows = run_metaeval(source["text"].tolist(), functions, bag_size=bag_size, n_bags=bags, seed=seed,
+                            higher_is_better={m: CLOSER_IS_HIGHER[m] for m in functions})
+    except (SynthUGCError, ValueError) as exc:
+        _fail(str(exc))
+    per_level = rows.explode("scores").assign(level=lambda f: f.groupby(["metric", "manipulation", "bag"]).cumcount())
+    wide = per_level.pivot_table(index=["bag", "manipulation", "level"], columns="metric", values="scores",
+                                 aggfunc="first")
+    store = ArtifactStore(out)
+    store.write_table(rows.assign(scores=rows["scores"].map(lambda v: [float(x) for x in v])), "metaeval.parquet")
+    summary = summarize_metaeval(rows)
+    store.write_table(summary, "metaeval_summary.parquet")
+    store.write_table(metric_correlations(wide.astype(float).replace([float("inf"), float("-inf")], float("nan")))
+                      .reset_index(names="metric"), "metric_correlations.parquet")
+    typer.echo(summary.to_string(index=False))
+    typer.echo(f"-> {out}")
+
+
 @datasets_app.command("list")
 def datasets_list() -> None:
     """List the public datasets."""

@@ -211,3 +211,25 @@ def corpus_level(df: pd.DataFrame) -> Level:
         return Level.post
     authors_per_group = df.dropna(subset=["group_id"]).groupby("group_id")["author_id"].nunique()
     return Level.timeline if bool((authors_per_group <= 1).all()) else Level.dialogue
+
+
+SYNTHETIC_REQUIRED: tuple[str, ...] = ("doc_id", "strategy", "variant", "text", "status")
+
+
+def check_synthetic(df: pd.DataFrame, source: str, corpus_ids: pd.Series | None = None) -> None:
+    """Fatal checks of a synthetic table: required columns, status values, and (given the corpus ids)
+    that every doc_id has a source document. Raises InputError naming file, column and first bad row."""
+    for col in SYNTHETIC_REQUIRED:
+        if col not in df.columns:
+            raise InputError(f"required column is missing (columns present: {', '.join(map(str, df.columns))})",
+                             file=source, column=col)
+    rows = pd.Series(range(1, len(df) + 1), index=df.index)
+    bad_status = ~df["status"].isin([STATUS_OK, STATUS_FAILED])
+    if bad_status.any():
+        raise InputError(f"status '{df['status'][bad_status].iloc[0]}' is not ok or failed", file=source,
+                         column="status", row=_first_bad_row(bad_status, rows))
+    if corpus_ids is not None:
+        unknown = ~df["doc_id"].astype(str).isin(set(corpus_ids.astype(str)))
+        if unknown.any():
+            raise InputError(f"doc_id '{df['doc_id'][unknown].iloc[0]}' is not in the corpus", file=source,
+                             column="doc_id", row=_first_bad_row(unknown, rows))

@@ -16,7 +16,7 @@ embeddings, and FBD-SBERT, FCSD, CPS and the SBERT bag metrics share sentence em
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -327,3 +327,73 @@ class _Sequential:
 
     def gather(self, results: list[Any]) -> list[Any]:
         return results
+
+
+def score_synthetic(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequence[str], options: MetricOptions,
+                    cache_path: str | Path, client: Any = None) -> SuiteResult:
+    """:func:`score_strategy` for every strategy in a synthetic table, concatenated."""
+    parts = [score_strategy(corpus, part, names, options, cache_path, client=client)
+             for _, part in synthetic.groupby("strategy", sort=True)]
+    if not parts:
+        raise ValueError("the synthetic table has no rows")
+    signatures: dict[str, str] = {}
+    for part in parts:
+        signatures.update(part.signatures)
+    return SuiteResult(
+        sample_scores=pd.concat([p.sample_scores for p in parts], ignore_index=True),
+        distribution_scores=pd.concat([p.distribution_scores for p in parts], ignore_index=True),
+        distributions=pd.concat([p.distributions for p in parts], ignore_index=True),
+        signatures=signatures,
+    )
+
+
+def strategy_metric_table(distribution_scores: pd.DataFrame) -> pd.DataFrame:
+    """One row per (strategy, variant), one column per metric value (sample means, distribution, bag)."""
+    if distribution_scores.empty:
+        return pd.DataFrame()
+    wide = distribution_scores.set_index(["strategy", "variant", "metric"])["value"].unstack("metric")
+    return wide.reset_index().rename_axis(columns=None)
+
+
+def metric_correlation_matrix(distribution_scores: pd.DataFrame) -> pd.DataFrame:
+    """Absolute Spearman correlations between metrics across the strategies of a run (seed 000 Fig. 5);
+    NaN where fewer than 3 strategy variants have both values."""
+    from tasks.metrics.metaeval import metric_correlations
+
+    table = strategy_metric_table(distribution_scores)
+    if table.empty:
+        return pd.DataFrame()
+    columns = [c for c in table.columns if c not in ("strategy", "variant")]
+    return metric_correlations(table.replace([np.inf, -np.inf], np.nan), columns).reset_index(names="metric")
+
+
+#: For meta-evaluation: does a higher value mean the generated bag is closer to the reference?
+CLOSER_IS_HIGHER: dict[str, bool] = {**{m: False for m in DISTRIBUTION_METRICS}, **{m: True for m in BAG_METRICS}}
+
+
+def comparison_metrics(names: Sequence[str], options: MetricOptions,
+                       cache_path: str | Path) -> dict[str, Callable[[Sequence[str], Sequence[str]], float]]:
+    """Distribution- and bag-level metrics as ``f(reference_bag, generated_bag) -> float``, the form the
+    meta-evaluation (seed 003 §4.2) ranks manipulated bags with. Sample-level metrics need aligned pairs,
+    which manipulated bags (re-weighted, injected) do not have, so they are left out."""
+    cache_path = str(cache_path)
+    bag_options = replace(options, bag_group="group_id")
+
+    def distribution(metric: str) -> Callable[[Sequence[str], Sequence[str]], float]:
+        return lambda ref, gen: score_distribution(metric, list(ref), list(gen), options, cache_path).value
+
+    def bag(metric: str) -> Callable[[Sequence[str], Sequence[str]], float]:
+        def one_bag(ref: Sequence[str], gen: Sequence[str]) -> float:
+            table = score_bags(pd.DataFrame({"group_id": "bag", "text": list(ref)}),
+                               pd.DataFrame({"group_id": "bag", "text": list(gen)}), [metric], bag_options,
+                               cache_path)
+            return float(table["value"].iloc[0])
+        return one_bag
+
+    out: dict[str, Callable[[Sequence[str], Sequence[str]], float]] = {}
+    for name in check_metric_names(names):
+        if name in DISTRIBUTION_METRICS:
+            out[name] = distribution(name)
+        elif name in BAG_METRICS:
+            out[name] = bag(name)
+    return out
