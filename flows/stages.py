@@ -21,7 +21,7 @@ from tasks.corpus.importers import read_table
 from tasks.corpus.schema import corpus_level, validate_corpus
 from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic
-from tasks.metrics.suite import DISTRIBUTION_COLUMNS, MetricOptions, score_strategy
+from tasks.metrics.suite import DISTRIBUTION_COLUMNS, MetricOptions, metric_correlation_matrix, score_strategy
 from tasks.parallel import dask_client
 from tasks.report.render import ReportInputs, render_html, render_markdown
 from tasks.settings import get_settings
@@ -120,8 +120,12 @@ def report(results: dict[str, MetricsResult], failures: ArtifactRef, root: str, 
     summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=DISTRIBUTION_COLUMNS)
     n_input_failures = len(store.read_table(failures))
     facts = {**facts, "input rows failed validation": str(n_input_failures)}
-    inputs = ReportInputs(title=title, facts=facts, summary=summary, failed_stages=failed_stages)
+    correlations = metric_correlation_matrix(summary)
+    inputs = ReportInputs(title=title, facts=facts, summary=summary, failed_stages=failed_stages,
+                          correlations=correlations if not correlations.empty else None)
     markdown = render_markdown(inputs)
+    if not correlations.empty:
+        store.write_table(correlations, experiment, "metric_correlations.parquet")
     result = ReportResult(markdown=store.write_text(markdown, experiment, "report.md"),
                           html=store.write_text(render_html(inputs), experiment, "report.html"))
     key = experiment.lower().replace("_", "-").replace(".", "-")

@@ -16,6 +16,7 @@ import sacrebleu
 
 from flows.experiment import StageFailed, experiment_from_mapping
 from tasks.corpus.datasets import fetch_dataset
+from tasks.metrics.suite import ALL_METRICS
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -34,7 +35,8 @@ def sample_corpus(tmp_path_factory) -> Path:
     return path
 
 
-def _config(corpus: Path, root: Path, stymask_params: dict | None = None) -> dict:
+def _config(corpus: Path, root: Path, stymask_params: dict | None = None,
+            metrics: list[str] | None = None) -> dict:
     return {
         "experiment": "t",
         "seed": 3,
@@ -44,7 +46,7 @@ def _config(corpus: Path, root: Path, stymask_params: dict | None = None) -> dic
             {"name": "backtranslate", "params": {"backend": "apertium"}},
             {"name": "stymask", "params": stymask_params or {}},
         ]},
-        "metrics": {"names": ["bertscore_f1", "bleu_divergence"]},
+        "metrics": {"names": metrics or ["bertscore_f1", "bleu_divergence"]},
     }
 
 
@@ -60,7 +62,7 @@ def _manifest(root: Path) -> dict:
 
 def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     root = isolated / "runs"
-    first = experiment_from_mapping(_config(sample_corpus, root))
+    first = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     expected_stages = {"ingest", "split", "generate[backtranslate][0]", "generate[backtranslate][1]",
                        "generate[stymask][0]", "generate[stymask][1]", "metrics[backtranslate]",
                        "metrics[stymask]", "report"}
@@ -96,7 +98,15 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     assert {a.type for a in published} == {"markdown", "table"}
     assert any("bertscore_f1" in str(a.data) for a in published)
 
-    second = experiment_from_mapping(_config(sample_corpus, root))
+    # every intrinsic metric has a value or a reason, at its level, with its signature
+    for label in ("backtranslate", "stymask"):
+        dist = pd.read_parquet(root / "t" / "metrics" / label / "distribution_scores.parquet")
+        assert set(dist["metric"]) == set(ALL_METRICS)
+        assert (dist["value"].notna() | dist["reason"].notna()).all()
+        assert dist["signature"].str.startswith("metric:").all()
+    assert "Bag-level metrics" in html and "Distribution-level metrics" in html
+
+    second = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     assert set(second.stages.values()) == {"Cached"}, second.stages
 
 

@@ -23,6 +23,7 @@ METRIC_NOTES: dict[str, str] = {
 LEVEL_TITLES: dict[str, str] = {"sample-mean": "Sample-level metrics (means)",
                                 "distribution": "Distribution-level metrics",
                                 "bag-mean": "Bag-level metrics (means over groups)"}
+CORRELATION_TITLE = "Metric correlations across strategies (absolute Spearman)"
 _STRATEGY_COLUMNS = ["metric", "level", "mean", "std", "median", "n", "failed", "reason"]
 
 
@@ -32,8 +33,9 @@ class ReportInputs:
 
     title: str
     facts: dict[str, str]
-    summary: pd.DataFrame  # strategy, variant, metric, value, std, median, n, n_failed, signature
+    summary: pd.DataFrame  # strategy, variant, level, metric, value, std, median, n, n_failed, signature, reason
     failed_stages: dict[str, str] = field(default_factory=dict)
+    correlations: pd.DataFrame | None = None  # metric x metric absolute Spearman across strategies (Fig. 5)
 
 
 def _fmt(value: object) -> str:
@@ -93,6 +95,8 @@ def render_markdown(inputs: ReportInputs) -> str:
         lines += [f"- `{stage}`: {reason}" for stage, reason in sorted(inputs.failed_stages.items())]
     for title, overview in overview_tables(inputs.summary).items():
         lines += ["", f"## {title}", "", _md_table(overview)]
+    if inputs.correlations is not None and inputs.correlations.drop(columns="metric").notna().any().any():
+        lines += ["", f"## {CORRELATION_TITLE}", "", _md_table(inputs.correlations)]
     for name, table in strategy_tables(inputs.summary).items():
         lines += ["", f"## {name}", "", _md_table(table)]
     if not inputs.summary.empty:
@@ -141,6 +145,8 @@ def render_html(inputs: ReportInputs) -> str:
         notes = [f"{m}: {n}" for m, n in METRIC_NOTES.items() if m in overview.columns]
         if notes:
             parts.append(f"<p class=\"note\">{html.escape('; '.join(notes))}</p>")
+    if inputs.correlations is not None and inputs.correlations.drop(columns="metric").notna().any().any():
+        parts += [f"<h2>{html.escape(CORRELATION_TITLE)}</h2>", _html_table(inputs.correlations, "correlations")]
     for i, (name, table) in enumerate(strategy_tables(inputs.summary).items()):
         parts += [f"<h2>{html.escape(name)}</h2>", _html_table(table, f"strategy-{i}")]
     if not inputs.summary.empty:

@@ -1,0 +1,276 @@
+"""Benchmark of the metric suite (tasks.metrics.suite.score_strategy) on real public text.
+
+Builds N (source, synthetic) pairs: sentences of the 2012 convention speeches (group = speech) plus
+Rotten Tomatoes snippets (group = movie, taken from the doc id) to reach N; the synthetic side is the
+``stymask`` strategy (rule-based, deterministic, fast). Then times
+
+1. each metric (or the metrics that come out of one computation, e.g. bertscore_p/r/f1) alone on a fresh
+   embedding cache, and the whole suite in one call on a fresh cache (shared embeddings);
+2. our ``bertscore`` against ``bert_score.score`` (same MiniLM folder, layer 6, batch 64, texts, machine,
+   run), with the max |F1 difference|, and our warm-cache time.
+
+Run: ``.venv/bin/python benchmarks/metrics.py --pairs 500`` (see benchmarks/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tasks.corpus.datasets import fetch_dataset  # noqa: E402
+from tasks.corpus.schema import STATUS_OK  # noqa: E402
+from tasks.generate.base import build_strategy, generate_synthetic  # noqa: E402
+from tasks.metrics import suite  # noqa: E402
+from tasks.metrics.meaning import bertscore  # noqa: E402
+from tasks.models.embeddings import EmbeddingCache  # noqa: E402
+from tasks.models.registry import resolve_model  # noqa: E402
+
+#: Metrics that come out of one computation and are timed together (one call).
+SHARED_COMPUTATION: dict[str, tuple[str, ...]] = {
+    **{group: cols for group, cols in suite.SAMPLE_GROUPS.items() if len(cols) > 1},
+    "self_bleu": suite.VARIANT_METRICS,
+}
+#: Metrics that read the same cached embeddings (they share work only when run in one call).
+SHARED_EMBEDDINGS: dict[str, str] = {
+    **dict.fromkeys(("bertscore", "fbd"), "token emb. (MiniLM L6)"),
+    **dict.fromkeys(("cps", "fbd_sbert", "fcsd", "pair_sbert", "align_sbert", "clus_sbert"),
+                    "sentence emb. (MiniLM)"),
+    **dict.fromkeys(("style_cosine", "style_frechet", "pos_jaccard", "pos_jsd"), "POS tags (spaCy)"),
+}
+REFERENCE = "bert_score 0.3.13, same model, layer, texts, machine, this run"
+
+
+@dataclass
+class Timing:
+    """One timed unit: its label, the metrics it scores, its level and the seconds it took."""
+
+    label: str
+    metrics: tuple[str, ...]
+    level: str
+    seconds: float
+
+
+def level_of(metric: str) -> str:
+    """sample | variant | distribution | bag."""
+    if metric in suite.SAMPLE_METRICS:
+        return "sample"
+    if metric in suite.VARIANT_METRICS:
+        return "variant"
+    if metric in suite.DISTRIBUTION_METRICS:
+        return "distribution"
+    return "bag"
+
+
+def timing_units(selected: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:
+    """(label, metrics) per timed call: shared-computation groups together, every other metric alone."""
+    units: list[tuple[str, tuple[str, ...]]] = []
+    seen: set[str] = set()
+    for metric in suite.ALL_METRICS:
+        if metric not in selected or metric in seen:
+            continue
+        label, group = next(((g, cols) for g, cols in SHARED_COMPUTATION.items() if metric in cols),
+                            (metric, (metric,)))
+        chosen = tuple(m for m in group if m in selected)
+        seen.update(chosen)
+        units.append((label, chosen))
+    return units
+
+
+def build_pairs(n: int, data_dir: Path, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(corpus, synthetic) of ``n`` pairs with non-empty texts: convention sentences in speech order plus
+    Rotten Tomatoes snippets (at least a tenth of ``n``, more when conventions run out)."""
+    conv = pd.read_parquet(fetch_dataset("conventions", data_dir))
+    rt = pd.read_parquet(fetch_dataset("rotten_tomatoes", data_dir))
+    rt["group_id"] = rt["doc_id"].str.rsplit("-", n=2).str[0]  # rotten_tomatoes-<movie>
+    keep = ["doc_id", "text", "author_id", "group_id", "position", "label"]
+    pool_conv = conv[conv["text"].str.strip() != ""][keep]
+    pool_rt = rt.reindex(columns=keep)
+    pool_rt = pool_rt[pool_rt["text"].str.strip() != ""]
+    if n > len(pool_conv) + len(pool_rt):
+        raise SystemExit(f"--pairs {n}: only {len(pool_conv) + len(pool_rt)} texts available")
+    n_rt = max(n - len(pool_conv), n // 10)
+    corpus = pd.concat([pool_conv.iloc[:n - n_rt], pool_rt.sample(n=len(pool_rt), random_state=seed)],
+                       ignore_index=True)
+    strategy = build_strategy("stymask", {}).fit(corpus.iloc[:n])
+    synthetic = generate_synthetic(strategy, corpus, seed=seed)
+    ok = (synthetic["status"] == STATUS_OK) & synthetic["text"].fillna("").str.strip().ne("")
+    ok &= corpus["text"].str.strip().ne("").to_numpy()
+    rows = np.flatnonzero(ok.to_numpy())
+    conv_rows = rows[rows < n - n_rt]
+    rt_rows = rows[rows >= n - n_rt][:n - len(conv_rows)]
+    take = np.concatenate([conv_rows, rt_rows])
+    if len(take) < n:
+        raise SystemExit(f"--pairs {n}: only {len(take)} pairs have a non-empty stymask output")
+    return corpus.iloc[take].reset_index(drop=True), synthetic.iloc[take].reset_index(drop=True)
+
+
+@contextlib.contextmanager
+def fresh_cache() -> Iterator[Path]:
+    """A path for an empty SQLite embedding cache in a temporary folder, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="bench-metrics-") as tmp:
+        yield Path(tmp) / "embeddings.sqlite"
+
+
+def timed(func: Callable[[], Any]) -> tuple[float, Any]:
+    """(seconds, result) of one call."""
+    start = time.perf_counter()
+    result = func()
+    return time.perf_counter() - start, result
+
+
+def metric_options() -> suite.MetricOptions:
+    """The offline default models, as the CLI resolves them."""
+    return suite.MetricOptions(token_encoder=resolve_model("token_encoder"),
+                               sentence_encoder=resolve_model("sentence_encoder"),
+                               pos_tagger=resolve_model("pos_tagger"))
+
+
+def warm_up(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence[str],
+            options: suite.MetricOptions, client: Any) -> float:
+    """Load every model once (on 8 pairs, throwaway cache) so no timed unit pays a one-off load."""
+    with fresh_cache() as path:
+        seconds, _ = timed(lambda: suite.score_strategy(corpus.iloc[:8], synthetic.iloc[:8], selected, options,
+                                                        path, client=client))
+    return seconds
+
+
+def time_suite(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence[str],
+               options: suite.MetricOptions, client: Any) -> tuple[list[Timing], Timing]:
+    """Each unit alone on a fresh cache, then everything in one call on a fresh cache."""
+    timings = []
+    for label, metrics in timing_units(selected):
+        with fresh_cache() as path:
+            seconds, _ = timed(lambda m=metrics, p=path: suite.score_strategy(corpus, synthetic, m, options, p,
+                                                                               client=client))
+        timings.append(Timing(label, metrics, level_of(metrics[0]), seconds))
+        print(f"  {label:<20} {seconds:9.2f} s", flush=True)
+    with fresh_cache() as path:
+        seconds, _ = timed(lambda: suite.score_strategy(corpus, synthetic, selected, options, path, client=client))
+    return timings, Timing("whole suite", tuple(selected), "all", seconds)
+
+
+@dataclass
+class BertScoreComparison:
+    """Seconds for bert_score.score, ours cold and warm, and the max |F1 difference|."""
+
+    reference_s: float
+    ours_s: float
+    ours_warm_s: float
+    max_abs_f1: float
+
+
+def compare_bertscore(cands: list[str], refs: list[str]) -> BertScoreComparison:
+    """Time bert_score.score and our bertscore on the same pairs (MiniLM, layer 6, batch 64).
+
+    bert_score.score loads its model inside the call, so ours starts with the loaders' process cache
+    cleared (it loads the same model); ours runs first on a fresh cache, then again warm."""
+    import bert_score
+
+    from tasks.models import loaders
+
+    spec = resolve_model("token_encoder")
+    with fresh_cache() as path:
+        loaders.load_token_encoder.cache_clear()
+        loaders.load_tokenizer.cache_clear()
+        cache = EmbeddingCache(path)
+        ours_s, ours = timed(lambda: bertscore(cands, refs, spec=spec, layer=6, cache=cache, batch_size=64))
+        warm_s, _ = timed(lambda: bertscore(cands, refs, spec=spec, layer=6, cache=cache, batch_size=64))
+        cache.close()
+    ref_s, (_, _, f_ref) = timed(lambda: bert_score.score(cands, refs, model_type=spec.path, num_layers=6,
+                                                          batch_size=64))
+    diff = np.abs(ours.scores["bertscore_f1"].to_numpy() - f_ref.numpy().astype(np.float64))
+    return BertScoreComparison(ref_s, ours_s, warm_s, float(diff.max()))
+
+
+def print_table(n: int, timings: list[Timing], whole: Timing) -> None:
+    """metric | level | seconds | pairs/s | shares embeddings with."""
+    print(f"\n{'metric':<44} {'level':<12} {'seconds':>9} {'pairs/s':>10}  shared embeddings (in one call)")
+    print("-" * 110)
+    for t in timings:
+        name = ", ".join(t.metrics) if len(t.metrics) > 1 else t.label
+        print(f"{name:<44} {t.level:<12} {t.seconds:9.2f} {n / t.seconds:10.1f}  "
+              f"{SHARED_EMBEDDINGS.get(t.label, '-')}")
+    print("-" * 110)
+    total = sum(t.seconds for t in timings)
+    print(f"{'sum of the separate calls':<44} {'':<12} {total:9.2f} {n / total:10.1f}")
+    print(f"{'whole suite, one call (' + str(len(whole.metrics)) + ' metrics)':<44} {'all':<12} "
+          f"{whole.seconds:9.2f} {n / whole.seconds:10.1f}  embeddings computed once, shared")
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Parse the arguments, build the pairs, run the timings and print the tables."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=10_000, help="number of (source, synthetic) pairs")
+    parser.add_argument("--metrics", nargs="+", default=list(suite.ALL_METRICS),
+                        help="metric names (default: all); 'none' skips the suite timings")
+    parser.add_argument("--data-dir", type=Path, default=ROOT / "data", help="where the datasets are")
+    parser.add_argument("--dask", action=argparse.BooleanOptionalAction, default=False,
+                        help="score on an in-process Dask LocalCluster (default: sequential)")
+    parser.add_argument("--no-bertscore-ratio", dest="ratio", action="store_false",
+                        help="skip the bert_score comparison")
+    args = parser.parse_args(argv)
+    selected = [] if args.metrics == ["none"] else suite.check_metric_names(args.metrics)
+
+    import torch
+
+    print(f"synthugc metrics benchmark: {args.pairs} pairs, stymask synthetic side, "
+          f"{'dask (local threads)' if args.dask else 'sequential'}")
+    print(f"python {platform.python_version()}, torch {torch.__version__} ({torch.get_num_threads()} threads), "
+          f"{os.cpu_count()} cpus, load average at start {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    build_s, (corpus, synthetic) = timed(lambda: build_pairs(args.pairs, args.data_dir))
+    n_groups = corpus["group_id"].nunique()
+    print(f"pairs built in {build_s:.1f} s: {(corpus['doc_id'].str.startswith('conventions')).sum()} "
+          f"convention sentences + {corpus['doc_id'].str.startswith('rotten').sum()} Rotten Tomatoes snippets, "
+          f"{n_groups} groups")
+
+    with contextlib.ExitStack() as stack:
+        client = None
+        if args.dask:
+            from tasks.parallel import dask_client
+
+            client = stack.enter_context(dask_client())
+        if selected:
+            options = metric_options()
+            print(f"model warm-up: {warm_up(corpus, synthetic, selected, options, client):.1f} s")
+            print("timing each metric alone on a fresh embedding cache:")
+            timings, whole = time_suite(corpus, synthetic, selected, options, client)
+            print_table(args.pairs, timings, whole)
+
+    if args.ratio:
+        cands = synthetic["text"].astype(str).tolist()
+        refs = corpus["text"].astype(str).tolist()
+        cmp = compare_bertscore(cands, refs)
+        ratio = cmp.reference_s / cmp.ours_s
+        print(f"\nBERTScore, {args.pairs} pairs (MiniLM-L6 layer 6, batch 64, no idf):")
+        print(f"  reference  {REFERENCE}: {cmp.reference_s:8.2f} s  {args.pairs / cmp.reference_s:8.1f} pairs/s")
+        print(f"  ours       tasks.metrics.meaning.bertscore, fresh cache (incl. model load): {cmp.ours_s:8.2f} s  "
+              f"{args.pairs / cmp.ours_s:8.1f} pairs/s")
+        print(f"  ratio      bert_score / ours = {ratio:.2f}x (target >= 1.5) {'OK' if ratio >= 1.5 else 'BELOW'}")
+        print(f"  ours warm  second call, embeddings cached: {cmp.ours_warm_s:8.2f} s  "
+              f"{args.pairs / cmp.ours_warm_s:8.1f} pairs/s")
+        agree = cmp.max_abs_f1 <= 1e-4 and not math.isnan(cmp.max_abs_f1)
+        print(f"  agreement  max |F1 ours - bert_score| = {cmp.max_abs_f1:.2e} "
+              f"({'within' if agree else 'NOT within'} 1e-4)")
+    print(f"\nload average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
