@@ -173,6 +173,43 @@ def _metric_names(metrics: str | None, default: tuple[str, ...]) -> list[str]:
 
 
 @app.command()
+def generate(
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema).")],
+    strategy: Annotated[str, typer.Option("--strategy", help="Strategy name (see the error for the list).")],
+    out: Annotated[Path, typer.Option("--out", help="Synthetic parquet to write (atomically).")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Strategy parameter: key=value (YAML value).")] = None,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Run one generation strategy on a corpus without Prefect: one output row per input row."""
+    _environment()
+    import yaml
+
+    from tasks.corpus.importers import read_table
+    from tasks.corpus.schema import validate_corpus
+    from tasks.generate.base import build_strategy, generate_synthetic
+    from tasks.store import ArtifactStore
+
+    params: dict = {}
+    for item in set_ or []:
+        if "=" not in item:
+            _fail(f"--set {item}: expected key=value")
+        key, value = item.split("=", 1)
+        params[key] = yaml.safe_load(value) if value else None
+    try:
+        df, rows = read_table(corpus)
+        validated = validate_corpus(df, str(corpus), rows=rows)
+        rewriter = build_strategy(strategy, params, root="strategy").fit(validated.corpus)
+        synthetic = generate_synthetic(rewriter, validated.corpus, seed=seed)
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    out = out.resolve()
+    ArtifactStore(out.parent).write_table(synthetic, out.name)
+    ok = int((synthetic["status"] == "ok").sum())
+    typer.echo(f"{strategy}: {ok} ok, {len(synthetic) - ok} failed, {len(validated.failures)} input rows failed "
+               f"validation -> {out}")
+
+
+@app.command()
 def score(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) with the source texts.")],
     synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic parquet/CSV/JSONL (schema).")],
