@@ -1,0 +1,1 @@
+"""Privacy attacks: re-identification, attribute profiling (classifiers and zero-shot LLM), membership audit."""
