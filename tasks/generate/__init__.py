@@ -23,3 +23,4 @@ __all__ = [
     "stymask",
     "validate_params",
 ]
+from tasks.generate import syntax  # noqa: F401  (registers synsim, syndiff, synorig, syntr)
