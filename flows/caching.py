@@ -22,7 +22,9 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "split": ("tasks/corpus", "tasks/store.py"),
     "generate": ("tasks/generate", "tasks/models", "tasks/corpus/schema.py", "tasks/store.py"),
     "metrics": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/store.py"),
-    "report": ("tasks/report", "tasks/store.py"),
+    "privacy": ("tasks/privacy", "tasks/training", "tasks/models", "tasks/corpus/schema.py", "tasks/metrics/base.py",
+                "tasks/store.py"),
+    "report": ("tasks/report", "tasks/metrics/suite.py", "tasks/store.py"),
 }
 _STAGE_LAYER = ("flows/stages.py", "flows/caching.py")
 

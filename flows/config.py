@@ -17,6 +17,7 @@ from tasks.errors import ConfigError
 from tasks.generate.base import available_strategies, validate_params
 from tasks.metrics.suite import DEFAULT_METRICS, MetricOptions, check_metric_names
 from tasks.models.registry import ROLES, resolve_model
+from tasks.privacy.audit import PrivacyOptions
 
 
 class Section(BaseModel):
@@ -110,6 +111,50 @@ class MetricsConfig(Section):
         return check_metric_names(value)
 
 
+class ProfilingConfig(Section):
+    """Attribute profiling by trained classifiers (seed 000 §5.1.2)."""
+
+    attributes: list[str] | None = Field(None, description="Attribute names (without attr_); default: all.")
+    models: list[Literal["linear", "encoder"]] = Field(default_factory=lambda: ["linear"])
+    level: Literal["post", "author"] = "post"
+
+
+class MembershipConfig(Section):
+    """Distance-to-closest-record membership audit (train docs released, test docs held out)."""
+
+    enabled: bool = True
+    embed: Literal["tfidf", "sbert"] = "tfidf"
+    n_bootstrap: int = Field(1000, ge=10)
+
+
+class ReidentifyConfig(Section):
+    """MinHash-LSH re-identification (seed 000 §5.3.2) against the adversary's posting histories."""
+
+    enabled: bool = True
+    histories: str | None = Field(None, description="Histories parquet (author_id, text); default: the "
+                                                     "corpus's own documents, i.e. the adversary holds the originals.")
+    n: int = Field(3, ge=1, description="Character n-gram size.")
+    k: int = Field(128, ge=8, description="MinHash permutations.")
+    bands: int | None = Field(None, ge=1, description="LSH bands (rows = k / bands); default: the attack's.")
+    jaccard_threshold: float | None = Field(None, gt=0, le=1)
+
+
+class LLMProfilingConfig(Section):
+    """Zero-shot LLM profiling (seed 000 §5.2.2, A.5); off by default (slow without a GPU server)."""
+
+    enabled: bool = False
+    max_tokens: int = Field(512, gt=0)
+    n: int | None = Field(None, gt=0, description="Dialogues per stratum (default: the rarest class size).")
+
+
+class PrivacyConfig(Section):
+    enabled: bool = True
+    profiling: ProfilingConfig = Field(default_factory=ProfilingConfig)
+    membership: MembershipConfig = Field(default_factory=MembershipConfig)
+    reidentify: ReidentifyConfig = Field(default_factory=ReidentifyConfig)
+    llm_profiling: LLMProfilingConfig = Field(default_factory=LLMProfilingConfig)
+
+
 class ReportConfig(Section):
     title: str | None = None
 
@@ -125,6 +170,7 @@ class ExperimentConfig(Section):
     models: dict[str, str] = Field(default_factory=dict, description="role -> short name, local folder or hub id.")
     generate: GenerateConfig
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
+    privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
 
     @field_validator("models")
@@ -209,4 +255,15 @@ def metric_options(cfg: ExperimentConfig) -> MetricOptions:
         transfer_classifier=m.transfer.classifier, transfer_target=m.transfer.target,
         cps_mask=m.transfer.cps_mask, cps_threshold=m.transfer.cps_threshold,
         bag_group=m.bag_group, seed=cfg.seed, shard_size=m.shard_size,
+    )
+
+
+def privacy_options(cfg: ExperimentConfig) -> PrivacyOptions:
+    """The privacy audit's options from a validated config."""
+    p = cfg.privacy
+    return PrivacyOptions(
+        attributes=tuple(p.profiling.attributes) if p.profiling.attributes is not None else None,
+        profiling_models=tuple(p.profiling.models), profiling_level=p.profiling.level,
+        membership=p.membership.enabled, membership_embed=p.membership.embed,
+        n_bootstrap=p.membership.n_bootstrap, seed=cfg.seed,
     )

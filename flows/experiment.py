@@ -16,7 +16,7 @@ from prefect import flow, get_run_logger
 from prefect.states import State
 
 from flows import progress, stages
-from flows.config import ExperimentConfig, load_config, metric_options, parse_config
+from flows.config import ExperimentConfig, load_config, metric_options, parse_config, privacy_options
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import SynthUGCError
 from tasks.models.registry import model_id
@@ -113,10 +113,13 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
         raise StageFailed(f"split failed: {run.failed['split']}")
     n_shards = max(1, math.ceil((corpus.rows or 0) / cfg.generate.shard_size))
     if bar := progress.reporter():
-        bar.planned(len(run.states) + len(cfg.generate.strategies) * (n_shards + 1) + 1)
+        per_strategy = n_shards + 1 + int(cfg.privacy.enabled)
+        bar.planned(len(run.states) + len(cfg.generate.strategies) * per_strategy + 1)
     logger.info("%s: %d documents (%s level), %d shard(s) per strategy", exp, corpus.rows, ingested.level, n_shards)
 
     options = metric_options(cfg)
+    privacy_opts = privacy_options(cfg)
+    privacy_results: dict[str, stages.PrivacyResult] = {}
     results: dict[str, stages.MetricsResult] = {}
     for strategy in cfg.generate.strategies:
         label = strategy.key
@@ -133,17 +136,26 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
                      cache_dir=str(settings.cache_dir.resolve()))
         if scored is not None:
             results[label] = scored
+        if cfg.privacy.enabled:
+            audited = run(f"privacy[{label}]", stages.privacy, corpus=corpus, shards=shards, root=root, experiment=exp,
+                          label=label, options=privacy_opts)
+            if audited is not None:
+                privacy_results[label] = audited
 
     token_spec = options.token_encoder
     facts = {"experiment": exp, "data": cfg.data.dataset or str(cfg.data.path), "level": ingested.level,
              "documents": str(corpus.rows), "strategies": ", ".join(s.key for s in cfg.generate.strategies),
              "token encoder": model_id(token_spec), "seed": str(cfg.seed)}
     reported: stages.ReportResult | None = run(
-        "report", stages.report, results=results, failures=ingested.failures, root=root, experiment=exp,
+        "report", stages.report, results=results,
+        privacy={label: r.summary for label, r in privacy_results.items()}, failures=ingested.failures, root=root, experiment=exp,
         title=cfg.report.title or f"synthugc report: {exp}", facts=facts, failed_stages=dict(run.failed))
 
     artifacts: dict[str, ArtifactRef] = {"ingest/corpus": ingested.corpus, "ingest/failures": ingested.failures,
                                          "split/corpus": corpus}
+    for label, p in privacy_results.items():
+        for name in ("profiling", "top_words", "word_bins", "membership", "summary"):
+            artifacts[f"privacy/{label}/{name}"] = getattr(p, name)
     for label, r in results.items():
         artifacts[f"metrics/{label}/sample_scores"] = r.sample_scores
         artifacts[f"metrics/{label}/distribution_scores"] = r.distribution_scores

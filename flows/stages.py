@@ -23,6 +23,7 @@ from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic
 from tasks.metrics.suite import DISTRIBUTION_COLUMNS, MetricOptions, metric_correlation_matrix, score_strategy
 from tasks.parallel import dask_client
+from tasks.privacy.audit import PrivacyOptions, audit_strategy
 from tasks.report.render import ReportInputs, render_html, render_markdown
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore
@@ -111,16 +112,48 @@ def metrics(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experimen
     )
 
 
+@dataclass(frozen=True)
+class PrivacyResult:
+    profiling: ArtifactRef
+    top_words: ArtifactRef
+    word_bins: ArtifactRef
+    membership: ArtifactRef
+    summary: ArtifactRef
+
+
+@_stage("privacy")
+def privacy(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experiment: str, label: str,
+            options: PrivacyOptions) -> PrivacyResult:
+    """Attribute profiling and membership audit of one strategy's outputs."""
+    store = ArtifactStore(root)
+    synthetic = pd.concat([store.read_table(s) for s in shards], ignore_index=True)
+    tables = audit_strategy(store.read_table(corpus), synthetic, label, options)
+
+    def write(df: pd.DataFrame, name: str) -> ArtifactRef:
+        return store.write_table(df, experiment, "privacy", label, name)
+
+    return PrivacyResult(profiling=write(tables.profiling, "profiling.parquet"),
+                         top_words=write(tables.top_words, "top_words.parquet"),
+                         word_bins=write(tables.word_bins, "word_bins.parquet"),
+                         membership=write(tables.membership, "membership.parquet"),
+                         summary=write(tables.summary, "privacy_scores.parquet"))
+
+
 @_stage("report")
-def report(results: dict[str, MetricsResult], failures: ArtifactRef, root: str, experiment: str, title: str,
-           facts: dict[str, str], failed_stages: dict[str, str]) -> ReportResult:
-    """Render the markdown and HTML report and publish them (and the tables) as Prefect artifacts."""
+def report(results: dict[str, MetricsResult], privacy: dict[str, ArtifactRef], failures: ArtifactRef, root: str,
+           experiment: str, title: str, facts: dict[str, str], failed_stages: dict[str, str]) -> ReportResult:
+    """Render the markdown and HTML report and publish them (and the tables) as Prefect artifacts.
+
+    ``privacy`` maps a strategy to its privacy summary table (profiling, membership, re-identification);
+    the ``original`` and ``chance`` rows every strategy repeats are shown once."""
     store = ArtifactStore(root)
     frames = [store.read_table(r.distribution_scores) for _, r in sorted(results.items())]
-    summary = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=DISTRIBUTION_COLUMNS)
+    frames += [store.read_table(ref) for _, ref in sorted(privacy.items())]
+    summary = (pd.concat(frames, ignore_index=True).drop_duplicates(["strategy", "variant", "level", "metric"])
+               if frames else pd.DataFrame(columns=DISTRIBUTION_COLUMNS))
     n_input_failures = len(store.read_table(failures))
     facts = {**facts, "input rows failed validation": str(n_input_failures)}
-    correlations = metric_correlation_matrix(summary)
+    correlations = metric_correlation_matrix(summary[summary["level"] != "privacy"])
     inputs = ReportInputs(title=title, facts=facts, summary=summary, failed_stages=failed_stages,
                           correlations=correlations if not correlations.empty else None)
     markdown = render_markdown(inputs)

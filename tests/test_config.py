@@ -27,7 +27,7 @@ def test_demo_config_is_valid():
     (_raw(data={"dataset": "debates", "max_docs": -3}), "data.max_docs"),
     (_raw(data={"dataset": "debates", "path": "x.parquet"}), "data"),
     (_raw(split={"train": 0.9, "val": 0.2, "test": 0.1}), "split"),
-    (_raw(metrics={"names": ["bertscore_f1", "no_such_metric"]}), "metrics.names.1"),
+    (_raw(metrics={"names": ["bertscore_f1", "no_such_metric"]}), "metrics.names: unknown metric 'no_such_metric'"),
     (_raw(models={"no_such_role": "minilm"}), "models"),
     (_raw(generate={"strategies": [{"name": "nope"}]}), "generate.strategies.0.name"),
     (_raw(generate={"strategies": [{"name": "stymask", "params": {"intensity": 3}}]}),

@@ -25,11 +25,11 @@ CLI = Path(sys.executable).parent / "synthugc"
 
 @pytest.fixture(scope="module")
 def sample_corpus(tmp_path_factory) -> Path:
-    """40 real debate turns from two debates, in the corpus schema, splits left to the flow."""
+    """42 real debate turns from three debates, in the corpus schema, splits left to the flow."""
     debates = pd.read_parquet(fetch_dataset("debates", REPO / "data"))
-    groups = sorted(debates["group_id"].unique())[:2]
+    groups = sorted(debates["group_id"].unique())[:3]
     sample = (debates[debates["group_id"].isin(groups)].sort_values(["group_id", "position"])
-              .groupby("group_id").head(20).drop(columns=["split"]))
+              .groupby("group_id").head(14).drop(columns=["split"]))
     path = tmp_path_factory.mktemp("corpus") / "sample.parquet"
     sample.to_parquet(path)
     return path
@@ -65,12 +65,12 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     first = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     expected_stages = {"ingest", "split", "generate[backtranslate][0]", "generate[backtranslate][1]",
                        "generate[stymask][0]", "generate[stymask][1]", "metrics[backtranslate]",
-                       "metrics[stymask]", "report"}
+                       "metrics[stymask]", "privacy[backtranslate]", "privacy[stymask]", "report"}
     assert set(first.stages) == expected_stages
     assert set(first.stages.values()) == {"Completed"}
 
     corpus = pd.read_parquet(root / "t" / "split" / "corpus.parquet")
-    assert len(corpus) == 40
+    assert len(corpus) == 42
     for label in ("backtranslate", "stymask"):
         scores = pd.read_parquet(root / "t" / "metrics" / label / "sample_scores.parquet")
         assert sorted(scores["doc_id"]) == sorted(corpus["doc_id"])  # one output per input, none lost
@@ -104,7 +104,11 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
         assert set(dist["metric"]) == set(ALL_METRICS)
         assert (dist["value"].notna() | dist["reason"].notna()).all()
         assert dist["signature"].str.startswith("metric:").all()
-    assert "Bag-level metrics" in html and "Distribution-level metrics" in html
+    assert "Bag-level metrics" in html and "Distribution-level metrics" in html and "Privacy attacks" in html
+    privacy = pd.read_parquet(root / "t" / "privacy" / "stymask" / "privacy_scores.parquet").set_index(["strategy", "metric"])
+    original = privacy.loc[("original", "profiling_accuracy[party/linear]"), "value"]
+    assert 0.0 <= original <= 1.0
+    assert 0.5 <= privacy.loc[("stymask", "membership_auc"), "value"] <= 1.0  # near-copies of the members
 
     second = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     assert set(second.stages.values()) == {"Cached"}, second.stages
@@ -123,7 +127,8 @@ def test_changing_one_strategy_recomputes_only_its_branch(sample_corpus, isolate
     experiment_from_mapping(_config(sample_corpus, root))
     changed = experiment_from_mapping(_config(sample_corpus, root, stymask_params={"intensity": 0.5}))
     recomputed = {k for k, v in changed.stages.items() if v != "Cached"}
-    assert recomputed == {"generate[stymask][0]", "generate[stymask][1]", "metrics[stymask]", "report"}
+    assert recomputed == {"generate[stymask][0]", "generate[stymask][1]", "metrics[stymask]", "privacy[stymask]",
+                          "report"}
 
 
 def test_rewritten_input_at_same_path_invalidates_dependents(sample_corpus, isolated):

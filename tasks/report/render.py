@@ -22,7 +22,8 @@ METRIC_NOTES: dict[str, str] = {
 #: Section of the report per metric level (the article's Table 4 is sample level, Table 13 distribution level).
 LEVEL_TITLES: dict[str, str] = {"sample-mean": "Sample-level metrics (means)",
                                 "distribution": "Distribution-level metrics",
-                                "bag-mean": "Bag-level metrics (means over groups)"}
+                                "bag-mean": "Bag-level metrics (means over groups)",
+                                "privacy": "Privacy attacks (lower accuracy, AUC or re-identification = more private)"}
 CORRELATION_TITLE = "Metric correlations across strategies (absolute Spearman)"
 _STRATEGY_COLUMNS = ["metric", "level", "mean", "std", "median", "n", "failed", "reason"]
 
@@ -62,6 +63,15 @@ def strategy_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return tables
 
 
+#: Rows shown before the strategies: the attack on the real text, then the chance rate (as the article's tables).
+BASELINE_ROWS = ("original", "chance")
+
+
+def _baselines_first(value: object) -> tuple[int, str]:
+    text = str(value)
+    return (BASELINE_ROWS.index(text), "") if text in BASELINE_ROWS else (len(BASELINE_ROWS), text)
+
+
 def overview_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """Per metric level: strategies as rows, metric values as columns (Table 4 / Table 13 layouts)."""
     tables = {}
@@ -70,8 +80,9 @@ def overview_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
         if part.empty:
             continue
         order = list(dict.fromkeys(part["metric"]))
-        wide = part.set_index(["strategy", "variant", "metric"])["value"].unstack("metric").sort_index()
-        tables[title] = wide.reindex(columns=order).reset_index().rename_axis(columns=None)
+        wide = part.set_index(["strategy", "variant", "metric"])["value"].unstack("metric").reset_index()
+        wide = wide.sort_values(["strategy", "variant"], key=lambda col: col.map(_baselines_first), kind="stable")
+        tables[title] = wide[["strategy", "variant", *order]].reset_index(drop=True).rename_axis(columns=None)
     return tables
 
 

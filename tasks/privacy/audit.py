@@ -1,0 +1,140 @@
+"""The privacy audit of one strategy's synthetic table, as the flow and the report use it.
+
+- Attribute profiling (seed 000 §5.1.2): for every ``attr_*`` column and every configured model, a
+  classifier trained on the real train split is scored on the real test split and on the strategy's
+  synthetic version of it.
+- Membership (beyond the article): members are the train-split documents (their synthetic versions are
+  released), non-members the test-split documents (theirs are not); distance to the closest released
+  synthetic record gives the AUC.
+
+Every number also goes into a long ``privacy`` summary (strategy, variant, level, metric, value, ...,
+signature, reason) in the same shape as the intrinsic metrics, so the report lays them out the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tasks.corpus.schema import STATUS_OK, attr_columns
+from tasks.errors import InputError
+from tasks.metrics.base import make_signature
+from tasks.privacy.membership import membership_audit
+from tasks.privacy.profiling import profile_attribute
+
+ORIGINAL = "original"
+SUMMARY_COLUMNS = ["strategy", "variant", "level", "metric", "value", "std", "median", "n", "n_failed",
+                   "signature", "reason"]
+
+
+@dataclass(frozen=True)
+class PrivacyOptions:
+    """Which attacks run and how."""
+
+    attributes: tuple[str, ...] | None = None  # attribute names without attr_; default: every attr_* column
+    profiling_models: tuple[str, ...] = ("linear",)
+    profiling_level: str = "post"  # post | author
+    membership: bool = True
+    membership_embed: str = "tfidf"
+    n_bootstrap: int = 1000
+    seed: int = 0
+
+
+@dataclass
+class PrivacyTables:
+    """Profiling scores/evidence, membership, and the long summary."""
+
+    profiling: pd.DataFrame
+    top_words: pd.DataFrame
+    word_bins: pd.DataFrame
+    membership: pd.DataFrame
+    summary: pd.DataFrame
+
+
+def attributes_of(corpus: pd.DataFrame, options: PrivacyOptions) -> list[str]:
+    """Attribute names to attack: the configured ones, or every attr_* column with at least two values."""
+    if options.attributes is not None:
+        return list(options.attributes)
+    names = []
+    for col in attr_columns(corpus):
+        if corpus[col].dropna().nunique() >= 2:
+            names.append(col.removeprefix("attr_"))
+    return names
+
+
+def _row(strategy: str, variant: str, metric: str, value: float, n: int, signature: str,
+         reason: str | None = None, n_failed: int = 0) -> dict:
+    return {"strategy": strategy, "variant": variant, "level": "privacy", "metric": metric, "value": value,
+            "std": np.nan, "median": np.nan, "n": n, "n_failed": n_failed, "signature": signature,
+            "reason": reason if reason else None}
+
+
+def audit_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, label: str, options: PrivacyOptions) -> PrivacyTables:
+    """Profiling and membership for one strategy (all its variants); the ``original`` rows are the
+    attack on the real text, the baseline the article reports first."""
+    profiling, top_words, word_bins, summary = [], [], [], []
+    variants = synthetic["variant"].dropna().unique().tolist() if "variant" in synthetic.columns else []
+    single_variant = str(variants[0]) if len(variants) == 1 else ""
+    for attr in attributes_of(corpus, options):
+        for model in options.profiling_models:
+            try:
+                result = profile_attribute(corpus, attr, synthetic={label: synthetic}, model=model,
+                                           seed=options.seed, level=options.profiling_level)  # type: ignore[arg-type]
+            except (ValueError, InputError) as exc:  # e.g. no labelled test documents: recorded, not fatal
+                summary.append(_row(label, single_variant, f"profiling_accuracy[{attr}/{model}]", np.nan, 0, "",
+                                    reason=str(exc).splitlines()[0]))
+                continue
+            scores = result.scores.assign(attribute=attr, model=model)
+            profiling.append(scores)
+            top_words.append(result.top_words.assign(attribute=attr, model=model))
+            word_bins.append(result.word_bins.assign(attribute=attr, model=model))
+            for row in scores.itertuples(index=False):
+                name = str(row.set)
+                strategy, variant = (ORIGINAL, "") if name == ORIGINAL else _set_name(name, label, single_variant)
+                summary.append(_row(strategy, variant, f"profiling_accuracy[{attr}/{model}]", float(row.accuracy),
+                                    int(row.n_units), result.signature))
+                if strategy != ORIGINAL:
+                    summary.append(_row(strategy, variant, f"profiling_reduction[{attr}/{model}]",
+                                        float(row.reduction), int(row.n_units), result.signature))
+            chance = float(scores["chance"].iloc[0])
+            summary.append(_row("chance", "", f"profiling_accuracy[{attr}/{model}]", chance,
+                                int(scores["n_units"].iloc[0]), result.signature,
+                                reason=None if np.isfinite(chance) else "no test units"))
+
+    membership = []
+    if options.membership:
+        members = corpus[corpus["split"] == "train"]
+        non_members = corpus[corpus["split"] == "test"]
+        for variant, part in synthetic.groupby("variant", sort=True):
+            released = part[(part["status"] == STATUS_OK) & part["doc_id"].isin(set(members["doc_id"]))]
+            signature = make_signature("membership_auc", attack="dcr", embed=options.membership_embed,
+                                       members="train", non_members="test", bootstrap=options.n_bootstrap,
+                                       seed=options.seed)
+            if members.empty or non_members.empty:
+                summary.append(_row(label, str(variant), "membership_auc", np.nan, 0, signature,
+                                    reason="needs documents in both the train and the test split"))
+                continue
+            audit = membership_audit(members, non_members, released, embed=options.membership_embed,  # type: ignore[arg-type]
+                                     n_bootstrap=options.n_bootstrap, seed=options.seed)
+            membership.append({"strategy": label, "variant": str(variant),
+                               **{k: v for k, v in audit.items() if not isinstance(v, pd.DataFrame)}})
+            summary.append(_row(label, str(variant), "membership_auc", float(audit["auc"]),
+                                int(audit["n_members"] + audit["n_non_members"]), signature, reason=audit["reason"]))
+
+    def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    table = pd.DataFrame(summary, columns=SUMMARY_COLUMNS)
+    table["reason"] = table["reason"].astype("string")
+    return PrivacyTables(profiling=concat(profiling), top_words=concat(top_words), word_bins=concat(word_bins),
+                         membership=pd.DataFrame(membership), summary=table)
+
+
+def _set_name(name: str, label: str, single_variant: str) -> tuple[str, str]:
+    """(strategy, variant) of a profiling set name: ``label`` (one variant) or ``label/variant``."""
+    if "/" in name:
+        strategy, variant = name.split("/", 1)
+        return strategy, variant
+    return label, single_variant
