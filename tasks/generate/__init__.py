@@ -3,8 +3,9 @@
 Importing this package registers every strategy, so ``build_strategy("stymask", {...})`` works.
 """
 
-from tasks.generate import backtranslate, stymask
+from tasks.generate import backtranslate, dp, llm, paraphrase, stymask
 from tasks.generate.base import (
+    Generated,
     Strategy,
     available_strategies,
     build_strategy,
@@ -14,11 +15,15 @@ from tasks.generate.base import (
 )
 
 __all__ = [
+    "Generated",
     "Strategy",
     "available_strategies",
     "backtranslate",
     "build_strategy",
+    "dp",
     "generate_synthetic",
+    "llm",
+    "paraphrase",
     "register_strategy",
     "stymask",
     "validate_params",

@@ -9,13 +9,26 @@ path (``strategies.backtranslate.pivots: ...``) instead of halfway through a run
 :func:`generate_synthetic` never loses a row: whatever the strategy does (a failed row, an empty
 output, an exception for the whole batch), the table has one row per input row, with ``status``
 and ``reason`` saying what happened.
+
+Several outputs per input (variants): a strategy lists the variant names it emits in ``variants``
+(default ``[self.variant]``) and returns, per input, a list with one output per variant in that
+order (the LLM strategy's ``first``/``second``). The table then has one row per (input, variant),
+input-major; a variant the strategy gave no output for is a failed row saying so.
+
+Per-row metadata: an output may be a :class:`Generated` (text + ``meta``); each meta key becomes an
+extra column (after the ``attr_*`` columns), null on rows that did not set it. Conventions:
+
+- ``truncated`` (bool): the strategy cut the input to its model's context before rewriting (see
+  :func:`truncate_tokens`); the column is present whenever any row sets it, False on the other ok rows.
+- DP strategies report ``epsilon_token`` / ``epsilon_doc`` (floats) and a ``caveat`` (str).
 """
 
 from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeVar
 
 import pandas as pd
@@ -26,10 +39,27 @@ from tasks.errors import ConfigError, ModelUnavailable, SynthUGCError
 
 CONFIG_ROOT = "strategies"
 DEFAULT_VARIANT = "first"
+TRUNCATED = "truncated"  # meta key (bool): the input was cut to the model's context
+ORDINALS: tuple[str, ...] = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
+                             "ninth", "tenth")
+
+MetaValue = float | int | str | bool
+
+
+@dataclass(frozen=True)
+class Generated:
+    """One output text with per-row metadata; each ``meta`` key becomes a column of the synthetic table."""
+
+    text: str
+    meta: Mapping[str, MetaValue] = field(default_factory=dict)
+
+
+#: What ``generate`` returns per input and variant: the text, a text with metadata, or the row's failure.
+Output = str | Generated | BaseException
 
 
 class Strategy(ABC):
-    """A rewriting strategy: validated params in, one output per input text out."""
+    """A rewriting strategy: validated params in, one output per input text and variant out."""
 
     name: ClassVar[str]
     params_model: ClassVar[type[BaseModel]]
@@ -42,14 +72,21 @@ class Strategy(ABC):
         """The variant name this strategy's outputs get unless the caller names one."""
         return DEFAULT_VARIANT
 
+    @property
+    def variants(self) -> list[str]:
+        """The variants emitted per input, in the order ``generate`` returns them (default: one)."""
+        return [self.variant]
+
     def fit(self, corpus: pd.DataFrame) -> Strategy:
         """Learn what the strategy needs from the whole corpus (e.g. corpus-wide averages) before any
         shard is generated, so outputs do not depend on how the corpus was sharded. Default: nothing."""
         return self
 
     @abstractmethod
-    def generate(self, batch: pd.DataFrame, *, seed: int) -> list[str | Exception]:
-        """One output per row of ``batch`` (in order): the new text, or an Exception if that row failed."""
+    def generate(self, batch: pd.DataFrame, *, seed: int) -> Sequence[Output | Sequence[Output]]:
+        """One entry per row of ``batch`` (in order): the new text (str or :class:`Generated`) or an Exception
+        if that row failed; with several ``variants``, a list of those, one per variant in order (a single
+        Exception fails every variant of the row)."""
 
 
 S = TypeVar("S", bound=type[Strategy])
@@ -127,25 +164,72 @@ def one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
+def truncate_tokens(tokenizer: Any, text: str, max_tokens: int) -> tuple[str, bool]:
+    """``text`` cut to its first ``max_tokens`` tokens (decoded back to text) and whether it was cut.
+
+    Strategies call this before handing a text to a model with a bounded context and record
+    ``meta={"truncated": True}`` on the row, so an over-long input is rewritten in part, visibly, instead
+    of failing or being silently cut by the model."""
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+    if len(ids) <= max_tokens:
+        return text, False
+    return tokenizer.decode(ids[:max_tokens], skip_special_tokens=True), True
+
+
 def _column(batch: pd.DataFrame, col: str, dtype: str) -> pd.Series:
     if col in batch.columns:
         return batch[col].astype(dtype).reset_index(drop=True)
     return pd.Series(pd.NA, index=range(len(batch)), dtype=dtype)
 
 
+def _per_variant(out: Any, variants: list[str], name: str) -> list[Any]:
+    """One entry per variant from one input's output (see Strategy.generate)."""
+    k = len(variants)
+    if isinstance(out, (list, tuple)):
+        items = list(out)[:k]
+        got = len(out)
+    elif isinstance(out, BaseException):
+        return [out] * k
+    else:
+        items, got = [out], 1
+    for j in range(len(items), k):
+        items.append(RuntimeError(f"strategy {name} gave no output for variant '{variants[j]}' "
+                                  f"({got} output(s) for {k} variant(s))"))
+    return items
+
+
+def _meta_series(values: list[Any], name: str) -> pd.Series:
+    """A meta column with a nullable dtype: boolean, Float64 or string."""
+    present = [v for v in values if v is not None]
+    if name == TRUNCATED:
+        return pd.Series([bool(v) if v is not None else pd.NA for v in values], dtype="boolean")
+    if present and all(isinstance(v, bool) for v in present):
+        return pd.Series([pd.NA if v is None else v for v in values], dtype="boolean")
+    if present and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in present):
+        return pd.Series([pd.NA if v is None else float(v) for v in values], dtype="Float64")
+    return pd.Series([pd.NA if v is None else str(v) for v in values], dtype="string")
+
+
 def generate_synthetic(strategy: Strategy, batch: pd.DataFrame, *, seed: int,
                        variant: str | None = None) -> pd.DataFrame:
     """Run ``strategy`` on ``batch`` (corpus rows) and return the synthetic table.
 
-    Columns: SYNTHETIC_COLUMNS, then the batch's ``attr_*`` columns. One row per input row, in
-    order; carried-over columns are copied. A row is ``failed`` (text null, reason set) when the
-    strategy returned an Exception for it, returned an empty or non-string output, or raised for
-    the whole batch. ModelUnavailable is not caught: a missing model is a setup problem to report
-    once, not a reason on every row. ``variant`` defaults to the strategy's own (``first`` unless
-    the strategy names its variant, e.g. backtranslate's ``pivot-spa``).
+    Columns: SYNTHETIC_COLUMNS, then the batch's ``attr_*`` columns, then the meta columns the outputs
+    set (:class:`Generated`). One row per (input row, variant), input-major, in order; carried-over columns
+    are copied. A row is ``failed`` (text null, reason set) when the strategy returned an Exception for it,
+    returned an empty or non-string output, gave no output for that variant, or raised for the whole batch.
+    ModelUnavailable is not caught: a missing model is a setup problem to report once, not a reason on
+    every row. ``variant`` renames the variant of a single-variant strategy (default: the strategy's own,
+    ``first`` unless it names one, e.g. backtranslate's ``pivot-spa``); a multi-variant strategy's names
+    cannot be overridden.
     """
     n = len(batch)
-    variant = strategy.variant if variant is None else variant
+    variants = list(strategy.variants)
+    if variant is not None:
+        if len(variants) != 1:
+            raise ValueError(f"strategy {strategy.name} emits variants {variants}; variant= cannot rename them")
+        variants = [variant]
+    k = len(variants)
     try:
         outputs: list[Any] = list(strategy.generate(batch.reset_index(drop=True), seed=seed))
         if len(outputs) != n:
@@ -156,32 +240,52 @@ def generate_synthetic(strategy: Strategy, batch: pd.DataFrame, *, seed: int,
     except Exception as exc:
         outputs = [exc] * n
 
+    reserved = {*SYNTHETIC_COLUMNS, *attr_columns(batch)}
     texts: list[str | None] = []
     reasons: list[str | None] = []
+    metas: list[Mapping[str, Any]] = []
     for out in outputs:
-        if isinstance(out, BaseException):
-            texts.append(None)
-            reasons.append(one_line(out))
-        elif not isinstance(out, str):
-            texts.append(None)
-            reasons.append(f"output is not a string ({type(out).__name__})")
-        elif not out.strip():
-            texts.append(None)
-            reasons.append("empty output")
-        else:
-            texts.append(out)
-            reasons.append(None)
+        for item in _per_variant(out, variants, strategy.name):
+            meta: Mapping[str, Any] = {}
+            if isinstance(item, Generated):
+                meta, item = dict(item.meta), item.text
+                clash = sorted(set(meta) & reserved)
+                if clash:
+                    item = ValueError(f"meta key(s) {clash} collide with synthetic-table columns")
+                    meta = {}
+            metas.append(meta)
+            if isinstance(item, BaseException):
+                texts.append(None)
+                reasons.append(one_line(item))
+            elif not isinstance(item, str):
+                texts.append(None)
+                reasons.append(f"output is not a string ({type(item).__name__})")
+            elif not item.strip():
+                texts.append(None)
+                reasons.append("empty output")
+            else:
+                texts.append(item)
+                reasons.append(None)
+
+    def repeat(col: str, dtype: str) -> pd.Series:
+        return pd.Series(_column(batch, col, dtype).repeat(k).to_numpy(), dtype=dtype)
 
     table = pd.DataFrame({
-        "doc_id": _column(batch, "doc_id", "string"),
-        "strategy": pd.Series([strategy.name] * n, dtype="string"),
-        "variant": pd.Series([variant] * n, dtype="string"),
+        "doc_id": repeat("doc_id", "string"),
+        "strategy": pd.Series([strategy.name] * (n * k), dtype="string"),
+        "variant": pd.Series(variants * n, dtype="string"),
         "text": pd.Series(texts, dtype="string"),
     })
     for col in CARRIED_COLUMNS:
-        table[col] = _column(batch, col, "Int64" if col == "position" else "string")
+        table[col] = repeat(col, "Int64" if col == "position" else "string")
     table["status"] = pd.Series([STATUS_OK if r is None else STATUS_FAILED for r in reasons], dtype="string")
     table["reason"] = pd.Series(reasons, dtype="string")
     for col in attr_columns(batch):
-        table[col] = _column(batch, col, "string")
-    return table[[*SYNTHETIC_COLUMNS, *attr_columns(batch)]]
+        table[col] = repeat(col, "string")
+    meta_cols = list(dict.fromkeys(key for meta in metas for key in meta))
+    for key in meta_cols:
+        values = [meta.get(key) for meta in metas]
+        if key == TRUNCATED:
+            values = [False if v is None and r is None else v for v, r in zip(values, reasons, strict=True)]
+        table[key] = _meta_series(values, key)
+    return table[[*SYNTHETIC_COLUMNS, *attr_columns(batch), *meta_cols]]
