@@ -1,0 +1,481 @@
+"""Re-identification attack of seed 000 §5.3.2: attribute synthetic timelines to history authors with
+MinHash LSH over character 3-grams.
+
+Method. Synthetic posts (the small side, 17.8k in the article) are signed and indexed: each LSH band of
+``rows`` signature values is hashed to one uint64 key; the (band key, post) pairs are sorted, with a 2 MB
+bitmap in front so that almost every history probe is rejected with one cache access. History posts (the
+large side, 8.7M) are streamed in chunks (``chunk_rows``) from parquet, signed by the numba kernel and
+probed band by band; any shared band key makes a (history post, synthetic post) candidate pair (the
+same rule as datasketch ``MinHashLSH``). With ``jaccard_threshold`` a pair is kept only when the share of
+equal signature values (the Jaccard estimate) reaches it. About 8 bytes x bands per history post are
+held per chunk; nothing per history post is kept across chunks.
+
+Voting. Each candidate pair votes for its history post's author in its synthetic post's timeline;
+a synthetic post counts at most once per candidate author (however many of that author's posts
+match it). A timeline is attributed to the author with the most matching synthetic posts. Ties count
+as failures: a timeline is re-identified only when the true author is the unique argmax (the reported
+``predicted_author`` on a tie is the smallest tied id, flagged ``tie``). A timeline without candidates
+is a failure.
+
+Banding. Defaults ``k=128, bands=16, rows=8``: the S-curve P(candidate | J) = 1 - (1 - J^r)^b has its
+threshold near (1/b)^(1/r) = (1/16)^(1/8) ~= 0.71 ("near duplicates"); J=0.5 is caught with p ~= 0.06
+per post, J=0.9 with p ~= 1. ``bands*rows`` may be less than k (the first bands*rows values are banded;
+all k are used by the Jaccard filter).
+
+Report. ``accuracy`` = share of timelines attributed to their true author; ``baseline`` = 1/N, N the
+number of distinct history authors (nan with a ``reason`` when the history is empty);
+``candidate_recall`` = share of synthetic posts whose true author is among their candidate authors;
+``n_timelines_no_candidates``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numba as nb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from tasks.errors import InputError
+from tasks.privacy.minhash import MinHashParams, Scheme, sign
+
+HistorySource = str | os.PathLike | pd.DataFrame
+_BITMAP_BITS = 24
+_META_KEY = b"synthugc.minhash"
+
+
+@dataclass(frozen=True)
+class LSHParams:
+    """MinHash + banding parameters; identical params make signatures and band keys comparable."""
+
+    n: int = 3
+    k: int = 128
+    bands: int = 16
+    rows: int = 8
+    seed: int = 1
+    scheme: Scheme = "affine32"
+    lower: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bands < 1 or self.rows < 1 or self.bands * self.rows > self.k:
+            raise ValueError(f"need bands >= 1, rows >= 1 and bands*rows <= k; got {self.bands}x{self.rows}, k={self.k}")
+
+    @property
+    def minhash(self) -> MinHashParams:
+        return MinHashParams(n=self.n, k=self.k, seed=self.seed, scheme=self.scheme, lower=self.lower)
+
+    @property
+    def threshold(self) -> float:
+        """The S-curve's threshold (1/b)^(1/r)."""
+        return (1.0 / self.bands) ** (1.0 / self.rows)
+
+
+@dataclass
+class ReidResult:
+    """Per-timeline attributions and the summary (accuracy, baseline, recall, counts, parameters)."""
+
+    per_timeline: pd.DataFrame
+    summary: dict[str, Any]
+
+
+@dataclass
+class SyntheticIndex:
+    """The indexed synthetic side: sorted band keys -> post, post -> timeline and true author."""
+
+    params: LSHParams
+    keys: np.ndarray          # sorted uint64 band keys
+    posts: np.ndarray         # int32 synthetic post per key
+    bitmap: np.ndarray        # uint64 words, bit (key >> (64 - _BITMAP_BITS)) set for present keys
+    signatures: np.ndarray | None  # (S, k) uint32 when the Jaccard filter is used
+    group_codes: np.ndarray   # int64 timeline code per synthetic post
+    groups: np.ndarray        # timeline ids (object)
+    true_author: np.ndarray   # true author per synthetic post (object)
+    n_posts: int
+
+
+# ------------------------------------------------------------------------------------------- kernels
+
+@nb.njit(nogil=True, cache=True)
+def _probe_count(keys, index_keys, bitmap, shift, counts):
+    n, b = keys.shape
+    for i in range(n):
+        c = 0
+        for t in range(b):
+            key = keys[i, t]
+            if key == 0:
+                continue
+            bit = key >> shift
+            if not (bitmap[bit >> np.uint64(6)] >> (bit & np.uint64(63))) & np.uint64(1):
+                continue
+            lo = np.searchsorted(index_keys, key)
+            while lo < index_keys.shape[0] and index_keys[lo] == key:
+                c += 1
+                lo += 1
+        counts[i] = c
+
+
+@nb.njit(nogil=True, cache=True)
+def _probe_fill(keys, index_keys, index_posts, bitmap, shift, starts, out_rows, out_posts):
+    n, b = keys.shape
+    for i in range(n):
+        p = starts[i]
+        if p == starts[i + 1]:
+            continue
+        for t in range(b):
+            key = keys[i, t]
+            if key == 0:
+                continue
+            bit = key >> shift
+            if not (bitmap[bit >> np.uint64(6)] >> (bit & np.uint64(63))) & np.uint64(1):
+                continue
+            lo = np.searchsorted(index_keys, key)
+            while lo < index_keys.shape[0] and index_keys[lo] == key:
+                out_rows[p] = i
+                out_posts[p] = index_posts[lo]
+                p += 1
+                lo += 1
+
+
+def probe(index: SyntheticIndex, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(history row, synthetic post) for every shared band key; a pair sharing several bands repeats."""
+    keys = np.ascontiguousarray(keys, dtype=np.uint64)
+    n = keys.shape[0]
+    if n == 0 or index.keys.size == 0:
+        return np.empty(0, np.int64), np.empty(0, np.int32)
+    shift = np.uint64(64 - _BITMAP_BITS)
+    counts = np.empty(n, np.int64)
+    _probe_count(keys, index.keys, index.bitmap, shift, counts)
+    starts = np.zeros(n + 1, np.int64)
+    np.cumsum(counts, out=starts[1:])
+    rows = np.empty(starts[-1], np.int64)
+    posts = np.empty(starts[-1], np.int32)
+    _probe_fill(keys, index.keys, index.posts, index.bitmap, shift, starts, rows, posts)
+    return rows, posts
+
+
+# ------------------------------------------------------------------------------------------ the index
+
+def _check_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
+    for col in columns:
+        if col not in df.columns:
+            raise InputError(f"{what} lacks required column", column=col)
+
+
+def build_index(synthetic: pd.DataFrame, params: LSHParams, *, with_signatures: bool = False,
+                parallel: bool = True) -> SyntheticIndex:
+    """Sign and index the synthetic posts (columns group_id, author_id, text)."""
+    _check_columns(synthetic, ("group_id", "author_id", "text"), "synthetic data")
+    per_group = synthetic.groupby("group_id", sort=False, dropna=False)["author_id"].nunique(dropna=False)
+    if (per_group > 1).any():
+        raise InputError(f"timeline '{per_group.index[(per_group > 1).argmax()]}' has several true authors",
+                         column="author_id")
+    texts = pa.array(synthetic["text"].astype(object).where(synthetic["text"].notna(), None).tolist(), pa.large_string())
+    sig, keys = sign(texts, params.minhash, bands=params.bands, rows=params.rows,
+                     want_signatures=with_signatures, parallel=parallel)
+    assert keys is not None
+    posts = np.repeat(np.arange(len(synthetic), dtype=np.int32), params.bands)
+    flat = keys.ravel()
+    keep = flat != 0
+    flat, posts = flat[keep], posts[keep]
+    order = np.argsort(flat, kind="stable")
+    flat, posts = flat[order], posts[order]
+    bitmap = np.zeros((1 << _BITMAP_BITS) // 64, np.uint64)
+    bits = flat >> np.uint64(64 - _BITMAP_BITS)
+    np.bitwise_or.at(bitmap, (bits >> np.uint64(6)).astype(np.int64), np.uint64(1) << (bits & np.uint64(63)))
+    codes, groups = pd.factorize(synthetic["group_id"], sort=False)
+    return SyntheticIndex(params=params, keys=flat, posts=posts, bitmap=bitmap, signatures=sig,
+                          group_codes=codes.astype(np.int64), groups=np.asarray(groups, dtype=object),
+                          true_author=synthetic["author_id"].to_numpy(dtype=object), n_posts=len(synthetic))
+
+
+# --------------------------------------------------------------------------------------- the stream
+
+@dataclass
+class _Votes:
+    """What a shard contributes: unique (synthetic post, author) pairs, its authors and post count."""
+
+    pairs: pd.DataFrame
+    authors: set
+    n_posts: int
+
+    @staticmethod
+    def merge(parts: Sequence[_Votes]) -> _Votes:
+        pairs = [p.pairs for p in parts if len(p.pairs)]
+        merged = pd.concat(pairs, ignore_index=True).drop_duplicates() if pairs else _empty_pairs()
+        return _Votes(merged, set().union(*[p.authors for p in parts]) if parts else set(),
+                      sum(p.n_posts for p in parts))
+
+
+def _empty_pairs() -> pd.DataFrame:
+    return pd.DataFrame({"post": np.empty(0, np.int32), "author": np.empty(0, object)})
+
+
+def _batch_pairs(index: SyntheticIndex, authors: pa.Array, keys: np.ndarray, hist_sig: Any,
+                 jaccard_threshold: float | None) -> pd.DataFrame:
+    """Unique (post, author) pairs of one history batch; ``hist_sig(rows)`` gives signatures of rows."""
+    rows, posts = probe(index, keys)
+    if rows.size == 0:
+        return _empty_pairs()
+    if jaccard_threshold is not None:
+        pair_code = np.unique(rows * np.int64(index.n_posts) + posts)
+        rows, posts = pair_code // index.n_posts, (pair_code % index.n_posts).astype(np.int32)
+        uniq, inv = np.unique(rows, return_inverse=True)
+        sig_h = hist_sig(uniq)[inv]
+        assert index.signatures is not None
+        est = (sig_h == index.signatures[posts]).mean(axis=1)
+        keep = est >= jaccard_threshold
+        rows, posts = rows[keep], posts[keep]
+        if rows.size == 0:
+            return _empty_pairs()
+    author = authors.take(pa.array(rows)).to_numpy(zero_copy_only=False)
+    return pd.DataFrame({"post": posts, "author": author}).drop_duplicates()
+
+
+def _text_batches(source: HistorySource, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    if isinstance(source, pd.DataFrame):
+        _check_columns(source, ("author_id", "text"), "history data")
+        df = source[["author_id", "text"]]
+        for start in range(0, len(df), chunk_rows):
+            yield pa.RecordBatch.from_pandas(df.iloc[start:start + chunk_rows], preserve_index=False)
+        return
+    path = os.fspath(source)
+    if not Path(path).exists():
+        raise InputError("history file not found", file=path)
+    pf = pq.ParquetFile(path)
+    names = pf.schema_arrow.names
+    for col in ("author_id", "text"):
+        if col not in names:
+            raise InputError("history data lacks required column", file=path, column=col)
+    yield from pf.iter_batches(batch_size=chunk_rows, columns=["author_id", "text"])
+
+
+def _as_text(col: pa.Array) -> pa.Array:
+    if pa.types.is_null(col.type):
+        return pa.array([None] * len(col), pa.large_string())
+    return col
+
+
+def _shard_votes(source: HistorySource, index: SyntheticIndex, *, jaccard_threshold: float | None,
+                 chunk_rows: int, parallel: bool) -> _Votes:
+    """Sign one history source chunk by chunk and probe it against the index."""
+    params = index.params
+    parts, authors, n_posts = [], set(), 0
+    for batch in _text_batches(source, chunk_rows):
+        texts = _as_text(batch.column("text"))
+        author_col = batch.column("author_id")
+        _, keys = sign(texts, params.minhash, bands=params.bands, rows=params.rows, want_signatures=False,
+                       parallel=parallel)
+
+        def hist_sig(rows: np.ndarray, texts: pa.Array = texts) -> np.ndarray:
+            sig, _ = sign(texts.take(pa.array(rows)), params.minhash, parallel=parallel)
+            return sig
+
+        parts.append(_Votes(_batch_pairs(index, author_col, keys, hist_sig, jaccard_threshold), set(), 0))
+        authors.update(pc.unique(author_col.drop_null()).to_pylist())
+        n_posts += batch.num_rows
+    merged = _Votes.merge(parts)
+    return _Votes(merged.pairs, authors, n_posts)
+
+
+# ------------------------------------------------------------------------------------- attribution
+
+def attribute(index: SyntheticIndex, votes: _Votes, jaccard_threshold: float | None = None) -> ReidResult:
+    """Vote per timeline, apply the tie rule and build the report (see the module docstring)."""
+    pairs = votes.pairs
+    n_groups = len(index.groups)
+    group_author = pd.Series(index.true_author).groupby(index.group_codes).first().reindex(range(n_groups))
+    n_posts_group = np.bincount(index.group_codes, minlength=n_groups)
+    post = pairs["post"].to_numpy(np.int64)
+    is_true = pairs["author"].to_numpy(object) == index.true_author[post] if len(pairs) else np.zeros(0, bool)
+    recall_posts = np.unique(post[is_true])
+    with_cands = np.unique(post)
+    posts_with_cands_group = np.bincount(index.group_codes[with_cands], minlength=n_groups)
+
+    per = pd.DataFrame({"group_id": index.groups, "author_id": group_author.to_numpy(object),
+                        "n_posts": n_posts_group, "n_posts_with_candidates": posts_with_cands_group})
+    if len(pairs):
+        v = pd.DataFrame({"g": index.group_codes[post], "author": pairs["author"].to_numpy(object)})
+        counts = v.groupby(["g", "author"], sort=True).size().rename("votes").reset_index()
+        top = counts.groupby("g")["votes"].transform("max")
+        at_top = counts[counts["votes"] == top]
+        n_top = at_top.groupby("g").size()
+        best = at_top.groupby("g").first()  # smallest author id among the tied (sorted groupby)
+        n_authors = counts.groupby("g").size()
+        true_votes = counts[counts["author"].to_numpy(object) == group_author.to_numpy(object)[counts["g"]]]
+        true_votes = true_votes.set_index("g")["votes"]
+        idx = np.arange(n_groups)
+        per["predicted_author"] = best["author"].reindex(idx).to_numpy(object)
+        per["votes_top"] = best["votes"].reindex(idx).fillna(0).astype(np.int64).to_numpy()
+        per["votes_true"] = true_votes.reindex(idx).fillna(0).astype(np.int64).to_numpy()
+        per["n_candidate_authors"] = n_authors.reindex(idx).fillna(0).astype(np.int64).to_numpy()
+        per["tie"] = n_top.reindex(idx).fillna(0).to_numpy() > 1
+    else:
+        per["predicted_author"] = pd.Series([None] * n_groups, dtype=object)
+        per["votes_top"] = 0
+        per["votes_true"] = 0
+        per["n_candidate_authors"] = 0
+        per["tie"] = False
+    per["correct"] = (per["votes_top"] > 0) & (per["votes_true"] == per["votes_top"]) & ~per["tie"]
+
+    n_users = len(votes.authors)
+    summary: dict[str, Any] = {
+        "accuracy": float(per["correct"].mean()) if n_groups else math.nan,
+        "n_timelines": int(n_groups),
+        "n_correct": int(per["correct"].sum()),
+        "n_history_users": int(n_users),
+        "n_history_posts": int(votes.n_posts),
+        "baseline": 1.0 / n_users if n_users else math.nan,
+        "n_synthetic_posts": int(index.n_posts),
+        "candidate_recall": len(recall_posts) / index.n_posts if index.n_posts else math.nan,
+        "n_timelines_no_candidates": int((per["n_candidate_authors"] == 0).sum()),
+        "n_candidate_pairs": len(pairs),
+        "n_ties": int(per["tie"].sum()),
+        "s_curve_threshold": index.params.threshold,
+        "jaccard_threshold": jaccard_threshold,
+        **{f"param_{k}": v for k, v in asdict(index.params).items()},
+    }
+    if n_users == 0:
+        summary["reason"] = "history is empty: no author can be attributed"
+    elif n_groups == 0:
+        summary["reason"] = "no synthetic timelines"
+    return ReidResult(per_timeline=per, summary=summary)
+
+
+# ------------------------------------------------------------------------------------------ entry points
+
+def reidentify(histories: HistorySource, synthetic: pd.DataFrame, *, n: int = 3, k: int = 128, bands: int = 16,
+               rows: int = 8, seed: int = 1, jaccard_threshold: float | None = None, chunk_rows: int = 1_000_000,
+               scheme: Scheme = "affine32", lower: bool = False, parallel: bool = True) -> ReidResult:
+    """Attribute each synthetic timeline (group_id, true author_id, text) to a history author.
+
+    ``histories``: a parquet path or DataFrame with author_id and text, streamed in ``chunk_rows``."""
+    params = LSHParams(n=n, k=k, bands=bands, rows=rows, seed=seed, scheme=scheme, lower=lower)
+    index = build_index(synthetic, params, with_signatures=jaccard_threshold is not None, parallel=parallel)
+    votes = _shard_votes(histories, index, jaccard_threshold=jaccard_threshold, chunk_rows=chunk_rows,
+                         parallel=parallel)
+    return attribute(index, votes, jaccard_threshold)
+
+
+def sign_histories(histories: HistorySource, out_path: str | os.PathLike, *, n: int = 3, k: int = 128,
+                   bands: int = 16, rows: int = 8, seed: int = 1, scheme: Scheme = "affine32", lower: bool = False,
+                   with_signatures: bool = False, chunk_rows: int = 1_000_000, parallel: bool = True) -> str:
+    """Sign the histories once: parquet (author_id, band_keys[bands] uint64, signature[k] uint32 if
+    ``with_signatures``) with the parameters in the schema metadata; written atomically. Returns the path.
+
+    Every strategy's attack then reuses it with :func:`reidentify_signed` (~8 B x bands per post on disk,
+    plus 4 B x k with signatures)."""
+    params = LSHParams(n=n, k=k, bands=bands, rows=rows, seed=seed, scheme=scheme, lower=lower)
+    out_path = os.fspath(out_path)
+    Path(out_path).parent.mkdir(parents=True, exist_ok=True)
+    tmp = f"{out_path}.tmp-{os.getpid()}"
+    fields = [pa.field("author_id", pa.string()), pa.field("band_keys", pa.list_(pa.uint64(), bands))]
+    if with_signatures:
+        fields.append(pa.field("signature", pa.list_(pa.uint32(), k)))
+    meta = {**asdict(params), "with_signatures": with_signatures}
+    schema = pa.schema(fields, metadata={_META_KEY: json.dumps(meta).encode()})
+    author_type: pa.DataType | None = None
+    writer: pq.ParquetWriter | None = None
+    try:
+        for batch in _text_batches(histories, chunk_rows):
+            author = batch.column("author_id")
+            if author_type is None:
+                author_type = author.type if not pa.types.is_null(author.type) else pa.string()
+                schema = schema.set(0, pa.field("author_id", author_type))
+                writer = pq.ParquetWriter(tmp, schema)
+            sig, keys = sign(_as_text(batch.column("text")), params.minhash, bands=bands, rows=rows,
+                             want_signatures=with_signatures, parallel=parallel)
+            cols = [author.cast(author_type), pa.FixedSizeListArray.from_arrays(pa.array(keys.ravel()), bands)]
+            if with_signatures:
+                cols.append(pa.FixedSizeListArray.from_arrays(pa.array(sig.ravel()), k))
+            writer.write_batch(pa.record_batch(cols, schema=schema))  # type: ignore[union-attr]
+        if writer is None:
+            writer = pq.ParquetWriter(tmp, schema)
+        writer.close()
+        os.replace(tmp, out_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return out_path
+
+
+def signed_params(signed_path: str | os.PathLike) -> tuple[LSHParams, bool]:
+    """The parameters a signature artifact was made with, and whether it holds signatures."""
+    meta = pq.read_schema(os.fspath(signed_path)).metadata or {}
+    if _META_KEY not in meta:
+        raise InputError("not a signature artifact (no synthugc.minhash metadata)", file=os.fspath(signed_path))
+    d = json.loads(meta[_META_KEY])
+    with_sig = d.pop("with_signatures")
+    return LSHParams(**d), with_sig
+
+
+def _signed_votes(signed_path: str | os.PathLike, index: SyntheticIndex, *, jaccard_threshold: float | None,
+                  chunk_rows: int) -> _Votes:
+    params, with_sig = signed_params(signed_path)
+    if params != index.params:
+        raise InputError(f"signature artifact made with {params}, index with {index.params}",
+                         file=os.fspath(signed_path))
+    if jaccard_threshold is not None and not with_sig:
+        raise InputError("the Jaccard filter needs signatures: sign with with_signatures=True",
+                         file=os.fspath(signed_path))
+    cols = ["author_id", "band_keys"] + (["signature"] if jaccard_threshold is not None else [])
+    parts, authors, n_posts = [], set(), 0
+    for batch in pq.ParquetFile(os.fspath(signed_path)).iter_batches(batch_size=chunk_rows, columns=cols):
+        kcol = batch.column("band_keys")
+        keys = kcol.flatten().to_numpy().reshape(-1, params.bands)
+
+        def hist_sig(rows: np.ndarray, batch: pa.RecordBatch = batch) -> np.ndarray:
+            s = batch.column("signature").take(pa.array(rows))
+            return s.flatten().to_numpy().reshape(-1, params.k)
+
+        author_col = batch.column("author_id")
+        parts.append(_Votes(_batch_pairs(index, author_col, keys, hist_sig, jaccard_threshold), set(), 0))
+        authors.update(pc.unique(author_col.drop_null()).to_pylist())
+        n_posts += batch.num_rows
+    merged = _Votes.merge(parts)
+    return _Votes(merged.pairs, authors, n_posts)
+
+
+def reidentify_signed(signed_path: str | os.PathLike, synthetic: pd.DataFrame, *,
+                      jaccard_threshold: float | None = None, chunk_rows: int = 1_000_000) -> ReidResult:
+    """The attack against histories signed by :func:`sign_histories` (parameters come from the artifact)."""
+    params, _ = signed_params(signed_path)
+    index = build_index(synthetic, params, with_signatures=jaccard_threshold is not None)
+    return attribute(index, _signed_votes(signed_path, index, jaccard_threshold=jaccard_threshold,
+                                          chunk_rows=chunk_rows), jaccard_threshold)
+
+
+def reidentify_dask(client: Any, history_shards: Sequence[HistorySource], synthetic: pd.DataFrame, *, n: int = 3,
+                    k: int = 128, bands: int = 16, rows: int = 8, seed: int = 1,
+                    jaccard_threshold: float | None = None, chunk_rows: int = 1_000_000,
+                    scheme: Scheme = "affine32", lower: bool = False, signed: bool = False) -> ReidResult:
+    """Scale out: each history shard (parquet path or DataFrame; signature artifacts with ``signed``) is
+    signed and probed on a worker against the broadcast synthetic index; the per-shard unique
+    (post, author) vote tables are unioned, so the result equals :func:`reidentify` on the concatenation."""
+    from tasks.parallel import map_shards
+
+    if signed and history_shards:
+        params, _ = signed_params(history_shards[0])
+    else:
+        params = LSHParams(n=n, k=k, bands=bands, rows=rows, seed=seed, scheme=scheme, lower=lower)
+    index = build_index(synthetic, params, with_signatures=jaccard_threshold is not None)
+    [index_future] = client.scatter([index], broadcast=True)
+    parts = map_shards(client, _remote_votes, list(history_shards), index=index_future, signed=signed,
+                       jaccard_threshold=jaccard_threshold, chunk_rows=chunk_rows)
+    return attribute(index, _Votes.merge(parts), jaccard_threshold)
+
+
+def _remote_votes(shard: HistorySource, *, index: SyntheticIndex, signed: bool, jaccard_threshold: float | None,
+                  chunk_rows: int) -> _Votes:
+    """A worker's share: single-threaded, GIL-free kernels (the worker's threads are the parallelism)."""
+    if signed:
+        return _signed_votes(shard, index, jaccard_threshold=jaccard_threshold, chunk_rows=chunk_rows)
+    return _shard_votes(shard, index, jaccard_threshold=jaccard_threshold, chunk_rows=chunk_rows, parallel=False)
