@@ -24,6 +24,9 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "metrics": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/store.py"),
     "privacy": ("tasks/privacy", "tasks/training", "tasks/models", "tasks/corpus/schema.py", "tasks/metrics/base.py",
                 "tasks/store.py"),
+    "sign-histories": ("tasks/privacy/minhash.py", "tasks/privacy/reidentify.py", "tasks/store.py"),
+    "reidentify": ("tasks/privacy/minhash.py", "tasks/privacy/reidentify.py", "tasks/privacy/audit.py",
+                   "tasks/metrics/base.py", "tasks/corpus/schema.py", "tasks/store.py"),
     "report": ("tasks/report", "tasks/metrics/suite.py", "tasks/store.py"),
 }
 _STAGE_LAYER = ("flows/stages.py", "flows/caching.py")

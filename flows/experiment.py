@@ -91,6 +91,16 @@ def _source_ref(cfg: ExperimentConfig) -> ArtifactRef:
     return ArtifactRef(path=str(path), fingerprint=fingerprint_file(str(path)))
 
 
+def _histories_ref(path: str | None, corpus: ArtifactRef) -> ArtifactRef:
+    """The adversary's histories: a configured parquet file, or the corpus itself (the adversary holds the
+    originals, the strongest setting, as in the article where the full posting history includes them)."""
+    if path is None:
+        return corpus
+    if not Path(path).is_file():
+        raise SynthUGCError(f"privacy.reidentify.histories: file {path} does not exist")
+    return ArtifactRef(path=str(Path(path).resolve()), fingerprint=fingerprint_file(path))
+
+
 def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     """Run the whole DAG for a validated config (call inside a flow)."""
     logger = get_run_logger()
@@ -113,13 +123,23 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
         raise StageFailed(f"split failed: {run.failed['split']}")
     n_shards = max(1, math.ceil((corpus.rows or 0) / cfg.generate.shard_size))
     if bar := progress.reporter():
-        per_strategy = n_shards + 1 + int(cfg.privacy.enabled)
-        bar.planned(len(run.states) + len(cfg.generate.strategies) * per_strategy + 1)
+        attacks = int(cfg.privacy.enabled) + int(cfg.privacy.enabled and cfg.privacy.reidentify.enabled)
+        bar.planned(len(run.states) + int(attacks == 2) + len(cfg.generate.strategies) * (n_shards + 1 + attacks) + 1)
     logger.info("%s: %d documents (%s level), %d shard(s) per strategy", exp, corpus.rows, ingested.level, n_shards)
 
     options = metric_options(cfg)
     privacy_opts = privacy_options(cfg)
     privacy_results: dict[str, stages.PrivacyResult] = {}
+    reid_results: dict[str, stages.ReidentifyResult] = {}
+    signed = None
+    reid = cfg.privacy.reidentify
+    if cfg.privacy.enabled and reid.enabled:
+        histories = _histories_ref(reid.histories, corpus)
+        lsh = {"n": reid.n, "k": reid.k, "seed": cfg.seed,
+               **({"bands": reid.bands, "rows": reid.k // reid.bands} if reid.bands else {}),
+               "with_signatures": reid.jaccard_threshold is not None}
+        signed = run("sign-histories", stages.sign_adversary_histories, histories=histories, root=root,
+                     experiment=exp, lsh=lsh, cache_dir=str(settings.cache_dir.resolve()))
     results: dict[str, stages.MetricsResult] = {}
     for strategy in cfg.generate.strategies:
         label = strategy.key
@@ -141,6 +161,11 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
                           label=label, options=privacy_opts)
             if audited is not None:
                 privacy_results[label] = audited
+        if signed is not None:
+            attacked = run(f"reidentify[{label}]", stages.reidentify, signed=signed, shards=shards, root=root,
+                           experiment=exp, label=label, jaccard_threshold=reid.jaccard_threshold)
+            if attacked is not None:
+                reid_results[label] = attacked
 
     token_spec = options.token_encoder
     facts = {"experiment": exp, "data": cfg.data.dataset or str(cfg.data.path), "level": ingested.level,
@@ -148,7 +173,9 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
              "token encoder": model_id(token_spec), "seed": str(cfg.seed)}
     reported: stages.ReportResult | None = run(
         "report", stages.report, results=results,
-        privacy={label: r.summary for label, r in privacy_results.items()}, failures=ingested.failures, root=root, experiment=exp,
+        privacy={**{f"{label}/audit": r.summary for label, r in privacy_results.items()},
+                 **{f"{label}/reid": r.summary for label, r in reid_results.items()}},
+        failures=ingested.failures, root=root, experiment=exp,
         title=cfg.report.title or f"synthugc report: {exp}", facts=facts, failed_stages=dict(run.failed))
 
     artifacts: dict[str, ArtifactRef] = {"ingest/corpus": ingested.corpus, "ingest/failures": ingested.failures,
@@ -156,6 +183,9 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     for label, p in privacy_results.items():
         for name in ("profiling", "top_words", "word_bins", "membership", "summary"):
             artifacts[f"privacy/{label}/{name}"] = getattr(p, name)
+    for label, r in reid_results.items():
+        artifacts[f"privacy/{label}/reidentification"] = r.per_timeline
+        artifacts[f"privacy/{label}/reid_scores"] = r.summary
     for label, r in results.items():
         artifacts[f"metrics/{label}/sample_scores"] = r.sample_scores
         artifacts[f"metrics/{label}/distribution_scores"] = r.distribution_scores

@@ -21,12 +21,20 @@ from tasks.corpus.importers import read_table
 from tasks.corpus.schema import corpus_level, validate_corpus
 from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic
+from tasks.metrics.base import make_signature
 from tasks.metrics.suite import DISTRIBUTION_COLUMNS, MetricOptions, metric_correlation_matrix, score_strategy
 from tasks.parallel import dask_client
-from tasks.privacy.audit import PrivacyOptions, audit_strategy
+from tasks.privacy.audit import (
+    PrivacyOptions,
+    attack_timelines,
+    audit_strategy,
+    reidentification_rows,
+    summary_frame,
+)
+from tasks.privacy.reidentify import reidentify_signed, sign_histories
 from tasks.report.render import ReportInputs, render_html, render_markdown
 from tasks.settings import get_settings
-from tasks.store import ArtifactRef, ArtifactStore
+from tasks.store import ArtifactRef, ArtifactStore, fingerprint_config, fingerprint_file
 
 
 @dataclass(frozen=True)
@@ -137,6 +145,49 @@ def privacy(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experimen
                          word_bins=write(tables.word_bins, "word_bins.parquet"),
                          membership=write(tables.membership, "membership.parquet"),
                          summary=write(tables.summary, "privacy_scores.parquet"))
+
+
+@_stage("sign-histories")
+def sign_adversary_histories(histories: ArtifactRef, root: str, experiment: str, lsh: dict[str, Any],
+                             cache_dir: str) -> ArtifactRef:
+    """Sign the adversary's posting histories once (MinHash band keys); every strategy's attack reuses them.
+
+    Written under the local cache folder (the signer streams to a local file), keyed by the content
+    fingerprint of the histories and the LSH parameters."""
+    store = ArtifactStore(root)
+    frame = store.read_table(histories)
+    frame = frame.loc[frame["author_id"].notna(), ["author_id", "text"]]
+    out = Path(cache_dir) / "signed-histories" / f"{histories.fingerprint[:16]}-{fingerprint_config(lsh)[:12]}.parquet"
+    sign_histories(frame, out, **lsh)
+    return ArtifactRef(path=str(out), fingerprint=fingerprint_file(str(out)), rows=len(frame))
+
+
+@dataclass(frozen=True)
+class ReidentifyResult:
+    per_timeline: ArtifactRef
+    summary: ArtifactRef
+
+
+@_stage("reidentify")
+def reidentify(signed: ArtifactRef, shards: list[ArtifactRef], root: str, experiment: str, label: str,
+               jaccard_threshold: float | None) -> ReidentifyResult:
+    """MinHash-LSH re-identification of one strategy's synthetic timelines against the signed histories."""
+    store = ArtifactStore(root)
+    synthetic = pd.concat([store.read_table(s) for s in shards], ignore_index=True)
+    per_timeline, rows = [], []
+    signature = ""
+    for variant, part in synthetic.groupby("variant", sort=True):
+        result = reidentify_signed(signed.path, attack_timelines(part), jaccard_threshold=jaccard_threshold)
+        summary = result.summary
+        signature = make_signature("reid", attack="minhash-lsh", **{k: summary.get(k) for k in (
+            "n", "k", "bands", "rows", "seed", "scheme") if k in summary}, jaccard=jaccard_threshold,
+                                   vote="unique-argmax", ties="failure")
+        per_timeline.append(result.per_timeline.assign(strategy=label, variant=str(variant)))
+        rows += reidentification_rows(summary, label, str(variant), signature)
+    frame = pd.concat(per_timeline, ignore_index=True) if per_timeline else pd.DataFrame()
+    return ReidentifyResult(
+        per_timeline=store.write_table(frame, experiment, "privacy", label, "reidentification.parquet"),
+        summary=store.write_table(summary_frame(rows), experiment, "privacy", label, "reid_scores.parquet"))
 
 
 @_stage("report")

@@ -65,7 +65,8 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     first = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     expected_stages = {"ingest", "split", "generate[backtranslate][0]", "generate[backtranslate][1]",
                        "generate[stymask][0]", "generate[stymask][1]", "metrics[backtranslate]",
-                       "metrics[stymask]", "privacy[backtranslate]", "privacy[stymask]", "report"}
+                       "metrics[stymask]", "privacy[backtranslate]", "privacy[stymask]", "sign-histories",
+                       "reidentify[backtranslate]", "reidentify[stymask]", "report"}
     assert set(first.stages) == expected_stages
     assert set(first.stages.values()) == {"Completed"}
 
@@ -109,6 +110,10 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     original = privacy.loc[("original", "profiling_accuracy[party/linear]"), "value"]
     assert 0.0 <= original <= 1.0
     assert 0.5 <= privacy.loc[("stymask", "membership_auc"), "value"] <= 1.0  # near-copies of the members
+    reid = pd.read_parquet(root / "t" / "privacy" / "stymask" / "reid_scores.parquet").set_index(["strategy", "metric"])
+    assert reid.loc[("stymask", "reid_accuracy"), "value"] >= reid.loc[("chance", "reid_accuracy"), "value"]
+    timelines = pd.read_parquet(root / "t" / "privacy" / "stymask" / "reidentification.parquet")
+    assert len(timelines) == reid.loc[("stymask", "reid_accuracy"), "n"] > 0
 
     second = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     assert set(second.stages.values()) == {"Cached"}, second.stages
@@ -128,7 +133,7 @@ def test_changing_one_strategy_recomputes_only_its_branch(sample_corpus, isolate
     changed = experiment_from_mapping(_config(sample_corpus, root, stymask_params={"intensity": 0.5}))
     recomputed = {k for k, v in changed.stages.items() if v != "Cached"}
     assert recomputed == {"generate[stymask][0]", "generate[stymask][1]", "metrics[stymask]", "privacy[stymask]",
-                          "report"}
+                          "reidentify[stymask]", "report"}
 
 
 def test_rewritten_input_at_same_path_invalidates_dependents(sample_corpus, isolated):

@@ -126,8 +126,7 @@ def audit_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, label: str, op
     def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
-    table = pd.DataFrame(summary, columns=SUMMARY_COLUMNS)
-    table["reason"] = table["reason"].astype("string")
+    table = summary_frame(summary)
     return PrivacyTables(profiling=concat(profiling), top_words=concat(top_words), word_bins=concat(word_bins),
                          membership=pd.DataFrame(membership), summary=table)
 
@@ -138,3 +137,34 @@ def _set_name(name: str, label: str, single_variant: str) -> tuple[str, str]:
         strategy, variant = name.split("/", 1)
         return strategy, variant
     return label, single_variant
+
+
+def attack_timelines(synthetic: pd.DataFrame) -> pd.DataFrame:
+    """The synthetic side of re-identification: ok rows with a known author, grouped into timelines.
+
+    A timeline is one author's posts within one group (a user's timeline, or a speaker's turns in one
+    conversation), or all of the author's posts when the corpus has no groups."""
+    rows = synthetic[(synthetic["status"] == STATUS_OK) & synthetic["author_id"].notna()]
+    group = rows["group_id"].astype("string") if "group_id" in rows.columns else None
+    author = rows["author_id"].astype("string")
+    timeline = author if group is None or group.isna().all() else author + "/" + group.fillna("")
+    return pd.DataFrame({"doc_id": rows["doc_id"].astype(str).to_numpy(), "group_id": timeline.to_numpy(),
+                         "author_id": author.to_numpy(), "text": rows["text"].astype(str).to_numpy()})
+
+
+def reidentification_rows(summary: dict, strategy: str, variant: str, signature: str) -> list[dict]:
+    """The attack's numbers as privacy summary rows (accuracy, the random baseline 1/N, candidate recall)."""
+    reason = summary.get("reason")
+    n = int(summary.get("n_timelines", 0) or 0)
+    return [_row(strategy, variant, "reid_accuracy", float(summary.get("accuracy", np.nan)), n, signature, reason),
+            _row(strategy, variant, "reid_candidate_recall", float(summary.get("candidate_recall", np.nan)), n,
+                 signature, reason),
+            _row("chance", "", "reid_accuracy", float(summary.get("baseline", np.nan)), n, signature,
+                 reason if reason else None)]
+
+
+def summary_frame(rows: list[dict]) -> pd.DataFrame:
+    """Privacy summary rows as a table with its columns and types."""
+    table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
+    table["reason"] = table["reason"].astype("string")
+    return table

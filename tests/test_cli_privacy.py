@@ -1,0 +1,72 @@
+"""`synthugc reidentify` and `synthugc profile` on small real files: outputs, numbers, clear errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+CLI = Path(sys.executable).parent / "synthugc"
+WORDS = {"blue": "sky sea ocean navy azure cobalt", "red": "fire blood rose ruby crimson cherry"}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(CLI), *args], capture_output=True, text=True, env=dict(os.environ), timeout=300)
+
+
+@pytest.fixture()
+def files(tmp_path) -> dict[str, Path]:
+    rng = random.Random(7)
+    filler = ["".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(3, 9))) for _ in range(400)]
+    rows = []
+    for user in range(6):
+        colour = "blue" if user % 2 else "red"
+        for post in range(8):
+            words = WORDS[colour].split()
+            text = f"{words[post % 6]} {' '.join(rng.sample(filler, 12))} {words[(post + 2) % 6]}"
+            rows.append({"doc_id": f"u{user}-{post}", "text": text, "author_id": f"u{user}", "group_id": f"g{user}",
+                         "split": "test" if post >= 6 else "train", "attr_colour": colour})
+    corpus = pd.DataFrame(rows)
+    synthetic = corpus.assign(strategy="copy", variant="first", status="ok")[
+        ["doc_id", "strategy", "variant", "text", "author_id", "group_id", "split", "status"]]
+    paths = {"corpus": tmp_path / "corpus.parquet", "histories": tmp_path / "histories.parquet",
+             "synthetic": tmp_path / "synthetic.parquet"}
+    corpus.to_parquet(paths["corpus"])
+    corpus[["author_id", "text"]].to_parquet(paths["histories"])
+    synthetic.to_parquet(paths["synthetic"])
+    return paths
+
+
+def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
+    proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
+                "--out", str(tmp_path / "reid"))
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((tmp_path / "reid" / "summary.json").read_text())
+    assert summary["accuracy"] == 1.0 and summary["n_timelines"] == 6
+    assert summary["baseline"] == pytest.approx(1 / 6)
+    assert len(pd.read_parquet(tmp_path / "reid" / "reidentification.parquet")) == 6
+
+    proc = _run("reidentify", "--histories", str(tmp_path / "missing.parquet"), "--synthetic",
+                str(files["synthetic"]), "--out", str(tmp_path / "x"))
+    assert proc.returncode == 2 and "missing.parquet" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_profile_scores_original_and_synthetic(files, tmp_path):
+    proc = _run("profile", "--corpus", str(files["corpus"]), "--attr", "colour", "--synthetic",
+                str(files["synthetic"]), "--out", str(tmp_path / "prof"))
+    assert proc.returncode == 0, proc.stderr
+    scores = pd.read_parquet(tmp_path / "prof" / "scores.parquet").set_index("set")
+    assert scores.loc["original", "accuracy"] >= scores.loc["original", "chance"] + 0.3  # colour words leak it
+    assert scores.loc["copy", "reduction"] == 0.0  # a verbatim copy protects nothing
+    top = pd.read_parquet(tmp_path / "prof" / "top_words.parquet")
+    assert set(top["word"].head(40)) & set(WORDS["blue"].split() + WORDS["red"].split())
+
+    proc = _run("profile", "--corpus", str(files["corpus"]), "--attr", "age", "--out", str(tmp_path / "y"))
+    assert proc.returncode == 2 and "age" in proc.stderr and "Traceback" not in proc.stderr
