@@ -384,6 +384,39 @@ def datasets_fetch(name: Annotated[str, typer.Argument(help="Dataset name (see: 
     typer.echo(str(path))
 
 
+@app.command()
+def deploy(
+    prefect_file: Annotated[Path | None, typer.Option("--prefect-file", help="Deployments file "
+                                                      "(default: deployments/prefect.yaml).")] = None,
+    name: Annotated[list[str] | None, typer.Option("--name", help="Only this deployment (repeatable).")] = None,
+) -> None:
+    """Create the work pools (synthugc-cpu, synthugc-gpu) and the deployments on the Prefect server
+    (PREFECT_API_URL); start workers with infra/prefect/worker.sh."""
+    _environment()
+    from flows.deployments import PREFECT_FILE
+    from flows.deployments import deploy as deploy_all
+
+    proc = deploy_all(prefect_file or PREFECT_FILE, names=name or None)
+    if proc.returncode != 0:
+        _fail("prefect deploy failed: " + ((proc.stderr or proc.stdout).strip().splitlines() or ["?"])[-1])
+    typer.echo(proc.stdout.strip())
+
+
+@app.command()
+def serve(
+    name: Annotated[list[str] | None, typer.Option("--name", help="Only this deployment (repeatable).")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", help="At most this many runs at once.")] = None,
+) -> None:
+    """Serve every deployment from this process (no work pool or worker needed); Ctrl-C stops."""
+    _environment()
+    from flows.deployments import serve as serve_all
+
+    try:
+        serve_all(name or None, limit=limit)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
 def main() -> None:  # pragma: no cover - console entry
     app(prog_name="synthugc")
 

@@ -97,21 +97,20 @@ def _stage_files(store: ArtifactStore, experiment: str, stage: str, manifest_art
         return [store.path(experiment, "generate", m.group(1), f"shard-{int(m.group(2)):05d}.parquet")]
     name, _, label = stage.partition("[")
     label = label.rstrip("]")
-    out = []
-    for key, ref in manifest_artifacts.items():
-        parts = key.split("/")
-        if name in ("ingest", "split") and parts[0] == name:
-            out.append(ref["path"])
-        elif name == "metrics" and parts[:2] == ["metrics", label]:
-            out.append(ref["path"])
-        elif name == "privacy" and parts[:2] == ["privacy", label] and parts[-1] not in (
-                "reidentification", "reid_scores"):
-            out.append(ref["path"])
-        elif name == "reidentify" and parts[:2] == ["privacy", label] and parts[-1] in (
-                "reidentification", "reid_scores"):
-            out.append(ref["path"])
-        elif name == "report" and parts[0] in ("report.md", "report.html"):
-            out.append(ref["path"])
+    reid = ("reidentification", "reid_scores")
+
+    def belongs(parts: list[str]) -> bool:
+        if name in ("ingest", "split"):
+            return parts[0] == name
+        if name == "report":
+            return parts[0] in ("report.md", "report.html")
+        if name == "metrics":
+            return parts[:2] == ["metrics", label]
+        if name in ("privacy", "reidentify"):
+            return parts[:2] == ["privacy", label] and ((parts[-1] in reid) == (name == "reidentify"))
+        return False
+
+    out = [ref["path"] for key, ref in manifest_artifacts.items() if belongs(key.split("/"))]
     return out
 
 

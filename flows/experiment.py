@@ -8,6 +8,7 @@ A failing strategy branch is recorded and the others go on; the run then ends Fa
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,13 @@ def _source_ref(cfg: ExperimentConfig) -> ArtifactRef:
     return ArtifactRef(path=str(path), fingerprint=fingerprint_file(str(path)))
 
 
+def _profiling_backend() -> dict[str, str]:
+    """The profiling LLM's endpoint and model from the environment (empty: the in-process default)."""
+    return {key: value for key, value in (
+        ("endpoint", os.environ.get("SYNTHUGC_LLM_ENDPOINT_PROFILING_LLM")),
+        ("model", os.environ.get("SYNTHUGC_LLM_MODEL_PROFILING_LLM"))) if value}
+
+
 def _histories_ref(path: str | None, corpus: ArtifactRef) -> ArtifactRef:
     """The adversary's histories: a configured parquet file, or the corpus itself (the adversary holds the
     originals, the strongest setting, as in the article where the full posting history includes them)."""
@@ -131,6 +139,7 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     privacy_opts = privacy_options(cfg)
     privacy_results: dict[str, stages.PrivacyResult] = {}
     reid_results: dict[str, stages.ReidentifyResult] = {}
+    llm_profiled: dict[str, ArtifactRef] = {}
     signed = None
     reid = cfg.privacy.reidentify
     if cfg.privacy.enabled and reid.enabled:
@@ -161,6 +170,13 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
                           label=label, options=privacy_opts)
             if audited is not None:
                 privacy_results[label] = audited
+        if cfg.privacy.enabled and cfg.privacy.llm_profiling.enabled:
+            profiled = run(f"llm-profile[{label}]", stages.llm_profile, corpus=corpus, shards=shards, root=root,
+                           experiment=exp, label=label, backend=_profiling_backend(),
+                           max_tokens=cfg.privacy.llm_profiling.max_tokens, n=cfg.privacy.llm_profiling.n,
+                           seed=cfg.seed)
+            if profiled is not None:
+                llm_profiled[label] = profiled
         if signed is not None:
             attacked = run(f"reidentify[{label}]", stages.reidentify, signed=signed, shards=shards, root=root,
                            experiment=exp, label=label, jaccard_threshold=reid.jaccard_threshold)
@@ -174,7 +190,8 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     reported: stages.ReportResult | None = run(
         "report", stages.report, results=results,
         privacy={**{f"{label}/audit": r.summary for label, r in privacy_results.items()},
-                 **{f"{label}/reid": r.summary for label, r in reid_results.items()}},
+                 **{f"{label}/reid": r.summary for label, r in reid_results.items()},
+                 **{f"{label}/llm": ref for label, ref in llm_profiled.items()}},
         failures=ingested.failures, root=root, experiment=exp,
         title=cfg.report.title or f"synthugc report: {exp}", facts=facts, failed_stages=dict(run.failed))
 

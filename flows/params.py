@@ -51,7 +51,7 @@ class ExperimentParams(BaseModel):
     privacy: bool | None = Field(None, description="Run the privacy attacks (default: the config's).")
     storage_root: str | None = Field(None, description="Artifact root, a path or fsspec URL "
                                                         "(default: the config's, else SYNTHUGC_STORAGE_ROOT).")
-    overrides: list[str] = Field(default_factory=list, description="More overrides as key.path=value, applied "
+    overrides: list[str] = Field([], description="More overrides as key.path=value, applied "
                                                                    "last (e.g. generate.shard_size=100).")
 
     def raw_config(self) -> dict[str, Any]:

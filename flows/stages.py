@@ -23,14 +23,17 @@ from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic
 from tasks.metrics.base import make_signature
 from tasks.metrics.suite import DISTRIBUTION_COLUMNS, MetricOptions, metric_correlation_matrix, score_strategy
+from tasks.models.llm import llm_backend_for
 from tasks.parallel import dask_client
 from tasks.privacy.audit import (
     PrivacyOptions,
     attack_timelines,
     audit_strategy,
+    llm_profiling_rows,
     reidentification_rows,
     summary_frame,
 )
+from tasks.privacy.llm_profiling import llm_profile as run_llm_profiling
 from tasks.privacy.reidentify import reidentify_signed, sign_histories
 from tasks.report.render import ReportInputs, render_html, render_markdown
 from tasks.settings import get_settings
@@ -188,6 +191,21 @@ def reidentify(signed: ArtifactRef, shards: list[ArtifactRef], root: str, experi
     return ReidentifyResult(
         per_timeline=store.write_table(frame, experiment, "privacy", label, "reidentification.parquet"),
         summary=store.write_table(summary_frame(rows), experiment, "privacy", label, "reid_scores.parquet"))
+
+
+@_stage("llm-profile")
+def llm_profile(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experiment: str, label: str,
+                backend: dict[str, Any], max_tokens: int, n: int | None, seed: int) -> ArtifactRef:
+    """Zero-shot LLM profiling (seed 000 §5.2.2, A.5) of the real and the synthetic transcripts.
+
+    ``backend`` names the endpoint and model (part of the cache key: another model is another attack)."""
+    store = ArtifactStore(root)
+    synthetic = pd.concat([store.read_table(s) for s in shards], ignore_index=True).assign(strategy=label)
+    result = run_llm_profiling(store.read_table(corpus), backend=llm_backend_for("profiling_llm", backend),
+                               synthetic=synthetic, max_tokens=max_tokens, n=n, seed=seed)
+    store.write_table(result.predictions, experiment, "privacy", label, "llm_profiling_predictions.parquet")
+    return store.write_table(summary_frame(llm_profiling_rows(result, label)), experiment, "privacy", label,
+                             "llm_profiling_scores.parquet")
 
 
 @_stage("report")

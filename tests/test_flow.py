@@ -215,3 +215,22 @@ def test_cli_bad_data_exits_2_naming_file_column_row(sample_corpus, tmp_path):
     assert "Traceback" not in proc.stderr
     error_lines = [line for line in proc.stderr.splitlines() if "error" in line.lower()]
     assert any(str(bad) in line and "doc_id" in line and "row 6" in line for line in error_lines), proc.stderr
+
+
+def test_llm_profiling_stage_with_the_offline_llm(sample_corpus, isolated):
+    """The zero-shot LLM attack as a flow stage, on the in-process SmolLM2 (tiny answers: machinery only)."""
+    root = isolated / "runs"
+    short = isolated / "short.parquet"  # short turns keep the prompts small for a CPU model
+    pd.read_parquet(sample_corpus).assign(text=lambda f: f["text"].str.slice(0, 60)).to_parquet(short)
+    config = _config(short, root, metrics=["bleu_divergence"])
+    config["generate"]["strategies"] = [{"name": "stymask"}]
+    config["privacy"] = {"membership": {"enabled": False}, "reidentify": {"enabled": False},
+                         "llm_profiling": {"enabled": True, "max_tokens": 8, "n": 1}}
+    summary = experiment_from_mapping(config)
+    assert summary.stages["llm-profile[stymask]"] == "Completed"
+    scores = pd.read_parquet(root / "t" / "privacy" / "stymask" / "llm_profiling_scores.parquet")
+    assert {"original", "stymask", "chance"} <= set(scores["strategy"])
+    assert scores.loc[scores["metric"] == "llm_profiling_success", "value"].between(0, 1).all()
+    predictions = pd.read_parquet(root / "t" / "privacy" / "stymask" / "llm_profiling_predictions.parquet")
+    assert len(predictions) > 0 and predictions["answer"].notna().any()
+    assert "llm_profiling_accuracy[party]" in (root / "t" / "report.md").read_text()

@@ -168,3 +168,24 @@ def summary_frame(rows: list[dict]) -> pd.DataFrame:
     table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
     table["reason"] = table["reason"].astype("string")
     return table
+
+
+def llm_profiling_rows(result: object, strategy: str) -> list[dict]:
+    """Zero-shot LLM profiling numbers (per-attribute accuracy, all-attributes success) as summary rows;
+    the ``original`` rows are the attack on the real transcripts."""
+    rows = []
+    signature = getattr(result, "signature", "")
+    for r in result.accuracy.itertuples(index=False):  # type: ignore[attr-defined]
+        name = strategy if str(r.strategy) != ORIGINAL else ORIGINAL
+        variant = "" if name == ORIGINAL else str(r.variant)
+        rows.append(_row(name, variant, f"llm_profiling_accuracy[{r.attribute}]", float(r.accuracy), int(r.n),
+                         signature))
+        rows.append(_row("chance", "", f"llm_profiling_accuracy[{r.attribute}]", float(r.chance), int(r.n),
+                         signature))
+    for r in result.success.itertuples(index=False):  # type: ignore[attr-defined]
+        name = strategy if str(r.strategy) != ORIGINAL else ORIGINAL
+        variant = "" if name == ORIGINAL else str(r.variant)
+        rows.append(_row(name, variant, "llm_profiling_success", float(r.success_rate), int(r.n_dialogues),
+                         signature, n_failed=int(r.n_failed_requests)))
+        rows.append(_row("chance", "", "llm_profiling_success", float(r.chance), int(r.n_dialogues), signature))
+    return rows
