@@ -1,0 +1,256 @@
+"""Downstream utility of synthetic data: the privacy-oriented and augmentation settings of seed 000 §5
+(Figure 2), for any task through one evaluator interface.
+
+Settings (every model is tested on the REAL test split of the corpus):
+
+- ``substitution`` (privacy-oriented, Table 5): train and validate on the synthetic version of the real
+  train and val rows -- one synthetic per original (status ok only; source rows whose generation failed
+  are left out, so the set can be smaller). Run at 100% only, as in the article.
+- ``augmentation`` (Tables 7-9): the real training split undersampled to each fraction (nested and
+  seeded by :func:`~tasks.corpus.splits.undersample`, by whole groups), plus the synthetic version of
+  exactly the kept rows (one per real row, ok only); validation on the real val split.
+- ``baseline`` (strategy ``original``): the same model on the real training rows at each fraction
+  ("Original (without augmentation)"; at 100% the "best system trained on original data" of Table 5).
+
+Each (setting, fraction, strategy, seed) is one run; ``seed`` drives both the undersample and the
+model, so the spread over seeds includes the draw of the data (at 100% only the model's). A run that
+raises is recorded with ``status='failed'`` and the reason; the other runs go on.
+
+Synthetic rows take ``text`` from the synthetic table and every other column from their source row of
+the corpus (label, split, group, position, author), so a synthetic table cannot move a row to another
+split; in augmentation their ``doc_id``/``group_id`` get a ``|syn`` suffix so a synthetic conversation or
+timeline stays separate from its real source. ``origin`` is ``real`` or ``synthetic``. A word-level
+``seg_tags`` column does not carry over (the words changed); task models fall back to the row's label.
+
+An evaluator is ``evaluate(train, val, test, seed) -> {metric: value}`` on corpus-shaped tables with the
+task label in ``label``: :func:`post_evaluator` (macro F1), :func:`tasks.training.dialogue.dialogue_evaluator`
+(SegWER/JointWER), :func:`tasks.training.timeline.timeline_evaluator` (coverage).
+
+Learning rate of the encoder: the article fine-tunes DistilBERT with lr 1e-3 (A.6), far above the
+2e-5..1e-4 usually used for full fine-tuning; the offline default backbone (MiniLM) uses
+:data:`~tasks.training.classifiers.DEFAULT_ENCODER_LR` = 5e-5 (the article's rate for XLNet, Table 14);
+pass ``model_kwargs={'lr': 1e-3}`` to reproduce the article's setting.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tasks.corpus.schema import STATUS_OK
+from tasks.corpus.splits import undersample
+from tasks.errors import ConfigError
+from tasks.training.task_metrics import macro_f1
+
+SETTINGS: tuple[str, ...] = ("substitution", "augmentation", "baseline")
+ORIGINAL = "original"  #: strategy name of the baseline runs
+SYN_SUFFIX = "|syn"
+RESULT_COLUMNS: tuple[str, ...] = ("setting", "fraction", "strategy", "seed", "n_train", "n_val", "n_test",
+                                   "status", "reason", "seconds")
+
+Evaluator = Callable[[pd.DataFrame, pd.DataFrame, pd.DataFrame, int], Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class UtilityRun:
+    """One training set of the design: what to train on and validate with."""
+
+    setting: str
+    fraction: float
+    strategy: str
+    seed: int
+    train: pd.DataFrame
+    val: pd.DataFrame
+
+
+def synthetic_view(corpus: pd.DataFrame, synthetic: pd.DataFrame, *, variant: str | None = None) -> pd.DataFrame:
+    """One synthetic row per source document, shaped like the corpus (see the module docstring).
+
+    Keeps rows with status ok whose ``doc_id`` is in the corpus. With several variants per source, the
+    named ``variant`` is used, or (None) the first in sorted order -- one synthetic per original."""
+    syn = synthetic
+    if "status" in syn.columns:
+        syn = syn[syn["status"] == STATUS_OK]
+    if "variant" in syn.columns and len(syn):
+        if variant is not None:
+            syn = syn[syn["variant"].astype(str) == str(variant)]
+        else:
+            syn = syn.sort_values("variant", kind="stable").drop_duplicates("doc_id", keep="first")
+    syn = syn.drop_duplicates("doc_id", keep="first")
+    syn = syn[syn["text"].map(lambda t: isinstance(t, str) and bool(t.strip()))]
+    base = corpus.drop(columns=["text", "seg_tags"], errors="ignore").copy()
+    base["doc_id"] = base["doc_id"].astype(str)
+    texts = pd.DataFrame({"doc_id": syn["doc_id"].astype(str).to_numpy(), "text": syn["text"].to_numpy()})
+    view = base.merge(texts, on="doc_id", how="inner", validate="one_to_one")
+    view["origin"] = "synthetic"
+    return view
+
+
+def _rename_synthetic(view: pd.DataFrame) -> pd.DataFrame:
+    out = view.copy()
+    out["doc_id"] = out["doc_id"].astype(str) + SYN_SUFFIX
+    if "group_id" in out.columns:
+        out["group_id"] = out["group_id"].astype("string") + SYN_SUFFIX
+    return out
+
+
+def _split(df: pd.DataFrame, name: str) -> pd.DataFrame:
+    return df[(df["split"].astype("string") == name).fillna(False).to_numpy(dtype=bool)]
+
+
+def design(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | None, *,
+           settings: Sequence[str] = ("substitution", "augmentation"), fractions: Sequence[float] = (0.1, 0.5, 1.0),
+           seeds: Sequence[int] = (0, 1, 2, 3, 4), baseline: bool = True,
+           variant: str | None = None) -> Iterator[UtilityRun]:
+    """The training sets of every run, lazily: baseline, then per strategy substitution and augmentation."""
+    unknown = [s for s in settings if s not in SETTINGS]
+    if unknown:
+        raise ConfigError(f"utility settings must be among {', '.join(SETTINGS)}, got {unknown}")
+    bad = [f for f in fractions if not 0 < f <= 1]
+    if bad:
+        raise ConfigError(f"utility fractions must be in (0, 1], got {bad}")
+    real = corpus.assign(origin="real")
+    real_val = _split(real, "val")
+    if baseline or "baseline" in settings:
+        for fraction in fractions:
+            for seed in seeds:
+                train = _split(undersample(real, fraction, seed=seed), "train")
+                yield UtilityRun("baseline", fraction, ORIGINAL, seed, train, real_val)
+    for strategy, table in (synthetic or {}).items():
+        view = synthetic_view(corpus, table, variant=variant)
+        if "substitution" in settings:
+            for seed in seeds:
+                yield UtilityRun("substitution", 1.0, strategy, seed, _split(view, "train"), _split(view, "val"))
+        if "augmentation" in settings:
+            renamed = _rename_synthetic(view)
+            source_ids = view["doc_id"].to_numpy()
+            for fraction in fractions:
+                for seed in seeds:
+                    kept = _split(undersample(real, fraction, seed=seed), "train")
+                    syn = renamed[np.isin(source_ids, kept["doc_id"].astype(str).to_numpy())]
+                    train = pd.concat([kept, syn], ignore_index=True)
+                    yield UtilityRun("augmentation", fraction, strategy, seed, train, real_val)
+
+
+def run_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | None, evaluate: Evaluator, *,
+                settings: Sequence[str] = ("substitution", "augmentation"),
+                fractions: Sequence[float] = (0.1, 0.5, 1.0), seeds: Sequence[int] = (0, 1, 2, 3, 4),
+                baseline: bool = True, variant: str | None = None, label_col: str = "label") -> pd.DataFrame:
+    """One row per (setting, fraction, strategy, seed): sizes, status, reason, seconds and the metrics.
+
+    ``label_col`` names the task label (copied to ``label`` for the evaluator); test rows without a
+    label are dropped. Failed runs have NaN metrics and ``status='failed'`` with ``reason``."""
+    if label_col not in corpus.columns:
+        raise ConfigError(f"label column '{label_col}' is not in the corpus")
+    if label_col != "label":
+        corpus = corpus.assign(label=corpus[label_col])
+    test = _split(corpus, "test")
+    test = test[test["label"].notna().to_numpy(dtype=bool)]
+    rows: list[dict[str, Any]] = []
+    for run in design(corpus, synthetic, settings=settings, fractions=fractions, seeds=seeds,
+                      baseline=baseline, variant=variant):
+        row: dict[str, Any] = {"setting": run.setting, "fraction": run.fraction, "strategy": run.strategy,
+                               "seed": run.seed, "n_train": len(run.train), "n_val": len(run.val),
+                               "n_test": len(test), "status": STATUS_OK, "reason": None}
+        start = time.perf_counter()
+        try:
+            if test.empty:
+                raise ValueError("the corpus has no labelled test rows")
+            row.update({k: float(v) for k, v in evaluate(run.train, run.val, test, run.seed).items()})
+        except Exception as exc:  # one failed run must not stop the others; recorded below
+            row["status"] = "failed"
+            row["reason"] = f"{type(exc).__name__}: {exc}"
+        row["seconds"] = time.perf_counter() - start
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    for col in RESULT_COLUMNS:
+        if col not in out.columns:
+            out[col] = pd.Series(dtype=object)
+    metrics = [c for c in out.columns if c not in RESULT_COLUMNS]
+    return out[[*RESULT_COLUMNS, *metrics]]
+
+
+def post_evaluator(model: str = "linear", **model_kwargs: Any) -> Evaluator:
+    """Macro F1 of a text classifier (``linear``: TF-IDF + logistic regression; ``encoder``: the
+    fine-tuned classifier backbone, one CPU thread by default) trained on ``train`` (val unused: the
+    recipe trains a fixed number of epochs)."""
+    from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier
+
+    if model not in ("linear", "encoder"):
+        raise ConfigError(f"post utility model must be 'linear' or 'encoder', got '{model}'")
+
+    def evaluate(train: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame, seed: int) -> dict[str, float]:
+        if model == "linear":
+            clf: Any = LinearTextClassifier(seed=seed, **model_kwargs)
+        else:
+            clf = EncoderClassifier(seed=seed, **{"num_threads": 1, **model_kwargs})
+        clf.fit(train["text"].astype(object).tolist(), train["label"].astype(object).tolist())
+        pred = clf.predict(test["text"].astype(object).tolist())
+        return {"macro_f1": macro_f1(test["label"].astype(object).tolist(), list(pred))}
+
+    return evaluate
+
+
+def run_post_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | None, *,
+                     settings: Sequence[str] = ("substitution", "augmentation"),
+                     fractions: Sequence[float] = (0.1, 0.5, 1.0), seeds: Sequence[int] = (0, 1, 2, 3, 4),
+                     model: str = "linear", label_col: str = "label", baseline: bool = True,
+                     variant: str | None = None, model_kwargs: Mapping[str, Any] | None = None) -> pd.DataFrame:
+    """Post-level utility (macro F1 on the real test split) for every setting, fraction, strategy, seed."""
+    return run_utility(corpus, synthetic, post_evaluator(model, **dict(model_kwargs or {})), settings=settings,
+                       fractions=fractions, seeds=seeds, baseline=baseline, variant=variant, label_col=label_col)
+
+
+# ---------------------------------------------------------------------------------------------- summaries
+
+
+def metric_columns(results: pd.DataFrame) -> list[str]:
+    """The metric columns of a results table (everything but the run description)."""
+    return [c for c in results.columns if c not in RESULT_COLUMNS]
+
+
+def summarize_utility(results: pd.DataFrame) -> pd.DataFrame:
+    """Mean and sample std (ddof=1; NaN with one seed) over the ok seeds of each (setting, strategy,
+    fraction), with the counts of ok and failed runs. Columns ``<metric>_mean``, ``<metric>_std``."""
+    keys = ["setting", "strategy", "fraction"]
+    metrics = metric_columns(results)
+    ok = results[results["status"] == STATUS_OK]
+    agg = ok.groupby(keys, sort=False)[metrics].agg(["mean", "std"]) if metrics else pd.DataFrame()
+    if metrics:
+        agg.columns = [f"{m}_{s}" for m, s in agg.columns]
+    counts = results.groupby(keys, sort=False)["status"].agg(
+        n_ok=lambda s: int((s == STATUS_OK).sum()), n_failed=lambda s: int((s != STATUS_OK).sum()))
+    return counts.join(agg).reset_index()
+
+
+def utility_tables(results: pd.DataFrame, *, stat: str = "mean") -> dict[str, pd.DataFrame]:
+    """The article's layouts, one number (``stat``: mean or std) per cell.
+
+    ``substitution`` (Table 5): a row per strategy and the row ``original`` (the baseline at 100%),
+    a column per metric. ``augmentation`` (Tables 7-9): a row per strategy and ``original`` (without
+    augmentation), columns (metric, percent of the training data)."""
+    summary = summarize_utility(results)
+    metrics = metric_columns(results)
+    cols = [f"{m}_{stat}" for m in metrics]
+    tables: dict[str, pd.DataFrame] = {}
+    sub = summary[summary["setting"] == "substitution"]
+    best = summary[(summary["setting"] == "baseline") & (summary["fraction"] == 1.0)]
+    table5 = pd.concat([sub, best])[["strategy", *cols]].set_index("strategy")
+    table5.columns = metrics
+    tables["substitution"] = table5
+    aug = summary[summary["setting"].isin(["augmentation", "baseline"])]
+    if aug.empty:
+        tables["augmentation"] = pd.DataFrame()
+        return tables
+    aug = aug.assign(percent=(aug["fraction"] * 100).round().astype(int))
+    wide = aug.pivot_table(index="strategy", columns="percent", values=cols, aggfunc="first", sort=False)
+    wide.columns = pd.MultiIndex.from_tuples([(c.removesuffix(f"_{stat}"), p) for c, p in wide.columns],
+                                             names=["metric", "percent"])
+    order = [s for s in dict.fromkeys(aug["strategy"]) if s != ORIGINAL] + [ORIGINAL]
+    tables["augmentation"] = wide.reindex(index=[s for s in order if s in wide.index]).sort_index(axis=1)
+    return tables
