@@ -40,7 +40,7 @@ from tasks.corpus.schema import STATUS_OK  # noqa: E402
 from tasks.generate.base import build_strategy, generate_synthetic  # noqa: E402
 from tasks.metrics import suite  # noqa: E402
 from tasks.metrics.meaning import bertscore  # noqa: E402
-from tasks.models.embeddings import EmbeddingCache  # noqa: E402
+from tasks.models.embeddings import EmbeddingCache, token_embeddings  # noqa: E402
 from tasks.models.registry import resolve_model  # noqa: E402
 
 #: Metrics that come out of one computation and are timed together (one call).
@@ -154,7 +154,11 @@ def warm_up(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence[st
 
 def time_suite(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence[str],
                options: suite.MetricOptions, client: Any) -> tuple[list[Timing], Timing]:
-    """Each unit alone on a fresh cache, then everything in one call on a fresh cache."""
+    """Everything in one call on a fresh cache, then each unit alone on a fresh cache."""
+    with fresh_cache() as path:
+        seconds, _ = timed(lambda: suite.score_strategy(corpus, synthetic, selected, options, path, client=client))
+    whole = Timing("whole suite", tuple(selected), "all", seconds)
+    print(f"  {'whole suite':<20} {seconds:9.2f} s", flush=True)
     timings = []
     for label, metrics in timing_units(selected):
         with fresh_cache() as path:
@@ -162,9 +166,7 @@ def time_suite(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence
                                                                                client=client))
         timings.append(Timing(label, metrics, level_of(metrics[0]), seconds))
         print(f"  {label:<20} {seconds:9.2f} s", flush=True)
-    with fresh_cache() as path:
-        seconds, _ = timed(lambda: suite.score_strategy(corpus, synthetic, selected, options, path, client=client))
-    return timings, Timing("whole suite", tuple(selected), "all", seconds)
+    return timings, whole
 
 
 @dataclass
@@ -174,6 +176,7 @@ class BertScoreComparison:
     reference_s: float
     ours_s: float
     ours_warm_s: float
+    ours_sources_cached_s: float
     max_abs_f1: float
 
 
@@ -181,12 +184,17 @@ def compare_bertscore(cands: list[str], refs: list[str]) -> BertScoreComparison:
     """Time bert_score.score and our bertscore on the same pairs (MiniLM, layer 6, batch 64).
 
     bert_score.score loads its model inside the call, so ours starts with the loaders' process cache
-    cleared (it loads the same model); ours runs first on a fresh cache, then again warm."""
+    cleared (it loads the same model); both run once on 2 pairs first so neither pays first-call imports.
+    Ours runs first on a fresh cache, then again warm, then on a cache
+    holding only the sources (as for a second strategy rewriting the same corpus)."""
     import bert_score
 
     from tasks.models import loaders
 
     spec = resolve_model("token_encoder")
+    with fresh_cache() as path:  # first-call imports and initialisation, for both sides, untimed
+        bertscore(cands[:2], refs[:2], spec=spec, layer=6, cache=EmbeddingCache(path))
+        bert_score.score(cands[:2], refs[:2], model_type=spec.path, num_layers=6, batch_size=64)
     with fresh_cache() as path:
         loaders.load_token_encoder.cache_clear()
         loaders.load_tokenizer.cache_clear()
@@ -194,10 +202,13 @@ def compare_bertscore(cands: list[str], refs: list[str]) -> BertScoreComparison:
         ours_s, ours = timed(lambda: bertscore(cands, refs, spec=spec, layer=6, cache=cache, batch_size=64))
         warm_s, _ = timed(lambda: bertscore(cands, refs, spec=spec, layer=6, cache=cache, batch_size=64))
         cache.close()
+    with fresh_cache() as path, EmbeddingCache(path) as cache:
+        token_embeddings(refs, spec, 6, cache=cache, batch_size=64)
+        sources_s, _ = timed(lambda: bertscore(cands, refs, spec=spec, layer=6, cache=cache, batch_size=64))
     ref_s, (_, _, f_ref) = timed(lambda: bert_score.score(cands, refs, model_type=spec.path, num_layers=6,
                                                           batch_size=64))
     diff = np.abs(ours.scores["bertscore_f1"].to_numpy() - f_ref.numpy().astype(np.float64))
-    return BertScoreComparison(ref_s, ours_s, warm_s, float(diff.max()))
+    return BertScoreComparison(ref_s, ours_s, warm_s, sources_s, float(diff.max()))
 
 
 def print_table(n: int, timings: list[Timing], whole: Timing) -> None:
@@ -241,19 +252,6 @@ def main(argv: Sequence[str] | None = None) -> None:
           f"convention sentences + {corpus['doc_id'].str.startswith('rotten').sum()} Rotten Tomatoes snippets, "
           f"{n_groups} groups")
 
-    with contextlib.ExitStack() as stack:
-        client = None
-        if args.dask:
-            from tasks.parallel import dask_client
-
-            client = stack.enter_context(dask_client())
-        if selected:
-            options = metric_options()
-            print(f"model warm-up: {warm_up(corpus, synthetic, selected, options, client):.1f} s")
-            print("timing each metric alone on a fresh embedding cache:")
-            timings, whole = time_suite(corpus, synthetic, selected, options, client)
-            print_table(args.pairs, timings, whole)
-
     if args.ratio:
         cands = synthetic["text"].astype(str).tolist()
         refs = corpus["text"].astype(str).tolist()
@@ -266,9 +264,25 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"  ratio      bert_score / ours = {ratio:.2f}x (target >= 1.5) {'OK' if ratio >= 1.5 else 'BELOW'}")
         print(f"  ours warm  second call, embeddings cached: {cmp.ours_warm_s:8.2f} s  "
               f"{args.pairs / cmp.ours_warm_s:8.1f} pairs/s")
+        print(f"  ours       sources already cached (a 2nd strategy on the same corpus): "
+              f"{cmp.ours_sources_cached_s:8.2f} s  {args.pairs / cmp.ours_sources_cached_s:8.1f} pairs/s, "
+              f"ratio {cmp.reference_s / cmp.ours_sources_cached_s:.2f}x")
         agree = cmp.max_abs_f1 <= 1e-4 and not math.isnan(cmp.max_abs_f1)
         print(f"  agreement  max |F1 ours - bert_score| = {cmp.max_abs_f1:.2e} "
               f"({'within' if agree else 'NOT within'} 1e-4)")
+    with contextlib.ExitStack() as stack:
+        client = None
+        if args.dask:
+            from tasks.parallel import dask_client
+
+            client = stack.enter_context(dask_client())
+        if selected:
+            options = metric_options()
+            print(f"model warm-up: {warm_up(corpus, synthetic, selected, options, client):.1f} s")
+            print("timing the whole suite, then each metric alone, each on a fresh embedding cache:")
+            timings, whole = time_suite(corpus, synthetic, selected, options, client)
+            print_table(args.pairs, timings, whole)
+
     print(f"\nload average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
