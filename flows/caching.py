@@ -29,6 +29,7 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
                    "tasks/metrics/base.py", "tasks/corpus/schema.py", "tasks/store.py"),
     "llm-profile": ("tasks/privacy/llm_profiling.py", "tasks/privacy/audit.py", "tasks/models", "tasks/corpus/schema.py",
                     "tasks/metrics/base.py", "tasks/store.py"),
+    "utility": ("tasks/training", "tasks/corpus", "tasks/models", "tasks/metrics/base.py", "tasks/store.py"),
     "report": ("tasks/report", "tasks/metrics/suite.py", "tasks/store.py"),
 }
 _STAGE_LAYER = ("flows/stages.py", "flows/caching.py")

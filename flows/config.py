@@ -155,6 +155,27 @@ class PrivacyConfig(Section):
     llm_profiling: LLMProfilingConfig = Field(default_factory=LLMProfilingConfig)
 
 
+class UtilityConfig(Section):
+    """Train on synthetic, test on real (seed 000 §5): substitution and augmentation against the baseline."""
+
+    enabled: bool = True
+    task: Literal["post", "dialogue", "timeline"] = "post"
+    settings: list[Literal["substitution", "augmentation"]] = Field(
+        default_factory=lambda: ["substitution", "augmentation"])
+    fractions: list[float] = Field(default_factory=lambda: [0.1, 0.5, 1.0])
+    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1,
+                             description="Repeats (5 in the article's configuration).")
+    model: Literal["linear", "encoder"] = "linear"
+    label: str = Field("label", description="Task label column (e.g. label, attr_party).")
+
+    @field_validator("fractions")
+    @classmethod
+    def _fractions(cls, value: list[float]) -> list[float]:
+        if not value or any(not 0 < f <= 1 for f in value):
+            raise ValueError("fractions must be in (0, 1]")
+        return value
+
+
 class ReportConfig(Section):
     title: str | None = None
 
@@ -171,6 +192,7 @@ class ExperimentConfig(Section):
     generate: GenerateConfig
     metrics: MetricsConfig = Field(default_factory=MetricsConfig)
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
+    utility: UtilityConfig = Field(default_factory=UtilityConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
 
     @field_validator("models")

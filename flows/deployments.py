@@ -104,8 +104,8 @@ def _stage_files(store: ArtifactStore, experiment: str, stage: str, manifest_art
             return parts[0] == name
         if name == "report":
             return parts[0] in ("report.md", "report.html")
-        if name == "metrics":
-            return parts[:2] == ["metrics", label]
+        if name in ("metrics", "utility"):
+            return parts[:2] == [name, label]
         if name in ("privacy", "reidentify"):
             return parts[:2] == ["privacy", label] and ((parts[-1] in reid) == (name == "reidentify"))
         return False

@@ -132,7 +132,8 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     n_shards = max(1, math.ceil((corpus.rows or 0) / cfg.generate.shard_size))
     if bar := progress.reporter():
         attacks = int(cfg.privacy.enabled) + int(cfg.privacy.enabled and cfg.privacy.reidentify.enabled)
-        bar.planned(len(run.states) + int(attacks == 2) + len(cfg.generate.strategies) * (n_shards + 1 + attacks) + 1)
+        per_strategy = n_shards + 1 + attacks + int(cfg.utility.enabled)
+        bar.planned(len(run.states) + int(attacks == 2) + len(cfg.generate.strategies) * per_strategy + 1)
     logger.info("%s: %d documents (%s level), %d shard(s) per strategy", exp, corpus.rows, ingested.level, n_shards)
 
     options = metric_options(cfg)
@@ -140,6 +141,7 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     privacy_results: dict[str, stages.PrivacyResult] = {}
     reid_results: dict[str, stages.ReidentifyResult] = {}
     llm_profiled: dict[str, ArtifactRef] = {}
+    utility_results: dict[str, stages.UtilityResult] = {}
     signed = None
     reid = cfg.privacy.reidentify
     if cfg.privacy.enabled and reid.enabled:
@@ -177,6 +179,12 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
                            seed=cfg.seed)
             if profiled is not None:
                 llm_profiled[label] = profiled
+        if cfg.utility.enabled:
+            useful = run(f"utility[{label}]", stages.utility, corpus=corpus, shards=shards, root=root, experiment=exp,
+                         label=label, config=cfg.utility.model_dump(mode="json"),
+                         cache_dir=str(settings.cache_dir.resolve()))
+            if useful is not None:
+                utility_results[label] = useful
         if signed is not None:
             attacked = run(f"reidentify[{label}]", stages.reidentify, signed=signed, shards=shards, root=root,
                            experiment=exp, label=label, jaccard_threshold=reid.jaccard_threshold)
@@ -191,7 +199,8 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
         "report", stages.report, results=results,
         privacy={**{f"{label}/audit": r.summary for label, r in privacy_results.items()},
                  **{f"{label}/reid": r.summary for label, r in reid_results.items()},
-                 **{f"{label}/llm": ref for label, ref in llm_profiled.items()}},
+                 **{f"{label}/llm": ref for label, ref in llm_profiled.items()},
+                 **{f"{label}/utility": r.summary for label, r in utility_results.items()}},
         failures=ingested.failures, root=root, experiment=exp,
         title=cfg.report.title or f"synthugc report: {exp}", facts=facts, failed_stages=dict(run.failed))
 
@@ -200,6 +209,8 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     for label, p in privacy_results.items():
         for name in ("profiling", "top_words", "word_bins", "membership", "summary"):
             artifacts[f"privacy/{label}/{name}"] = getattr(p, name)
+    for label, r in utility_results.items():
+        artifacts[f"utility/{label}/runs"], artifacts[f"utility/{label}/scores"] = r.results, r.summary
     for label, r in reid_results.items():
         artifacts[f"privacy/{label}/reidentification"] = r.per_timeline
         artifacts[f"privacy/{label}/reid_scores"] = r.summary

@@ -23,6 +23,7 @@ from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic
 from tasks.metrics.base import make_signature
 from tasks.metrics.suite import DISTRIBUTION_COLUMNS, MetricOptions, metric_correlation_matrix, score_strategy
+from tasks.models.embeddings import EmbeddingCache
 from tasks.models.llm import llm_backend_for
 from tasks.parallel import dask_client
 from tasks.privacy.audit import (
@@ -38,6 +39,8 @@ from tasks.privacy.reidentify import reidentify_signed, sign_histories
 from tasks.report.render import ReportInputs, render_html, render_markdown
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_config, fingerprint_file
+from tasks.training.dialogue import sentence_embedder
+from tasks.training.utility import evaluator_for, run_post_utility, run_utility, utility_summary_rows
 
 
 @dataclass(frozen=True)
@@ -208,13 +211,43 @@ def llm_profile(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, exper
                              "llm_profiling_scores.parquet")
 
 
+@dataclass(frozen=True)
+class UtilityResult:
+    results: ArtifactRef
+    summary: ArtifactRef
+
+
+@_stage("utility")
+def utility(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experiment: str, label: str,
+            config: dict[str, Any], cache_dir: str) -> UtilityResult:
+    """Downstream utility of one strategy: substitution and augmentation runs against the real baseline."""
+    store = ArtifactStore(root)
+    synthetic = pd.concat([store.read_table(s) for s in shards], ignore_index=True)
+    real = store.read_table(corpus)
+    task = config["task"]
+    run_kwargs = {"settings": config["settings"], "fractions": config["fractions"], "seeds": config["seeds"],
+                  "label_col": config["label"]}
+    if task == "post":
+        results = run_post_utility(real, {label: synthetic}, model=config["model"], **run_kwargs)
+    else:
+        cache = EmbeddingCache(Path(cache_dir) / "embeddings.sqlite")
+        results = run_utility(real, {label: synthetic}, evaluator_for(task, embed=sentence_embedder(cache=cache)),
+                              **run_kwargs)
+    signature = make_signature(f"utility_{task}", model=config["model"] if task == "post" else task,
+                               seeds=len(config["seeds"]), test="real-test-split", label=config["label"])
+    return UtilityResult(
+        results=store.write_table(results, experiment, "utility", label, "utility_runs.parquet"),
+        summary=store.write_table(utility_summary_rows(results, label, signature), experiment, "utility", label,
+                                  "utility_scores.parquet"))
+
+
 @_stage("report")
 def report(results: dict[str, MetricsResult], privacy: dict[str, ArtifactRef], failures: ArtifactRef, root: str,
            experiment: str, title: str, facts: dict[str, str], failed_stages: dict[str, str]) -> ReportResult:
     """Render the markdown and HTML report and publish them (and the tables) as Prefect artifacts.
 
-    ``privacy`` maps a strategy to its privacy summary table (profiling, membership, re-identification);
-    the ``original`` and ``chance`` rows every strategy repeats are shown once."""
+    ``privacy`` maps a name to a summary table (privacy attacks, utility) in the long format of the
+    metric summaries; the ``original`` and ``chance`` rows every strategy repeats are shown once."""
     store = ArtifactStore(root)
     frames = [store.read_table(r.distribution_scores) for _, r in sorted(results.items())]
     frames += [store.read_table(ref) for _, ref in sorted(privacy.items())]

@@ -20,6 +20,23 @@ class Settings(BaseSettings):
                             description="Embedding cache, Prefect results (cache records) and LLM request cache.")
     allow_downloads: bool = Field(False, description="Let model loaders reach the Hugging Face hub (offline when false).")
     dask_address: str | None = Field(None, description="Dask scheduler address; a LocalCluster when unset.")
+    llm_endpoint_llm: str | None = Field(
+        None, description="OpenAI-compatible endpoint (vLLM) for the 'llm' role; in-process SmolLM2 when unset.")
+    llm_endpoint_profiling_llm: str | None = Field(
+        None, description="OpenAI-compatible endpoint (vLLM) for the 'profiling_llm' role.")
+    plugins: str = Field("", description="Comma-separated modules the deployment flows import first "
+                                         "(e.g. to register extra strategies on workers).")
+
+    @property
+    def offline(self) -> bool:
+        """True when nothing may be downloaded (the default)."""
+        return not self.allow_downloads
+
+    def llm_endpoint(self, role: str) -> str | None:
+        """The endpoint configured for an LLM role (``llm`` or ``profiling_llm``), if any.
+
+        tasks/models/llm.py reads the same SYNTHUGC_LLM_ENDPOINT_<ROLE> variables directly."""
+        return getattr(self, f"llm_endpoint_{role}", None)
 
 
 def get_settings() -> Settings:

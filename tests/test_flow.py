@@ -47,6 +47,7 @@ def _config(corpus: Path, root: Path, stymask_params: dict | None = None,
             {"name": "stymask", "params": stymask_params or {}},
         ]},
         "metrics": {"names": metrics or ["bertscore_f1", "bleu_divergence"]},
+        "utility": {"seeds": [0, 1], "fractions": [0.5, 1.0]},
     }
 
 
@@ -66,7 +67,8 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     expected_stages = {"ingest", "split", "generate[backtranslate][0]", "generate[backtranslate][1]",
                        "generate[stymask][0]", "generate[stymask][1]", "metrics[backtranslate]",
                        "metrics[stymask]", "privacy[backtranslate]", "privacy[stymask]", "sign-histories",
-                       "reidentify[backtranslate]", "reidentify[stymask]", "report"}
+                       "reidentify[backtranslate]", "reidentify[stymask]", "utility[backtranslate]", "utility[stymask]",
+                       "report"}
     assert set(first.stages) == expected_stages
     assert set(first.stages.values()) == {"Completed"}
 
@@ -114,6 +116,10 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     assert reid.loc[("stymask", "reid_accuracy"), "value"] >= reid.loc[("chance", "reid_accuracy"), "value"]
     timelines = pd.read_parquet(root / "t" / "privacy" / "stymask" / "reidentification.parquet")
     assert len(timelines) == reid.loc[("stymask", "reid_accuracy"), "n"] > 0
+    runs = pd.read_parquet(root / "t" / "utility" / "stymask" / "utility_runs.parquet")
+    assert set(runs["setting"]) == {"baseline", "substitution", "augmentation"}
+    assert set(runs["seed"]) == {0, 1} and runs.loc[runs["status"] == "ok", "macro_f1"].between(0, 1).all()
+    assert "Utility: train on synthetic" in html
 
     second = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     assert set(second.stages.values()) == {"Cached"}, second.stages
@@ -133,7 +139,7 @@ def test_changing_one_strategy_recomputes_only_its_branch(sample_corpus, isolate
     changed = experiment_from_mapping(_config(sample_corpus, root, stymask_params={"intensity": 0.5}))
     recomputed = {k for k, v in changed.stages.items() if v != "Cached"}
     assert recomputed == {"generate[stymask][0]", "generate[stymask][1]", "metrics[stymask]", "privacy[stymask]",
-                          "reidentify[stymask]", "report"}
+                          "reidentify[stymask]", "utility[stymask]", "report"}
 
 
 def test_rewritten_input_at_same_path_invalidates_dependents(sample_corpus, isolated):

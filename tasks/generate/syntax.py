@@ -12,10 +12,12 @@ Here (offline, no AESOP checkpoint):
   trees whose node labels are ``dep|UPOS`` (no words: syntax only), unit costs, the sentences of a
   text joined under one virtual root, normalised by the total token count of both texts
   (``TED / (n_a + n_b)``, in [0, 1]: deleting every node and inserting every node costs exactly
-  that, and the virtual roots always match). Dependency rather than constituency trees because
-  spaCy parses dependencies; the tree distance rather than the POS edit distance by default because
-  it sees structure (voice, PP attachment and position) and not only the tag order. The POS
-  alternative (``distance: pos``) is Levenshtein over UPOS tags normalised by the longer sequence.
+  that, and the virtual roots always match); a text longer than ``MAX_DISTANCE_TOKENS`` (256) is
+  compared on its first 256 tokens, since the exact distance is too slow there. Dependency rather
+  than constituency trees because spaCy parses dependencies; the tree distance rather than the POS
+  edit distance by default because it sees structure (voice, PP attachment and position) and not
+  only the tag order. The POS alternative (``distance: pos``) is Levenshtein over UPOS tags
+  normalised by the longer sequence.
 - **Candidates** (:class:`CandidateGenerator`): ``generator: rules`` (default) pools the rule-based
   transforms below and their compositions, lexical swaps (StyMask's synonym table) and apertium
   back-translation (eng -> pivot -> eng, when apertium is installed) of the source and of each
@@ -192,17 +194,29 @@ def _depth_key(doc: Any) -> Callable[[Any], int]:
     return key
 
 
+#: Tokens of each text the distances look at: Zhang-Shasha is super-quadratic in pure Python (two 20k-character
+#: texts took minutes), so a longer text is compared on its first MAX_DISTANCE_TOKENS tokens (its output is whole).
+MAX_DISTANCE_TOKENS = 256
+
+
+def _head(doc: Any) -> Any:
+    """The first MAX_DISTANCE_TOKENS tokens of a parsed text (the Doc itself when it is shorter)."""
+    return doc[:MAX_DISTANCE_TOKENS] if len(doc) > MAX_DISTANCE_TOKENS else doc
+
+
 def tree_distance(a: Any, b: Any) -> float:
-    """Normalised tree edit distance between two parsed texts: TED / (tokens of a + tokens of b)."""
-    ta, tb = dependency_tree(a), dependency_tree(b)
+    """Normalised tree edit distance between two parsed texts: TED / (tokens of a + tokens of b), on at most
+    MAX_DISTANCE_TOKENS tokens of each."""
+    ta, tb = dependency_tree(_head(a)), dependency_tree(_head(b))
     total = tree_size(ta) + tree_size(tb) - 2  # virtual roots not counted; they always match
     return tree_edit_distance(ta, tb) / total if total else 0.0
 
 
 def pos_distance(a: Any, b: Any) -> float:
-    """Levenshtein distance between the UPOS sequences of two parsed texts / the longer length."""
-    pa = [t.pos_ for t in a if not t.is_space]
-    pb = [t.pos_ for t in b if not t.is_space]
+    """Levenshtein distance between the UPOS sequences of two parsed texts / the longer length (on at most
+    MAX_DISTANCE_TOKENS tokens of each)."""
+    pa = [t.pos_ for t in _head(a) if not t.is_space]
+    pb = [t.pos_ for t in _head(b) if not t.is_space]
     longest = max(len(pa), len(pb))
     return levenshtein(pa, pb) / longest if longest else 0.0
 

@@ -23,6 +23,7 @@ METRIC_NOTES: dict[str, str] = {
 LEVEL_TITLES: dict[str, str] = {"sample-mean": "Sample-level metrics (means)",
                                 "distribution": "Distribution-level metrics",
                                 "bag-mean": "Bag-level metrics (means over groups)",
+                                "utility": "Utility: train on synthetic, test on real (mean over seeds)",
                                 "privacy": "Privacy attacks (lower accuracy, AUC or re-identification = more private)"}
 CORRELATION_TITLE = "Metric correlations across strategies (absolute Spearman)"
 _STRATEGY_COLUMNS = ["metric", "level", "mean", "std", "median", "n", "failed", "reason"]

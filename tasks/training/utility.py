@@ -201,7 +201,11 @@ def run_post_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame]
                      fractions: Sequence[float] = (0.1, 0.5, 1.0), seeds: Sequence[int] = (0, 1, 2, 3, 4),
                      model: str = "linear", label_col: str = "label", baseline: bool = True,
                      variant: str | None = None, model_kwargs: Mapping[str, Any] | None = None) -> pd.DataFrame:
-    """Post-level utility (macro F1 on the real test split) for every setting, fraction, strategy, seed."""
+    """Post-level utility (macro F1 on the real test split) for every setting, fraction, strategy, seed.
+
+    Posts are the unit, so the training split is undersampled by post (each post its own group), not by
+    conversation: a dialogue corpus with a few long conversations would otherwise keep all or nothing."""
+    corpus = corpus.assign(group_id=corpus["doc_id"])
     return run_utility(corpus, synthetic, post_evaluator(model, **dict(model_kwargs or {})), settings=settings,
                        fractions=fractions, seeds=seeds, baseline=baseline, variant=variant, label_col=label_col)
 
@@ -254,3 +258,38 @@ def utility_tables(results: pd.DataFrame, *, stat: str = "mean") -> dict[str, pd
     order = [s for s in dict.fromkeys(aug["strategy"]) if s != ORIGINAL] + [ORIGINAL]
     tables["augmentation"] = wide.reindex(index=[s for s in order if s in wide.index]).sort_index(axis=1)
     return tables
+
+
+def utility_summary_rows(results: pd.DataFrame, strategy: str, signature: str) -> pd.DataFrame:
+    """Utility numbers as report rows (level ``utility``): ``<setting>[<pct>%] <metric>`` with the mean and
+    std over seeds; the baseline rows are the ``original`` strategy, as in the article's tables."""
+    rows = []
+    for row in summarize_utility(results).to_dict("records"):
+        name = "original" if row["setting"] == "baseline" else strategy
+        for metric in metric_columns(results):
+            rows.append({"strategy": name, "variant": "", "level": "utility",
+                         "metric": f"{row['setting']}[{round(100 * row['fraction'])}%] {metric}",
+                         "value": row.get(f"{metric}_mean", float("nan")), "std": row.get(f"{metric}_std", float("nan")),
+                         "median": float("nan"), "n": int(row["n_ok"]), "n_failed": int(row["n_failed"]),
+                         "signature": signature,
+                         "reason": None if row["n_ok"] else "every run failed"})
+    frame = pd.DataFrame(rows, columns=["strategy", "variant", "level", "metric", "value", "std", "median", "n",
+                                        "n_failed", "signature", "reason"])
+    frame["reason"] = frame["reason"].astype("string")
+    return frame
+
+
+def evaluator_for(task: str, *, model: str = "linear", embed: Any = None) -> Evaluator:
+    """The evaluator of a task level: post classification (macro F1), dialogue acts (SegWER/JointWER) or
+    moments of change (coverage)."""
+    if task == "post":
+        return post_evaluator(model)
+    if task == "dialogue":
+        from tasks.training.dialogue import dialogue_evaluator
+
+        return dialogue_evaluator(embed=embed) if embed is not None else dialogue_evaluator()
+    if task == "timeline":
+        from tasks.training.timeline import timeline_evaluator
+
+        return timeline_evaluator(embed=embed) if embed is not None else timeline_evaluator()
+    raise ValueError(f"task must be post, dialogue or timeline, got {task!r}")
