@@ -362,6 +362,55 @@ def profile(
     typer.echo(f"-> {out}")
 
 
+@app.command()
+def utility(
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) with labels and splits.")],
+    synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic table (schema).")],
+    out: Annotated[Path, typer.Option("--out", help="Output folder.")],
+    task: Annotated[str, typer.Option("--task", help="post, dialogue or timeline.")] = "post",
+    setting: Annotated[list[str] | None, typer.Option("--setting", help="substitution and/or augmentation.")] = None,
+    fractions: Annotated[str, typer.Option("--fractions", help="Training fractions, comma-separated.")] = "0.1,0.5,1.0",
+    seeds: Annotated[int, typer.Option("--seeds", help="Number of seeds (repeats).")] = 5,
+    model: Annotated[str, typer.Option("--model", help="linear or encoder (post task).")] = "linear",
+    label: Annotated[str, typer.Option("--label", help="Label column.")] = "label",
+) -> None:
+    """Train on synthetic, test on real: substitution and augmentation against the real baseline."""
+    _environment()
+    from tasks.corpus.importers import read_table
+    from tasks.corpus.schema import check_synthetic, validate_corpus
+    from tasks.store import ArtifactStore
+    from tasks.training.utility import evaluator_for, run_utility, utility_tables
+
+    settings = setting or ["substitution", "augmentation"]
+    if task not in ("post", "dialogue", "timeline") or any(s not in ("substitution", "augmentation") for s in settings):
+        _fail("--task must be post, dialogue or timeline and --setting substitution or augmentation")
+    try:
+        shares = [float(f) for f in fractions.split(",")]
+    except ValueError:
+        _fail(f"--fractions {fractions}: expected numbers like 0.1,0.5,1.0")
+    try:
+        df, rows = read_table(corpus)
+        real = validate_corpus(df, str(corpus), rows=rows).corpus
+        if task != "post":  # dialogue and timeline evaluators read extra columns (seg_tags) the schema leaves out
+            real = real.merge(df.drop(columns=[c for c in real.columns if c != "doc_id" and c in df.columns]),
+                              on="doc_id", how="left")
+        else:
+            real = real.assign(group_id=real["doc_id"])
+        synth, _ = read_table(synthetic)
+        check_synthetic(synth, str(synthetic), real["doc_id"])
+        sets = {name: part for name, part in synth.groupby("strategy", sort=True)}
+        results = run_utility(real, sets, evaluator_for(task, model=model), settings=settings, fractions=shares,
+                              seeds=list(range(seeds)), label_col=label)
+    except (SynthUGCError, ValueError) as exc:
+        _fail(str(exc).splitlines()[0])
+    store = ArtifactStore(out)
+    store.write_table(results, "utility_runs.parquet")
+    for name, table in utility_tables(results).items():
+        store.write_table(table.reset_index() if table.index.name else table, f"{name}.parquet")
+        typer.echo(f"{name}:\n{table.to_string()}")
+    typer.echo(f"-> {out}")
+
+
 @datasets_app.command("list")
 def datasets_list() -> None:
     """List the public datasets."""

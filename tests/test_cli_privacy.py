@@ -70,3 +70,22 @@ def test_profile_scores_original_and_synthetic(files, tmp_path):
 
     proc = _run("profile", "--corpus", str(files["corpus"]), "--attr", "age", "--out", str(tmp_path / "y"))
     assert proc.returncode == 2 and "age" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_utility_command_writes_runs_and_tables(files, tmp_path):
+    proc = _run("utility", "--corpus", str(files["corpus"]), "--synthetic", str(files["synthetic"]),
+                "--out", str(tmp_path / "util"), "--label", "attr_colour", "--seeds", "2", "--fractions", "0.5,1.0")
+    assert proc.returncode == 0, proc.stderr
+    runs = pd.read_parquet(tmp_path / "util" / "utility_runs.parquet")
+    assert set(runs["setting"]) == {"baseline", "substitution", "augmentation"}
+    assert len(runs) == 2 * (2 + 1 + 2)  # seeds x (baseline at 2 fractions, substitution, augmentation at 2)
+    ok = runs[runs["status"] == "ok"]
+    assert len(ok) == len(runs) and ok["macro_f1"].between(0, 1).all()
+    # a verbatim copy trains exactly the real model: substitution equals the full baseline
+    full = ok[(ok["setting"] == "baseline") & (ok["fraction"] == 1.0)].sort_values("seed")["macro_f1"].to_numpy()
+    copy = ok[ok["setting"] == "substitution"].sort_values("seed")["macro_f1"].to_numpy()
+    assert full == pytest.approx(copy)
+
+    proc = _run("utility", "--corpus", str(files["corpus"]), "--synthetic", str(files["synthetic"]),
+                "--out", str(tmp_path / "x"), "--task", "nope")
+    assert proc.returncode == 2 and "--task" in proc.stderr
