@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tasks.errors import ConfigError
+from tasks.errors import ConfigError, ModelUnavailable
 from tasks.models.llm import (
     ChatRequest,
     OpenAICompatibleClient,
@@ -21,6 +21,7 @@ from tasks.models.llm import (
     TransformersBackend,
     llm_backend_for,
     normalise_base_url,
+    raise_if_unreachable,
     request_key,
 )
 
@@ -154,6 +155,8 @@ def test_4xx_is_not_retried(stub_factory) -> None:
     stub = stub_factory(lambda call, body: (400, b'{"error": "bad model"}', 0.0))
     [result] = OpenAICompatibleClient(stub.url, "stub", max_retries=3, backoff_s=0.01).complete([ChatRequest(MESSAGES)])
     assert stub.calls == 1 and "HTTP 400" in (result.error or "")
+    assert not result.unreachable  # a bad request is the request's fault, not the server's
+    raise_if_unreachable([result])  # so it does not fail the whole batch
 
 
 @pytest.mark.parametrize(("payload", "reason"), [
@@ -188,6 +191,9 @@ def test_server_down_fails_every_request_quickly_naming_the_url() -> None:
     assert all(r.texts is None and r.attempts == 3 for r in results)
     assert all(f"{url}/chat/completions: connection error" in (r.error or "") for r in results)
     assert all("\n" not in (r.error or "") for r in results)
+    assert all(r.unreachable for r in results)
+    with pytest.raises(ModelUnavailable, match=r"LLM endpoint unreachable: .*connection error"):
+        raise_if_unreachable(results)
 
 
 def test_cache_hit_without_server(stub_factory, tmp_path) -> None:

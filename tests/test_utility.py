@@ -179,3 +179,15 @@ def test_post_utility_with_the_encoder(corpus, syn):
                                seeds=(0,), model="encoder", model_kwargs={"epochs": 1, "batch_size": 8})
     assert (results["status"] == "ok").all(), results["reason"].tolist()
     assert results["macro_f1"].between(0, 1).all()
+
+
+def test_every_run_failing_still_gives_summary_rows_with_the_reason(corpus, syn):
+    from tasks.training.utility import utility_summary_rows
+
+    no_test = corpus.assign(split=corpus["split"].replace({"test": "train"}))
+    results = run_post_utility(no_test, {"noise": syn["noise"]}, seeds=(0,), fractions=(1.0,))
+    assert (results["status"] == "failed").all()
+    rows = utility_summary_rows(results, "noise", "sig")
+    assert set(rows["strategy"]) == {"original", "noise"}
+    assert rows["value"].isna().all()
+    assert rows["reason"].str.contains("no labelled test rows").all()

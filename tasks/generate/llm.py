@@ -42,7 +42,7 @@ from tasks.generate.base import (
     register_strategy,
     stable_hash,
 )
-from tasks.models.llm import ChatRequest, ChatResult, LLMBackend, llm_backend_for
+from tasks.models.llm import ChatRequest, ChatResult, LLMBackend, llm_backend_for, raise_if_unreachable
 
 ARTICLE_INSTRUCTION = "Write stylistically diverse paraphrases."
 DEFAULT_TEMPLATE = (ARTICLE_INSTRUCTION + " Write {n} paraphrases of the text below as a numbered list "
@@ -231,4 +231,5 @@ class LLMStrategy(Strategy):
         p = self.params
         requests, flags = build_requests(batch["text"].tolist(), p, seed=seed, n=p.n_outputs)
         results = self.backend.complete(requests)
+        raise_if_unreachable(results)
         return [outputs_from_answer(r, self.positions, t, p.n_outputs) for r, t in zip(results, flags, strict=True)]

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tasks.generate.base import TRUNCATED, Generated, Output, Strategy, register_strategy, truncate_tokens
 from tasks.generate.llm import build_requests, one_line_text, parse_paraphrases, request_seed
-from tasks.models.llm import LLMBackend, llm_backend_for
+from tasks.models.llm import LLMBackend, llm_backend_for, raise_if_unreachable
 from tasks.models.registry import ModelSpec, default_models, resolve_model
 
 PARAPHRASE_TEMPLATE = "Paraphrase the text below. Reply with the paraphrase only.\n\nText: {text}"
@@ -117,7 +117,9 @@ class ParaphraseStrategy(Strategy):
             return seq2seq_paraphrase(self.spec, texts, self.params, seed=seed)
         requests, flags = build_requests(texts, self.params, seed=seed, n=1)
         outs: list[Output] = []
-        for result, truncated in zip(self.backend.complete(requests), flags, strict=True):
+        results = self.backend.complete(requests)
+        raise_if_unreachable(results)
+        for result, truncated in zip(results, flags, strict=True):
             if not result.ok:
                 outs.append(RuntimeError(f"LLM request failed: {result.error}"))
                 continue

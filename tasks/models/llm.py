@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tasks.errors import ConfigError
+from tasks.errors import ConfigError, ModelUnavailable
 from tasks.models.registry import ModelSpec, model_id, production_models, resolve_model
 
 ENDPOINT_ENV = "SYNTHUGC_LLM_ENDPOINT_{role}"  # e.g. SYNTHUGC_LLM_ENDPOINT_PROFILING_LLM=http://gpu1:8000/v1
@@ -65,10 +65,19 @@ class ChatResult:
     cached: bool = False
     latency_s: float = 0.0
     attempts: int = 0
+    unreachable: bool = False  # the server could not be reached or kept failing (not a bad request)
 
     @property
     def ok(self) -> bool:
         return self.error is None and self.texts is not None
+
+
+def raise_if_unreachable(results: Sequence[ChatResult]) -> None:
+    """Raise ModelUnavailable when every request of a batch failed because the server was unreachable
+    after bounded retries: the caller's stage then fails (and is retried later) instead of recording
+    every row as failed and caching that as a result."""
+    if results and all(r.unreachable for r in results):
+        raise ModelUnavailable(f"LLM endpoint unreachable: {results[0].error}")
 
 
 # ---------------------------------------------------------------- cache
@@ -236,6 +245,7 @@ class OpenAICompatibleClient(LLMBackend):
         body = self.payload(request)
         reason = "no attempt made"
         attempts = 0
+        retryable = False
         for attempt in range(self.max_retries + 1):
             attempts = attempt + 1
             try:
@@ -248,14 +258,14 @@ class OpenAICompatibleClient(LLMBackend):
                 texts = self._parse(response, request.n)
                 return ChatResult(texts=texts, latency_s=time.perf_counter() - start, attempts=attempts)
             except _Retryable as exc:
-                reason = str(exc)
+                reason, retryable = str(exc), True
             except _Fatal as exc:
-                reason = str(exc)
+                reason, retryable = str(exc), False
                 break
             if attempt < self.max_retries:
                 time.sleep(min(30.0, self.backoff_s * 2**attempt))
         return ChatResult(texts=None, error=f"{url}: {reason} after {attempts} attempt(s)",
-                          latency_s=time.perf_counter() - start, attempts=attempts)
+                          latency_s=time.perf_counter() - start, attempts=attempts, unreachable=retryable)
 
     @staticmethod
     def _parse(response: Any, n: int) -> list[str]:

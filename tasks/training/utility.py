@@ -224,11 +224,12 @@ def summarize_utility(results: pd.DataFrame) -> pd.DataFrame:
     keys = ["setting", "strategy", "fraction"]
     metrics = metric_columns(results)
     ok = results[results["status"] == STATUS_OK]
-    agg = ok.groupby(keys, sort=False)[metrics].agg(["mean", "std"]) if metrics else pd.DataFrame()
-    if metrics:
-        agg.columns = [f"{m}_{s}" for m, s in agg.columns]
     counts = results.groupby(keys, sort=False)["status"].agg(
         n_ok=lambda s: int((s == STATUS_OK).sum()), n_failed=lambda s: int((s != STATUS_OK).sum()))
+    if not metrics or ok.empty:  # every run failed: counts only, the reasons are in the runs table
+        return counts.reset_index()
+    agg = ok.groupby(keys, sort=False)[metrics].agg(["mean", "std"])
+    agg.columns = [f"{m}_{s}" for m, s in agg.columns]
     return counts.join(agg).reset_index()
 
 
@@ -264,15 +265,16 @@ def utility_summary_rows(results: pd.DataFrame, strategy: str, signature: str) -
     """Utility numbers as report rows (level ``utility``): ``<setting>[<pct>%] <metric>`` with the mean and
     std over seeds; the baseline rows are the ``original`` strategy, as in the article's tables."""
     rows = []
+    metrics = metric_columns(results) or ["score"]
     for row in summarize_utility(results).to_dict("records"):
         name = "original" if row["setting"] == "baseline" else strategy
-        for metric in metric_columns(results):
+        for metric in metrics:
             rows.append({"strategy": name, "variant": "", "level": "utility",
                          "metric": f"{row['setting']}[{round(100 * row['fraction'])}%] {metric}",
                          "value": row.get(f"{metric}_mean", float("nan")), "std": row.get(f"{metric}_std", float("nan")),
                          "median": float("nan"), "n": int(row["n_ok"]), "n_failed": int(row["n_failed"]),
                          "signature": signature,
-                         "reason": None if row["n_ok"] else "every run failed"})
+                         "reason": None if row["n_ok"] else _first_reason(results, row)})
     frame = pd.DataFrame(rows, columns=["strategy", "variant", "level", "metric", "value", "std", "median", "n",
                                         "n_failed", "signature", "reason"])
     frame["reason"] = frame["reason"].astype("string")
@@ -293,3 +295,11 @@ def evaluator_for(task: str, *, model: str = "linear", embed: Any = None) -> Eva
 
         return timeline_evaluator(embed=embed) if embed is not None else timeline_evaluator()
     raise ValueError(f"task must be post, dialogue or timeline, got {task!r}")
+
+
+def _first_reason(results: pd.DataFrame, row: dict) -> str:
+    """The first failure reason of the runs summarised by ``row`` (every run failed)."""
+    part = results[(results["setting"] == row["setting"]) & (results["strategy"] == row["strategy"])
+                   & (results["fraction"] == row["fraction"])]
+    reasons = part["reason"].dropna()
+    return f"every run failed: {reasons.iloc[0]}" if len(reasons) else "every run failed"
