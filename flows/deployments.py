@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import importlib
 import json
-import math
 import os
 import re
 import subprocess
@@ -33,15 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from prefect import flow, get_run_logger
+from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows import stages
 from flows.config import ExperimentConfig
-from flows.experiment import RunSummary, StageFailed, _source_ref, _StageRunner, run_experiment
+from flows.experiment import STAGE_FAMILIES, RunSummary, StageFailed, run_experiment
 from flows.params import REPO_ROOT, ExperimentParams
 from tasks.settings import get_settings
-from tasks.store import ArtifactRef, ArtifactStore
+from tasks.store import ArtifactStore
 
 PREFECT_FILE = REPO_ROOT / "deployments" / "prefect.yaml"
 CPU_POOL = "synthugc-cpu"
@@ -178,62 +176,11 @@ def _failed_from_message(message: str, states: dict[str, str]) -> dict[str, str]
 # ---------------------------------------------------------------- flows
 
 
-def _root(cfg: ExperimentConfig) -> str:
-    return cfg.storage_root or get_settings().storage_root
-
-
-def _runner(cfg: ExperimentConfig) -> tuple[ArtifactStore, _StageRunner]:
-    store = ArtifactStore(_root(cfg))
-    return store, _StageRunner(store, (get_settings().cache_dir / "prefect-results").resolve())
-
-
-def _generate_stages(cfg: ExperimentConfig, run: _StageRunner,
-                     files: dict[str, list[str]]) -> tuple[ArtifactRef, dict[str, list[ArtifactRef]]]:
-    """ingest -> split -> generate with exactly the experiment flow's stage arguments (shared cache)."""
-    root, exp = _root(cfg), cfg.experiment
-    ingested: stages.IngestResult | None = run("ingest", stages.ingest, source=_source_ref(cfg), root=root,
-                                               experiment=exp, max_chars=cfg.data.max_chars)
-    if ingested is None:
-        raise StageFailed(f"ingest failed: {run.failed['ingest']}")
-    files["ingest"] = [ingested.corpus.path, ingested.failures.path]
-    corpus: ArtifactRef | None = run(
-        "split", stages.split, corpus=ingested.corpus, root=root, experiment=exp,
-        fractions={"train": cfg.split.train, "val": cfg.split.val, "test": cfg.split.test},
-        train_fraction=cfg.split.train_fraction, max_docs=cfg.data.max_docs, seed=cfg.seed)
-    if corpus is None:
-        raise StageFailed(f"split failed: {run.failed['split']}")
-    files["split"] = [corpus.path]
-    n_shards = max(1, math.ceil((corpus.rows or 0) / cfg.generate.shard_size))
-    shards: dict[str, list[ArtifactRef]] = {}
-    for strategy in cfg.generate.strategies:
-        label = strategy.key
-        refs = []
-        for i in range(n_shards):
-            name = f"generate[{label}][{i}]"
-            ref = run(name, stages.generate, corpus=corpus, root=root, experiment=exp, label=label,
-                      strategy=strategy.name, params=strategy.params, shard=i, shard_size=cfg.generate.shard_size,
-                      seed=cfg.seed)
-            refs.append(ref)
-            if ref is not None:
-                files[name] = [ref.path]
-        if all(r is not None for r in refs):
-            shards[label] = refs
-    return corpus, shards
-
-
-def _finish(store: ArtifactStore, cfg: ExperimentConfig, run: _StageRunner, files: dict[str, list[str]]) -> RunSummary:
-    publish_stage_artifacts(store, cfg.experiment, run.states, files, run.failed)
-    if run.failed:
-        raise StageFailed(f"{len(run.failed)} stage(s) failed: "
-                          + "; ".join(f"{k}: {v}" for k, v in run.failed.items()))
-    return RunSummary(experiment=cfg.experiment, report_html=None, report_markdown=None, manifest="",
-                      stages=dict(run.states), failed={})
-
-
-def _run_with_artifacts(cfg: ExperimentConfig) -> RunSummary:
-    store = ArtifactStore(_root(cfg))
+def _run_with_artifacts(cfg: ExperimentConfig, families: tuple[str, ...] = STAGE_FAMILIES) -> RunSummary:
+    """Run the requested stage families and publish per-stage artifacts (also for a failed run)."""
+    store = ArtifactStore(cfg.storage_root or get_settings().storage_root)
     try:
-        summary = run_experiment(cfg)
+        summary = run_experiment(cfg, families)
     except StageFailed as exc:
         if store.fs.exists(store.path(cfg.experiment, "manifest.json")):
             states, files = _manifest_artifacts(store, cfg.experiment)
@@ -253,44 +200,30 @@ def experiment_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary
 
 @flow(name="synthugc-generate", log_prints=True)
 def generate_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary:
-    """Only generation: ingest, split, and every strategy x shard (cached like the experiment flow's)."""
+    """Only generation: ingest, split, and every strategy x shard (the experiment flow's cached stages)."""
     load_plugins()
-    cfg = params.to_config()
-    store, run = _runner(cfg)
-    files: dict[str, list[str]] = {}
-    _, shards = _generate_stages(cfg, run, files)
-    get_run_logger().info("%s: generated %s", cfg.experiment, ", ".join(sorted(shards)) or "nothing")
-    return _finish(store, cfg, run, files)
+    return _run_with_artifacts(params.to_config(), families=())
 
 
 @flow(name="synthugc-evaluate", log_prints=True)
 def evaluate_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary:
-    """Re-evaluation: metrics and report over (cached) generation, privacy attacks off."""
+    """Re-evaluation: intrinsic metrics and the report over (cached) generation."""
     load_plugins()
-    cfg = params.to_config()
-    cfg = cfg.model_copy(update={"privacy": cfg.privacy.model_copy(update={"enabled": False})})
-    return _run_with_artifacts(cfg)
+    return _run_with_artifacts(params.to_config(), families=("metrics", "report"))
 
 
 @flow(name="synthugc-privacy", log_prints=True)
 def privacy_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary:
-    """Only the privacy audit (profiling, membership) per strategy, over (cached) generation."""
-    from flows.config import privacy_options
-
+    """Only the privacy attacks (profiling, membership, re-identification, LLM profiling) and the report."""
     load_plugins()
-    cfg = params.to_config()
-    store, run = _runner(cfg)
-    files: dict[str, list[str]] = {}
-    corpus, shards = _generate_stages(cfg, run, files)
-    options = privacy_options(cfg)
-    for label, refs in shards.items():
-        audited: stages.PrivacyResult | None = run(
-            f"privacy[{label}]", stages.privacy, corpus=corpus, shards=refs, root=_root(cfg),
-            experiment=cfg.experiment, label=label, options=options)
-        if audited is not None:
-            files[f"privacy[{label}]"] = [getattr(audited, n).path for n in
-                                          ("profiling", "top_words", "word_bins", "membership", "summary")]
-    return _finish(store, cfg, run, files)
+    return _run_with_artifacts(params.to_config(), families=("privacy", "report"))
+
+
+@flow(name="synthugc-utility", log_prints=True)
+def utility_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary:
+    """Only the downstream utility experiments (substitution, augmentation, baseline) and the report."""
+    load_plugins()
+    return _run_with_artifacts(params.to_config(), families=("utility", "report"))
 
 
 # ---------------------------------------------------------------- deployments
@@ -324,8 +257,11 @@ DEPLOYMENTS: tuple[DeploymentSpec, ...] = (
                    "Nightly re-evaluation of the demo config (schedule paused by default: activate it in the UI "
                    "or with `prefect deployment schedule resume`).", 1, ("synthugc", "evaluate", "nightly"),
                    cron=NIGHTLY_CRON, schedule_active=False),
+    DeploymentSpec("utility", "synthugc-utility", "flows/deployments.py:utility_flow", CPU_POOL,
+                   "Downstream utility (substitution, augmentation) over cached generation.", 2,
+                   ("synthugc", "utility")),
     DeploymentSpec("privacy", "synthugc-privacy", "flows/deployments.py:privacy_flow", CPU_POOL,
-                   "Privacy audit (profiling, membership) over cached generation.", 2, ("synthugc", "privacy")),
+                   "Privacy attacks (profiling, membership, re-identification) over cached generation.", 2, ("synthugc", "privacy")),
 )
 
 #: Work pools ``synthugc deploy`` creates: (name, type, concurrency limit, description).

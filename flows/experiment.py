@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,8 +110,17 @@ def _histories_ref(path: str | None, corpus: ArtifactRef) -> ArtifactRef:
     return ArtifactRef(path=str(Path(path).resolve()), fingerprint=fingerprint_file(path))
 
 
-def run_experiment(cfg: ExperimentConfig) -> RunSummary:
-    """Run the whole DAG for a validated config (call inside a flow)."""
+#: Stage families after generation; a flow can run a subset (ingest, split and generate always run).
+STAGE_FAMILIES: tuple[str, ...] = ("metrics", "privacy", "utility", "report")
+
+
+def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMILIES) -> RunSummary:
+    """Run the DAG for a validated config (call inside a flow): ingest, split, generate, then the
+    requested ``families`` of stages (all by default). Every stage is the same cached task whichever
+    subset runs, so the generate-only, evaluate-only and privacy-only flows share one cache."""
+    unknown = sorted(set(families) - set(STAGE_FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown stage families {unknown}; known: {', '.join(STAGE_FAMILIES)}")
     logger = get_run_logger()
     settings = get_settings()
     root = cfg.storage_root or settings.storage_root
@@ -130,10 +140,14 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     if corpus is None:
         raise StageFailed(f"split failed: {run.failed['split']}")
     n_shards = max(1, math.ceil((corpus.rows or 0) / cfg.generate.shard_size))
+    do_metrics, do_report = "metrics" in families, "report" in families
+    do_privacy = "privacy" in families and cfg.privacy.enabled
+    do_utility = "utility" in families and cfg.utility.enabled
+    reid = cfg.privacy.reidentify
+    do_reid, do_llm_profile = do_privacy and reid.enabled, do_privacy and cfg.privacy.llm_profiling.enabled
     if bar := progress.reporter():
-        attacks = int(cfg.privacy.enabled) + int(cfg.privacy.enabled and cfg.privacy.reidentify.enabled)
-        per_strategy = n_shards + 1 + attacks + int(cfg.utility.enabled)
-        bar.planned(len(run.states) + int(attacks == 2) + len(cfg.generate.strategies) * per_strategy + 1)
+        per_strategy = n_shards + do_metrics + do_privacy + do_reid + do_llm_profile + do_utility
+        bar.planned(len(run.states) + do_reid + len(cfg.generate.strategies) * per_strategy + do_report)
     logger.info("%s: %d documents (%s level), %d shard(s) per strategy", exp, corpus.rows, ingested.level, n_shards)
 
     options = metric_options(cfg)
@@ -143,8 +157,7 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     llm_profiled: dict[str, ArtifactRef] = {}
     utility_results: dict[str, stages.UtilityResult] = {}
     signed = None
-    reid = cfg.privacy.reidentify
-    if cfg.privacy.enabled and reid.enabled:
+    if do_reid:
         histories = _histories_ref(reid.histories, corpus)
         lsh = {"n": reid.n, "k": reid.k, "seed": cfg.seed,
                **({"bands": reid.bands, "rows": reid.k // reid.bands} if reid.bands else {}),
@@ -162,24 +175,24 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
         ]
         if any(s is None for s in shards):
             continue
-        scored = run(f"metrics[{label}]", stages.metrics, corpus=corpus, shards=shards, root=root, experiment=exp,
-                     label=label, names=list(cfg.metrics.names), options=options,
-                     cache_dir=str(settings.cache_dir.resolve()))
+        scored = None if not do_metrics else run(
+            f"metrics[{label}]", stages.metrics, corpus=corpus, shards=shards, root=root, experiment=exp, label=label,
+            names=list(cfg.metrics.names), options=options, cache_dir=str(settings.cache_dir.resolve()))
         if scored is not None:
             results[label] = scored
-        if cfg.privacy.enabled:
+        if do_privacy:
             audited = run(f"privacy[{label}]", stages.privacy, corpus=corpus, shards=shards, root=root, experiment=exp,
                           label=label, options=privacy_opts)
             if audited is not None:
                 privacy_results[label] = audited
-        if cfg.privacy.enabled and cfg.privacy.llm_profiling.enabled:
+        if do_llm_profile:
             profiled = run(f"llm-profile[{label}]", stages.llm_profile, corpus=corpus, shards=shards, root=root,
                            experiment=exp, label=label, backend=_profiling_backend(),
                            max_tokens=cfg.privacy.llm_profiling.max_tokens, n=cfg.privacy.llm_profiling.n,
                            seed=cfg.seed)
             if profiled is not None:
                 llm_profiled[label] = profiled
-        if cfg.utility.enabled:
+        if do_utility:
             useful = run(f"utility[{label}]", stages.utility, corpus=corpus, shards=shards, root=root, experiment=exp,
                          label=label, config=cfg.utility.model_dump(mode="json"),
                          cache_dir=str(settings.cache_dir.resolve()))
@@ -195,7 +208,7 @@ def run_experiment(cfg: ExperimentConfig) -> RunSummary:
     facts = {"experiment": exp, "data": cfg.data.dataset or str(cfg.data.path), "level": ingested.level,
              "documents": str(corpus.rows), "strategies": ", ".join(s.key for s in cfg.generate.strategies),
              "token encoder": model_id(token_spec), "seed": str(cfg.seed)}
-    reported: stages.ReportResult | None = run(
+    reported: stages.ReportResult | None = None if not do_report else run(
         "report", stages.report, results=results,
         privacy={**{f"{label}/audit": r.summary for label, r in privacy_results.items()},
                  **{f"{label}/reid": r.summary for label, r in reid_results.items()},
