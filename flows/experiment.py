@@ -21,9 +21,11 @@ from flows import progress, stages
 from flows.config import ExperimentConfig, load_config, metric_options, parse_config, privacy_options
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import SynthUGCError
+from tasks.metrics.base import make_signature
 from tasks.models.registry import model_id
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_file, write_manifest
+from tasks.training.utility import utility_design
 
 
 class StageFailed(SynthUGCError):
@@ -146,8 +148,10 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     reid = cfg.privacy.reidentify
     do_reid, do_llm_profile = do_privacy and reid.enabled, do_privacy and cfg.privacy.llm_profiling.enabled
     if bar := progress.reporter():
-        per_strategy = n_shards + do_metrics + do_privacy + do_reid + do_llm_profile + do_utility
-        bar.planned(len(run.states) + do_reid + len(cfg.generate.strategies) * per_strategy + do_report)
+        per_strategy = n_shards + do_metrics + do_privacy + do_reid + do_llm_profile
+        n_utility = len(utility_design([s.key for s in cfg.generate.strategies], cfg.utility.settings,
+                                       cfg.utility.fractions, cfg.utility.seeds)) if do_utility else 0
+        bar.planned(len(run.states) + do_reid + len(cfg.generate.strategies) * per_strategy + n_utility + do_report)
     logger.info("%s: %d documents (%s level), %d shard(s) per strategy", exp, corpus.rows, ingested.level, n_shards)
 
     options = metric_options(cfg)
@@ -155,7 +159,7 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     privacy_results: dict[str, stages.PrivacyResult] = {}
     reid_results: dict[str, stages.ReidentifyResult] = {}
     llm_profiled: dict[str, ArtifactRef] = {}
-    utility_results: dict[str, stages.UtilityResult] = {}
+    generated: dict[str, list[ArtifactRef]] = {}
     signed = None
     if do_reid:
         histories = _histories_ref(reid.histories, corpus)
@@ -193,16 +197,23 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
             if profiled is not None:
                 llm_profiled[label] = profiled
         if do_utility:
-            useful = run(f"utility[{label}]", stages.utility, corpus=corpus, shards=shards, root=root, experiment=exp,
-                         label=label, config=cfg.utility.model_dump(mode="json"),
-                         cache_dir=str(settings.cache_dir.resolve()))
-            if useful is not None:
-                utility_results[label] = useful
+            generated[label] = shards
         if signed is not None:
             attacked = run(f"reidentify[{label}]", stages.reidentify, signed=signed, shards=shards, root=root,
                            experiment=exp, label=label, jaccard_threshold=reid.jaccard_threshold)
             if attacked is not None:
                 reid_results[label] = attacked
+
+    utility_runs: list[ArtifactRef] = []
+    if do_utility:  # one cached stage per run; the baseline runs once for every strategy
+        u = cfg.utility
+        for label, setting, fraction, seed in utility_design(list(generated), u.settings, u.fractions, u.seeds):
+            ran = run(f"utility[{label}][{setting}][{round(100 * fraction)}%][seed {seed}]", stages.utility,
+                      corpus=corpus, shards=generated.get(label, []), root=root, experiment=exp, label=label,
+                      setting=setting, fraction=fraction, seed=seed, config=u.model_dump(mode="json"),
+                      cache_dir=str(settings.cache_dir.resolve()))
+            if ran is not None:
+                utility_runs.append(ran)
 
     token_spec = options.token_encoder
     facts = {"experiment": exp, "data": cfg.data.dataset or str(cfg.data.path), "level": ingested.level,
@@ -212,8 +223,10 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
         "report", stages.report, results=results,
         privacy={**{f"{label}/audit": r.summary for label, r in privacy_results.items()},
                  **{f"{label}/reid": r.summary for label, r in reid_results.items()},
-                 **{f"{label}/llm": ref for label, ref in llm_profiled.items()},
-                 **{f"{label}/utility": r.summary for label, r in utility_results.items()}},
+                 **{f"{label}/llm": ref for label, ref in llm_profiled.items()}},
+        utility_runs=utility_runs,
+        utility_signature=make_signature(f"utility_{cfg.utility.task}", model=cfg.utility.model,
+                                         seeds=len(cfg.utility.seeds), test="real-test-split", label=cfg.utility.label),
         failures=ingested.failures, root=root, experiment=exp,
         title=cfg.report.title or f"synthugc report: {exp}", facts=facts, failed_stages=dict(run.failed))
 
@@ -222,8 +235,8 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     for label, p in privacy_results.items():
         for name in ("profiling", "top_words", "word_bins", "membership", "summary"):
             artifacts[f"privacy/{label}/{name}"] = getattr(p, name)
-    for label, r in utility_results.items():
-        artifacts[f"utility/{label}/runs"], artifacts[f"utility/{label}/scores"] = r.results, r.summary
+    for ref in utility_runs:
+        artifacts["utility/" + ref.path.rsplit("/utility/", 1)[-1].removesuffix(".parquet")] = ref
     for label, r in reid_results.items():
         artifacts[f"privacy/{label}/reidentification"] = r.per_timeline
         artifacts[f"privacy/{label}/reid_scores"] = r.summary

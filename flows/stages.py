@@ -40,7 +40,7 @@ from tasks.report.render import ReportInputs, render_html, render_markdown
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_config, fingerprint_file
 from tasks.training.dialogue import sentence_embedder
-from tasks.training.utility import evaluator_for, run_post_utility, run_utility, utility_summary_rows
+from tasks.training.utility import run_one, utility_summary_rows
 
 
 @dataclass(frozen=True)
@@ -211,39 +211,25 @@ def llm_profile(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, exper
                              "llm_profiling_scores.parquet")
 
 
-@dataclass(frozen=True)
-class UtilityResult:
-    results: ArtifactRef
-    summary: ArtifactRef
-
-
 @_stage("utility")
-def utility(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experiment: str, label: str,
-            config: dict[str, Any], cache_dir: str) -> UtilityResult:
-    """Downstream utility of one strategy: substitution and augmentation runs against the real baseline."""
+def utility(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experiment: str, label: str, setting: str,
+            fraction: float, seed: int, config: dict[str, Any], cache_dir: str) -> ArtifactRef:
+    """One downstream run: train on the (setting, fraction) training set of one strategy (or the real
+    baseline, ``label='original'`` without shards) with one seed, test on the real test split."""
     store = ArtifactStore(root)
-    synthetic = pd.concat([store.read_table(s) for s in shards], ignore_index=True)
-    real = store.read_table(corpus)
+    synthetic = pd.concat([store.read_table(s) for s in shards], ignore_index=True) if shards else None
     task = config["task"]
-    run_kwargs = {"settings": config["settings"], "fractions": config["fractions"], "seeds": config["seeds"],
-                  "label_col": config["label"]}
-    if task == "post":
-        results = run_post_utility(real, {label: synthetic}, model=config["model"], **run_kwargs)
-    else:
-        cache = EmbeddingCache(Path(cache_dir) / "embeddings.sqlite")
-        results = run_utility(real, {label: synthetic}, evaluator_for(task, embed=sentence_embedder(cache=cache)),
-                              **run_kwargs)
-    signature = make_signature(f"utility_{task}", model=config["model"] if task == "post" else task,
-                               seeds=len(config["seeds"]), test="real-test-split", label=config["label"])
-    return UtilityResult(
-        results=store.write_table(results, experiment, "utility", label, "utility_runs.parquet"),
-        summary=store.write_table(utility_summary_rows(results, label, signature), experiment, "utility", label,
-                                  "utility_scores.parquet"))
+    embed = None if task == "post" else sentence_embedder(cache=EmbeddingCache(Path(cache_dir) / "embeddings.sqlite"))
+    results = run_one(store.read_table(corpus), synthetic, label, setting, fraction, seed, task=task,
+                      model=config["model"], label_col=config["label"], embed=embed)
+    return store.write_table(results, experiment, "utility", label,
+                             f"{setting}-{round(100 * fraction):03d}pct-seed{seed}.parquet")
 
 
 @_stage("report")
-def report(results: dict[str, MetricsResult], privacy: dict[str, ArtifactRef], failures: ArtifactRef, root: str,
-           experiment: str, title: str, facts: dict[str, str], failed_stages: dict[str, str]) -> ReportResult:
+def report(results: dict[str, MetricsResult], privacy: dict[str, ArtifactRef], utility_runs: list[ArtifactRef],
+           utility_signature: str, failures: ArtifactRef, root: str, experiment: str, title: str,
+           facts: dict[str, str], failed_stages: dict[str, str]) -> ReportResult:
     """Render the markdown and HTML report and publish them (and the tables) as Prefect artifacts.
 
     ``privacy`` maps a name to a summary table (privacy attacks, utility) in the long format of the
@@ -251,6 +237,12 @@ def report(results: dict[str, MetricsResult], privacy: dict[str, ArtifactRef], f
     store = ArtifactStore(root)
     frames = [store.read_table(r.distribution_scores) for _, r in sorted(results.items())]
     frames += [store.read_table(ref) for _, ref in sorted(privacy.items())]
+    if utility_runs:
+        runs = pd.concat([store.read_table(ref) for ref in utility_runs], ignore_index=True)
+        store.write_table(runs, experiment, "utility", "utility_runs.parquet")
+        scores = utility_summary_rows(runs, utility_signature)
+        store.write_table(scores, experiment, "utility", "utility_scores.parquet")
+        frames.append(scores)
     summary = (pd.concat(frames, ignore_index=True).drop_duplicates(["strategy", "variant", "level", "metric"])
                if frames else pd.DataFrame(columns=DISTRIBUTION_COLUMNS))
     n_input_failures = len(store.read_table(failures))

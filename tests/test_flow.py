@@ -67,8 +67,8 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     expected_stages = {"ingest", "split", "generate[backtranslate][0]", "generate[backtranslate][1]",
                        "generate[stymask][0]", "generate[stymask][1]", "metrics[backtranslate]",
                        "metrics[stymask]", "privacy[backtranslate]", "privacy[stymask]", "sign-histories",
-                       "reidentify[backtranslate]", "reidentify[stymask]", "utility[backtranslate]", "utility[stymask]",
-                       "report"}
+                       "reidentify[backtranslate]", "reidentify[stymask]", "report",
+                       *_utility_stages(["backtranslate", "stymask"])}
     assert set(first.stages) == expected_stages
     assert set(first.stages.values()) == {"Completed"}
 
@@ -116,13 +116,22 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     assert reid.loc[("stymask", "reid_accuracy"), "value"] >= reid.loc[("chance", "reid_accuracy"), "value"]
     timelines = pd.read_parquet(root / "t" / "privacy" / "stymask" / "reidentification.parquet")
     assert len(timelines) == reid.loc[("stymask", "reid_accuracy"), "n"] > 0
-    runs = pd.read_parquet(root / "t" / "utility" / "stymask" / "utility_runs.parquet")
+    runs = pd.read_parquet(root / "t" / "utility" / "utility_runs.parquet")
     assert set(runs["setting"]) == {"baseline", "substitution", "augmentation"}
+    assert len(runs) == len(_utility_stages(["backtranslate", "stymask"]))  # the baseline ran once
     assert set(runs["seed"]) == {0, 1} and runs.loc[runs["status"] == "ok", "macro_f1"].between(0, 1).all()
     assert "Utility: train on synthetic" in html
 
     second = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     assert set(second.stages.values()) == {"Cached"}, second.stages
+
+
+def _utility_stages(strategies: list[str]) -> set[str]:
+    """Stage names of the utility runs of the test config (seeds 0, 1; fractions 50%, 100%)."""
+    from tasks.training.utility import utility_design
+
+    return {f"utility[{label}][{setting}][{round(100 * f)}%][seed {seed}]"
+            for label, setting, f, seed in utility_design(strategies, ["substitution", "augmentation"], [0.5, 1.0], [0, 1])}
 
 
 def _artifacts(key: str) -> list:
@@ -139,7 +148,8 @@ def test_changing_one_strategy_recomputes_only_its_branch(sample_corpus, isolate
     changed = experiment_from_mapping(_config(sample_corpus, root, stymask_params={"intensity": 0.5}))
     recomputed = {k for k, v in changed.stages.items() if v != "Cached"}
     assert recomputed == {"generate[stymask][0]", "generate[stymask][1]", "metrics[stymask]", "privacy[stymask]",
-                          "reidentify[stymask]", "utility[stymask]", "report"}
+                          "reidentify[stymask]", "report",
+                          *(name for name in _utility_stages(["stymask"]) if "[original]" not in name)}
 
 
 def test_rewritten_input_at_same_path_invalidates_dependents(sample_corpus, isolated):

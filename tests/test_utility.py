@@ -187,7 +187,7 @@ def test_every_run_failing_still_gives_summary_rows_with_the_reason(corpus, syn)
     no_test = corpus.assign(split=corpus["split"].replace({"test": "train"}))
     results = run_post_utility(no_test, {"noise": syn["noise"]}, seeds=(0,), fractions=(1.0,))
     assert (results["status"] == "failed").all()
-    rows = utility_summary_rows(results, "noise", "sig")
+    rows = utility_summary_rows(results, "sig")
     assert set(rows["strategy"]) == {"original", "noise"}
     assert rows["value"].isna().all()
     assert rows["reason"].str.contains("no labelled test rows").all()

@@ -261,13 +261,13 @@ def utility_tables(results: pd.DataFrame, *, stat: str = "mean") -> dict[str, pd
     return tables
 
 
-def utility_summary_rows(results: pd.DataFrame, strategy: str, signature: str) -> pd.DataFrame:
+def utility_summary_rows(results: pd.DataFrame, signature: str) -> pd.DataFrame:
     """Utility numbers as report rows (level ``utility``): ``<setting>[<pct>%] <metric>`` with the mean and
     std over seeds; the baseline rows are the ``original`` strategy, as in the article's tables."""
     rows = []
     metrics = metric_columns(results) or ["score"]
     for row in summarize_utility(results).to_dict("records"):
-        name = "original" if row["setting"] == "baseline" else strategy
+        name = row["strategy"]
         for metric in metrics:
             rows.append({"strategy": name, "variant": "", "level": "utility",
                          "metric": f"{row['setting']}[{round(100 * row['fraction'])}%] {metric}",
@@ -279,6 +279,33 @@ def utility_summary_rows(results: pd.DataFrame, strategy: str, signature: str) -
                                         "n_failed", "signature", "reason"])
     frame["reason"] = frame["reason"].astype("string")
     return frame
+
+
+def run_one(corpus: pd.DataFrame, synthetic: pd.DataFrame | None, strategy: str, setting: str, fraction: float,
+            seed: int, *, task: str = "post", model: str = "linear", label_col: str = "label",
+            embed: Any = None) -> pd.DataFrame:
+    """One downstream run (the unit the flow caches): ``setting`` baseline (no synthetic table; strategy
+    ``original``), substitution or augmentation at one training ``fraction`` and ``seed``. Post-level
+    tasks undersample by post (as :func:`run_post_utility`)."""
+    if task == "post":
+        corpus = corpus.assign(group_id=corpus["doc_id"])
+    baseline = setting == "baseline"
+    return run_utility(corpus, None if baseline else {strategy: synthetic}, evaluator_for(task, model=model, embed=embed),
+                       settings=[] if baseline else [setting], fractions=[fraction], seeds=[seed], baseline=baseline,
+                       label_col=label_col)
+
+
+def utility_design(strategies: Sequence[str], settings: Sequence[str], fractions: Sequence[float],
+                   seeds: Sequence[int]) -> list[tuple[str, str, float, int]]:
+    """Every (strategy, setting, fraction, seed) run of an experiment: the baseline once (strategy
+    ``original``, every fraction), substitution at 100% (as the article), augmentation at every fraction."""
+    runs = [(ORIGINAL, "baseline", f, s) for f in fractions for s in seeds]
+    for strategy in strategies:
+        if "substitution" in settings:
+            runs += [(strategy, "substitution", 1.0, s) for s in seeds]
+        if "augmentation" in settings:
+            runs += [(strategy, "augmentation", f, s) for f in fractions for s in seeds]
+    return runs
 
 
 def evaluator_for(task: str, *, model: str = "linear", embed: Any = None) -> Evaluator:
