@@ -37,6 +37,10 @@ def _environment() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
+    # The temporary server is a throwaway: its shutdown (events still being flushed when a fast, fully
+    # cached run ends) logs cancelled-task tracebacks that say nothing about the run. A real server set
+    # through PREFECT_API_URL runs elsewhere and keeps its own logging.
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
