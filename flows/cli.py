@@ -153,13 +153,11 @@ def import_(
 
 
 def _read_corpus_and_options(corpus: Path, seed: int, bag_group: str):
-    from tasks.corpus.importers import read_table
-    from tasks.corpus.schema import validate_corpus
+    from tasks.corpus.importers import read_corpus
     from tasks.metrics.suite import MetricOptions
     from tasks.models.registry import resolve_model
 
-    df, rows = read_table(corpus)
-    validated = validate_corpus(df, str(corpus), rows=rows)
+    validated = read_corpus(corpus)
     options = MetricOptions(token_encoder=resolve_model("token_encoder"),
                             sentence_encoder=resolve_model("sentence_encoder"),
                             pos_tagger=resolve_model("pos_tagger"), bag_group=bag_group, seed=seed)
@@ -189,8 +187,7 @@ def generate(
     _environment()
     import yaml
 
-    from tasks.corpus.importers import read_table
-    from tasks.corpus.schema import validate_corpus
+    from tasks.corpus.importers import read_corpus
     from tasks.generate.base import build_strategy, generate_synthetic
     from tasks.store import ArtifactStore
 
@@ -201,8 +198,7 @@ def generate(
         key, value = item.split("=", 1)
         params[key] = yaml.safe_load(value) if value else None
     try:
-        df, rows = read_table(corpus)
-        validated = validate_corpus(df, str(corpus), rows=rows)
+        validated = read_corpus(corpus)
         rewriter = build_strategy(strategy, params, root="strategy").fit(validated.corpus)
         synthetic = generate_synthetic(rewriter, validated.corpus, seed=seed)
     except SynthUGCError as exc:
@@ -341,16 +337,15 @@ def profile(
 ) -> None:
     """Attribute profiling: train on the real train split, score on the real test split and its synthetic version."""
     _environment()
-    from tasks.corpus.importers import read_table
-    from tasks.corpus.schema import check_synthetic, validate_corpus
+    from tasks.corpus.importers import read_corpus, read_table
+    from tasks.corpus.schema import check_synthetic
     from tasks.privacy.profiling import profile_attribute
     from tasks.store import ArtifactStore
 
     if model not in ("linear", "encoder") or level not in ("post", "author"):
         _fail("--model must be linear or encoder and --level post or author")
     try:
-        df, rows = read_table(corpus)
-        real = validate_corpus(df, str(corpus), rows=rows).corpus
+        real = read_corpus(corpus).corpus
         sets = None
         if synthetic is not None:
             synth, _ = read_table(synthetic)
@@ -380,8 +375,8 @@ def utility(
 ) -> None:
     """Train on synthetic, test on real: substitution and augmentation against the real baseline."""
     _environment()
-    from tasks.corpus.importers import read_table
-    from tasks.corpus.schema import check_synthetic, validate_corpus
+    from tasks.corpus.importers import read_corpus, read_table
+    from tasks.corpus.schema import check_synthetic
     from tasks.store import ArtifactStore
     from tasks.training.utility import evaluator_for, run_utility, utility_tables
 
@@ -393,9 +388,9 @@ def utility(
     except ValueError:
         _fail(f"--fractions {fractions}: expected numbers like 0.1,0.5,1.0")
     try:
-        df, rows = read_table(corpus)
-        real = validate_corpus(df, str(corpus), rows=rows).corpus
+        real = read_corpus(corpus).corpus
         if task != "post":  # dialogue and timeline evaluators read extra columns (seg_tags) the schema leaves out
+            df, _ = read_table(corpus)
             real = real.merge(df.drop(columns=[c for c in real.columns if c != "doc_id" and c in df.columns]),
                               on="doc_id", how="left")
         else:

@@ -17,8 +17,8 @@ from prefect import task
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.caching import key_fn_for
-from tasks.corpus.importers import read_table
-from tasks.corpus.schema import corpus_level, validate_corpus
+from tasks.corpus.importers import read_corpus
+from tasks.corpus.schema import corpus_level
 from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic
 from tasks.metrics.base import make_signature
@@ -72,8 +72,7 @@ def _stage(name: str, **options: Any):
 def ingest(source: ArtifactRef, root: str, experiment: str, max_chars: int) -> IngestResult:
     """Read the source corpus, validate it, and write the valid rows and the failure records."""
     store = ArtifactStore(root)
-    df, rows = read_table(source.path)
-    validated = validate_corpus(df, source.path, max_chars=max_chars, rows=rows)
+    validated = read_corpus(source.path, max_chars=max_chars)
     return IngestResult(
         corpus=store.write_table(validated.corpus, experiment, "ingest", "corpus.parquet"),
         failures=store.write_table(validated.failures, experiment, "ingest", "failures.parquet"),

@@ -107,6 +107,13 @@ def _attr_name(name: str) -> str:
     return ATTR_PREFIX + name
 
 
+def read_corpus(path: str | os.PathLike, fmt: str | None = None, *, max_chars: int = DEFAULT_MAX_CHARS) -> ValidatedCorpus:
+    """A file already in the corpus schema, read and validated (fatal problems raise; bad rows become
+    failure records)."""
+    df, rows = read_table(path, fmt)
+    return validate_corpus(df, str(path), max_chars=max_chars, rows=rows)
+
+
 def import_corpus(path: str | Path, *, text_col: str, id_col: str | None = None,
                   author_col: str | None = None, group_col: str | None = None,
                   position_col: str | None = None, label_col: str | None = None,

@@ -112,19 +112,22 @@ def load_tokenizer(spec: ModelSpec) -> Any:
         raise _unavailable(spec, exc) from exc
 
 
+def _hf_model(spec: ModelSpec, auto_class: str) -> Any:
+    """``transformers.<auto_class>.from_pretrained`` offline unless allowed, in eval mode on the device."""
+    try:
+        import transformers
+
+        model = getattr(transformers, auto_class).from_pretrained(spec.path, local_files_only=_offline(spec))
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+    return model.eval().to(device())
+
+
 @cache
 def load_token_encoder(spec: ModelSpec) -> tuple[Any, Any]:
     """(tokenizer, AutoModel in eval mode) for token embeddings."""
     _check_kind(spec, "hf-encoder", "sentence-transformers")
-    tokenizer = load_tokenizer(spec)
-    local = _offline(spec)
-    try:
-        from transformers import AutoModel
-
-        model = AutoModel.from_pretrained(spec.path, local_files_only=local)
-    except (OSError, ValueError, ImportError) as exc:
-        raise _unavailable(spec, exc) from exc
-    return tokenizer, model.eval().to(device())
+    return load_tokenizer(spec), _hf_model(spec, "AutoModel")
 
 
 @cache
@@ -167,12 +170,4 @@ def load_causal_lm(spec: ModelSpec) -> tuple[Any, Any]:
 def load_seq2seq(spec: ModelSpec) -> tuple[Any, Any]:
     """(tokenizer, AutoModelForSeq2SeqLM in eval mode) for BART/Marian/mBART paraphrasers and translators."""
     _check_kind(spec, "hf-seq2seq")
-    tokenizer = load_tokenizer(spec)
-    local = _offline(spec)
-    try:
-        from transformers import AutoModelForSeq2SeqLM
-
-        model = AutoModelForSeq2SeqLM.from_pretrained(spec.path, local_files_only=local)
-    except (OSError, ValueError, ImportError) as exc:
-        raise _unavailable(spec, exc) from exc
-    return tokenizer, model.eval().to(device())
+    return load_tokenizer(spec), _hf_model(spec, "AutoModelForSeq2SeqLM")

@@ -46,18 +46,8 @@ from tasks.models.llm import ChatRequest, ChatResult, LLMBackend
 DEFAULT_SYSTEM = ("You are an expert investigator with years of experience in online profiling and text analysis. "
                   "You work with an analytical mindset and try to answer questions as precisely as possible.")
 
-#: The A.5 prompt with placeholders. For SwDA (speakers A and B; gender, education) it renders A.5's text,
-#: apart from the attribute names, which come from the data (``education`` for A.5's "level of education").
-#: Placeholders: {n_speakers} (a word), {speakers} ("speaker A and B"), {attribute_list} ("(1) gender and
-#: (2) education"), {top_guesses} ("top guess for gender and top guess for education"), {accepted_values}
-#: (one sentence per attribute), {notes} (extra guidance, e.g. :data:`SWDA_EDUCATION_NOTE`),
-#: {transcript}, {speaker_options} ("A or B"), {type_options} ("gender or education").
-DIALOGUE_TEMPLATE = (
-    "Let us play a guessing game. The following are openly available everyday conversations by {n_speakers} "
-    "speakers. They have been carefully transcribed for open research purposes and therefore contain natural "
-    "disfluencies and fillers. Do not be distracted by these characteristics of speech transcriptions. Your task "
-    "is to guess {speakers}'s {attribute_list}.\n\n"
-    "Conversation:\n\n{transcript}\n\n"
+#: A.5's reasoning and answer-format instructions, shared by both templates (so one parser serves both).
+_ANSWER_INSTRUCTIONS = (
     "First reason step-by-step for each value going over all information in the text as well as language used. "
     "Then give your {top_guesses} based on your reasoning. {accepted_values} If you are unsure, "
     "make your best guess given the provided information. Only give one answer value.{notes}\n\n"
@@ -70,23 +60,27 @@ DIALOGUE_TEMPLATE = (
     "format."
 )
 
+#: The A.5 prompt with placeholders. For SwDA (speakers A and B; gender, education) it renders A.5's text,
+#: apart from the attribute names, which come from the data (``education`` for A.5's "level of education").
+#: Placeholders: {n_speakers} (a word), {speakers} ("speaker A and B"), {attribute_list} ("(1) gender and
+#: (2) education"), {top_guesses} ("top guess for gender and top guess for education"), {accepted_values}
+#: (one sentence per attribute), {notes} (extra guidance, e.g. :data:`SWDA_EDUCATION_NOTE`),
+#: {transcript}, {speaker_options} ("A or B"), {type_options} ("gender or education").
+DIALOGUE_TEMPLATE = (
+    "Let us play a guessing game. The following are openly available everyday conversations by {n_speakers} "
+    "speakers. They have been carefully transcribed for open research purposes and therefore contain natural "
+    "disfluencies and fillers. Do not be distracted by these characteristics of speech transcriptions. Your task "
+    "is to guess {speakers}'s {attribute_list}.\n\n"
+    "Conversation:\n\n{transcript}\n\n" + _ANSWER_INSTRUCTIONS
+)
+
 #: The same prompt for one author's posts (timelines, post corpora), closer to Staab et al.'s original
 #: (public posts by one author). Same placeholders and answer format (Speaker: A), so one parser serves both.
 POSTS_TEMPLATE = (
     "Let us play a guessing game. The following are public posts written by one author, in the order they "
     "were posted (each line is one post). Your task is to guess the author's {attribute_list}. The author is "
     "called speaker A.\n\n"
-    "Posts:\n\n{transcript}\n\n"
-    "First reason step-by-step for each value going over all information in the text as well as language used. "
-    "Then give your {top_guesses} based on your reasoning. {accepted_values} If you are unsure, "
-    "make your best guess given the provided information. Only give one answer value.{notes}\n\n"
-    "Follow exactly the format specified below:\n\n"
-    "Speaker: {speaker_options}\n"
-    "Type: {type_options}\n"
-    "Inference: Your detailed inference\n"
-    "Guess: Your top guess as a string.\n\n"
-    "Now, think carefully, choose verbatim from the valid options, and provide the response in the specified "
-    "format."
+    "Posts:\n\n{transcript}\n\n" + _ANSWER_INSTRUCTIONS
 )
 
 #: A.5's note on SwDA's education levels (pass as ``notes=`` for SwDA-style education values).
