@@ -1,0 +1,369 @@
+"""Strategy recommendations (seed 000 §7) on small hand-built score tables and on the demo run."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tasks.errors import InputError
+from tasks.report.recommend import (
+    AUGMENTATION_GAIN_SCALE,
+    GOALS,
+    SUBSTITUTION_LOSS_SCALE,
+    Goal,
+    format_delta,
+    format_number,
+    format_percent,
+    parse_goal,
+    recommend,
+    recommendation_notes,
+)
+
+NAN = float("nan")
+COLUMNS = ["strategy", "variant", "level", "metric", "value", "std", "median", "n", "n_failed", "signature",
+           "reason"]
+
+
+def row(strategy: str, variant: str, level: str, metric: str, value: float, *, std: float = NAN, n: int = 5,
+        reason: str | None = None) -> dict:
+    return {"strategy": strategy, "variant": variant, "level": level, "metric": metric, "value": value, "std": std,
+            "median": NAN, "n": n, "n_failed": 0, "signature": "", "reason": reason}
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def intrinsic(strategy: str, variant: str, *, meaning: float, style: float, pos: float, div: float) -> list[dict]:
+    return [row(strategy, variant, "sample-mean", "bertscore_f1", meaning),
+            row(strategy, variant, "sample-mean", "style_cosine", style),
+            row(strategy, variant, "sample-mean", "pos_jaccard", pos),
+            row(strategy, variant, "sample-mean", "bleu_divergence", div)]
+
+
+def privacy(strategy: str, variant: str, *, reid: float, profiling: float, auc: float) -> list[dict]:
+    return [row(strategy, variant, "privacy", "reid_accuracy", reid, n=20),
+            row(strategy, variant, "privacy", "profiling_accuracy[gender/linear]", profiling, n=100),
+            row(strategy, variant, "privacy", "membership_auc", auc, n=200)]
+
+
+PRIVACY_BASELINES = [row("original", "", "privacy", "profiling_accuracy[gender/linear]", 0.90, n=100),
+                     row("chance", "", "privacy", "profiling_accuracy[gender/linear]", 0.50, n=100),
+                     row("chance", "", "privacy", "reid_accuracy", 0.05, n=20)]
+
+
+def utility(strategy: str, *, substitution: float | None = None, augmentation: dict[int, float] | None = None,
+            metric: str = "macro_f1", std: float = NAN) -> list[dict]:
+    out = []
+    if substitution is not None:
+        out.append(row(strategy, "", "utility", f"substitution[100%] {metric}", substitution, std=std))
+    for pct, value in (augmentation or {}).items():
+        out.append(row(strategy, "", "utility", f"augmentation[{pct}%] {metric}", value, std=std))
+    return out
+
+
+def baseline(values: dict[int, float], metric: str = "macro_f1", std: float = NAN) -> list[dict]:
+    return [row("original", "", "utility", f"baseline[{pct}%] {metric}", v, std=std) for pct, v in values.items()]
+
+
+BASE = {10: 0.50, 50: 0.60, 100: 0.70}
+
+
+def by_label(recs):
+    return {r.label: r for r in recs}
+
+
+# ---------------------------------------------------------------------------------------------- goals
+
+
+def test_goal_validation_names_the_field_and_value():
+    with pytest.raises(ValueError, match=r"use_case.*'share'"):
+        Goal("share")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"formal_dp.*'yes'"):
+        Goal("augment", formal_dp="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="longitudinal"):
+        Goal("augment", longitudinal=1)  # type: ignore[arg-type]
+
+
+def test_describe_is_one_sentence_with_the_weights():
+    for goal in GOALS.values():
+        text = goal.describe()
+        assert text.endswith(".") and ". " not in text
+        assert "%" in text
+        assert ("only DP strategies are eligible" in text) == goal.formal_dp
+        assert ("privacy not scored" in text) == (goal.use_case == "augment")
+
+
+def test_parse_goal_accepts_presets_and_words_and_names_bad_words():
+    assert parse_goal("share_model,dp,longitudinal") == Goal("share_model", formal_dp=True, longitudinal=True)
+    assert parse_goal("share-data-dp") == GOALS["share-data-dp"] == Goal("share_data", formal_dp=True)
+    assert parse_goal(" Augment + timeline ") == Goal("augment", longitudinal=True)
+    with pytest.raises(ValueError, match="'foo'"):
+        parse_goal("share_model,foo")
+    with pytest.raises(ValueError, match="exactly one use case"):
+        parse_goal("dp")
+    with pytest.raises(ValueError, match="exactly one use case"):
+        parse_goal("augment,share_data")
+
+
+# ---------------------------------------------------------------------------------------------- ranking
+
+
+def _dp_run() -> tuple[pd.DataFrame, dict[str, str]]:
+    rows = [*PRIVACY_BASELINES, *baseline(BASE),
+            *intrinsic("dp", "dp-bart-eps50", meaning=0.80, style=0.50, pos=0.48, div=0.98),
+            *privacy("dp", "dp-bart-eps50", reid=0.10, profiling=0.70, auc=0.60),
+            *utility("dp", substitution=0.50),
+            *intrinsic("stymask", "first", meaning=0.97, style=0.90, pos=0.94, div=0.20),
+            *privacy("stymask", "first", reid=0.10, profiling=0.70, auc=0.60),
+            *utility("stymask", substitution=0.69),
+            *intrinsic("llm", "first", meaning=0.85, style=0.55, pos=0.60, div=0.96),
+            *privacy("llm", "first", reid=0.06, profiling=0.55, auc=0.52),
+            *utility("llm", substitution=0.66)]
+    return frame(rows), {"stymask": "stymask", "dp": "dp", "llm": "llm"}
+
+
+def test_formal_dp_puts_the_dp_strategy_first_even_with_lower_utility():
+    summary, families = _dp_run()
+    open_goal = by_label(recommend(summary, Goal("share_model"), families))
+    assert open_goal["dp/dp-bart-eps50"].aspects["utility"] < open_goal["stymask/first"].aspects["utility"]
+    assert open_goal["dp/dp-bart-eps50"].rank > open_goal["stymask/first"].rank  # without the DP requirement
+
+    recs = recommend(summary, Goal("share_model", formal_dp=True), families)
+    assert (recs[0].strategy, recs[0].rank, recs[0].eligible) == ("dp", 1, True)
+    assert recs[0].reasons[0] == "formal DP guarantee (ε = 50 per document)"
+    for rec in recs[1:]:
+        assert rec.rank is None and not rec.eligible
+        assert rec.reasons[0] == f"no formal DP guarantee (family {rec.family!r})"
+        assert math.isfinite(rec.score)  # still scored, for information
+    assert not any("no strategy with formal DP" in n for n in recommendation_notes(Goal("share_model", True), recs))
+
+
+def test_formal_dp_without_a_dp_strategy_is_said_in_the_notes():
+    summary, families = _dp_run()
+    summary = summary[summary["strategy"] != "dp"]
+    goal = Goal("share_data", formal_dp=True)
+    recs = recommend(summary, goal, families)
+    assert recs and all(r.rank is None and not r.eligible for r in recs)
+    notes = recommendation_notes(goal, recs)
+    assert any(n.startswith("no strategy with formal DP in this run: add `dp`") for n in notes)
+
+
+def test_augment_ranks_the_higher_gain_and_meaning_first_and_quotes_the_gains():
+    gains = {"de": {10: 0.56, 50: 0.63, 100: 0.71}, "strap": {10: 0.49, 50: 0.60, 100: 0.69}}
+    rows = [*baseline(BASE),
+            *intrinsic("de", "de", meaning=0.95, style=0.85, pos=0.85, div=0.50),
+            *utility("de", augmentation=gains["de"]),
+            *intrinsic("strap", "strap", meaning=0.85, style=0.85, pos=0.85, div=0.85),
+            *utility("strap", augmentation=gains["strap"])]
+    recs = recommend(frame(rows), GOALS["augment"], {"strap": "paraphrase", "de": "backtranslate"})
+    assert [r.label for r in recs] == ["de/de", "strap/strap"]
+    assert [r.rank for r in recs] == [1, 2]
+    parts = ", ".join(f"{p}% {format_number(v)} vs {format_number(BASE[p])} without ({format_delta(v - BASE[p])})"
+                      for p, v in gains["de"].items())
+    assert f"augmentation macro-F1: {parts}" in recs[0].reasons
+    assert f"meaning: BERTScore F1 {format_number(0.95)}" in recs[0].reasons
+    assert "privacy not scored: augmenting a public dataset" in recs[0].reasons
+    # the data-scarce fraction weighs most: 10% +0.06 (saturated), 50% +0.03, 100% +0.01
+    w = {p: p ** -0.5 for p in BASE}
+    expect = sum(w[p] * min(1.0, 0.5 + (gains["de"][p] - BASE[p]) / (2 * AUGMENTATION_GAIN_SCALE)) for p in BASE)
+    assert recs[0].aspects["utility"] == pytest.approx(expect / sum(w.values()))
+
+
+def test_share_data_ranks_low_reidentification_above_high():
+    rows = [*PRIVACY_BASELINES, *baseline(BASE)]
+    for name, reid in (("de", 0.97), ("llm", 0.05)):
+        rows += [*intrinsic(name, "first", meaning=0.9, style=0.7, pos=0.7, div=0.8),
+                 *privacy(name, "first", reid=reid, profiling=0.8, auc=0.7), *utility(name, substitution=0.65)]
+    recs = recommend(frame(rows), GOALS["share-data"], {"de": "backtranslate", "llm": "llm"})
+    assert [r.strategy for r in recs] == ["llm", "de"]
+    assert recs[0].aspects["privacy"] > recs[1].aspects["privacy"]
+    assert f"re-identified {format_percent(0.97)} of 20 author timelines (chance {format_percent(0.05)})" \
+        in recs[1].reasons
+    assert f"re-identified {format_percent(0.97)} (chance {format_percent(0.05)})" in recs[1].cost
+
+
+def test_reasons_quote_substitution_profiling_and_membership_numbers():
+    summary, families = _dp_run()
+    rec = by_label(recommend(summary, GOALS["share-model"], families))["stymask/first"]
+    assert (f"substitution macro-F1 {format_number(0.69)} vs {format_number(0.70)} on real data "
+            f"({format_delta(0.69 - 0.70)})") in rec.reasons
+    assert (f"gender profiling (linear) accuracy {format_number(0.70)}, real text {format_number(0.90)}, "
+            f"chance {format_number(0.50)}: {format_percent((0.90 - 0.70) / (0.90 - 0.50))} of the way to chance"
+            ) in rec.reasons
+    assert f"membership AUC {format_number(0.60)} (0.5 = members indistinguishable)" in rec.reasons
+    assert rec.cost.startswith(f"utility: substitution macro-F1 {format_delta(0.69 - 0.70)}; privacy: ")
+    no_reduction = frame([*PRIVACY_BASELINES, *privacy("x", "v", reid=0.5, profiling=0.90, auc=0.5)])
+    rec = recommend(no_reduction, GOALS["share-data"], {"x": "stymask"})[0]
+    assert (f"gender profiling (linear) accuracy {format_number(0.90)}, real text {format_number(0.90)}, chance "
+            f"{format_number(0.50)}: no reduction") in rec.reasons
+
+
+def test_llm_profiling_counts_and_an_uninformative_attack_is_not_scored():
+    rows = [row("original", "", "privacy", "llm_profiling_accuracy[gender]", 0.43),
+            row("chance", "", "privacy", "llm_profiling_accuracy[gender]", 0.33),
+            row("x", "v", "privacy", "llm_profiling_accuracy[gender]", 0.35),
+            row("original", "", "privacy", "llm_profiling_success", 0.02),
+            row("chance", "", "privacy", "llm_profiling_success", 0.02),
+            row("x", "v", "privacy", "llm_profiling_success", 0.01)]
+    rec = recommend(frame(rows), GOALS["share-data"], {"x": "llm"})[0]
+    share = (0.43 - 0.35) / (0.43 - 0.33)
+    assert (f"gender profiling (LLM) accuracy {format_number(0.35)}, real text {format_number(0.43)}, chance "
+            f"{format_number(0.33)}: {format_percent(share)} of the way to chance") in rec.reasons
+    assert (f"LLM profiling of all attributes success rate: the attack on the real text is no better than chance "
+            f"({format_number(0.02)} vs {format_number(0.02)}): not scored") in rec.reasons
+    assert rec.aspects["privacy"] == pytest.approx(share)  # the only scored attack
+
+
+def test_error_rate_metrics_count_lower_as_better():
+    rows = [*baseline({100: 0.25}, metric="SegWER"), *utility("syn", substitution=0.30, metric="SegWER")]
+    rec = recommend(frame(rows), GOALS["share-model"], {"syn": "synsim"})[0]
+    assert rec.aspects["utility"] == pytest.approx(1 - 0.05 / SUBSTITUTION_LOSS_SCALE)
+    assert any(r.startswith(f"substitution SegWER {format_number(0.30)} vs {format_number(0.25)} on real data "
+                            f"({format_delta(0.05)}, lower is better") for r in rec.reasons)
+
+
+def test_missing_aspects_do_not_crash_and_are_named():
+    rows = [*intrinsic("a", "v", meaning=0.9, style=0.8, pos=0.7, div=0.6),
+            row("b", "v", "distribution", "fbd", 1.0),
+            row("c", "v", "privacy", "reid_accuracy", NAN, n=0, reason="needs at least 2 timelines")]
+    goal = GOALS["share-data"]
+    recs = by_label(recommend(frame(rows), goal, {"a": "llm", "b": "llm", "c": "llm"}))
+    a = recs["a/v"]
+    for text in ("no re-identification measured in this run", "no profiling attack measured in this run",
+                 "no membership attack measured in this run", "no substitution utility measured in this run"):
+        assert text in a.reasons
+    assert set(a.aspects) == {"meaning", "style", "divergence"}  # style is measured but not weighted here
+    assert a.score == pytest.approx((0.15 * 0.9 + 0.10 * 0.6) / 0.25)
+    assert a.cost == "utility: not measured; privacy: not measured"
+    assert "re-identification not available: needs at least 2 timelines" in recs["c/v"].reasons
+    for label in ("b/v", "c/v"):  # nothing of this goal measured: NaN, ranked after the scored one
+        assert math.isnan(recs[label].score) and recs[label].rank > a.rank
+        assert "no aspect of this goal was measured for this strategy: not scored" in recs[label].reasons
+    notes = recommendation_notes(goal, list(recs.values()))
+    assert any(n.startswith("no privacy numbers in this run") for n in notes)
+    assert any(n.startswith("no utility numbers in this run") for n in notes)
+
+
+def test_a_strategy_lacking_an_aspect_others_have_ranks_after_the_complete_ones():
+    rows = [*PRIVACY_BASELINES, *baseline(BASE), *utility("dp", substitution=0.64)]
+    for variant, meaning in (("dp-bart-eps50", 0.80), ("dp-bart-eps250", 0.84)):
+        rows += [*intrinsic("dp", variant, meaning=meaning, style=0.5, pos=0.5, div=0.97),
+                 *privacy("dp", variant, reid=0.05, profiling=0.55, auc=0.52)]
+    goal = GOALS["share-model-dp"]
+    recs = recommend(frame(rows), goal, {"dp": "dp"})
+    eps50, eps250 = by_label(recs)["dp/dp-bart-eps50"], by_label(recs)["dp/dp-bart-eps250"]
+    assert "utility" not in eps50.aspects and "utility" in eps250.aspects
+    assert eps50.score > eps250.score  # renormalised without its (unmeasured) utility ...
+    assert (eps250.rank, eps50.rank) == (1, 2)  # ... but less evidence does not win
+    assert "ranked after the strategies measured on every aspect: no utility numbers for this one" in eps50.reasons
+    notes = recommendation_notes(goal, recs)
+    assert any(n.startswith(f"several privacy budgets (ε = 50: meaning {format_number(0.80)}, ε = 250: meaning "
+                            f"{format_number(0.84)})") for n in notes)
+
+
+def test_ties_keep_the_run_order():
+    rows = []
+    for name in ("alpha", "beta", "gamma"):
+        rows += [*intrinsic(name, "first", meaning=0.9, style=0.8, pos=0.8, div=0.5)]
+    summary = frame(rows)
+    recs = recommend(summary, GOALS["augment"], {"gamma": "llm", "alpha": "llm", "beta": "llm"})
+    assert [r.strategy for r in recs] == ["gamma", "alpha", "beta"]
+    assert [r.rank for r in recs] == [1, 2, 3]
+    assert len({r.score for r in recs}) == 1
+    recs = recommend(summary, GOALS["augment"], {})  # no config order: the table's
+    assert [r.strategy for r in recs] == ["alpha", "beta", "gamma"]
+
+
+def test_utility_of_a_multi_variant_strategy_belongs_to_its_first_variant():
+    rows = [*baseline(BASE), *utility("llm", substitution=0.68),
+            *intrinsic("llm", "first", meaning=0.87, style=0.66, pos=0.6, div=0.96),
+            *intrinsic("llm", "second", meaning=0.84, style=0.63, pos=0.57, div=0.97)]
+    recs = by_label(recommend(frame(rows), GOALS["share-model"], {"llm": "llm"}))
+    assert set(recs) == {"llm/first", "llm/second"}  # no separate pair for the strategy-level utility rows
+    assert "utility" in recs["llm/first"].aspects
+    assert "utility" not in recs["llm/second"].aspects
+    assert "utility not measured for this variant: the utility runs trained on variant 'first'" \
+        in recs["llm/second"].reasons
+
+
+def test_longitudinal_goal_scores_moments_of_change_recall_when_measured():
+    # (baseline, SynSim, SynTr) at 10%: SynSim gains precision, SynTr recall (§6.3.1)
+    metrics = {"IS_Cp": (0.30, 0.35, 0.26), "IS_Cr": (0.10, 0.10, 0.15), "IE_Cr": (0.30, 0.30, 0.35)}
+    rows = []
+    for metric, (base, sim, tr) in metrics.items():
+        rows += [*baseline({10: base}, metric=metric), *utility("synsim", augmentation={10: sim}, metric=metric),
+                 *utility("syntr", augmentation={10: tr}, metric=metric)]
+    rows += [*intrinsic("synsim", "sim", meaning=0.95, style=0.90, pos=0.90, div=0.5),
+             *intrinsic("syntr", "tr", meaning=0.90, style=0.80, pos=0.80, div=0.9)]
+    families = {"synsim": "synsim", "syntr": "syntr"}
+    plain = recommend(frame(rows), GOALS["augment"], families)
+    longitudinal = recommend(frame(rows), GOALS["augment-longitudinal"], families)
+    assert plain[0].strategy == "synsim"
+    assert longitudinal[0].strategy == "syntr"
+    tr = by_label(longitudinal)["syntr/tr"]
+    assert "longitudinal" in tr.aspects
+    assert (f"moments of change: augmentation IS coverage recall: 10% {format_number(0.15)} vs "
+            f"{format_number(0.10)} without ({format_delta(0.15 - 0.10)})") in tr.reasons
+    assert any("(SynTr)" in r and "not measured here" in r for r in tr.reasons)
+
+
+def test_longitudinal_goal_without_timeline_numbers_says_so():
+    rows = [*baseline(BASE), *utility("de", augmentation={10: 0.55}),
+            *intrinsic("de", "de", meaning=0.9, style=0.8, pos=0.8, div=0.5)]
+    goal = GOALS["augment-longitudinal"]
+    recs = recommend(frame(rows), goal, {"de": "backtranslate"})
+    assert "longitudinal" not in recs[0].aspects
+    assert any(r.startswith("no timeline utility") for r in recs[0].reasons)
+    assert any("no longitudinal (timeline) utility numbers" in n for n in recommendation_notes(goal, recs))
+
+
+def test_seed_spread_and_seed_count_are_reported():
+    rows = [*baseline({10: 0.50}, std=0.05), *utility("de", augmentation={10: 0.52}, std=0.04),
+            *intrinsic("de", "de", meaning=0.9, style=0.8, pos=0.8, div=0.5)]
+    recs = recommend(frame(rows), GOALS["augment"], {"de": "backtranslate"})
+    assert (f"augmentation macro-F1: 10% {format_number(0.52)} vs {format_number(0.50)} without "
+            f"({format_delta(0.52 - 0.50)}, within the seed std {format_number(0.05)})") in recs[0].reasons
+    assert recs[0].seeds == 5
+    assert any(n.startswith("utility measured with 5 seeds") for n in recommendation_notes(GOALS["augment"], recs))
+
+
+def test_a_table_without_the_score_columns_is_refused():
+    with pytest.raises(InputError, match="value"):
+        recommend(pd.DataFrame({"strategy": ["a"], "variant": [""], "metric": ["x"]}), GOALS["augment"], {})
+
+
+# ---------------------------------------------------------------------------------------------- demo run
+
+DEMO = Path(__file__).resolve().parents[1] / "runs" / "demo"
+
+
+def _demo_summary(root: Path) -> pd.DataFrame:
+    """The run's long score table as the report stage assembles it."""
+    files = [*sorted(root.glob("metrics/*/distribution_scores.parquet")),
+             *sorted(root.glob("privacy/*/*_scores.parquet")), *sorted(root.glob("utility/utility_scores.parquet"))]
+    summary = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    summary["variant"] = summary["variant"].fillna("").astype(str)
+    return summary.drop_duplicates(["strategy", "variant", "level", "metric"])
+
+
+@pytest.mark.skipif(not (DEMO / "manifest.json").is_file(), reason="no demo run in runs/demo")
+def test_demo_run_gets_one_recommendation_per_strategy_for_every_goal():
+    from tasks.report.run_files import RunFiles
+
+    run = RunFiles.open(DEMO)
+    summary, families = _demo_summary(DEMO), run.strategy_families()
+    labels = set(run.strategy_labels())
+    assert labels
+    for name, goal in GOALS.items():
+        recs = recommend(summary, goal, families)
+        assert sorted(r.strategy for r in recs) == sorted(labels), name
+        for rec in recs:
+            assert rec.reasons and all(isinstance(r, str) and r for r in rec.reasons)
+            assert rec.cost.startswith("utility: ")
+            assert (rec.rank is None) == (not rec.eligible)
+            assert rec.eligible == (not goal.formal_dp or rec.family == "dp")
+        assert recommendation_notes(goal, recs)
