@@ -22,6 +22,7 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "split": ("tasks/corpus", "tasks/store.py"),
     "generate": ("tasks/generate", "tasks/models", "tasks/corpus/schema.py", "tasks/store.py"),
     "metrics": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/store.py"),
+    "metaeval": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/store.py"),
     "privacy": ("tasks/privacy", "tasks/training", "tasks/models", "tasks/corpus/schema.py", "tasks/metrics/base.py",
                 "tasks/store.py"),
     "sign-histories": ("tasks/privacy/minhash.py", "tasks/privacy/reidentify.py", "tasks/store.py"),
@@ -30,7 +31,8 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "llm-profile": ("tasks/privacy/llm_profiling.py", "tasks/privacy/audit.py", "tasks/models", "tasks/corpus/schema.py",
                     "tasks/metrics/base.py", "tasks/store.py"),
     "utility": ("tasks/training", "tasks/corpus", "tasks/models", "tasks/metrics/base.py", "tasks/store.py"),
-    "report": ("tasks/report", "tasks/metrics/suite.py", "tasks/store.py"),
+    "report": ("tasks/report", "tasks/metrics/suite.py", "tasks/metrics/metaeval.py", "tasks/training/utility.py",
+               "tasks/corpus/schema.py", "tasks/store.py"),
 }
 _STAGE_LAYER = ("flows/stages.py", "flows/caching.py")
 

@@ -17,12 +17,14 @@ from typing import Annotated
 import typer
 
 from flows import progress
+from flows.annotate_cli import annotate_app
 from tasks.errors import InputError, SynthUGCError
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
 datasets_app = typer.Typer(help="Public datasets shipped inside packages.", no_args_is_help=True)
 app.add_typer(datasets_app, name="datasets")
+app.add_typer(annotate_app, name="annotate")
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent / "deployments" / "configs" / "demo.yaml"
 
@@ -260,30 +262,22 @@ def metaeval(
     """Check the metrics themselves (seed 003 §4.2): Spearman of each metric with the true ranking of
     increasingly manipulated bags, and the correlations between metrics."""
     _environment()
-    from tasks.metrics.metaeval import metric_correlations, run_metaeval, summarize_metaeval
-    from tasks.metrics.suite import BAG_METRICS, CLOSER_IS_HIGHER, DISTRIBUTION_METRICS, comparison_metrics
+    from tasks.metrics.suite import BAG_METRICS, DISTRIBUTION_METRICS, metaeval_metrics
     from tasks.settings import get_settings
     from tasks.store import ArtifactStore
 
     names = _metric_names(metrics, DISTRIBUTION_METRICS + BAG_METRICS)
     try:
         source, options = _read_corpus_and_options(corpus, seed, "group_id")
-        functions = comparison_metrics(names, options, get_settings().cache_dir / "embeddings.sqlite")
-        if not functions:
-            _fail("--metrics: none of these is a distribution- or bag-level metric")
-        rows = run_metaeval(source["text"].tolist(), functions, bag_size=bag_size, n_bags=bags, seed=seed,
-                            higher_is_better={m: CLOSER_IS_HIGHER[m] for m in functions})
+        result = metaeval_metrics(source["text"].tolist(), names, options, get_settings().cache_dir / "embeddings.sqlite",
+                                  bag_size=bag_size, bags=bags, seed=seed)
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc))
-    per_level = rows.explode("scores").assign(level=lambda f: f.groupby(["metric", "manipulation", "bag"]).cumcount())
-    wide = per_level.pivot_table(index=["bag", "manipulation", "level"], columns="metric", values="scores",
-                                 aggfunc="first")
     store = ArtifactStore(out)
-    store.write_table(rows.assign(scores=rows["scores"].map(lambda v: [float(x) for x in v])), "metaeval.parquet")
-    summary = summarize_metaeval(rows)
+    store.write_table(result.rows, "metaeval.parquet")
+    summary = result.summary
     store.write_table(summary, "metaeval_summary.parquet")
-    store.write_table(metric_correlations(wide.astype(float).replace([float("inf"), float("-inf")], float("nan")))
-                      .reset_index(names="metric"), "metric_correlations.parquet")
+    store.write_table(result.correlations, "metric_correlations.parquet")
     typer.echo(summary.to_string(index=False))
     typer.echo(f"-> {out}")
 
@@ -430,6 +424,27 @@ def datasets_fetch(name: Annotated[str, typer.Argument(help="Dataset name (see: 
     except SynthUGCError as exc:
         _fail(str(exc))
     typer.echo(str(path))
+
+
+@app.command()
+def report(
+    run_dir: Annotated[Path, typer.Argument(help="A finished run: <storage_root>/<experiment> (has manifest.json).")],
+    goal: Annotated[list[str] | None, typer.Option("--goal", help="Rank the strategies for this goal instead of the "
+                                                   "config's (repeatable): augment, augment-longitudinal, share-model, "
+                                                   "share-model-dp, share-data, share-data-dp, or "
+                                                   "use_case[,dp][,longitudinal].")] = None,
+    examples: Annotated[int | None, typer.Option("--examples", help="Example outputs to show (0 = off; they show "
+                                                  "real text). Default: the run's config.")] = None,
+) -> None:
+    """Rebuild report.md and report.html of a finished run from its artifacts, recomputing nothing (after
+    `synthugc annotate import`, or to rank for another goal)."""
+    from tasks.report.rebuild import rebuild_report
+
+    try:
+        rebuilt = rebuild_report(run_dir, goals=goal, examples=examples)
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    typer.echo(f"{rebuilt.markdown}\n{rebuilt.html}")
 
 
 @app.command()

@@ -95,6 +95,15 @@ class TransferConfig(Section):
     cps_threshold: float = Field(0.3, gt=0, le=1, description="Attribution share masked when cps_mask is set.")
 
 
+class MetaevalConfig(Section):
+    """Check the run's distribution- and bag-level metrics themselves on manipulated bags of the real corpus
+    (seed 003 §4.2); off by default (minutes on CPU), on in the demo."""
+
+    enabled: bool = False
+    bag_size: int = Field(100, ge=4, description="Texts per reference bag (100: the seed's cap).")
+    bags: int = Field(1, ge=1, description="Reference bags to average over.")
+
+
 class MetricsConfig(Section):
     """Which intrinsic metrics to compute (all of them by default) and how."""
 
@@ -104,6 +113,7 @@ class MetricsConfig(Section):
     bag_group: str = Field("group_id", description="Column forming bags for bag-level metrics (group_id, author_id).")
     bertscore: BertScoreConfig = Field(default_factory=BertScoreConfig)
     transfer: TransferConfig = Field(default_factory=TransferConfig)
+    metaeval: MetaevalConfig = Field(default_factory=MetaevalConfig)
 
     @field_validator("names")
     @classmethod
@@ -177,7 +187,24 @@ class UtilityConfig(Section):
 
 
 class ReportConfig(Section):
+    """What the report shows besides the numbers: the goals to rank strategies for, and example outputs."""
+
     title: str | None = None
+    goals: list[str] = Field(default_factory=lambda: ["augment", "share-model", "share-data"],
+                             description="Goals to rank the strategies for (seed 000 §7): a preset (augment, "
+                                         "augment-longitudinal, share-model, share-model-dp, share-data, share-data-dp) "
+                                         "or use_case[,dp][,longitudinal].")
+    examples: int = Field(0, ge=0, description="Example outputs per strategy (Appendix A.3); 0 = off, since they "
+                                               "show real text.")
+
+    @field_validator("goals")
+    @classmethod
+    def _known_goals(cls, value: list[str]) -> list[str]:
+        from tasks.report.recommend import parse_goal
+
+        for text in value:
+            parse_goal(text)  # raises ValueError naming the bad part
+        return value
 
 
 class ExperimentConfig(Section):

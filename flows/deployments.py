@@ -104,8 +104,13 @@ def _stage_files(store: ArtifactStore, experiment: str, stage: str, manifest_art
             return parts[0] in ("report.md", "report.html")
         if name in ("metrics", "utility"):
             return parts[:2] == [name, label]
+        if name == "metaeval":
+            return parts[0] == "metaeval"
+        if name == "llm-profile":
+            return parts[:2] == ["privacy", label] and parts[-1] == "llm_profiling"
         if name in ("privacy", "reidentify"):
-            return parts[:2] == ["privacy", label] and ((parts[-1] in reid) == (name == "reidentify"))
+            return (parts[:2] == ["privacy", label] and parts[-1] != "llm_profiling"
+                    and ((parts[-1] in reid) == (name == "reidentify")))
         return False
 
     out = [ref["path"] for key, ref in manifest_artifacts.items() if belongs(key.split("/"))]

@@ -22,7 +22,9 @@ from flows.config import ExperimentConfig, load_config, metric_options, parse_co
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import SynthUGCError
 from tasks.metrics.base import make_signature
+from tasks.metrics.suite import BAG_METRICS, DISTRIBUTION_METRICS
 from tasks.models.registry import model_id
+from tasks.report.build import human_evaluation_files
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_file, write_manifest
 from tasks.training.utility import utility_design
@@ -112,6 +114,18 @@ def _histories_ref(path: str | None, corpus: ArtifactRef) -> ArtifactRef:
     return ArtifactRef(path=str(Path(path).resolve()), fingerprint=fingerprint_file(path))
 
 
+def utility_signature(cfg: ExperimentConfig) -> str:
+    """The signature of the run's utility numbers (task, model, seeds, test split, label)."""
+    return make_signature(f"utility_{cfg.utility.task}", model=cfg.utility.model, seeds=len(cfg.utility.seeds),
+                          test="real-test-split", label=cfg.utility.label)
+
+
+def human_evaluation_refs(store: ArtifactStore, experiment: str) -> list[ArtifactRef]:
+    """The imported human ratings of a local run (``synthugc annotate import``), fingerprinted."""
+    folder = Path(store.path(experiment, "human_eval"))
+    return [ArtifactRef(path=str(p), fingerprint=fingerprint_file(str(p))) for p in human_evaluation_files(folder)]
+
+
 #: Stage families after generation; a flow can run a subset (ingest, split and generate always run).
 STAGE_FAMILIES: tuple[str, ...] = ("metrics", "privacy", "utility", "report")
 
@@ -151,7 +165,9 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
         per_strategy = n_shards + do_metrics + do_privacy + do_reid + do_llm_profile
         n_utility = len(utility_design([s.key for s in cfg.generate.strategies], cfg.utility.settings,
                                        cfg.utility.fractions, cfg.utility.seeds)) if do_utility else 0
-        bar.planned(len(run.states) + do_reid + len(cfg.generate.strategies) * per_strategy + n_utility + do_report)
+        do_metaeval = do_metrics and cfg.metrics.metaeval.enabled
+        bar.planned(len(run.states) + do_reid + len(cfg.generate.strategies) * per_strategy + n_utility + do_report
+                    + do_metaeval)
     logger.info("%s: %d documents (%s level), %d shard(s) per strategy", exp, corpus.rows, ingested.level, n_shards)
 
     options = metric_options(cfg)
@@ -160,6 +176,7 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     reid_results: dict[str, stages.ReidentifyResult] = {}
     llm_profiled: dict[str, ArtifactRef] = {}
     generated: dict[str, list[ArtifactRef]] = {}
+    generated_shards: dict[str, list[ArtifactRef]] = {}
     signed = None
     if do_reid:
         histories = _histories_ref(reid.histories, corpus)
@@ -196,6 +213,7 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
                            seed=cfg.seed)
             if profiled is not None:
                 llm_profiled[label] = profiled
+        generated_shards[label] = shards
         if do_utility:
             generated[label] = shards
         if signed is not None:
@@ -203,6 +221,13 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
                            experiment=exp, label=label, jaccard_threshold=reid.jaccard_threshold)
             if attacked is not None:
                 reid_results[label] = attacked
+
+    metaevaluated: ArtifactRef | None = None
+    comparison_names = [m for m in cfg.metrics.names if m in DISTRIBUTION_METRICS + BAG_METRICS]
+    if do_metrics and cfg.metrics.metaeval.enabled and comparison_names:
+        metaevaluated = run("metaeval", stages.metaeval, corpus=corpus, root=root, experiment=exp,
+                            names=comparison_names, options=options, bag_size=cfg.metrics.metaeval.bag_size,
+                            bags=cfg.metrics.metaeval.bags, cache_dir=str(settings.cache_dir.resolve()))
 
     utility_runs: list[ArtifactRef] = []
     if do_utility:  # one cached stage per run; the baseline runs once for every strategy
@@ -219,22 +244,16 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     facts = {"experiment": exp, "data": cfg.data.dataset or str(cfg.data.path), "level": ingested.level,
              "documents": str(corpus.rows), "strategies": ", ".join(s.key for s in cfg.generate.strategies),
              "token encoder": model_id(token_spec), "seed": str(cfg.seed)}
-    reported: stages.ReportResult | None = None if not do_report else run(
-        "report", stages.report, results=results,
-        privacy={**{f"{label}/audit": r.summary for label, r in privacy_results.items()},
-                 **{f"{label}/reid": r.summary for label, r in reid_results.items()},
-                 **{f"{label}/llm": ref for label, ref in llm_profiled.items()}},
-        utility_runs=utility_runs,
-        utility_signature=make_signature(f"utility_{cfg.utility.task}", model=cfg.utility.model,
-                                         seeds=len(cfg.utility.seeds), test="real-test-split", label=cfg.utility.label),
-        failures=ingested.failures, root=root, experiment=exp,
-        title=cfg.report.title or f"synthugc report: {exp}", facts=facts, failed_stages=dict(run.failed))
-
     artifacts: dict[str, ArtifactRef] = {"ingest/corpus": ingested.corpus, "ingest/failures": ingested.failures,
                                          "split/corpus": corpus}
+    for label, shards in generated_shards.items():
+        for i, ref in enumerate(shards):
+            artifacts[f"generate/{label}/shard-{i:05d}"] = ref
     for label, p in privacy_results.items():
         for name in ("profiling", "top_words", "word_bins", "membership", "summary"):
             artifacts[f"privacy/{label}/{name}"] = getattr(p, name)
+    for label, ref in llm_profiled.items():
+        artifacts[f"privacy/{label}/llm_profiling"] = ref
     for ref in utility_runs:
         artifacts["utility/" + ref.path.rsplit("/utility/", 1)[-1].removesuffix(".parquet")] = ref
     for label, r in reid_results.items():
@@ -244,6 +263,15 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
         artifacts[f"metrics/{label}/sample_scores"] = r.sample_scores
         artifacts[f"metrics/{label}/distribution_scores"] = r.distribution_scores
         artifacts[f"metrics/{label}/distributions"] = r.distributions
+    if metaevaluated is not None:
+        artifacts["metaeval/summary"] = metaevaluated
+    report_context = {"title": cfg.report.title or f"synthugc report: {exp}", "facts": facts, "level": cfg.utility.task,
+                      "families": [[s.key, s.name] for s in cfg.generate.strategies],  # pairs: order counts
+                      "failed_stages": dict(run.failed), "utility_signature": utility_signature(cfg)}
+    reported: stages.ReportResult | None = None if not do_report else run(
+        "report", stages.report, artifacts=dict(artifacts), human_eval=human_evaluation_refs(store, exp),
+        root=root, experiment=exp, goals=list(cfg.report.goals), examples=cfg.report.examples, seed=cfg.seed,
+        **report_context)
     if reported:
         artifacts["report.md"], artifacts["report.html"] = reported.markdown, reported.html
     signatures = {k: v for r in results.values() for k, v in r.signatures.items()}
@@ -252,7 +280,8 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
                                   ("token_encoder", options.token_encoder), ("sentence_encoder", options.sentence_encoder),
                                   ("pos_tagger", options.pos_tagger))},
                               signatures=signatures,
-                              artifacts=artifacts, stages=run.states)
+                              artifacts=artifacts, stages=run.states,
+                              report={**report_context, "facts": list(facts.items())})  # pairs keep their order
     summary = RunSummary(experiment=exp, report_html=reported.html.path if reported else None,
                          report_markdown=reported.markdown.path if reported else None, manifest=manifest.path,
                          stages=run.states, failed=run.failed)

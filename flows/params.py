@@ -49,6 +49,11 @@ class ExperimentParams(BaseModel):
     seed: int | None = Field(None, description="Random seed (default: the config's).")
     metrics: list[str] | None = Field(None, description="Metric names (default: the config's, else all).")
     privacy: bool | None = Field(None, description="Run the privacy attacks (default: the config's).")
+    goals: list[str] | None = Field(None, description="Goals the report ranks the strategies for: augment, "
+                                                      "augment-longitudinal, share-model, share-model-dp, share-data, "
+                                                      "share-data-dp (default: the config's).")
+    examples: int | None = Field(None, ge=0, description="Example outputs in the report (0 = off; they show real "
+                                                         "text; default: the config's).")
     storage_root: str | None = Field(None, description="Artifact root, a path or fsspec URL "
                                                         "(default: the config's, else SYNTHUGC_STORAGE_ROOT).")
     overrides: list[str] = Field([], description="More overrides as key.path=value, applied "
@@ -88,6 +93,10 @@ class ExperimentParams(BaseModel):
             raw.setdefault("metrics", {})["names"] = list(self.metrics)
         if self.privacy is not None:
             raw.setdefault("privacy", {})["enabled"] = self.privacy
+        if self.goals is not None:
+            raw.setdefault("report", {})["goals"] = list(self.goals)
+        if self.examples is not None:
+            raw.setdefault("report", {})["examples"] = self.examples
         return raw
 
     def to_config(self) -> ExperimentConfig:

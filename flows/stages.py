@@ -8,13 +8,13 @@ retried run returns ``Cached`` for every stage whose inputs, settings and code a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 from prefect import task
-from prefect.artifacts import create_markdown_artifact, create_table_artifact
+from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from flows.caching import key_fn_for
 from tasks.corpus.importers import read_corpus
@@ -22,7 +22,7 @@ from tasks.corpus.schema import corpus_level
 from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic
 from tasks.metrics.base import make_signature
-from tasks.metrics.suite import DISTRIBUTION_COLUMNS, MetricOptions, metric_correlation_matrix, score_strategy
+from tasks.metrics.suite import MetricOptions, metaeval_metrics, score_strategy
 from tasks.models.embeddings import EmbeddingCache
 from tasks.models.llm import llm_backend_for
 from tasks.parallel import dask_client
@@ -36,11 +36,13 @@ from tasks.privacy.audit import (
 )
 from tasks.privacy.llm_profiling import llm_profile as run_llm_profiling
 from tasks.privacy.reidentify import reidentify_signed, sign_histories
-from tasks.report.render import ReportInputs, render_html, render_markdown
+from tasks.report.build import collect_report_data, utility_runs
+from tasks.report.recommend import parse_goal
+from tasks.report.render import article_table_frames, render_markdown, render_report
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_config, fingerprint_file
 from tasks.training.dialogue import sentence_embedder
-from tasks.training.utility import run_one, utility_summary_rows
+from tasks.training.utility import run_one
 
 
 @dataclass(frozen=True)
@@ -225,39 +227,58 @@ def utility(corpus: ArtifactRef, shards: list[ArtifactRef], root: str, experimen
                              f"{setting}-{round(100 * fraction):03d}pct-seed{seed}.parquet")
 
 
-@_stage("report")
-def report(results: dict[str, MetricsResult], privacy: dict[str, ArtifactRef], utility_runs: list[ArtifactRef],
-           utility_signature: str, failures: ArtifactRef, root: str, experiment: str, title: str,
-           facts: dict[str, str], failed_stages: dict[str, str]) -> ReportResult:
-    """Render the markdown and HTML report and publish them (and the tables) as Prefect artifacts.
-
-    ``privacy`` maps a name to a summary table (privacy attacks, utility) in the long format of the
-    metric summaries; the ``original`` and ``chance`` rows every strategy repeats are shown once."""
+@_stage("metaeval")
+def metaeval(corpus: ArtifactRef, root: str, experiment: str, names: list[str], options: MetricOptions,
+             bag_size: int, bags: int, cache_dir: str) -> ArtifactRef:
+    """Meta-evaluate the run's distribution- and bag-level metrics on manipulated bags of the real corpus;
+    returns the summary (rho per metric x manipulation), with the per-bag rows and correlations beside it."""
     store = ArtifactStore(root)
-    frames = [store.read_table(r.distribution_scores) for _, r in sorted(results.items())]
-    frames += [store.read_table(ref) for _, ref in sorted(privacy.items())]
-    if utility_runs:
-        runs = pd.concat([store.read_table(ref) for ref in utility_runs], ignore_index=True)
+    texts = store.read_table(corpus)["text"].tolist()
+    result = metaeval_metrics(texts, names, options, Path(cache_dir) / "embeddings.sqlite", bag_size=bag_size,
+                              bags=bags, seed=options.seed)
+    store.write_table(result.rows, experiment, "metaeval", "rows.parquet")
+    store.write_table(result.correlations, experiment, "metaeval", "metric_correlations.parquet")
+    return store.write_table(result.summary, experiment, "metaeval", "summary.parquet")
+
+
+@_stage("report")
+def report(artifacts: dict[str, ArtifactRef], human_eval: list[ArtifactRef], root: str, experiment: str,
+           title: str, facts: dict[str, str], level: str, families: list[list[str]], failed_stages: dict[str, str],
+           utility_signature: str, goals: list[str], examples: int, seed: int) -> ReportResult:
+    """Render the markdown and HTML report from the run's artifacts and publish them (and the article
+    tables) as Prefect artifacts. ``human_eval`` are the imported human ratings (part of the cache key);
+    ``families`` pairs each strategy label with its registered name, in config order (the tables' row order)."""
+    store = ArtifactStore(root)
+    runs = utility_runs(artifacts, store.read_table)
+    if runs is not None:
         store.write_table(runs, experiment, "utility", "utility_runs.parquet")
-        scores = utility_summary_rows(runs, utility_signature)
-        store.write_table(scores, experiment, "utility", "utility_scores.parquet")
-        frames.append(scores)
-    summary = (pd.concat(frames, ignore_index=True).drop_duplicates(["strategy", "variant", "level", "metric"])
-               if frames else pd.DataFrame(columns=DISTRIBUTION_COLUMNS))
-    n_input_failures = len(store.read_table(failures))
-    facts = {**facts, "input rows failed validation": str(n_input_failures)}
-    correlations = metric_correlation_matrix(summary[summary["level"] != "privacy"])
-    inputs = ReportInputs(title=title, facts=facts, summary=summary, failed_stages=failed_stages,
-                          correlations=correlations if not correlations.empty else None)
-    markdown = render_markdown(inputs)
-    if not correlations.empty:
-        store.write_table(correlations, experiment, "metric_correlations.parquet")
+    data = collect_report_data(
+        artifacts, store.read_table, title=title, facts={**facts, "input rows failed validation": str(
+            artifacts["ingest/failures"].rows if "ingest/failures" in artifacts else 0)},
+        level=level, families=dict(families), failed_stages=failed_stages, utility_signature=utility_signature,
+        human_eval_dir=Path(human_eval[0].path).parent if human_eval else None, examples=examples, seed=seed,
+        goals=[parse_goal(g) for g in goals])
+    if runs is not None:
+        store.write_table(data.summary[data.summary["level"] == "utility"], experiment, "utility",
+                          "utility_scores.parquet")
+    # written every time (empty when undefined) so a file from an earlier run never passes for this one's
+    store.write_table(data.correlations if data.correlations is not None else pd.DataFrame({"metric": []}),
+                      experiment, "metric_correlations.parquet")
+    markdown, page = render_report(data)
     result = ReportResult(markdown=store.write_text(markdown, experiment, "report.md"),
-                          html=store.write_text(render_html(inputs), experiment, "report.html"))
+                          html=store.write_text(page, experiment, "report.html"))
     key = experiment.lower().replace("_", "-").replace(".", "-")
-    create_markdown_artifact(markdown=markdown + f"\n\nHTML report: `{result.html.path}`\n",
+    # the example outputs are real text: they stay in the run's files, not on a (possibly remote) Prefect API
+    published = markdown if data.examples is None else render_markdown(replace(data, examples=None))
+    create_markdown_artifact(markdown=published + f"\n\nHTML report: `{result.html.path}`\n",
                              key=f"{key}-report", description=f"synthugc report for {experiment}")
-    if not summary.empty:
-        create_table_artifact(table=summary.drop(columns=["signature"]).round(6).to_dict(orient="records"),
-                              key=f"{key}-scores", description=f"distribution-level scores for {experiment}")
+    html_link = Path(result.html.path).as_uri() if "://" not in result.html.path else result.html.path
+    create_link_artifact(link=html_link, link_text=f"{experiment} report (HTML, self-contained)",
+                         key=f"{key}-report-html", description=f"the HTML report of {experiment}")
+    if not data.summary.empty:
+        create_table_artifact(table=data.summary.drop(columns=["signature"]).round(6).to_dict(orient="records"),
+                              key=f"{key}-scores", description=f"every score of {experiment}")
+    for table_key, frame in article_table_frames(data).items():
+        create_table_artifact(table=frame.round(6).to_dict(orient="records"), key=f"{key}-{table_key}",
+                              description=f"{table_key} of {experiment}")
     return result

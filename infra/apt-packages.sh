@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Debian packages the features need: apertium + the eng-spa pair for the offline back-translation strategy.
-# Skipped with one line where apt is not available (the backtranslate strategy then says what is missing).
+# Debian packages the features need: apertium + the eng-spa pair for the offline back-translation strategy,
+# and chromium (headless) for the report's browser test.
+# Skipped with one line where apt is not available (backtranslate then says what is missing; the browser
+# test skips outside CI).
 set -euo pipefail
-PACKAGES=(apertium apertium-eng-spa)
-if command -v apertium >/dev/null 2>&1 && apertium -l 2>/dev/null | grep -q "eng-spa"; then
+PACKAGES=(apertium apertium-eng-spa chromium)
+have_all() {
+  command -v apertium >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || return 1
+  local pairs
+  pairs="$(apertium -l 2>/dev/null || true)"
+  [[ "$pairs" == *eng-spa* ]]
+}
+if have_all; then
   exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
-  echo "synthugc setup: apt-get not available, skipping Debian packages ${PACKAGES[*]} (backtranslate with backend=apertium will not run)"
+  echo "synthugc setup: apt-get not available, skipping Debian packages ${PACKAGES[*]} (backtranslate with backend=apertium and the browser test will not run)"
   exit 0
 fi
 SUDO=""
@@ -19,5 +27,5 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq >/dev/null
-$SUDO apt-get install -y -qq "${PACKAGES[@]}" >/dev/null
+$SUDO apt-get install -y -qq --no-install-recommends "${PACKAGES[@]}" >/dev/null
 echo "synthugc setup: installed ${PACKAGES[*]}"

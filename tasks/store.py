@@ -158,8 +158,9 @@ class ArtifactStore:
 
 def write_manifest(store: ArtifactStore, experiment: str, *, config: dict, models: dict[str, str],
                    signatures: dict[str, str], artifacts: dict[str, ArtifactRef],
-                   stages: dict[str, str]) -> ArtifactRef:
-    """Write ``<experiment>/manifest.json``: config, package versions, models, signatures, artifacts, stage states."""
+                   stages: dict[str, str], report: dict | None = None) -> ArtifactRef:
+    """Write ``<experiment>/manifest.json``: config, package versions, models, signatures, artifacts, stage
+    states, and what the report needs besides the artifacts (``synthugc report RUN_DIR`` rebuilds from it)."""
     manifest = {
         "experiment": experiment,
         "config": config,
@@ -170,5 +171,6 @@ def write_manifest(store: ArtifactStore, experiment: str, *, config: dict, model
         "signatures": signatures,
         "artifacts": {name: asdict(ref) for name, ref in sorted(artifacts.items())},
         "stages": stages,
+        "report": report or {},
     }
     return store.write_text(json.dumps(manifest, indent=2, sort_keys=True), experiment, "manifest.json")

@@ -19,7 +19,9 @@ def _raw(**changes) -> dict:
 def test_demo_config_is_valid():
     cfg = load_config(DEMO_CONFIG)
     assert cfg.data.dataset == "debates"
-    assert [s.key for s in cfg.generate.strategies] == ["backtranslate", "stymask"]
+    assert [s.key for s in cfg.generate.strategies] == ["backtranslate", "stymask", "synsim"]
+    assert cfg.report.examples == 0  # example outputs show real text: off unless switched on
+    assert cfg.metrics.metaeval.enabled
 
 
 @pytest.mark.parametrize(("raw", "path"), [
@@ -34,6 +36,9 @@ def test_demo_config_is_valid():
      "generate.strategies.0.params.stymask.intensity"),
     (_raw(generate={"strategies": [{"name": "stymask"}, {"name": "stymask"}]}), "generate.strategies"),
     (_raw(experiment="has space"), "experiment"),
+    (_raw(report={"goals": ["augment", "share_everything"]}), "report.goals"),
+    (_raw(report={"examples": -1}), "report.examples"),
+    (_raw(metrics={"metaeval": {"bag_size": 1}}), "metrics.metaeval.bag_size"),
 ])
 def test_bad_configs_name_their_key_path(raw, path):
     with pytest.raises(ConfigError) as err:

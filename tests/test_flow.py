@@ -92,13 +92,16 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     assert bt.set_index("metric").loc["bleu_divergence", "value"] > 0.2
 
     html = Path(first.report_html).read_text()
-    assert "<h2>backtranslate (pivot-spa)</h2>" in html and "<h2>stymask</h2>" in html and "http" not in html.split("<body>")[1]
+    assert "<summary>backtranslate (pivot-spa)</summary>" in html and "<summary>stymask</summary>" in html
+    assert "http" not in html.split("<body")[1]
     manifest = _manifest(root)
     assert manifest["signatures"]["bertscore_f1"].startswith("metric:bertscore")
     assert manifest["stages"] == first.stages
 
-    published = _artifacts("t-report") + _artifacts("t-scores")
+    published = _artifacts("t-report") + _artifacts("t-scores") + _artifacts("t-table4")
     assert {a.type for a in published} == {"markdown", "table"}
+    link = _artifacts("t-report-html")  # Prefect stores a link artifact as markdown: [text](url)
+    assert len(link) == 1 and Path(first.report_html).as_uri() in str(link[0].data)
     assert any("bertscore_f1" in str(a.data) for a in published)
 
     # every intrinsic metric has a value or a reason, at its level, with its signature
@@ -107,7 +110,7 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
         assert set(dist["metric"]) == set(ALL_METRICS)
         assert (dist["value"].notna() | dist["reason"].notna()).all()
         assert dist["signature"].str.startswith("metric:").all()
-    assert "Bag-level metrics" in html and "Distribution-level metrics" in html and "Privacy attacks" in html
+    assert "Bag-level metrics" in html and "distribution level (Table 13)" in html and "Privacy attacks (Table 6)" in html
     privacy = pd.read_parquet(root / "t" / "privacy" / "stymask" / "privacy_scores.parquet").set_index(["strategy", "metric"])
     original = privacy.loc[("original", "profiling_accuracy[party/linear]"), "value"]
     assert 0.0 <= original <= 1.0
@@ -120,7 +123,7 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     assert set(runs["setting"]) == {"baseline", "substitution", "augmentation"}
     assert len(runs) == len(_utility_stages(["backtranslate", "stymask"]))  # the baseline ran once
     assert set(runs["seed"]) == {0, 1} and runs.loc[runs["status"] == "ok", "macro_f1"].between(0, 1).all()
-    assert "Utility: train on synthetic" in html
+    assert "Substitution: train on synthetic, test on real (Table 5)" in html and "(Table 7)" in html
 
     second = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     assert set(second.stages.values()) == {"Cached"}, second.stages

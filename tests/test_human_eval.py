@@ -472,6 +472,17 @@ def test_a_sheet_of_an_earlier_export_is_refused(run: RunFiles, tmp_path: Path) 
     assert len(import_sheets(run, [_write(current, tmp_path / "gus.csv")]).annotations) == 8
 
 
+def test_a_replacing_export_removes_the_ratings_of_the_old_items(run: RunFiles, tmp_path: Path) -> None:
+    export_sheet(run, per_strategy=4, seed=0)
+    import_sheets(run, [_write(_sheet(run).assign(fluency="4", meaning="4", annotator="gus"), tmp_path / "g.csv")])
+    assert (run.human_eval_dir / "agreement.parquet").is_file()
+    export_sheet(run, per_strategy=4, seed=0)  # the same export again keeps them
+    assert (run.human_eval_dir / "annotations.parquet").is_file()
+    export_sheet(run, per_strategy=4, seed=1, overwrite=True)
+    assert not any((run.human_eval_dir / f"{n}.parquet").exists()
+                   for n in ("annotations", "agreement", "strategy_scores", "metric_correlations"))
+
+
 def test_cli_export_and_import(run: RunFiles, tmp_path: Path) -> None:
     runner = CliRunner()
     exported = runner.invoke(annotate_app, ["export", str(run.root), "--per-strategy", "6", "--seed", "2"])

@@ -397,3 +397,32 @@ def comparison_metrics(names: Sequence[str], options: MetricOptions,
         elif name in BAG_METRICS:
             out[name] = bag(name)
     return out
+
+
+@dataclass(frozen=True)
+class MetaevalResult:
+    """The meta-evaluation of a run's metrics: per-bag rows, their summary, and the metric correlations."""
+
+    rows: pd.DataFrame
+    summary: pd.DataFrame
+    correlations: pd.DataFrame
+
+
+def metaeval_metrics(texts: Sequence[str], names: Sequence[str], options: MetricOptions, cache_path: str | Path, *,
+                     bag_size: int = 100, bags: int = 1, seed: int = 0) -> MetaevalResult:
+    """Check the distribution- and bag-level metrics themselves (seed 003 §4.2) on reference bags drawn from
+    ``texts``: Spearman of each metric with the true ranking of increasingly manipulated bags, and the
+    metrics' correlations over the manipulated bags. Used by ``synthugc metaeval`` and the flow's stage."""
+    from tasks.metrics.metaeval import metric_correlations, run_metaeval, summarize_metaeval
+
+    functions = comparison_metrics(names, options, cache_path)
+    if not functions:
+        raise ValueError("none of these is a distribution- or bag-level metric: " + ", ".join(names))
+    rows = run_metaeval(list(texts), functions, bag_size=bag_size, n_bags=bags, seed=seed,
+                        higher_is_better={m: CLOSER_IS_HIGHER[m] for m in functions})
+    per_level = rows.explode("scores").assign(level=lambda f: f.groupby(["metric", "manipulation", "bag"]).cumcount())
+    wide = per_level.pivot_table(index=["bag", "manipulation", "level"], columns="metric", values="scores",
+                                 aggfunc="first")
+    correlations = metric_correlations(wide.astype(float).replace([np.inf, -np.inf], np.nan)).reset_index(names="metric")
+    rows = rows.assign(scores=rows["scores"].map(lambda v: [float(x) for x in v]))
+    return MetaevalResult(rows=rows, summary=summarize_metaeval(rows), correlations=correlations)

@@ -48,6 +48,8 @@ from tasks.store import ArtifactStore
 SHEET_COLUMNS: tuple[str, ...] = ("item_id", "source_text", "synthetic_text", "fluency", "meaning",
                                   "attribute_guess", "annotator", "comment")
 REQUIRED_SHEET_COLUMNS: tuple[str, ...] = ("item_id", "fluency", "meaning")
+#: What ``import_sheets`` writes (and a replacing export removes: those ratings were of other items).
+RESULT_TABLES: tuple[str, ...] = ("annotations", "agreement", "strategy_scores", "metric_correlations")
 KEY_COLUMNS: tuple[str, ...] = ("item_id", "doc_id", "strategy", "variant", "attribute", "attribute_value",
                                 "text_digest")
 ANNOTATION_COLUMNS: tuple[str, ...] = ("item_id", "annotator", "fluency", "meaning", "attribute_guess",
@@ -298,9 +300,13 @@ def export_sheet(run: RunFiles, *, per_strategy: int = 20, seed: int = 0, attrib
 
     out = run.human_eval_dir
     previous = out / "key.parquet"
-    if previous.is_file() and not overwrite and not pd.read_parquet(previous).astype("string").equals(key):
+    replaced = previous.is_file() and not pd.read_parquet(previous).astype("string").equals(key)
+    if replaced and not overwrite:
         raise InputError(f"{previous}: a different export is already there (filled sheets refer to its item "
                          "ids); import its sheets first, or overwrite it with --force")
+    if replaced:  # the imported ratings were of the old items: they must not reach the report any more
+        for name in RESULT_TABLES:
+            (out / f"{name}.parquet").unlink(missing_ok=True)
     # no strategy names here either: only key.parquet says which item is which
     settings = {"export_id": export_id, "per_strategy": per_strategy, "seed": seed, "attribute": attribute,
                 "choices": list(choices), "n_items": len(items), "columns": list(SHEET_COLUMNS)}

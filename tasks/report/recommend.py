@@ -55,6 +55,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import ConfigError, InputError
+from tasks.report.tables import task_metric_direction
 
 UseCase = Literal["augment", "share_model", "share_data"]
 USE_CASES: tuple[str, ...] = get_args(UseCase)
@@ -94,8 +95,6 @@ CLOSE_CALL = 0.05
 #: A privacy aspect below this is "little measurable protection" (said in the reasons for share_*).
 LITTLE_PROTECTION = 0.2
 
-#: Utility metrics where lower is better (dialogue-act error rates).
-LOWER_IS_BETTER: frozenset[str] = frozenset({"dser", "segwer", "der", "jointwer"})
 _UTILITY = re.compile(r"^(baseline|substitution|augmentation)\[(\d+(?:\.\d+)?)%\] (.+)$")
 _PROFILING = re.compile(r"^(?:profiling_accuracy\[(?P<attr>[^/\]]+)/(?P<model>[^\]]+)\]"
                         r"|llm_profiling_accuracy\[(?P<llm_attr>[^\]]+)\]|llm_profiling_success)$")
@@ -372,7 +371,7 @@ def _utility_rows(scores: _Scores, strategy: str, variant: str, variants: Sequen
 
 
 def _direction(metric: str) -> float:
-    return -1.0 if metric.lower() in LOWER_IS_BETTER else 1.0
+    return float(task_metric_direction(metric))
 
 
 def _spread_note(delta: float, *values: _Value) -> str:

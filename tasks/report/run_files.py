@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,30 @@ class RunFiles:
     def manifest(self) -> dict[str, Any]:
         return json.loads((self.root / "manifest.json").read_text(encoding="utf-8"))
 
+    @cached_property
+    def _recorded_root(self) -> str | None:
+        """The run directory as the manifest recorded it (the split corpus sits right under it)."""
+        corpus = self.manifest().get("artifacts", {}).get("split/corpus", {}).get("path", "")
+        suffix = "/split/corpus.parquet"
+        return corpus[: -len(suffix)] if corpus.endswith(suffix) else None
+
+    def resolve(self, recorded: str) -> Path:
+        """An artifact path from the manifest, under this run directory even when the run was moved."""
+        old = self._recorded_root
+        if old and recorded.startswith(old + "/"):
+            return self.root / recorded[len(old) + 1:]
+        return Path(recorded)
+
+    def _generated(self) -> dict[str, list[Path]]:
+        """Strategy label -> its shards as the manifest lists them (not whatever lies on disk: an earlier
+        run's leftovers or a strategy since removed from the config are not this run's)."""
+        out: dict[str, list[Path]] = {}
+        for name, ref in sorted(self.manifest().get("artifacts", {}).items()):
+            parts = name.split("/")
+            if len(parts) == 3 and parts[0] == "generate":
+                out.setdefault(parts[1], []).append(self.resolve(ref["path"]))
+        return out
+
     @property
     def experiment(self) -> str:
         return str(self.manifest().get("experiment", self.root.name))
@@ -48,8 +73,9 @@ class RunFiles:
         return {s.get("label") or s["name"]: s["name"] for s in strategies}
 
     def strategy_labels(self) -> list[str]:
-        """Labels that have generated shards, in config order (then any others, sorted)."""
-        present = {p.name for p in (self.root / "generate").glob("*") if p.is_dir()}
+        """Labels that have generated shards, in config order (then any others, sorted). Runs whose manifest
+        predates the shard list fall back to the folders on disk."""
+        present = set(self._generated()) or {p.name for p in (self.root / "generate").glob("*") if p.is_dir()}
         ordered = [label for label in self.strategy_families() if label in present]
         return ordered + sorted(present - set(ordered))
 
@@ -61,6 +87,9 @@ class RunFiles:
         return self.artifact("split", "corpus.parquet")
 
     def synthetic_shards(self, label: str) -> list[Path]:
+        generated = self._generated()
+        if generated:
+            return generated.get(label, [])
         return sorted((self.root / "generate" / label).glob("shard-*.parquet"))
 
     def read_synthetic(self, label: str) -> pd.DataFrame:

@@ -1,0 +1,199 @@
+"""Everything the report shows, gathered from a run's artifacts (the manifest's names) without
+recomputing any metric, attack or model: the report stage and ``synthugc report RUN_DIR`` both call
+:func:`collect_report_data` and :func:`render_report`.
+
+Artifact names are the manifest's: ``metrics/<label>/distribution_scores``, ``metrics/<label>/distributions``,
+``privacy/<label>/summary``, ``privacy/<label>/reid_scores``, ``privacy/<label>/llm_profiling``,
+``utility/<label>/<setting>-<pct>pct-seed<seed>``, ``metaeval/summary``, ``split/corpus``,
+``generate/<label>/<shard>``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tasks.corpus.schema import STATUS_OK
+from tasks.metrics.suite import DISTRIBUTION_COLUMNS, metric_correlation_matrix
+from tasks.store import ArtifactRef
+from tasks.training.utility import utility_summary_rows
+
+ReadTable = Callable[[ArtifactRef], pd.DataFrame]
+
+#: Levels whose metrics the correlation heatmap relates across strategies (seed 000 Fig. 5: sample-level
+#: and distribution-level metrics).
+CORRELATED_LEVELS = ("sample-mean", "distribution")
+#: How long an example text may be in the report before it is cut (the table stays readable).
+EXAMPLE_MAX_CHARS = 400
+
+
+@dataclass
+class HumanEvaluation:
+    """The imported human ratings' summaries (``synthugc annotate import``)."""
+
+    agreement: pd.DataFrame
+    strategy_scores: pd.DataFrame
+    metric_correlations: pd.DataFrame
+    n_annotations: int
+
+
+@dataclass
+class ReportData:
+    """What the report shows; every frame comes from an artifact of the run."""
+
+    title: str
+    facts: dict[str, str]
+    summary: pd.DataFrame  # long scores: strategy, variant, level, metric, value, std, median, n, n_failed, signature, reason
+    level: str = "post"
+    families: dict[str, str] = field(default_factory=dict)  # strategy label -> registered strategy name
+    failed_stages: dict[str, str] = field(default_factory=dict)
+    distributions: pd.DataFrame | None = None  # strategy, variant, metric, series, values (FCSD plot series)
+    correlations: pd.DataFrame | None = None  # metric x metric |Spearman| across strategies (Fig. 5)
+    metaeval: pd.DataFrame | None = None  # metric, manipulation, rho_mean, rho_std, n_bags, n_defined, reason
+    human: HumanEvaluation | None = None
+    examples: pd.DataFrame | None = None  # doc_id, original, one column per strategy label
+    goals: list = field(default_factory=list)  # tasks.report.recommend.Goal, in the order the report shows them
+
+    @property
+    def order(self) -> list[str]:
+        return list(self.families)
+
+
+def _group(artifacts: Mapping[str, ArtifactRef], prefix: str, suffix: str) -> dict[str, ArtifactRef]:
+    """``{label: ref}`` for names ``<prefix>/<label>/<suffix>``."""
+    out = {}
+    for name, ref in artifacts.items():
+        parts = name.split("/")
+        if len(parts) == 3 and parts[0] == prefix and parts[2] == suffix:
+            out[parts[1]] = ref
+    return out
+
+
+def utility_runs(artifacts: Mapping[str, ArtifactRef], read: ReadTable) -> pd.DataFrame | None:
+    """Every downstream run (one row per setting x fraction x strategy x seed), or None without any."""
+    refs = [ref for name, ref in sorted(artifacts.items()) if name.startswith("utility/") and name.count("/") == 2]
+    return pd.concat([read(ref) for ref in refs], ignore_index=True) if refs else None
+
+
+def score_summary(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *,
+                  utility_signature: str = "") -> pd.DataFrame:
+    """The long score table of the run: metrics, privacy attacks and the utility runs' means over seeds.
+    The ``original`` and ``chance`` rows that every strategy's privacy table repeats are kept once."""
+    frames = [read(ref) for _, ref in sorted(_group(artifacts, "metrics", "distribution_scores").items())]
+    for suffix in ("summary", "reid_scores", "llm_profiling"):
+        frames += [read(ref) for _, ref in sorted(_group(artifacts, "privacy", suffix).items())]
+    runs = utility_runs(artifacts, read)
+    if runs is not None:
+        frames.append(utility_summary_rows(runs, utility_signature))
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=DISTRIBUTION_COLUMNS)
+    summary = pd.concat(frames, ignore_index=True)
+    summary["variant"] = summary["variant"].fillna("").astype(str)
+    return summary.drop_duplicates(["strategy", "variant", "level", "metric"]).reset_index(drop=True)
+
+
+def read_human_evaluation(folder: Path) -> HumanEvaluation | None:
+    """The summaries ``synthugc annotate import`` wrote into ``<run>/human_eval``, if any."""
+    names = ("agreement", "strategy_scores", "metric_correlations", "annotations")
+    if not all((folder / f"{n}.parquet").is_file() for n in names):
+        return None
+    frames = {n: pd.read_parquet(folder / f"{n}.parquet") for n in names}
+    return HumanEvaluation(agreement=frames["agreement"], strategy_scores=frames["strategy_scores"],
+                           metric_correlations=frames["metric_correlations"],
+                           n_annotations=len(frames["annotations"]))
+
+
+def human_evaluation_files(folder: Path) -> list[Path]:
+    """The human-evaluation files the report reads (their contents are part of the report's cache key)."""
+    return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
+
+
+def example_outputs(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *, n: int, seed: int,
+                    order: Sequence[str] = ()) -> pd.DataFrame | None:
+    """Appendix A.3: ``n`` source texts (seeded) that every strategy rewrote, with each strategy's output.
+    Strategies with several variants get a column per variant."""
+    if n <= 0 or "split/corpus" not in artifacts:
+        return None
+    corpus = read(artifacts["split/corpus"])
+    shards: dict[str, list[ArtifactRef]] = {}
+    for name, ref in sorted(artifacts.items()):
+        parts = name.split("/")
+        if len(parts) == 3 and parts[0] == "generate":
+            shards.setdefault(parts[1], []).append(ref)
+    if not shards:
+        return None
+    labels = [s for s in order if s in shards] + sorted(set(shards) - set(order))
+    outputs: dict[str, pd.Series] = {}
+    for label in labels:
+        synthetic = pd.concat([read(r) for r in shards[label]], ignore_index=True)
+        synthetic = synthetic[synthetic["status"] == STATUS_OK]
+        variants = list(dict.fromkeys(synthetic["variant"].astype(str)))
+        for variant in variants:
+            column = label if len(variants) == 1 else f"{label} ({variant})"
+            part = synthetic[synthetic["variant"].astype(str) == variant].drop_duplicates("doc_id")
+            outputs[column] = part.set_index("doc_id")["text"]
+    common = set(corpus["doc_id"])
+    for series in outputs.values():
+        common &= set(series.index)
+    if not common:
+        return None
+    rng = np.random.default_rng(seed)
+    chosen = sorted(common)
+    chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), size=min(n, len(chosen)), replace=False))]
+    source = corpus.drop_duplicates("doc_id").set_index("doc_id")["text"]
+    frame = pd.DataFrame({"doc_id": chosen, "original": [source[d] for d in chosen]})
+    for column, series in outputs.items():
+        frame[column] = [series[d] for d in chosen]
+    return frame
+
+
+def collect_report_data(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *, title: str,
+                        facts: Mapping[str, str], level: str, families: Mapping[str, str],
+                        failed_stages: Mapping[str, str] | None = None, utility_signature: str = "",
+                        human_eval_dir: Path | None = None, examples: int = 0, seed: int = 0,
+                        goals: Sequence = ()) -> ReportData:
+    """Gather the report's inputs from the run's artifacts (nothing is recomputed)."""
+    summary = score_summary(artifacts, read, utility_signature=utility_signature)
+    series = [read(ref) for _, ref in sorted(_group(artifacts, "metrics", "distributions").items())]
+    series = [s for s in series if not s.empty]
+    intrinsic = summary[summary["level"].isin(CORRELATED_LEVELS)]
+    correlations = metric_correlation_matrix(intrinsic) if not intrinsic.empty else None
+    has_correlations = correlations is not None and not correlations.empty
+    metaeval = read(artifacts["metaeval/summary"]) if "metaeval/summary" in artifacts else None
+    return ReportData(
+        title=title, facts=dict(facts), summary=summary, level=level, families=dict(families),
+        failed_stages=dict(failed_stages or {}),
+        distributions=pd.concat(series, ignore_index=True) if series else None,
+        correlations=correlations if has_correlations else None, metaeval=metaeval,
+        human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
+        examples=example_outputs(artifacts, read, n=examples, seed=seed, order=list(families)),
+        goals=list(goals))
+
+
+def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification and its chance
+    rate: the numbers of the trade-off and re-identification plots. Strategies match on label across levels
+    (the utility rows carry no variant)."""
+    def pick(metric: str, level: str) -> pd.Series:
+        part = summary[(summary["level"] == level) & (summary["metric"] == metric)]
+        return part.set_index(["strategy", "variant"])["value"].astype(float)
+
+    meaning, divergence = pick("bertscore_f1", "sample-mean"), pick("bleu_divergence", "sample-mean")
+    reid = summary[(summary["level"] == "privacy") & (summary["metric"] == "reid_accuracy")]
+    keys = [k for k in dict.fromkeys([*meaning.index, *divergence.index]) if k[0] not in ("original", "chance")]
+    chance = reid.loc[reid["strategy"] == "chance", "value"]
+    reid_by = reid.set_index(["strategy", "variant"])["value"].astype(float)
+    rows = []
+    for strategy, variant in keys:
+        rows.append({"strategy": strategy, "variant": variant,
+                     "meaning": float(meaning.get((strategy, variant), math.nan)),
+                     "divergence": float(divergence.get((strategy, variant), math.nan)),
+                     "reidentification": float(reid_by.get((strategy, variant), math.nan)),
+                     "chance": float(chance.iloc[0]) if len(chance) else math.nan})
+    return pd.DataFrame(rows, columns=["strategy", "variant", "meaning", "divergence", "reidentification", "chance"])

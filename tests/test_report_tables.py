@@ -1,0 +1,196 @@
+"""The article's tables from a long score table: which cells are bold/underlined, which rows come last,
+and that the HTML shows exactly the summary's numbers."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pandas as pd
+import pytest
+from report_page import parse_report
+
+from tasks.report.build import ReportData
+from tasks.report.render import fmt, render_html, render_markdown
+from tasks.report.tables import (
+    article_tables,
+    augmentation_table,
+    intrinsic_table,
+    privacy_table,
+    substitution_table,
+)
+
+
+def _rows(level: str, values: dict[tuple[str, str], dict[str, float]], signature: str = "sig") -> list[dict]:
+    return [{"strategy": s, "variant": v, "level": level, "metric": m, "value": x, "std": math.nan,
+             "median": math.nan, "n": 10, "n_failed": 0, "signature": f"{signature}:{m}", "reason": None}
+            for (s, v), metrics in values.items() for m, x in metrics.items()]
+
+
+@pytest.fixture()
+def summary() -> pd.DataFrame:
+    rows = _rows("sample-mean", {
+        ("a", "first"): {"bertscore_f1": 0.90, "style_cosine": 0.80, "bleu_divergence": 0.20},
+        ("b", "first"): {"bertscore_f1": 0.85, "style_cosine": 0.95, "bleu_divergence": 0.60},
+        ("dp50", "first"): {"bertscore_f1": 0.70, "style_cosine": 0.50, "bleu_divergence": 0.95}})
+    rows += _rows("distribution", {
+        ("a", "first"): {"fbd": 0.5, "char_jsd": 0.10}, ("b", "first"): {"fbd": 0.2, "char_jsd": 0.30},
+        ("dp50", "first"): {"fbd": 2.0, "char_jsd": 0.40}})
+    rows += _rows("utility", {
+        ("original", ""): {"baseline[10%] macro_f1": 0.50, "baseline[100%] macro_f1": 0.80},
+        ("a", ""): {"substitution[100%] macro_f1": 0.82, "augmentation[10%] macro_f1": 0.55,
+                    "augmentation[100%] macro_f1": 0.79},
+        ("b", ""): {"substitution[100%] macro_f1": 0.75, "augmentation[10%] macro_f1": 0.49,
+                    "augmentation[100%] macro_f1": 0.81},
+        ("dp50", ""): {"substitution[100%] macro_f1": 0.60, "augmentation[10%] macro_f1": 0.52,
+                       "augmentation[100%] macro_f1": 0.80}})
+    rows += _rows("privacy", {
+        ("original", ""): {"profiling_accuracy[gender/linear]": 0.90, "reid_accuracy": math.nan},
+        ("chance", ""): {"profiling_accuracy[gender/linear]": 0.50, "reid_accuracy": 0.01},
+        ("a", "first"): {"profiling_accuracy[gender/linear]": 0.85, "reid_accuracy": 0.90, "membership_auc": 0.90},
+        ("b", "first"): {"profiling_accuracy[gender/linear]": 0.60, "reid_accuracy": 0.40, "membership_auc": 0.45},
+        ("dp50", "first"): {"profiling_accuracy[gender/linear]": 0.52, "reid_accuracy": 0.00,
+                            "membership_auc": 0.56}})
+    return pd.DataFrame(rows)
+
+
+def _marked(table, kind: str) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {}
+    for (row, metric), marks in table.marks.items():
+        if kind in marks:
+            out.setdefault(metric, set()).add(table.rows[row][0])
+    return out
+
+
+def test_table4_bolds_the_top_method_per_metric(summary):
+    table = intrinsic_table(summary, "sample-mean")
+    assert [c.header for c in table.columns][:3] == ["BSc", "Style", "Div"]  # article order, present ones only
+    assert _marked(table, "best") == {"bertscore_f1": {"a"}, "style_cosine": {"b"}, "bleu_divergence": {"dp50"}}
+
+
+def test_table13_bolds_top_two_with_each_metrics_direction(summary):
+    table = intrinsic_table(summary, "distribution")
+    best = _marked(table, "best")
+    assert best["fbd"] == {"a", "b"}  # lower distance is better
+    assert best["char_jsd"] == {"b", "dp50"}  # higher divergence is better
+
+
+def test_table5_marks_top_two_and_underlines_beating_the_original(summary):
+    table = substitution_table(summary)
+    assert table.label(len(table.rows) - 1) == "Trained on original data"
+    assert table.value(len(table.rows) - 1, "substitution[100%] macro_f1") == 0.80  # the 100% baseline
+    assert _marked(table, "best") == {"substitution[100%] macro_f1": {"a", "b"}}
+    assert _marked(table, "underline") == {"substitution[100%] macro_f1": {"a"}}  # 0.82 > 0.80 only
+
+
+def test_table6_bold_overall_underline_without_dp_and_baselines_last(summary):
+    table = privacy_table(summary, families={"a": "stymask", "b": "llm", "dp50": "dp"})
+    assert [table.label(i) for i in range(len(table.rows))][-2:] == ["Random baseline", "Original data"]
+    best, under = _marked(table, "best"), _marked(table, "underline")
+    assert best["profiling_accuracy[gender/linear]"] == {"dp50"}
+    assert under["profiling_accuracy[gender/linear]"] == {"b"}  # most private without a DP guarantee
+    assert best["reid_accuracy"] == {"dp50"} and under["reid_accuracy"] == {"b"}
+
+
+def test_membership_auc_is_ranked_by_distance_to_chance(summary):
+    table = privacy_table(summary, families={})  # |0.45 - 0.5| = 0.05 beats |0.56 - 0.5| = 0.06
+    assert _marked(table, "best")["membership_auc"] == {"b"}
+
+
+def test_augmentation_table_underlines_what_beats_no_augmentation(summary):
+    table = augmentation_table(summary, level="post")
+    assert table.key == "table7" and table.label(len(table.rows) - 1) == "Original (without augmentation)"
+    under = _marked(table, "underline")
+    assert under["augmentation[10%] macro_f1"] == {"a", "dp50"}  # 0.55, 0.52 > 0.50; 0.49 is not
+    assert under["augmentation[100%] macro_f1"] == {"b"}  # 0.81 > 0.80; 0.80 ties, 0.79 below
+    assert augmentation_table(summary, level="timeline").key == "table9"
+
+
+def test_html_cells_show_the_summary_numbers_and_nothing_is_fetched(summary):
+    data = ReportData(title="t <script>", facts={"data": "x"}, summary=summary, level="post",
+                      families={"a": "stymask", "b": "llm", "dp50": "dp"})
+    page = render_html(data)
+    parser = parse_report(page)
+    assert parser.cells
+    lookup = summary.set_index(["strategy", "variant", "metric"])["value"]
+    checked = 0
+    for cell in parser.cells:
+        strategy, variant = cell["row"]
+        metric = cell["metric"]
+        if strategy == "original" and re.match(r"^(substitution|augmentation)\[", metric):
+            metric = re.sub(r"^(substitution|augmentation)\[", "baseline[", metric)  # the no-synthetic row
+        expected = float(lookup.get((strategy, variant, metric), math.nan))
+        got = float(cell["value"])
+        assert (math.isnan(got) and math.isnan(expected)) or got == expected, cell
+        assert cell["text"] == fmt(expected), cell
+        checked += 1
+    assert checked >= 20
+    assert "<script>" not in page.split("<body>")[1].split("</h1>")[0]  # the title is escaped
+    assert not re.search(r"""(src|href)=["']?https?:""", page) and "@import" not in page
+
+
+def test_markdown_marks_bold_and_underline_and_lists_signatures(summary):
+    text = render_markdown(ReportData(title="t", facts={}, summary=summary, level="post",
+                                      families={"a": "stymask", "b": "llm", "dp50": "dp"}))
+    assert "**0.900**" in text  # a's BSc, the best
+    assert "**<u>0.820</u>**" in text  # a's substitution F1: top two and beats the original
+    assert "## Metric signatures" in text and "`sig:bertscore_f1`" in text
+
+
+def test_article_tables_skip_levels_without_numbers(summary):
+    only_sample = summary[summary["level"] == "sample-mean"]
+    assert [t.key for t in article_tables(only_sample)] == ["table4"]
+    assert article_tables(summary.iloc[0:0]) == []
+
+
+def test_dialogue_and_timeline_task_metrics_rank_in_their_direction():
+    rows = _rows("utility", {
+        ("original", ""): {"baseline[100%] SegWER": 0.20, "baseline[100%] IS_Cr": 0.30},
+        ("a", ""): {"substitution[100%] SegWER": 0.15, "substitution[100%] IS_Cr": 0.10},
+        ("b", ""): {"substitution[100%] SegWER": 0.30, "substitution[100%] IS_Cr": 0.40},
+        ("c", ""): {"substitution[100%] SegWER": 0.40, "substitution[100%] IS_Cr": 0.20}})
+    table = substitution_table(pd.DataFrame(rows))
+    assert [c.header for c in table.columns] == ["SegWER ↓", "IS_Cr ↑"]
+    assert _marked(table, "best") == {"substitution[100%] SegWER": {"a", "b"}, "substitution[100%] IS_Cr": {"b", "c"}}
+    assert _marked(table, "underline") == {"substitution[100%] SegWER": {"a"},  # a lower error than the original
+                                           "substitution[100%] IS_Cr": {"b"}}
+
+
+def test_infinite_values_rank_as_extremes_and_ties_share_a_place():
+    rows = _rows("bag-mean", {("a", "first"): {"clus_tf": math.inf, "cos_tf": 0.9},
+                              ("b", "first"): {"clus_tf": 170.0, "cos_tf": 0.9},
+                              ("c", "first"): {"clus_tf": math.inf, "cos_tf": 0.9}})
+    rows += _rows("distribution", {("a", "first"): {"fbd": 0.1}, ("b", "first"): {"fbd": 0.1},
+                                   ("c", "first"): {"fbd": 0.2}})
+    frame = pd.DataFrame(rows)
+    bags = intrinsic_table(frame, "bag-mean")
+    assert _marked(bags, "best") == {"clus_tf": {"a", "c"}}  # ∞ = identical bags, the closest; all-tied cos_tf unmarked
+    assert "∞" in render_html(ReportData(title="t", facts={}, summary=frame))
+    assert _marked(intrinsic_table(frame, "distribution"), "best") == {"fbd": {"a", "b"}}  # top two: a tie for first
+
+
+def test_best_syntax_controlled_paraphrase_is_underlined():
+    rows = _rows("sample-mean", {("sim", "first"): {"bertscore_f1": 0.85}, ("diff", "first"): {"bertscore_f1": 0.80},
+                                 ("mask", "first"): {"bertscore_f1": 0.95}})
+    table = intrinsic_table(pd.DataFrame(rows), "sample-mean", families={"sim": "synsim", "diff": "syndiff",
+                                                                           "mask": "stymask"})
+    assert _marked(table, "best") == {"bertscore_f1": {"mask"}}
+    assert _marked(table, "underline") == {"bertscore_f1": {"sim"}} and "syntax-controlled" in table.caption
+
+
+def test_real_text_in_examples_and_labels_is_escaped_in_html_and_markdown(summary):
+    evil = "<img src=x onerror=alert(1)> | a\r\nb"
+    examples = pd.DataFrame({"doc_id": ["d1"], "original": [evil], "a": ["fine"]})
+    data = ReportData(title="t", facts={"data": evil}, summary=summary, examples=examples)
+    page, text = render_html(data), render_markdown(data)
+    assert "<img src=x" not in page and "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<img src=x" not in text and "&lt;img src=x onerror=alert(1)&gt; \\| a b" in text
+    assert all(line.count("|") >= 2 for line in text.split("## Example outputs")[1].splitlines() if line.startswith("|"))
+
+
+def test_details_keep_a_strategys_utility_rows_with_its_metrics(summary):
+    page = render_html(ReportData(title="t", facts={}, summary=summary))
+    details = page.split('id="details"')[1]
+    block = details.split("<summary>a</summary>")[1].split("</details>")[0]
+    assert "bertscore_f1" in block and "substitution[100%] macro_f1" in block and "membership_auc" in block
+    assert details.count("<summary>a</summary>") == 1
