@@ -31,19 +31,13 @@ DEMO_CONFIG = Path(__file__).resolve().parent.parent / "deployments" / "configs"
 
 def _environment() -> None:
     """Offline by default and a patient temporary Prefect server (FACTS.md)."""
-    from tasks.settings import get_settings
+    from tasks.settings import apply_environment_defaults
 
-    if not get_settings().allow_downloads:
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
-        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("DO_NOT_TRACK", "1")
+    apply_environment_defaults()
     # The temporary server is a throwaway: its shutdown (events still being flushed when a fast, fully
     # cached run ends) logs cancelled-task tracebacks that say nothing about the run. A real server set
     # through PREFECT_API_URL runs elsewhere and keeps its own logging.
     os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
 class _DropUserErrorTracebacks(logging.Filter):
@@ -223,8 +217,7 @@ def score(
 ) -> None:
     """Score synthetic text against its sources without Prefect: sample and distribution scores."""
     _environment()
-    from tasks.corpus.importers import read_table
-    from tasks.corpus.schema import check_synthetic
+    from tasks.corpus.importers import read_synthetic
     from tasks.metrics.suite import ALL_METRICS, metric_correlation_matrix, score_synthetic
     from tasks.parallel import dask_client
     from tasks.settings import get_settings
@@ -233,8 +226,7 @@ def score(
     names = _metric_names(metrics, ALL_METRICS)
     try:
         source, options = _read_corpus_and_options(corpus, seed, bag_group)
-        synth, _ = read_table(synthetic)
-        check_synthetic(synth, str(synthetic), source["doc_id"])
+        synth = read_synthetic(synthetic, source["doc_id"])
         settings = get_settings()
         with dask_client(settings.dask_address) as client:
             result = score_synthetic(source, synth, names, options, settings.cache_dir / "embeddings.sqlite",
@@ -294,8 +286,7 @@ def reidentify(
     seed: Annotated[int, typer.Option("--seed")] = 1,
 ) -> None:
     """MinHash-LSH re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user."""
-    from tasks.corpus.importers import read_table
-    from tasks.corpus.schema import check_synthetic
+    from tasks.corpus.importers import read_synthetic
     from tasks.privacy.audit import attack_timelines
     from tasks.privacy.reidentify import reidentify as attack
     from tasks.store import ArtifactStore
@@ -303,8 +294,7 @@ def reidentify(
     if k % bands:
         _fail(f"--k {k} is not a multiple of --bands {bands}")
     try:
-        synth, _ = read_table(synthetic)
-        check_synthetic(synth, str(synthetic))
+        synth = read_synthetic(synthetic)
         if "author_id" not in synth.columns:
             raise InputError("required column is missing", file=str(synthetic), column="author_id")
         result = attack(str(histories), attack_timelines(synth), n=n, k=k, bands=bands, rows=k // bands, seed=seed,
@@ -331,8 +321,7 @@ def profile(
 ) -> None:
     """Attribute profiling: train on the real train split, score on the real test split and its synthetic version."""
     _environment()
-    from tasks.corpus.importers import read_corpus, read_table
-    from tasks.corpus.schema import check_synthetic
+    from tasks.corpus.importers import read_corpus, read_synthetic
     from tasks.privacy.profiling import profile_attribute
     from tasks.store import ArtifactStore
 
@@ -342,8 +331,7 @@ def profile(
         real = read_corpus(corpus).corpus
         sets = None
         if synthetic is not None:
-            synth, _ = read_table(synthetic)
-            check_synthetic(synth, str(synthetic), real["doc_id"])
+            synth = read_synthetic(synthetic, real["doc_id"])
             sets = {name: part for name, part in synth.groupby("strategy", sort=True)}
         result = profile_attribute(real, attr, synthetic=sets, model=model, level=level, seed=seed)  # type: ignore[arg-type]
     except (SynthUGCError, ValueError) as exc:
@@ -369,8 +357,7 @@ def utility(
 ) -> None:
     """Train on synthetic, test on real: substitution and augmentation against the real baseline."""
     _environment()
-    from tasks.corpus.importers import read_corpus, read_table
-    from tasks.corpus.schema import check_synthetic
+    from tasks.corpus.importers import read_corpus, read_synthetic, read_table
     from tasks.store import ArtifactStore
     from tasks.training.utility import evaluator_for, run_utility, utility_tables
 
@@ -389,8 +376,7 @@ def utility(
                               on="doc_id", how="left")
         else:
             real = real.assign(group_id=real["doc_id"])
-        synth, _ = read_table(synthetic)
-        check_synthetic(synth, str(synthetic), real["doc_id"])
+        synth = read_synthetic(synthetic, real["doc_id"])
         sets = {name: part for name, part in synth.groupby("strategy", sort=True)}
         results = run_utility(real, sets, evaluator_for(task, model=model), settings=settings, fractions=shares,
                               seeds=list(range(seeds)), label_col=label)

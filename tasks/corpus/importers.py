@@ -18,7 +18,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from tasks.corpus.schema import ATTR_PREFIX, DEFAULT_MAX_CHARS, ValidatedCorpus, validate_corpus
+from tasks.corpus.schema import (
+    ATTR_PREFIX,
+    DEFAULT_MAX_CHARS,
+    ValidatedCorpus,
+    check_synthetic,
+    validate_corpus,
+)
 from tasks.corpus.splits import DEFAULT_FRACTIONS, assign_splits
 from tasks.errors import ConfigError, InputError
 
@@ -112,6 +118,13 @@ def read_corpus(path: str | os.PathLike, fmt: str | None = None, *, max_chars: i
     failure records)."""
     df, rows = read_table(path, fmt)
     return validate_corpus(df, str(path), max_chars=max_chars, rows=rows)
+
+
+def read_synthetic(path: str | os.PathLike, corpus_ids: pd.Series | None = None) -> pd.DataFrame:
+    """A synthetic table (schema) read and checked; with ``corpus_ids``, every doc_id must have a source."""
+    df, _ = read_table(path)
+    check_synthetic(df, str(path), corpus_ids)
+    return df
 
 
 def import_corpus(path: str | Path, *, text_col: str, id_col: str | None = None,
