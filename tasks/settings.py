@@ -42,3 +42,19 @@ class Settings(BaseSettings):
 def get_settings() -> Settings:
     """The current settings (read from the environment on every call, so tests can change it)."""
     return Settings()
+
+
+def apply_environment_defaults(allow_downloads: bool | None = None) -> None:
+    """Environment defaults for a run on this kind of machine, set only where the user set nothing:
+    Hugging Face offline unless downloads are allowed, a patient temporary Prefect server (it takes
+    5-18 s to start), no analytics, and quiet tokenizers. The CLI and the test suite both call it."""
+    import os
+
+    allow = get_settings().allow_downloads if allow_downloads is None else allow_downloads
+    if not allow:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

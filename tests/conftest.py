@@ -6,15 +6,12 @@ from __future__ import annotations
 import os
 import tempfile
 
+from tasks.settings import apply_environment_defaults  # imports no Prefect: the env is set before it loads
+
 _PREFECT_HOME = tempfile.mkdtemp(prefix="synthugc-prefect-home-")
 os.environ.setdefault("PREFECT_HOME", _PREFECT_HOME)
-os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-os.environ.setdefault("DO_NOT_TRACK", "1")
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+apply_environment_defaults(allow_downloads=False)  # the suite never reaches the internet
 
 
 def pytest_unconfigure(config) -> None:
