@@ -78,6 +78,20 @@ def torch_threads(n: int | None) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def sequence_step(opt: Any, loss_fn: Any, logits: Any, targets: Any) -> float:
+    """One optimiser step on a per-position loss over (batch, length, classes) logits; returns the loss."""
+    loss = loss_fn(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    return float(loss.item())
+
+
+def state_snapshot(model: Any) -> dict[str, Any]:
+    """A detached copy of the model's weights (the best epoch so far, restored after training)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
 @dataclass
 class Conversation:
     """Words of one conversation in order, with their row index, row features and gold tags."""
@@ -262,18 +276,14 @@ class DialogueActTagger:
                 order = rng.permutation(len(items))
                 for s in range(0, len(order), self.batch_size):
                     batch = self._batch([items[i] for i in order[s:s + self.batch_size]])
-                    logits = self.model_(batch)
-                    loss = loss_fn(logits.reshape(-1, logits.shape[-1]), batch["tags"].reshape(-1))
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    total += loss.item() * len(order[s:s + self.batch_size])
+                    loss = sequence_step(opt, loss_fn, self.model_(batch), batch["tags"])
+                    total += loss * len(order[s:s + self.batch_size])
                 record = {"epoch": epoch, "loss": total / max(1, len(items))}
                 if val_convs:
                     record["val_joint_wer"] = self._errors(val_convs).joint_wer
                     if record["val_joint_wer"] < best:
                         best, self.best_epoch_ = record["val_joint_wer"], epoch
-                        best_state = {k: v.detach().clone() for k, v in self.model_.state_dict().items()}
+                        best_state = state_snapshot(self.model_)
                 self.history_.append(record)
             if best_state is not None:
                 self.model_.load_state_dict(best_state)

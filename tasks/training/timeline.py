@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.training.dialogue import Embedder, sentence_embedder, torch_threads
+from tasks.training.dialogue import Embedder, sentence_embedder, sequence_step, state_snapshot, torch_threads
 from tasks.training.task_metrics import coverage
 
 CLASSES: tuple[str, ...] = ("O", "IE", "IS")
@@ -193,12 +193,7 @@ class MomentsOfChangeModel:
                 for s in range(0, len(order), self.batch_size):
                     chunk = order[s:s + self.batch_size]
                     bx, bl, by = self._pad([feats[i] for i in chunk], [targets[i] for i in chunk])
-                    logits = self.seq_model_(bx, bl)
-                    loss = loss_fn(logits.reshape(-1, logits.shape[-1]), by.reshape(-1))
-                    opt.zero_grad()
-                    loss.backward()
-                    opt.step()
-                    total += loss.item() * len(chunk)
+                    total += sequence_step(opt, loss_fn, self.seq_model_(bx, bl), by) * len(chunk)
                 record = {"epoch": epoch, "loss": total / len(feats)}
                 if val_data is not None:
                     self.seq_model_.eval()
@@ -208,7 +203,7 @@ class MomentsOfChangeModel:
                         record["val_loss"] = float(loss_fn(logits.reshape(-1, logits.shape[-1]), vy.reshape(-1)))
                     if record["val_loss"] < best - 1e-6:
                         best, waited = record["val_loss"], 0
-                        best_state = {k: v.detach().clone() for k, v in self.seq_model_.state_dict().items()}
+                        best_state = state_snapshot(self.seq_model_)
                     else:
                         waited += 1
                 self.history_.append(record)
