@@ -243,7 +243,8 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     token_spec = options.token_encoder
     facts = {"experiment": exp, "data": cfg.data.dataset or str(cfg.data.path), "level": ingested.level,
              "documents": str(corpus.rows), "strategies": ", ".join(s.key for s in cfg.generate.strategies),
-             "token encoder": model_id(token_spec), "seed": str(cfg.seed)}
+             "token encoder": model_id(token_spec), "seed": str(cfg.seed),
+             "input rows failed validation": str(ingested.failures.rows or 0)}
     artifacts: dict[str, ArtifactRef] = {"ingest/corpus": ingested.corpus, "ingest/failures": ingested.failures,
                                          "split/corpus": corpus}
     for label, shards in generated_shards.items():

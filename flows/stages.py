@@ -36,7 +36,7 @@ from tasks.privacy.audit import (
 )
 from tasks.privacy.llm_profiling import llm_profile as run_llm_profiling
 from tasks.privacy.reidentify import reidentify_signed, sign_histories
-from tasks.report.build import collect_report_data, utility_runs
+from tasks.report.build import collect_report_data
 from tasks.report.recommend import parse_goal
 from tasks.report.render import article_table_frames, render_markdown, render_report
 from tasks.settings import get_settings
@@ -249,16 +249,12 @@ def report(artifacts: dict[str, ArtifactRef], human_eval: list[ArtifactRef], roo
     tables) as Prefect artifacts. ``human_eval`` are the imported human ratings (part of the cache key);
     ``families`` pairs each strategy label with its registered name, in config order (the tables' row order)."""
     store = ArtifactStore(root)
-    runs = utility_runs(artifacts, store.read_table)
-    if runs is not None:
-        store.write_table(runs, experiment, "utility", "utility_runs.parquet")
     data = collect_report_data(
-        artifacts, store.read_table, title=title, facts={**facts, "input rows failed validation": str(
-            artifacts["ingest/failures"].rows if "ingest/failures" in artifacts else 0)},
-        level=level, families=dict(families), failed_stages=failed_stages, utility_signature=utility_signature,
+        artifacts, store.read_table, title=title, facts=facts, level=level, families=dict(families), failed_stages=failed_stages, utility_signature=utility_signature,
         human_eval_dir=Path(human_eval[0].path).parent if human_eval else None, examples=examples, seed=seed,
         goals=[parse_goal(g) for g in goals])
-    if runs is not None:
+    if data.utility_runs is not None:
+        store.write_table(data.utility_runs, experiment, "utility", "utility_runs.parquet")
         store.write_table(data.summary[data.summary["level"] == "utility"], experiment, "utility",
                           "utility_scores.parquet")
     # written every time (empty when undefined) so a file from an earlier run never passes for this one's

@@ -21,9 +21,9 @@ from tasks.report.plots import (
     metaeval_chart,
     plot_to_png,
     reid_vs_divergence,
-    strategy_label,
     tradeoff_chart,
 )
+from tasks.report.tables import strategy_label
 
 
 # ------------------------------------------------------------------------------------------ inputs

@@ -20,6 +20,7 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.metrics.suite import DISTRIBUTION_COLUMNS, metric_correlation_matrix
+from tasks.report.human_eval import read_results
 from tasks.store import ArtifactRef
 from tasks.training.utility import utility_summary_rows
 
@@ -55,6 +56,7 @@ class ReportData:
     distributions: pd.DataFrame | None = None  # strategy, variant, metric, series, values (FCSD plot series)
     correlations: pd.DataFrame | None = None  # metric x metric |Spearman| across strategies (Fig. 5)
     metaeval: pd.DataFrame | None = None  # metric, manipulation, rho_mean, rho_std, n_bags, n_defined, reason
+    utility_runs: pd.DataFrame | None = None  # one row per downstream run (setting x fraction x strategy x seed)
     human: HumanEvaluation | None = None
     examples: pd.DataFrame | None = None  # doc_id, original, one column per strategy label
     goals: list = field(default_factory=list)  # tasks.report.recommend.Goal, in the order the report shows them
@@ -80,14 +82,13 @@ def utility_runs(artifacts: Mapping[str, ArtifactRef], read: ReadTable) -> pd.Da
     return pd.concat([read(ref) for ref in refs], ignore_index=True) if refs else None
 
 
-def score_summary(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *,
+def score_summary(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *, runs: pd.DataFrame | None = None,
                   utility_signature: str = "") -> pd.DataFrame:
-    """The long score table of the run: metrics, privacy attacks and the utility runs' means over seeds.
+    """The long score table of the run: metrics, privacy attacks and the utility ``runs``' means over seeds.
     The ``original`` and ``chance`` rows that every strategy's privacy table repeats are kept once."""
     frames = [read(ref) for _, ref in sorted(_group(artifacts, "metrics", "distribution_scores").items())]
     for suffix in ("summary", "reid_scores", "llm_profiling"):
         frames += [read(ref) for _, ref in sorted(_group(artifacts, "privacy", suffix).items())]
-    runs = utility_runs(artifacts, read)
     if runs is not None:
         frames.append(utility_summary_rows(runs, utility_signature))
     frames = [f for f in frames if not f.empty]
@@ -100,10 +101,9 @@ def score_summary(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *,
 
 def read_human_evaluation(folder: Path) -> HumanEvaluation | None:
     """The summaries ``synthugc annotate import`` wrote into ``<run>/human_eval``, if any."""
-    names = ("agreement", "strategy_scores", "metric_correlations", "annotations")
-    if not all((folder / f"{n}.parquet").is_file() for n in names):
+    frames = read_results(folder)
+    if not frames:
         return None
-    frames = {n: pd.read_parquet(folder / f"{n}.parquet") for n in names}
     return HumanEvaluation(agreement=frames["agreement"], strategy_scores=frames["strategy_scores"],
                            metric_correlations=frames["metric_correlations"],
                            n_annotations=len(frames["annotations"]))
@@ -159,7 +159,8 @@ def collect_report_data(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *
                         human_eval_dir: Path | None = None, examples: int = 0, seed: int = 0,
                         goals: Sequence = ()) -> ReportData:
     """Gather the report's inputs from the run's artifacts (nothing is recomputed)."""
-    summary = score_summary(artifacts, read, utility_signature=utility_signature)
+    runs = utility_runs(artifacts, read)
+    summary = score_summary(artifacts, read, runs=runs, utility_signature=utility_signature)
     series = [read(ref) for _, ref in sorted(_group(artifacts, "metrics", "distributions").items())]
     series = [s for s in series if not s.empty]
     intrinsic = summary[summary["level"].isin(CORRELATED_LEVELS)]
@@ -170,7 +171,7 @@ def collect_report_data(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *
         title=title, facts=dict(facts), summary=summary, level=level, families=dict(families),
         failed_stages=dict(failed_stages or {}),
         distributions=pd.concat(series, ignore_index=True) if series else None,
-        correlations=correlations if has_correlations else None, metaeval=metaeval,
+        correlations=correlations if has_correlations else None, metaeval=metaeval, utility_runs=runs,
         human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
         examples=example_outputs(artifacts, read, n=examples, seed=seed, order=list(families)),
         goals=list(goals))

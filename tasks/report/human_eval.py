@@ -43,6 +43,7 @@ from scipy.stats import spearmanr
 from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK, attr_columns
 from tasks.errors import InputError
 from tasks.report.run_files import RunFiles
+from tasks.report.tables import strategy_label
 from tasks.store import ArtifactStore
 
 SHEET_COLUMNS: tuple[str, ...] = ("item_id", "source_text", "synthetic_text", "fluency", "meaning",
@@ -293,7 +294,7 @@ def export_sheet(run: RunFiles, *, per_strategy: int = 20, seed: int = 0, attrib
 
     key = pd.DataFrame({c: items[c].to_numpy(dtype=object) for c in KEY_COLUMNS}).astype("string")
     counts = items.groupby(["strategy", "variant"], sort=True).size()
-    per_group = {_group_name(s, v): int(n) for (s, v), n in counts.items()}
+    per_group = {strategy_label(s, v): int(n) for (s, v), n in counts.items()}
     short = [f"{name}: {n} of {per_strategy} items (fewer ok rows)" for name, n in per_group.items()
              if n < per_strategy]
     export_id = hashlib.sha256(key.to_csv(index=False).encode()).hexdigest()[:16]
@@ -320,10 +321,6 @@ def export_sheet(run: RunFiles, *, per_strategy: int = 20, seed: int = 0, attrib
                         key=out / "key.parquet", readme=out / "README.txt", settings=out / "export.json",
                         n_items=len(items), attribute=attribute, choices=choices, per_group=per_group,
                         short=short)
-
-
-def _group_name(strategy: str, variant: str) -> str:
-    return strategy if variant in ("", "first") else f"{strategy} ({variant})"
 
 
 def _readme(attribute: str | None, choices: Sequence[str], n_items: int) -> str:
@@ -907,13 +904,18 @@ def correlation_table(annotations: pd.DataFrame, item_scores: pd.DataFrame) -> p
                          "reason": "string"})
 
 
-def load_results(run: RunFiles) -> dict[str, pd.DataFrame]:
-    """The imported human-evaluation tables of a run (agreement, strategy_scores, metric_correlations,
-    annotations) for the report; empty when ``synthugc annotate import`` has not been run."""
-    paths = {name: run.human_eval_dir / f"{name}.parquet" for name in RESULT_TABLES}
+def read_results(folder: Path) -> dict[str, pd.DataFrame]:
+    """The imported human-evaluation tables in ``folder`` (annotations, agreement, strategy_scores,
+    metric_correlations); empty when ``synthugc annotate import`` has not written all of them."""
+    paths = {name: folder / f"{name}.parquet" for name in RESULT_TABLES}
     if not all(path.is_file() for path in paths.values()):
         return {}
     return {name: pd.read_parquet(path) for name, path in paths.items()}
+
+
+def load_results(run: RunFiles) -> dict[str, pd.DataFrame]:
+    """The imported human-evaluation tables of a run, for the report (see :func:`read_results`)."""
+    return read_results(run.human_eval_dir)
 
 
 def import_sheets(run: RunFiles, sheets: Sequence[Path]) -> ImportResult:

@@ -32,6 +32,8 @@ from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox
 
+from tasks.report.tables import strategy_label
+
 #: Fixed output resolution: PNG size in pixels is (width, height) exactly.
 DPI = 110
 WIDTH_PX = 800
@@ -46,7 +48,6 @@ NAN_COLOUR = "#bdbdbd"
 HEATMAP_CMAP = "Blues"
 REID_CMAP = "YlOrRd"
 #: Variant names that add nothing to a strategy's label (as the report's tables).
-_PLAIN_VARIANTS = ("", "first", "none", "nan", "<na>")
 
 
 @dataclass(frozen=True)
@@ -134,12 +135,6 @@ def _text(value: object) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return ""
     return str(value)
-
-
-def strategy_label(strategy: object, variant: object = None) -> str:
-    """``strategy`` or ``strategy (variant)``, as the report's tables name a row."""
-    name, var = _text(strategy), _text(variant)
-    return name if var.lower() in _PLAIN_VARIANTS else f"{name} ({var})"
 
 
 def _labels(frame: pd.DataFrame) -> list[str]:

@@ -61,8 +61,7 @@ def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
     store = ArtifactStore(run.root)
     data = collect_report_data(
         artifacts, store.read_table, title=context["title"],
-        facts={**dict(context["facts"]), "input rows failed validation": str(
-            artifacts["ingest/failures"].rows if "ingest/failures" in artifacts else 0)},
+        facts=dict(context["facts"]),
         level=context["level"], families=dict(context["families"]), failed_stages=context.get("failed_stages", {}),
         utility_signature=context.get("utility_signature", ""), human_eval_dir=run.human_eval_dir,
         examples=int(report_config.get("examples", 0) if examples is None else examples),

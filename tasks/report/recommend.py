@@ -142,8 +142,8 @@ class Goal:
             out["longitudinal"] = LONGITUDINAL_WEIGHT
         return out
 
-    def describe(self) -> str:
-        """One sentence: the goal and how strategies are ranked for it."""
+    def headline(self) -> str:
+        """The goal in a few words (the report's at-a-glance table)."""
         what = {"augment": "Augment a public dataset with synthetic text",
                 "share_model": "Share a model trained on synthetic instead of sensitive data",
                 "share_data": "Share synthetic data in place of sensitive data"}[self.use_case]
@@ -151,6 +151,11 @@ class Goal:
             what += " for a longitudinal (timeline) task"
         if self.formal_dp:
             what += ", formal differential privacy required"
+        return what
+
+    def describe(self) -> str:
+        """One sentence: the goal and how strategies are ranked for it."""
+        what = self.headline()
         total = sum(self.weights().values())
         parts = ", ".join(f"{ASPECT_NAMES[a]} {w / total:.0%}" for a, w in self.weights().items())
         tail = "; privacy not scored" if "privacy" not in self.weights() else ""

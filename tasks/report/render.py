@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
 
 import pandas as pd
 
 from tasks.report import plots
-from tasks.report.build import CORRELATED_LEVELS, ReportData, aspect_points
+from tasks.report.build import CORRELATED_LEVELS, EXAMPLE_MAX_CHARS, ReportData, aspect_points
 from tasks.report.recommend import Recommendation, recommend, recommendation_notes
-from tasks.report.tables import BASELINE_ROWS, ArticleTable, article_tables
+from tasks.report.tables import BASELINE_ROWS, ArticleTable, article_tables, strategy_label
 
 #: What each metric measures and its direction, shown as header tips and in the per-strategy details.
 METRIC_NOTES: dict[str, str] = {
@@ -80,7 +79,7 @@ def _details_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
     tables: dict[str, pd.DataFrame] = {}
     ordered = summary.assign(_base=summary["strategy"].isin(BASELINE_ROWS))
     for (_, strategy, variant), group in ordered.groupby(["_base", "strategy", "variant"], sort=True):
-        name = strategy if variant in ("first", "", None) else f"{strategy} ({variant})"
+        name = strategy_label(strategy, variant)
         table = pd.DataFrame({
             "metric": group["metric"].tolist(), "level": group["level"].tolist(), "mean": group["value"].tolist(),
             "std": group["std"].tolist(), "median": group["median"].tolist(), "n": group["n"].astype(int).tolist(),
@@ -162,7 +161,7 @@ def render_markdown(data: ReportData) -> str:
         lines += [f"> {_md(note)}" for note in notes]
         for rec in recs:
             head = f"{rec.rank}." if rec.rank is not None else "–"
-            name = rec.strategy if rec.variant in ("", "first") else f"{rec.strategy} ({rec.variant})"
+            name = strategy_label(rec.strategy, rec.variant)
             lines.append(f"- {head} **{_md(name)}** (score {fmt(rec.score, 2)}): {_md(rec.cost)}")
             lines += [f"  - {_md(reason)}" for reason in rec.reasons]
     for table in article_tables(data.summary, level=data.level, families=data.families, order=data.order):
@@ -286,9 +285,8 @@ def _glance_rows(ranked: list[tuple[object, list[Recommendation], list[str]]]) -
     rows = []
     for goal, recs, _ in ranked:
         top = next((r for r in recs if r.rank == 1), None)
-        name = "none eligible" if top is None else (
-            top.strategy if top.variant in ("", "first") else f"{top.strategy} ({top.variant})")
-        rows.append((goal.describe().split(":")[0], name, fmt(top.score, 2) if top else "–", top.cost if top else
+        name = "none eligible" if top is None else strategy_label(top.strategy, top.variant)
+        rows.append((goal.headline(), name, fmt(top.score, 2) if top else "–", top.cost if top else
                      "no strategy of this run meets the goal"))
     return rows
 
@@ -302,7 +300,7 @@ def _html_recommendations(data: ReportData) -> str:
         parts += [f'<p class="note">{_e(n)}</p>' for n in notes]
         items = []
         for rec in recs:
-            name = rec.strategy if rec.variant in ("", "first") else f"{rec.strategy} ({rec.variant})"
+            name = strategy_label(rec.strategy, rec.variant)
             rank = f'<span class="rank">{rec.rank}.</span>' if rec.rank is not None else '<span class="rank">–</span>'
             cls = "" if rec.eligible else ' class="ineligible"'
             reasons = "".join(f"<li>{_e(r)}</li>" for r in rec.reasons)
@@ -314,8 +312,6 @@ def _html_recommendations(data: ReportData) -> str:
 
 
 def _clipped_examples(examples: pd.DataFrame) -> pd.DataFrame:
-    from tasks.report.build import EXAMPLE_MAX_CHARS
-
     def clip(v: object) -> object:
         return v if not isinstance(v, str) or len(v) <= EXAMPLE_MAX_CHARS else v[:EXAMPLE_MAX_CHARS - 1] + "…"
     return examples.map(clip)
@@ -399,5 +395,3 @@ def render_report(data: ReportData) -> tuple[str, str]:
     """(markdown, html) of the report."""
     return render_markdown(data), render_html(data)
 
-
-__all__: Sequence[str] = ("ReportData", "article_table_frames", "fmt", "render_html", "render_markdown", "render_report")

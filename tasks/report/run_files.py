@@ -60,10 +60,6 @@ class RunFiles:
                 out.setdefault(parts[1], []).append(self.resolve(ref["path"]))
         return out
 
-    @property
-    def experiment(self) -> str:
-        return str(self.manifest().get("experiment", self.root.name))
-
     def config(self) -> dict[str, Any]:
         return dict(self.manifest().get("config", {}))
 

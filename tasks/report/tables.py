@@ -46,6 +46,18 @@ _UTILITY_NAME = re.compile(r"^(?P<setting>[a-z]+)\[(?P<pct>\d+)%\] (?P<metric>.+
 _LOWER_IS_BETTER_TASK_METRICS = ("dser", "der")
 
 
+#: Variants that need no mention in a row label (the only or first output of a strategy; missing values).
+_PLAIN_VARIANTS = ("", "first", "none", "nan", "<na>")
+
+
+def strategy_label(strategy: object, variant: object = None) -> str:
+    """``strategy`` or ``strategy (variant)``: how the report names a row, a plot point or a sheet group."""
+    def text(value: object) -> str:
+        return "" if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) else str(value)
+    name, var = text(strategy), text(variant)
+    return name if var.lower() in _PLAIN_VARIANTS else f"{name} ({var})"
+
+
 def task_metric_direction(metric: str) -> int:
     """+1 for F1 and coverage precision/recall, -1 for the error rates (SegWER, JointWER, DSER, DER)."""
     name = metric.lower()
@@ -82,7 +94,7 @@ class ArticleTable:
 
     def label(self, row: int) -> str:
         strategy, variant = self.rows[row]
-        return self.row_labels.get(row) or (strategy if variant in ("", "first", None) else f"{strategy} ({variant})")
+        return self.row_labels.get(row) or strategy_label(strategy, variant)
 
     def is_baseline(self, row: int) -> bool:
         return self.rows[row][0] in BASELINE_ROWS
