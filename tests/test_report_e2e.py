@@ -247,6 +247,11 @@ def test_human_evaluation_round_trip_reaches_the_report(finished_run, tmp_path):
     assert f"report rebuilt with the human evaluation: {run / 'report.html'}" in imported.stdout
     html = (run / "report.html").read_text()
     assert 'id="human"' in html and f"{3 * len(sheet)} ratings" in html
-    agreement = pd.read_parquet(run / "human_eval" / "agreement.parquet")
-    fluency_alpha = agreement.loc[agreement["aspect"] == "fluency", "alpha"].iloc[0]
-    assert fmt(float(fluency_alpha)) in html  # the agreement the import computed is what the report shows
+    agreement = pd.read_parquet(run / "human_eval" / "agreement.parquet").set_index("aspect")
+    shown = html.split('id="human-agreement"')[1].split("</table>")[0]
+    row = next(r for r in shown.split("<tr>") if r.startswith("<td>fluency</td>"))
+    cells = re.findall(r"<td>([^<]*)</td>", row)
+    columns = re.findall(r"<th[^>]*>([^<]*)</th>", shown)
+    # the agreement the import computed is what the report's table shows
+    assert cells[columns.index("alpha")] == fmt(float(agreement.loc["fluency", "alpha"]))
+    assert cells[columns.index("kappa")] == fmt(float(agreement.loc["fluency", "kappa"]))
