@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd
 
 from tasks.report.build import collect_report_data
-from tasks.report.rebuild import rebuild_report, run_artifacts
+from tasks.report.rebuild import rebuild_report, run_layout
 from tasks.report.recommend import parse_goal
 from tasks.report.render import render_html, render_markdown
 from tasks.report.run_files import RunFiles
@@ -53,14 +53,15 @@ def main() -> None:
         copy = Path(tmp) / Path(args.run_dir).name
         shutil.copytree(args.run_dir, copy)  # the rebuild rewrites report.* and the manifest: not the original's
         run = RunFiles.open(copy)
-        artifacts = run_artifacts(run)
+        layout = run_layout(run)
+        artifacts = layout.artifacts()
         parquet = [ref for ref in artifacts.values() if ref.path.endswith(".parquet")]
         context, config = run.manifest()["report"], run.config()
         store = ArtifactStore(run.root)
 
         def gather():
             return collect_report_data(
-                artifacts, store.read_table, title=context["title"], facts=dict(context["facts"]),
+                layout, store.read_table, title=context["title"], facts=dict(context["facts"]),
                 level=context["level"], families=dict(context["families"]),
                 utility_signature=context.get("utility_signature", ""), human_eval_dir=run.human_eval_dir,
                 goals=[parse_goal(g) for g in config.get("report", {}).get("goals", [])])

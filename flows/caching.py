@@ -34,7 +34,7 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "report": ("tasks/report", "tasks/metrics/suite.py", "tasks/metrics/metaeval.py", "tasks/training/utility.py",
                "tasks/corpus/schema.py", "tasks/store.py"),
 }
-_STAGE_LAYER = ("flows/stages.py", "flows/caching.py")
+_STAGE_LAYER = ("flows/stages.py", "flows/caching.py", "tasks/layout.py")
 
 
 @functools.cache
@@ -52,8 +52,8 @@ def _split_refs(value: Any, refs: list[ArtifactRef]) -> Any:
         return {k: _split_refs(v, refs) for k, v in sorted(value.items())}
     if isinstance(value, list | tuple):
         return [_split_refs(v, refs) for v in value]
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _split_refs(dataclasses.asdict(value), refs)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # field by field: nested refs count
+        return {f.name: _split_refs(getattr(value, f.name), refs) for f in dataclasses.fields(value)}
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
     return value

@@ -70,47 +70,87 @@ def _fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
-def _run_config(config: Path, overrides: list[str]) -> None:
+def _quiet_libraries() -> None:
+    """Default console: no INFO flood from Dask/distributed or the HTTP clients (``--verbose`` keeps it)."""
+    import warnings
+
+    for name in ("distributed", "dask", "httpx", "httpcore", "asyncio", "uvicorn"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", module=r"distributed(\.|$)")  # e.g. "Port 8787 is already in use"
+
+
+def _silence_exit_noise() -> None:
+    """After the run's own summary: the temporary Prefect server shutting down can still print cancelled-task
+    tracebacks that say nothing about the run; send what is printed from here on to /dev/null."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - kept open until the interpreter exits
+
+
+def _run_config(config: Path, overrides: list[str], verbose: bool = False) -> None:
+    import time
+
     from flows.config import load_config
 
     try:
-        cfg = load_config(config, overrides)  # validate before any server starts
+        load_config(config, overrides)  # validate before any server starts
     except SynthUGCError as exc:
         _fail(str(exc))
     from prefect.logging.configuration import setup_logging
 
-    from flows.experiment import experiment
+    from flows.experiment import RunSummary, StageFailed, experiment
 
     setup_logging()
     _quiet_user_error_tracebacks()
-    show_bar = sys.stderr.isatty()
-    if show_bar:  # the bar shows each stage and its state; the full log still goes to the Prefect API
-        _console_log_level(logging.WARNING)
+    if not verbose:  # one line per stage from the reporter; Prefect's own INFO lines still reach the API/UI
+        _console_log_level(logging.ERROR)
+        _quiet_libraries()
+    bar = progress.RichStageBar() if sys.stderr.isatty() else progress.StageLines()
+    started = time.perf_counter()
+    summary: RunSummary | None = None
+    error: str | None = None
     try:
-        with progress.RichStageBar() if show_bar else nullcontext() as bar, progress.installed(bar):
+        with bar if isinstance(bar, progress.RichStageBar) else nullcontext(), progress.installed(bar):
             summary = experiment(config=str(config), overrides=overrides)
+    except StageFailed as exc:
+        if exc.summary is None:  # ingest or split failed: bad input, said in one line
+            _fail(str(exc))
+        summary, error = exc.summary, str(exc).split(": ", 1)[0]
     except SynthUGCError as exc:
         _fail(str(exc))
-    typer.echo(f"report: {summary.report_html}")
-    typer.echo(f"manifest: {summary.manifest}")
-    typer.echo("stages: " + ", ".join(f"{k}={v}" for k, v in summary.stages.items()))
-    del cfg
+    if summary is not None:
+        typer.echo(progress.summary_table(summary.stages, summary.seconds, summary.failed,
+                                          time.perf_counter() - started, summary.peak_parallel), err=True)
+        if summary.report_html:
+            typer.echo(f"report: {summary.report_html}")
+        typer.echo(f"manifest: {summary.manifest}")
+    if not verbose:
+        _silence_exit_noise()
+    if error:
+        typer.echo(f"synthugc: error: {error}; rerun the same command to retry only what failed", err=True)
+        raise typer.Exit(code=1)
+
+
+VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Prefect, Dask and HTTP logs on the console.")]
 
 
 @app.command()
 def run(config: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
         set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.path=value (repeatable).")] = None,
-        ) -> None:
-    """Run an experiment: ingest, split, generate, metrics, report."""
+        verbose: VerboseOption = False) -> None:
+    """Run an experiment: ingest, split, generate, metrics, privacy, utility, report."""
     _environment()
-    _run_config(config, set_ or [])
+    _run_config(config, set_ or [], verbose)
 
 
 @app.command()
-def demo(set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.path=value.")] = None) -> None:
+def demo(set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.path=value.")] = None,
+         verbose: VerboseOption = False) -> None:
     """Run the embedded default: deployments/configs/demo.yaml on the public 'debates' dataset."""
     _environment()
-    _run_config(DEMO_CONFIG, set_ or [])
+    _run_config(DEMO_CONFIG, set_ or [], verbose)
 
 
 @app.command("import")
@@ -237,7 +277,7 @@ def score(
     store.write_table(result.sample_scores, "sample_scores.parquet")
     store.write_table(result.distribution_scores, "distribution_scores.parquet")
     store.write_table(result.distributions, "distributions.parquet")
-    store.write_table(metric_correlation_matrix(result.distribution_scores), "metric_correlations.parquet")
+    store.write_table(metric_correlation_matrix(result.distribution_scores), "strategy_metric_correlations.parquet")
     typer.echo(f"{len(result.sample_scores)} sample rows, {len(result.distribution_scores)} distribution rows -> {out}")
 
 
@@ -269,7 +309,7 @@ def metaeval(
     store.write_table(result.rows, "metaeval.parquet")
     summary = result.summary
     store.write_table(summary, "metaeval_summary.parquet")
-    store.write_table(result.correlations, "metric_correlations.parquet")
+    store.write_table(result.correlations, "metric_pair_correlations.parquet")
     typer.echo(summary.to_string(index=False))
     typer.echo(f"-> {out}")
 

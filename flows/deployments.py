@@ -10,7 +10,9 @@ Flows (each takes one typed :class:`~flows.params.ExperimentParams`, so the UI s
 - ``synthugc-privacy``: ingest -> split -> generate -> privacy audit per strategy (stage tasks directly;
   re-identification runs in the experiment flow).
 
-There is no utility stage yet, so no utility deployment. Every flow publishes, per stage, a markdown
+- ``synthugc-utility``: the downstream utility runs and the report.
+
+Every flow publishes, per stage, a markdown
 artifact (state, links to its parquet files) and a table artifact (its files' rows and statuses, or its
 scores), plus one run-level stage table. ``SYNTHUGC_PLUGINS`` lists modules every flow imports first
 (extra strategies registered on workers).
@@ -38,6 +40,8 @@ from prefect.artifacts import create_markdown_artifact, create_table_artifact
 from flows.config import ExperimentConfig
 from flows.experiment import STAGE_FAMILIES, RunSummary, StageFailed, run_experiment
 from flows.params import REPO_ROOT, ExperimentParams
+from tasks.layout import StageResult, stage_files
+from tasks.report.build import SCORE_OUTPUTS
 from tasks.settings import get_settings
 from tasks.store import ArtifactStore
 
@@ -89,39 +93,12 @@ def _file_row(store: ArtifactStore, path: str) -> dict[str, Any]:
     return row
 
 
-def _stage_files(store: ArtifactStore, experiment: str, stage: str, manifest_artifacts: dict[str, Any]) -> list[str]:
-    """The artifact paths a stage wrote, from its name and the manifest's artifact list."""
-    if m := re.fullmatch(r"generate\[(.+)\]\[(\d+)\]", stage):
-        return [store.path(experiment, "generate", m.group(1), f"shard-{int(m.group(2)):05d}.parquet")]
-    name, _, label = stage.partition("[")
-    label = label.rstrip("]")
-    reid = ("reidentification", "reid_scores")
-
-    def belongs(parts: list[str]) -> bool:
-        if name in ("ingest", "split"):
-            return parts[0] == name
-        if name == "report":
-            return parts[0] in ("report.md", "report.html")
-        if name in ("metrics", "utility"):
-            return parts[:2] == [name, label]
-        if name == "metaeval":
-            return parts[0] == "metaeval"
-        if name == "llm-profile":
-            return parts[:2] == ["privacy", label] and parts[-1] == "llm_profiling"
-        if name in ("privacy", "reidentify"):
-            return (parts[:2] == ["privacy", label] and parts[-1] != "llm_profiling"
-                    and ((parts[-1] in reid) == (name == "reidentify")))
-        return False
-
-    out = [ref["path"] for key, ref in manifest_artifacts.items() if belongs(key.split("/"))]
-    return out
-
-
 def publish_stage_artifacts(store: ArtifactStore, experiment: str, states: dict[str, str],
-                            files: dict[str, list[str]], failed: dict[str, str] | None = None) -> list[str]:
+                            results: dict[str, StageResult], failed: dict[str, str] | None = None) -> list[str]:
     """Publish, per stage, a markdown artifact (state, reason, links) and a table artifact (its files, or its
-    scores for a metrics stage), and one run-level stage table; returns the artifact keys."""
+    scores for a stage that writes scores), and one run-level stage table; returns the artifact keys."""
     failed = failed or {}
+    files = stage_files(results.values())
     exp = _slug(experiment)
     keys: list[str] = []
     overview: list[dict[str, Any]] = []
@@ -137,8 +114,9 @@ def publish_stage_artifacts(store: ArtifactStore, experiment: str, states: dict[
                   + ("" if r["exists"] else " (missing)") for r in rows] or ["(no files)"]
         create_markdown_artifact(markdown="\n".join(lines), key=key, description=f"{experiment}: stage {stage}")
         table: list[dict[str, Any]] = rows
-        scores = [p for p in paths if p.endswith("/distribution_scores.parquet") and store.fs.exists(p)]
-        if scores:
+        result = results.get(stage)
+        scores = [result.outputs[o].path for k, o in SCORE_OUTPUTS if result is not None and result.kind == k]
+        if scores and store.fs.exists(scores[0]):
             frame = store.read_table(scores[0])
             cols = [c for c in ("strategy", "variant", "level", "metric", "value", "n", "n_failed", "reason")
                     if c in frame.columns]
@@ -155,27 +133,14 @@ def publish_stage_artifacts(store: ArtifactStore, experiment: str, states: dict[
     return keys
 
 
-def _manifest_artifacts(store: ArtifactStore, experiment: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+def manifest_stages(store: ArtifactStore, experiment: str) -> tuple[dict[str, str], dict[str, StageResult],
+                                                                   dict[str, str]]:
+    """Each stage call's state, result (the files it wrote) and failure reason, from the run's manifest."""
     manifest = json.loads(store.read_text(store.path(experiment, "manifest.json")))
-    states: dict[str, str] = manifest.get("stages", {})
-    files = {s: _stage_files(store, experiment, s, manifest.get("artifacts", {})) for s in states}
-    return states, files
-
-
-def _failed_from_message(message: str, states: dict[str, str]) -> dict[str, str]:
-    """Each failed stage's reason from a StageFailed message ('N stage(s) failed: a: why; b: why')."""
-    body = message.split(" failed: ", 1)[-1]
-    names = [s for s in states if states[s] not in ("Completed", "Cached")]
-    out: dict[str, str] = {}
-    for name in names:
-        start = body.find(f"{name}: ")
-        if start < 0:
-            continue
-        rest = body[start + len(name) + 2:]
-        ends = [rest.find(f"; {other}: ") for other in names if other != name]
-        end = min([e for e in ends if e >= 0], default=len(rest))
-        out[name] = rest[:end]
-    return out
+    stages: dict[str, dict[str, Any]] = manifest.get("stages", {})
+    return ({name: s["state"] for name, s in stages.items()},
+            {name: StageResult.from_json(s["result"]) for name, s in stages.items() if s.get("result")},
+            {name: s["reason"] for name, s in stages.items() if s.get("reason")})
 
 
 # ---------------------------------------------------------------- flows
@@ -186,13 +151,11 @@ def _run_with_artifacts(cfg: ExperimentConfig, families: tuple[str, ...] = STAGE
     store = ArtifactStore(cfg.storage_root or get_settings().storage_root)
     try:
         summary = run_experiment(cfg, families)
-    except StageFailed as exc:
+    except StageFailed:
         if store.fs.exists(store.path(cfg.experiment, "manifest.json")):
-            states, files = _manifest_artifacts(store, cfg.experiment)
-            publish_stage_artifacts(store, cfg.experiment, states, files, _failed_from_message(str(exc), states))
+            publish_stage_artifacts(store, cfg.experiment, *manifest_stages(store, cfg.experiment))
         raise
-    states, files = _manifest_artifacts(store, cfg.experiment)
-    publish_stage_artifacts(store, cfg.experiment, states, files)
+    publish_stage_artifacts(store, cfg.experiment, *manifest_stages(store, cfg.experiment))
     return summary
 
 
@@ -275,8 +238,14 @@ WORK_POOLS: tuple[tuple[str, str, int, str], ...] = (
     (GPU_POOL, "process", 1, "GPU-bound generation; one worker per GPU machine (vLLM beside it)."),
 )
 
-_FLOWS = {"synthugc-experiment": experiment_flow, "synthugc-generate": generate_flow,
-          "synthugc-evaluate": evaluate_flow, "synthugc-privacy": privacy_flow}
+
+
+def deployment_flow(spec: DeploymentSpec) -> Any:
+    """The flow object a deployment's entrypoint names (one list of deployments: :data:`DEPLOYMENTS`)."""
+    path, _, name = spec.entrypoint.partition(":")
+    if path != "flows/deployments.py" or not hasattr(sys.modules[__name__], name):
+        raise ValueError(f"deployment {spec.name}: entrypoint {spec.entrypoint} is not a flow of flows/deployments.py")
+    return getattr(sys.modules[__name__], name)
 
 
 def runner_deployments(names: list[str] | None = None) -> list[Any]:
@@ -288,7 +257,7 @@ def runner_deployments(names: list[str] | None = None) -> list[Any]:
     if unknown:
         raise ValueError(f"unknown deployment(s) {', '.join(unknown)}; known: {', '.join(d.name for d in DEPLOYMENTS)}")
     return [
-        _FLOWS[d.flow_name].to_deployment(
+        deployment_flow(d).to_deployment(
             name=d.name, description=d.description, tags=list(d.tags), concurrency_limit=d.concurrency_limit,
             parameters=d.parameters or None,
             schedules=[Cron(d.cron, timezone="UTC", active=d.schedule_active)] if d.cron else None)

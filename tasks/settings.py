@@ -20,10 +20,10 @@ class Settings(BaseSettings):
                             description="Embedding cache, Prefect results (cache records) and LLM request cache.")
     allow_downloads: bool = Field(False, description="Let model loaders reach the Hugging Face hub (offline when false).")
     dask_address: str | None = Field(None, description="Dask scheduler address; a LocalCluster when unset.")
-    llm_endpoint_llm: str | None = Field(
-        None, description="OpenAI-compatible endpoint (vLLM) for the 'llm' role; in-process SmolLM2 when unset.")
-    llm_endpoint_profiling_llm: str | None = Field(
-        None, description="OpenAI-compatible endpoint (vLLM) for the 'profiling_llm' role.")
+    stage_concurrency: int = Field(4, ge=1, description="Stages the experiment flow runs side by side (1: one after "
+                                                        "the other, the sequential executor).")
+    stage_limits: str = Field("cpu=2,llm=4,gpu=1", description="Most stages of each resource class at once: cpu "
+                                                               "(in-process work), llm (stages calling an LLM), gpu.")
     plugins: str = Field("", description="Comma-separated modules the deployment flows import first "
                                          "(e.g. to register extra strategies on workers).")
 
@@ -32,11 +32,15 @@ class Settings(BaseSettings):
         """True when nothing may be downloaded (the default)."""
         return not self.allow_downloads
 
-    def llm_endpoint(self, role: str) -> str | None:
-        """The endpoint configured for an LLM role (``llm`` or ``profiling_llm``), if any.
-
-        tasks/models/llm.py reads the same SYNTHUGC_LLM_ENDPOINT_<ROLE> variables directly."""
-        return getattr(self, f"llm_endpoint_{role}", None)
+    def resource_limits(self) -> dict[str, int]:
+        """``stage_limits`` as a mapping (``cpu=2,llm=4`` -> ``{"cpu": 2, "llm": 4}``)."""
+        limits: dict[str, int] = {}
+        for item in filter(None, (p.strip() for p in self.stage_limits.split(","))):
+            name, _, value = item.partition("=")
+            if not value.strip().isdigit() or int(value) < 1:
+                raise ValueError(f"SYNTHUGC_STAGE_LIMITS: {item!r} is not resource=N with N >= 1")
+            limits[name.strip()] = int(value)
+        return limits
 
 
 def get_settings() -> Settings:

@@ -15,7 +15,7 @@ import json
 import platform
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -157,10 +157,14 @@ class ArtifactStore:
 
 
 def write_manifest(store: ArtifactStore, experiment: str, *, config: dict, models: dict[str, str],
-                   signatures: dict[str, str], artifacts: dict[str, ArtifactRef],
-                   stages: dict[str, str], report: dict | None = None) -> ArtifactRef:
-    """Write ``<experiment>/manifest.json``: config, package versions, models, signatures, artifacts, stage
-    states, and what the report needs besides the artifacts (``synthugc report RUN_DIR`` rebuilds from it)."""
+                   signatures: dict[str, str], stages: dict[str, dict[str, Any]],
+                   report: dict | None = None) -> ArtifactRef:
+    """Write ``<experiment>/manifest.json``: config, package versions, models, signatures, every stage call
+    (state, seconds, failure reason, and its result: each file it wrote with its fingerprint), every file of
+    the run (``<stage call>/<output>``), and what the report needs besides the artifacts (``synthugc report
+    RUN_DIR`` rebuilds from it)."""
+    artifacts = {f"{name}/{output}": ref for name, stage in stages.items() if stage.get("result")
+                 for output, ref in stage["result"]["outputs"].items()}
     manifest = {
         "experiment": experiment,
         "config": config,
@@ -169,8 +173,8 @@ def write_manifest(store: ArtifactStore, experiment: str, *, config: dict, model
              "sacrebleu", "spacy"]),
         "models": models,
         "signatures": signatures,
-        "artifacts": {name: asdict(ref) for name, ref in sorted(artifacts.items())},
         "stages": stages,
+        "artifacts": dict(sorted(artifacts.items())),
         "report": report or {},
     }
     return store.write_text(json.dumps(manifest, indent=2, sort_keys=True), experiment, "manifest.json")

@@ -20,6 +20,7 @@ from test_deployments import (  # shared session server and serve process
     read_run,
     served,
     start_run,
+    states,
     tiny_corpus,
     wait_final,
     write_config,
@@ -61,7 +62,7 @@ def test_worker_killed_mid_run_then_retried(served, tiny_corpus, tmp_path):
     final = wait_final(run.id, after=t0)
     assert final.state.type.value == "COMPLETED", final.state
     m = manifest(config)
-    recomputed = {k for k, v in m["stages"].items() if v != "Cached"}
+    recomputed = {k for k, v in states(m).items() if v != "Cached"}
     assert recomputed == {"generate[flaky][0]", "metrics[flaky]", "report"}, m["stages"]
     assert partials(config) == []
     store = ArtifactStore(yaml.safe_load(config.read_text())["storage_root"])
@@ -84,7 +85,7 @@ def test_server_restarted_mid_run(served, tiny_corpus, tmp_path):
     served.server.start()
     final = wait_final(run.id, timeout=180)
     assert final.state.type.value == "COMPLETED", final.state
-    assert set(manifest(config)["stages"].values()) == {"Completed"}
+    assert set(states(manifest(config)).values()) == {"Completed"}
     with get_client(sync_client=True) as client:
         tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
     names = {t.name for t in tasks}
@@ -112,7 +113,7 @@ def test_llm_endpoint_down_fails_only_that_strategy(api, tiny_corpus, tmp_path, 
     with pytest.raises(StageFailed) as failure:
         experiment_flow(ExperimentParams(config=str(config)))
     assert "generate[llm][0]" in str(failure.value) and url in str(failure.value)
-    stages = manifest(config)["stages"]
+    stages = states(manifest(config))
     assert stages["generate[llm][0]"] == "Failed" and stages["metrics[stymask]"] == "Completed"
 
 

@@ -327,7 +327,7 @@ def test_round_trip_matches_reference_packages(run: RunFiles, tmp_path: Path) ->
     assert scores.loc[("stymask", "first"), "fluency_mean"] > scores.loc[("backtranslate", "pivot-spa"),
                                                                         "fluency_mean"]
 
-    correlations = pd.read_parquet(result.paths["metric_correlations"]).set_index(["metric", "aspect"])
+    correlations = pd.read_parquet(result.paths["metric_human_correlations"]).set_index(["metric", "aspect"])
     assert set(correlations.index.get_level_values("metric")) == {"bertscore_f1", "bleu_divergence", "sti",
                                                                   "self_bleu"}
     sample = pd.concat([pd.read_parquet(run.sample_scores(s)) for s in STRATEGIES])
@@ -480,7 +480,7 @@ def test_a_replacing_export_removes_the_ratings_of_the_old_items(run: RunFiles, 
     assert (run.human_eval_dir / "annotations.parquet").is_file()
     export_sheet(run, per_strategy=4, seed=1, overwrite=True)
     assert not any((run.human_eval_dir / f"{n}.parquet").exists()
-                   for n in ("annotations", "agreement", "strategy_scores", "metric_correlations"))
+                   for n in ("annotations", "agreement", "strategy_scores", "metric_human_correlations"))
 
 
 def test_cli_export_and_import(run: RunFiles, tmp_path: Path) -> None:

@@ -186,4 +186,4 @@ def test_score_and_metaeval_commands_write_their_files(tmp_path):
     summary = pd.read_parquet(tmp_path / "meta" / "metaeval_summary.parquet")
     assert set(summary["metric"]) == {"char_jsd", "cos_tf"}
     assert summary.loc[(summary["metric"] == "char_jsd") & (summary["manipulation"] == "nti"), "rho_mean"].iloc[0] > 0.8
-    assert (tmp_path / "meta" / "metric_correlations.parquet").exists()
+    assert (tmp_path / "meta" / "metric_pair_correlations.parquet").exists()

@@ -344,7 +344,7 @@ DEMO = Path(__file__).resolve().parents[1] / "runs" / "demo"
 def _demo_summary(root: Path) -> pd.DataFrame:
     """The run's long score table as the report stage assembles it."""
     files = [*sorted(root.glob("metrics/*/distribution_scores.parquet")),
-             *sorted(root.glob("privacy/*/*_scores.parquet")), *sorted(root.glob("utility/utility_scores.parquet"))]
+             *sorted(root.glob("privacy/*/*_scores.parquet")), *sorted(root.glob("report/utility_scores.parquet"))]
     summary = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     summary["variant"] = summary["variant"].fillna("").astype(str)
     return summary.drop_duplicates(["strategy", "variant", "level", "metric"])

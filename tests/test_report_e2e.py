@@ -117,7 +117,7 @@ def test_report_is_self_contained_with_plots_recommendations_and_examples(finish
     manifest = json.loads((finished_run / "manifest.json").read_text())
     assert manifest["report"]["families"] == [[s, s] for s in STRATEGIES]  # in config order
     assert [k for k, _ in manifest["report"]["facts"]][:2] == ["experiment", "data"]
-    assert "metaeval/summary" in manifest["artifacts"]
+    assert "metaeval/summary" in manifest["artifacts"]  # <stage call>/<output>
     summary = pd.read_parquet(finished_run / "metaeval" / "summary.parquet")
     assert {"cos_tf", "char_jsd", "pos_jsd", "fcsd"} <= set(summary["metric"])
 
@@ -202,7 +202,7 @@ def test_report_command_rebuilds_without_recomputing(finished_run, tmp_path):
     assert [(c["row"], c["metric"], c["value"]) for c in page.cells] == \
         [(c["row"], c["metric"], c["value"]) for c in original.cells]
     manifest = json.loads((moved / "manifest.json").read_text())
-    assert manifest["artifacts"]["report.html"]["path"] == str(moved / "report.html")
+    assert manifest["artifacts"]["report/html"]["path"] == str(moved / "report.html")
 
 
 def test_report_command_refuses_a_changed_artifact(finished_run, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
@@ -111,11 +112,13 @@ def test_code_version_covers_helpers():
 def test_manifest_lists_config_versions_models_signatures_artifacts(tmp_path):
     store = ArtifactStore(tmp_path)
     ref = store.write_table(_frame(), "exp", "a.parquet")
+    stage = {"state": "Completed", "seconds": 0.1, "reason": "",
+             "result": {"kind": "ingest", "keys": {}, "info": {}, "outputs": {"corpus": asdict(ref)}}}
     m = write_manifest(store, "exp", config={"seed": 1}, models={"token_encoder": "minilm"},
-                       signatures={"bleu_divergence": "metric:bleu"}, artifacts={"a": ref}, stages={"ingest": "Completed"})
+                       signatures={"bleu_divergence": "metric:bleu"}, stages={"ingest": stage})
     data = json.loads(store.read_text(m))
     assert data["config"] == {"seed": 1}
     assert data["versions"]["pandas"] == pd.__version__
     assert data["models"]["token_encoder"] == "minilm"
-    assert data["artifacts"]["a"]["fingerprint"] == ref.fingerprint
-    assert data["stages"] == {"ingest": "Completed"}
+    assert data["artifacts"]["ingest/corpus"]["fingerprint"] == ref.fingerprint
+    assert data["stages"]["ingest"]["state"] == "Completed"

@@ -63,9 +63,16 @@ class Strategy(ABC):
 
     name: ClassVar[str]
     params_model: ClassVar[type[BaseModel]]
+    #: The params field holding ``llm_backend_for`` settings of the ``llm`` role (None: uses no LLM).
+    llm_settings_field: ClassVar[str | None] = None
 
     def __init__(self, params: BaseModel) -> None:
         self.params = params
+
+    @classmethod
+    def uses_llm(cls, params: BaseModel) -> bool:
+        """Whether these params make the strategy call the ``llm`` role (an LLM-bound stage)."""
+        return cls.llm_settings_field is not None
 
     @property
     def variant(self) -> str:
@@ -106,6 +113,23 @@ def register_strategy(name: str, *, params: type[BaseModel]) -> Callable[[S], S]
         return cls
 
     return decorate
+
+
+def with_llm_settings(name: str, params: Mapping[str, Any], llm: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` with the run's ``llm`` role settings (endpoint, model) under the strategy's LLM settings
+    field, unless the params set them themselves; unchanged for a strategy that uses no LLM."""
+    cls = _REGISTRY[name]
+    params = dict(params)
+    if not llm or cls.llm_settings_field is None or not cls.uses_llm(validate_params(name, params)):
+        return params
+    own = dict(params.get(cls.llm_settings_field) or {})
+    params[cls.llm_settings_field] = {**dict(llm), **own}
+    return params
+
+
+def strategy_uses_llm(name: str, params: Mapping[str, Any]) -> bool:
+    """Whether a configured strategy calls the ``llm`` role (its stages are LLM-bound)."""
+    return _REGISTRY[name].uses_llm(validate_params(name, params))
 
 
 def available_strategies() -> list[str]:

@@ -283,6 +283,11 @@ class DPStrategy(Strategy):
     """Rewriting under local differential privacy: DP-Prompt (in-process LLM) or DP-BART (seq2seq)."""
 
     params: DPParams
+    llm_settings_field = "backend"
+
+    @classmethod
+    def uses_llm(cls, params: DPParams) -> bool:  # type: ignore[override]
+        return params.method == "dp-prompt"
 
     def __init__(self, params: DPParams) -> None:
         super().__init__(params)

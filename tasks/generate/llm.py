@@ -213,6 +213,7 @@ class LLMStrategy(Strategy):
     """Several stylistically diverse paraphrases per text from one LLM answer (LLaMA-first/-second)."""
 
     params: LLMParams
+    llm_settings_field = "backend"
 
     def __init__(self, params: LLMParams, backend: LLMBackend | None = None) -> None:
         super().__init__(params)

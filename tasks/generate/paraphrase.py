@@ -96,6 +96,17 @@ class ParaphraseStrategy(Strategy):
     """One diverse paraphrase per text (nucleus sampling), from a seq2seq paraphraser or the instruct LLM."""
 
     params: ParaphraseParams
+    llm_settings_field = "backend"
+
+    @classmethod
+    def uses_llm(cls, params: ParaphraseParams) -> bool:  # type: ignore[override]
+        """The LLM path unless ``model`` names a seq2seq paraphraser."""
+        if params.model is None:
+            return resolve_model("paraphraser", default_models()["paraphraser"]).kind in CAUSAL_KINDS
+        try:
+            return resolve_model("paraphraser", params.model).kind in CAUSAL_KINDS
+        except Exception:  # a model that is not here: the stage fails later with its own clear line
+            return False
 
     def __init__(self, params: ParaphraseParams, backend: LLMBackend | None = None) -> None:
         super().__init__(params)

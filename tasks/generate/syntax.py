@@ -735,6 +735,12 @@ def _author_keys(batch: pd.DataFrame) -> list[str]:
 class _SyntaxBase(Strategy):
     """Shared machinery: the spaCy pipeline, input checks."""
 
+    llm_settings_field = "llm"
+
+    @classmethod
+    def uses_llm(cls, params: Any) -> bool:
+        return getattr(params, "generator", "rules") == "llm"
+
     def _nlp(self) -> Any:
         return load_parser(self.params.model)  # type: ignore[attr-defined]
 

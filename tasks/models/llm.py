@@ -398,6 +398,21 @@ def _cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
 # ---------------------------------------------------------------- factory
 
 
+def llm_role_settings(role: str, configured_model: str | None = None,
+                      env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """What a run's ``role`` (``llm`` or ``profiling_llm``) resolves to: the endpoint from
+    ``SYNTHUGC_LLM_ENDPOINT_<ROLE>`` and the model from the config's ``models.<role>``, else
+    ``SYNTHUGC_LLM_MODEL_<ROLE>`` (served models only), else the role's default. Read once when a run is planned
+    and passed to the stages, so the endpoint and the model are part of their cache keys."""
+    env = os.environ if env is None else env
+    suffix = role.upper()
+    endpoint = env.get(ENDPOINT_ENV.format(role=suffix))
+    if endpoint:
+        model = configured_model or env.get(MODEL_ENV.format(role=suffix)) or production_models()[role]
+        return {"endpoint": str(endpoint), "model": str(model)}
+    return {"model": configured_model} if configured_model else {}
+
+
 def llm_backend_for(role: str, settings: Mapping[str, Any] | None = None,
                     env: Mapping[str, str] | None = None) -> LLMBackend:
     """The backend for ``role`` (``llm`` or ``profiling_llm``).

@@ -1,11 +1,6 @@
-"""Everything the report shows, gathered from a run's artifacts (the manifest's names) without
-recomputing any metric, attack or model: the report stage and ``synthugc report RUN_DIR`` both call
+"""Everything the report shows, gathered from a run's stage results (:class:`~tasks.layout.RunLayout`)
+without recomputing any metric, attack or model: the report stage and ``synthugc report RUN_DIR`` both call
 :func:`collect_report_data` and :func:`render_report`.
-
-Artifact names are the manifest's: ``metrics/<label>/distribution_scores``, ``metrics/<label>/distributions``,
-``privacy/<label>/summary``, ``privacy/<label>/reid_scores``, ``privacy/<label>/llm_profiling``,
-``utility/<label>/<setting>-<pct>pct-seed<seed>``, ``metaeval/summary``, ``split/corpus``,
-``generate/<label>/<shard>``.
 """
 
 from __future__ import annotations
@@ -19,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
+from tasks.layout import RunLayout
 from tasks.metrics.suite import DISTRIBUTION_COLUMNS, metric_correlation_matrix
 from tasks.report.human_eval import read_results
 from tasks.store import ArtifactRef
@@ -66,29 +62,23 @@ class ReportData:
         return list(self.families)
 
 
-def _group(artifacts: Mapping[str, ArtifactRef], prefix: str, suffix: str) -> dict[str, ArtifactRef]:
-    """``{label: ref}`` for names ``<prefix>/<label>/<suffix>``."""
-    out = {}
-    for name, ref in artifacts.items():
-        parts = name.split("/")
-        if len(parts) == 3 and parts[0] == prefix and parts[2] == suffix:
-            out[parts[1]] = ref
-    return out
-
-
-def utility_runs(artifacts: Mapping[str, ArtifactRef], read: ReadTable) -> pd.DataFrame | None:
+def utility_runs(layout: RunLayout, read: ReadTable) -> pd.DataFrame | None:
     """Every downstream run (one row per setting x fraction x strategy x seed), or None without any."""
-    refs = [ref for name, ref in sorted(artifacts.items()) if name.startswith("utility/") and name.count("/") == 2]
+    refs = [ref for _, ref in sorted((r.name, r["run"]) for r in layout.of("utility"))]
     return pd.concat([read(ref) for ref in refs], ignore_index=True) if refs else None
 
 
-def score_summary(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *, runs: pd.DataFrame | None = None,
+#: The stages whose ``scores``-like output feeds the run's long score table, in the order they are read.
+SCORE_OUTPUTS: tuple[tuple[str, str], ...] = (("metrics", "distribution_scores"), ("privacy", "scores"),
+                                              ("reidentify", "scores"), ("llm-profile", "scores"))
+
+
+def score_summary(layout: RunLayout, read: ReadTable, *, runs: pd.DataFrame | None = None,
                   utility_signature: str = "") -> pd.DataFrame:
     """The long score table of the run: metrics, privacy attacks and the utility ``runs``' means over seeds.
     The ``original`` and ``chance`` rows that every strategy's privacy table repeats are kept once."""
-    frames = [read(ref) for _, ref in sorted(_group(artifacts, "metrics", "distribution_scores").items())]
-    for suffix in ("summary", "reid_scores", "llm_profiling"):
-        frames += [read(ref) for _, ref in sorted(_group(artifacts, "privacy", suffix).items())]
+    frames = [read(ref) for kind, output in SCORE_OUTPUTS
+              for _, ref in sorted(layout.by_label(kind, output).items())]
     if runs is not None:
         frames.append(utility_summary_rows(runs, utility_signature))
     frames = [f for f in frames if not f.empty]
@@ -105,7 +95,7 @@ def read_human_evaluation(folder: Path) -> HumanEvaluation | None:
     if not frames:
         return None
     return HumanEvaluation(agreement=frames["agreement"], strategy_scores=frames["strategy_scores"],
-                           metric_correlations=frames["metric_correlations"],
+                           metric_correlations=frames["metric_human_correlations"],
                            n_annotations=len(frames["annotations"]))
 
 
@@ -114,18 +104,15 @@ def human_evaluation_files(folder: Path) -> list[Path]:
     return sorted(folder.glob("*.parquet")) if folder.is_dir() else []
 
 
-def example_outputs(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *, n: int, seed: int,
+def example_outputs(layout: RunLayout, read: ReadTable, *, n: int, seed: int,
                     order: Sequence[str] = ()) -> pd.DataFrame | None:
     """Appendix A.3: ``n`` source texts (seeded) that every strategy rewrote, with each strategy's output.
     Strategies with several variants get a column per variant."""
-    if n <= 0 or "split/corpus" not in artifacts:
+    corpus_ref = layout.one("split", "corpus")
+    if n <= 0 or corpus_ref is None:
         return None
-    corpus = read(artifacts["split/corpus"])
-    shards: dict[str, list[ArtifactRef]] = {}
-    for name, ref in sorted(artifacts.items()):
-        parts = name.split("/")
-        if len(parts) == 3 and parts[0] == "generate":
-            shards.setdefault(parts[1], []).append(ref)
+    corpus = read(corpus_ref)
+    shards = layout.shards()
     if not shards:
         return None
     labels = [s for s in order if s in shards] + sorted(set(shards) - set(order))
@@ -153,27 +140,28 @@ def example_outputs(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *, n:
     return frame
 
 
-def collect_report_data(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *, title: str,
+def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
                         facts: Mapping[str, str], level: str, families: Mapping[str, str],
                         failed_stages: Mapping[str, str] | None = None, utility_signature: str = "",
                         human_eval_dir: Path | None = None, examples: int = 0, seed: int = 0,
                         goals: Sequence = ()) -> ReportData:
     """Gather the report's inputs from the run's artifacts (nothing is recomputed)."""
-    runs = utility_runs(artifacts, read)
-    summary = score_summary(artifacts, read, runs=runs, utility_signature=utility_signature)
-    series = [read(ref) for _, ref in sorted(_group(artifacts, "metrics", "distributions").items())]
+    runs = utility_runs(layout, read)
+    summary = score_summary(layout, read, runs=runs, utility_signature=utility_signature)
+    series = [read(ref) for _, ref in sorted(layout.by_label("metrics", "distributions").items())]
     series = [s for s in series if not s.empty]
     intrinsic = summary[summary["level"].isin(CORRELATED_LEVELS)]
     correlations = metric_correlation_matrix(intrinsic) if not intrinsic.empty else None
     has_correlations = correlations is not None and not correlations.empty
-    metaeval = read(artifacts["metaeval/summary"]) if "metaeval/summary" in artifacts else None
+    metaeval_ref = layout.one("metaeval", "summary")
+    metaeval = read(metaeval_ref) if metaeval_ref is not None else None
     return ReportData(
         title=title, facts=dict(facts), summary=summary, level=level, families=dict(families),
         failed_stages=dict(failed_stages or {}),
         distributions=pd.concat(series, ignore_index=True) if series else None,
         correlations=correlations if has_correlations else None, metaeval=metaeval, utility_runs=runs,
         human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
-        examples=example_outputs(artifacts, read, n=examples, seed=seed, order=list(families)),
+        examples=example_outputs(layout, read, n=examples, seed=seed, order=list(families)),
         goals=list(goals))
 
 

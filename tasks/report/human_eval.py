@@ -16,7 +16,7 @@ and writes into ``<run>/human_eval/``:
 spreadsheet shows them, the header is row 1), joins them with the key and writes ``annotations.parquet``,
 ``agreement.parquet`` (Krippendorff's alpha and mean pairwise Cohen's kappa), ``strategy_scores.parquet``
 (mean human scores and the human profiling attack's accuracy per strategy) and
-``metric_correlations.parquet`` (Spearman of each automatic sample-level metric with the mean human
+``metric_human_correlations.parquet`` (Spearman of each automatic sample-level metric with the mean human
 scores). Nothing is written when any sheet is invalid.
 """
 
@@ -50,7 +50,7 @@ SHEET_COLUMNS: tuple[str, ...] = ("item_id", "source_text", "synthetic_text", "f
                                   "attribute_guess", "annotator", "comment")
 REQUIRED_SHEET_COLUMNS: tuple[str, ...] = ("item_id", "fluency", "meaning")
 #: What ``import_sheets`` writes (and a replacing export removes: those ratings were of other items).
-RESULT_TABLES: tuple[str, ...] = ("annotations", "agreement", "strategy_scores", "metric_correlations")
+RESULT_TABLES: tuple[str, ...] = ("annotations", "agreement", "strategy_scores", "metric_human_correlations")
 KEY_COLUMNS: tuple[str, ...] = ("item_id", "doc_id", "strategy", "variant", "attribute", "attribute_value",
                                 "text_digest")
 ANNOTATION_COLUMNS: tuple[str, ...] = ("item_id", "annotator", "fluency", "meaning", "attribute_guess",
@@ -63,7 +63,6 @@ STRATEGY_SCORE_COLUMNS: tuple[str, ...] = ("strategy", "variant", "n_items", "n_
                                            "meaning_n", "attribute_accuracy", "attribute_n",
                                            "attribute_cant_tell", "attribute_majority_baseline")
 CORRELATION_COLUMNS: tuple[str, ...] = ("metric", "aspect", "rho", "p_value", "n", "reason")
-RESULT_TABLES: tuple[str, ...] = ("annotations", "agreement", "strategy_scores", "metric_correlations")
 SCALE_ASPECTS: tuple[str, ...] = ("fluency", "meaning")
 ASPECTS: tuple[str, ...] = (*SCALE_ASPECTS, "attribute_guess")
 CANT_TELL = "can't tell"
@@ -906,7 +905,7 @@ def correlation_table(annotations: pd.DataFrame, item_scores: pd.DataFrame) -> p
 
 def read_results(folder: Path) -> dict[str, pd.DataFrame]:
     """The imported human-evaluation tables in ``folder`` (annotations, agreement, strategy_scores,
-    metric_correlations); empty when ``synthugc annotate import`` has not written all of them."""
+    metric_human_correlations); empty when ``synthugc annotate import`` has not written all of them."""
     paths = {name: folder / f"{name}.parquet" for name in RESULT_TABLES}
     if not all(path.is_file() for path in paths.values()):
         return {}

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 from tasks.errors import InputError
+from tasks.layout import RunLayout, stage_kind
 from tasks.report.build import collect_report_data
 from tasks.report.recommend import parse_goal
 from tasks.report.render import render_report
 from tasks.report.run_files import RunFiles
-from tasks.store import ArtifactRef, ArtifactStore, fingerprint_file
+from tasks.store import ArtifactStore, fingerprint_file
 
 
 @dataclass(frozen=True)
@@ -23,21 +24,23 @@ class RebuiltReport:
     html: Path
 
 
-def run_artifacts(run: RunFiles) -> dict[str, ArtifactRef]:
-    """The run's artifacts from its manifest, each checked to exist with the fingerprint recorded at run time."""
-    artifacts = {}
-    for name, ref in run.manifest().get("artifacts", {}).items():
-        if name.startswith("report."):
+def run_layout(run: RunFiles) -> RunLayout:
+    """The run's stage results from its manifest, each file checked to exist with the fingerprint recorded at
+    run time (the report's own files excepted: the rebuild rewrites them)."""
+    layout = run.layout
+    for result in layout.results:
+        if result.kind == "report":
             continue
-        path = run.resolve(ref["path"])
-        if not path.is_file():
-            raise InputError(f"{run.root / 'manifest.json'}: artifact {name} is missing ({path}); rerun the run to "
-                             "recreate it")
-        if fingerprint_file(str(path)) != ref["fingerprint"]:
-            raise InputError(f"{path}: artifact {name} changed since the run wrote it; rerun the run so the report "
-                             "matches its inputs")
-        artifacts[name] = ArtifactRef(path=str(path), fingerprint=ref["fingerprint"], rows=ref.get("rows"))
-    return artifacts
+        for output, ref in result.outputs.items():
+            name = f"{result.name}/{output}"
+            path = Path(ref.path)
+            if not path.is_file():
+                raise InputError(f"{run.root / 'manifest.json'}: artifact {name} is missing ({path}); rerun the "
+                                 "run to recreate it")
+            if fingerprint_file(str(path)) != ref.fingerprint:
+                raise InputError(f"{path}: artifact {name} changed since the run wrote it; rerun the run so the "
+                                 "report matches its inputs")
+    return RunLayout([r for r in layout.results if r.kind != "report"])
 
 
 def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
@@ -57,17 +60,25 @@ def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
         parsed = [parse_goal(g) for g in chosen_goals]
     except ValueError as exc:
         raise InputError(f"--goal: {exc}") from exc
-    artifacts = run_artifacts(run)
+    layout = run_layout(run)
     store = ArtifactStore(run.root)
     data = collect_report_data(
-        artifacts, store.read_table, title=context["title"],
+        layout, store.read_table, title=context["title"],
         facts=dict(context["facts"]),
         level=context["level"], families=dict(context["families"]), failed_stages=context.get("failed_stages", {}),
         utility_signature=context.get("utility_signature", ""), human_eval_dir=run.human_eval_dir,
         examples=int(report_config.get("examples", 0) if examples is None else examples),
         seed=int(config.get("seed", 0)), goals=parsed)
     markdown, page = render_report(data)
-    md_ref, html_ref = store.write_text(markdown, "report.md"), store.write_text(page, "report.html")
-    manifest["artifacts"]["report.md"], manifest["artifacts"]["report.html"] = asdict(md_ref), asdict(html_ref)
+    report_kind = stage_kind("report")
+    md_ref = store.write_text(markdown, report_kind.relative_path("markdown", {}))
+    html_ref = store.write_text(page, report_kind.relative_path("html", {}))
+    for stage in manifest.get("stages", {}).values():
+        result = stage.get("result") or {}
+        if result.get("kind") == "report":  # the rebuilt files' fingerprints, where the run recorded them
+            for output, ref in (("markdown", md_ref), ("html", html_ref)):
+                recorded = result["outputs"][output]
+                recorded["fingerprint"], recorded["path"] = ref.fingerprint, ref.path
+                manifest["artifacts"][f"report/{output}"] = recorded
     store.write_text(json.dumps(manifest, indent=2, sort_keys=True), "manifest.json")
     return RebuiltReport(markdown=Path(md_ref.path), html=Path(html_ref.path))

@@ -1,0 +1,157 @@
+"""The executor: runs a plan's stage calls side by side, respecting their dependencies and a concurrency
+limit per resource class, on the flow's Prefect task runner (threads on one machine, Dask on a cluster).
+
+- A call is submitted once every call it reads has completed; if one of them failed, it is not run
+  (state ``NotRun``, reason naming the failed input) and the rest of the run goes on.
+- At most ``max_parallel`` calls run at once, and at most ``limits[resource]`` of one resource class
+  (``cpu``, ``llm``, ``gpu``). Each task run is also tagged ``synthugc-<resource>``, so a Prefect server's
+  tag concurrency limits (``prefect concurrency-limit create synthugc-gpu 1``) apply across workers too.
+- Caching and retries are the stages' own (:mod:`flows.caching`): a retried run finds every completed
+  stage ``Cached``. A ``Cached`` result whose artifacts are missing or changed is recomputed.
+- Calls are submitted in plan order whenever capacity allows, so ``max_parallel=1`` is the sequential run.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prefect.futures import as_completed
+from prefect.states import State
+
+from flows.plan import Plan, StageCall, resolve
+from tasks.layout import StageResult
+from tasks.store import ArtifactStore
+
+NOT_RUN = "NotRun"
+
+
+@dataclass
+class Outcome:
+    """How one stage call ended."""
+
+    state: str
+    seconds: float = 0.0
+    result: StageResult | None = None
+    reason: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.result is not None
+
+
+@dataclass
+class Execution:
+    """Every call's outcome, in the order the calls ended."""
+
+    outcomes: dict[str, Outcome] = field(default_factory=dict)
+    peak_parallel: int = 0
+
+    @property
+    def results(self) -> dict[str, StageResult]:
+        return {name: o.result for name, o in self.outcomes.items() if o.result is not None}
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return {name: o.reason for name, o in self.outcomes.items() if o.result is None}
+
+    @property
+    def states(self) -> dict[str, str]:
+        return {name: o.state for name, o in self.outcomes.items()}
+
+
+#: (event, call name, outcome): "started", "finished" (with the outcome), "recompute" (lost cached artifacts)
+Listener = Callable[[str, str, Outcome | None], None]
+
+
+def failure_reason(state: State) -> str:
+    """A failed state's exception in one line."""
+    try:
+        state.result()
+    except Exception as exc:  # the stage's own exception, reported in one line
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".strip()
+    return state.message or state.name or "failed"
+
+
+def _intact(store: ArtifactStore, result: StageResult) -> bool:
+    return all(store.is_intact(ref) for ref in result.refs())
+
+
+def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[str, int],
+            done: Mapping[str, StageResult] | None = None, listener: Listener | None = None) -> Execution:
+    """Run every call of ``plan`` (``done`` holds results of earlier calls it may read) and return how each
+    ended. Never raises for a failed stage: the caller decides what a failed run means."""
+    store = plan.place.store()
+    execution = Execution()
+    results: dict[str, StageResult] = dict(done or {})
+    pending: list[StageCall] = list(plan.calls)
+    running: dict[Any, tuple[StageCall, float, bool]] = {}  # future -> (call, started, refreshed)
+    busy: dict[str, int] = {}
+    notify = listener or (lambda *_: None)
+    known = {c.name for c in pending} | set(results)
+    for call in pending:
+        if missing := [n for n in call.needs if n not in known]:
+            raise ValueError(f"{call.name} reads {missing[0]}, which the plan does not run")
+
+    def submit(call: StageCall, params: dict[str, Any], refresh: bool = False) -> None:
+        configured = call.task.with_options(result_storage=result_dir, task_run_name=call.name,
+                                            tags=[f"synthugc-{call.resource}"], refresh_cache=refresh or None)
+        future = configured.submit(**params)
+        running[future] = (call, time.perf_counter(), refresh)
+        busy[call.resource] = busy.get(call.resource, 0) + 1
+        execution.peak_parallel = max(execution.peak_parallel, len(running))
+        if not refresh:
+            notify("started", call.name, None)
+
+    def finish(call: StageCall, outcome: Outcome) -> None:
+        execution.outcomes[call.name] = outcome
+        if outcome.result is not None:
+            results[call.name] = outcome.result
+        notify("finished", call.name, outcome)
+
+    def params_of(call: StageCall) -> dict[str, Any]:
+        return {k: resolve(v, results) for k, v in call.params.items()}
+
+    while pending or running:
+        ended = set(execution.outcomes) | set(results)
+        for call in list(pending):
+            if call.finally_ is not None:
+                if running or any(c is not call for c in pending):
+                    continue
+                pending.remove(call)
+                submit(call, {"place": plan.place, **call.finally_(results, execution.failed)})
+                continue
+            needs = call.needs
+            lost = [n for n in needs if n in execution.outcomes and execution.outcomes[n].result is None]
+            if lost:
+                pending.remove(call)
+                finish(call, Outcome(NOT_RUN, reason=f"not run: input {lost[0]} failed"))
+                continue
+            if not all(n in ended for n in needs):
+                continue
+            if len(running) >= max_parallel or busy.get(call.resource, 0) >= limits.get(call.resource, max_parallel):
+                continue
+            pending.remove(call)
+            submit(call, params_of(call))
+        if not running:
+            continue
+        future = next(as_completed(list(running)))
+        call, started, refreshed = running.pop(future)
+        busy[call.resource] -= 1
+        future.wait()
+        state: State = future.state
+        if state.is_completed():
+            result = state.result()
+            if state.name == "Cached" and not refreshed and not _intact(store, result):
+                notify("recompute", call.name, None)  # cached artifacts missing or changed: not trusted
+                submit(call, params_of(call) if call.finally_ is None else
+                       {"place": plan.place, **call.finally_(results, execution.failed)}, refresh=True)
+                continue
+            finish(call, Outcome(state.name or "Completed", time.perf_counter() - started, result))
+        else:
+            finish(call, Outcome(state.name or state.type.value, time.perf_counter() - started,
+                                 reason=failure_reason(state)))
+    return execution
