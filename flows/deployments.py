@@ -38,6 +38,7 @@ from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
 from flows.config import ExperimentConfig
+from flows.executor import stage_task_runner
 from flows.experiment import STAGE_FAMILIES, RunSummary, StageFailed, run_experiment
 from flows.params import REPO_ROOT, ExperimentParams
 from tasks.layout import StageResult, stage_files
@@ -159,35 +160,35 @@ def _run_with_artifacts(cfg: ExperimentConfig, families: tuple[str, ...] = STAGE
     return summary
 
 
-@flow(name="synthugc-experiment", log_prints=True)
+@flow(name="synthugc-experiment", log_prints=True, task_runner=stage_task_runner())
 def experiment_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary:
     """The whole experiment DAG for a config file with typed overrides; per-stage artifacts in the UI."""
     load_plugins()
     return _run_with_artifacts(params.to_config())
 
 
-@flow(name="synthugc-generate", log_prints=True)
+@flow(name="synthugc-generate", log_prints=True, task_runner=stage_task_runner())
 def generate_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary:
     """Only generation: ingest, split, and every strategy x shard (the experiment flow's cached stages)."""
     load_plugins()
     return _run_with_artifacts(params.to_config(), families=())
 
 
-@flow(name="synthugc-evaluate", log_prints=True)
+@flow(name="synthugc-evaluate", log_prints=True, task_runner=stage_task_runner())
 def evaluate_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary:
     """Re-evaluation: intrinsic metrics and the report over (cached) generation."""
     load_plugins()
     return _run_with_artifacts(params.to_config(), families=("metrics", "report"))
 
 
-@flow(name="synthugc-privacy", log_prints=True)
+@flow(name="synthugc-privacy", log_prints=True, task_runner=stage_task_runner())
 def privacy_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary:
     """Only the privacy attacks (profiling, membership, re-identification, LLM profiling) and the report."""
     load_plugins()
     return _run_with_artifacts(params.to_config(), families=("privacy", "report"))
 
 
-@flow(name="synthugc-utility", log_prints=True)
+@flow(name="synthugc-utility", log_prints=True, task_runner=stage_task_runner())
 def utility_flow(params: ExperimentParams = ExperimentParams()) -> RunSummary:
     """Only the downstream utility experiments (substitution, augmentation, baseline) and the report."""
     load_plugins()

@@ -67,6 +67,25 @@ class Execution:
 Listener = Callable[[str, str, Outcome | None], None]
 
 
+def stage_task_runner() -> Any:
+    """The flows' task runner from the settings: a thread pool big enough for the stage concurrency, or a
+    DaskTaskRunner on ``SYNTHUGC_DASK_ADDRESS`` (``SYNTHUGC_TASK_RUNNER=dask``) to spread stages over a cluster."""
+    from tasks.settings import get_settings
+
+    settings = get_settings()
+    if settings.task_runner == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        if settings.dask_address:
+            return DaskTaskRunner(address=settings.dask_address)
+        return DaskTaskRunner(cluster_kwargs={"processes": False, "n_workers": 1,
+                                              "threads_per_worker": settings.stage_concurrency,
+                                              "dashboard_address": None})
+    from prefect.task_runners import ThreadPoolTaskRunner
+
+    return ThreadPoolTaskRunner(max_workers=max(4, settings.stage_concurrency))
+
+
 def failure_reason(state: State) -> str:
     """A failed state's exception in one line."""
     try:

@@ -17,7 +17,7 @@ from prefect import flow, get_run_logger
 
 from flows import progress
 from flows.config import ExperimentConfig, load_config, metric_options, parse_config
-from flows.executor import Execution, Outcome, execute
+from flows.executor import Execution, Outcome, execute, stage_task_runner
 from flows.plan import STAGE_FAMILIES, plan_prepare, plan_stages
 from tasks.errors import SynthUGCError
 from tasks.layout import StageResult
@@ -138,13 +138,13 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     return summary
 
 
-@flow(name="experiment", log_prints=True)
+@flow(name="experiment", log_prints=True, task_runner=stage_task_runner())
 def experiment(config: str, overrides: list[str] | None = None) -> RunSummary:
     """Run an experiment from a YAML config file (with optional key.path=value overrides)."""
     return run_experiment(load_config(config, overrides))
 
 
-@flow(name="experiment-from-mapping", log_prints=True)
+@flow(name="experiment-from-mapping", log_prints=True, task_runner=stage_task_runner())
 def experiment_from_mapping(config: dict[str, Any]) -> RunSummary:
     """Run an experiment from an already-parsed config mapping."""
     return run_experiment(parse_config(config, source="parameters"))

@@ -24,6 +24,9 @@ class Settings(BaseSettings):
                                                         "the other, the sequential executor).")
     stage_limits: str = Field("cpu=2,llm=4,gpu=1", description="Most stages of each resource class at once: cpu "
                                                                "(in-process work), llm (stages calling an LLM), gpu.")
+    task_runner: str = Field("threads", pattern="^(threads|dask)$",
+                             description="Where the flows' stages run: threads of this process, or the Dask "
+                                         "cluster at dask_address (a local one when unset).")
     plugins: str = Field("", description="Comma-separated modules the deployment flows import first "
                                          "(e.g. to register extra strategies on workers).")
 

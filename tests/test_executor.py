@@ -234,3 +234,25 @@ def test_cli_prints_one_line_per_stage_and_a_summary(isolated):
     verbose = subprocess.run([str(CLI), "run", str(config), "--verbose"], capture_output=True, text=True, env=env,
                              timeout=600)
     assert verbose.returncode == 0 and "Finished in state Cached" in verbose.stderr
+
+
+@pytest.mark.slow
+def test_the_same_plan_runs_on_a_dask_task_runner(toy_plan, tmp_path, monkeypatch):
+    from flows.executor import stage_task_runner
+
+    monkeypatch.setenv("SYNTHUGC_TASK_RUNNER", "dask")
+    monkeypatch.setenv("SYNTHUGC_STAGE_CONCURRENCY", "3")
+    plan = toy_plan
+    for i in range(3):
+        plan.add("toy", toy, resource="llm", label=f"d{i}", delay=0.5, inputs=[])
+    plan.add("toy", toy, label="last", delay=0.0, inputs=[Use(f"toy[d{i}]") for i in range(3)])
+
+    @flow(task_runner=stage_task_runner())
+    def run():
+        return execute(plan, result_dir=tmp_path / "results", max_parallel=3, limits={"llm": 3})
+
+    execution = run()
+    assert set(execution.states.values()) == {"Completed"}
+    spans = _intervals(plan, ["d0", "d1", "d2", "last"])
+    assert _max_overlap([spans[f"d{i}"] for i in range(3)]) >= 2  # side by side on the Dask workers' threads
+    assert pd.read_parquet(Path(plan.place.root) / "x" / "toy" / "last" / "times.parquet")["inputs"].iloc[0] == "d0,d1,d2"
