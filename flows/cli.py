@@ -13,13 +13,16 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from flows import progress
 from flows.annotate_cli import annotate_app
 from tasks.errors import InputError, SynthUGCError
+
+if TYPE_CHECKING:
+    from tasks.store import ArtifactStore
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -81,7 +84,7 @@ def _writing(out: Path) -> Iterator[None]:
         _fail(f"cannot write {out}: {exc.strerror or exc}")
 
 
-def _remove_stale_partials(store, experiment: str) -> None:
+def _remove_stale_partials(store: ArtifactStore, experiment: str) -> None:
     """Temporary files left under the run by an earlier, interrupted run are removed, and said so."""
     removed = store.remove_partials(experiment)
     if removed:
