@@ -304,6 +304,8 @@ def parse_config(raw: dict, source: str = "config", overrides: list[str] | None 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read and validate an experiment YAML file."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a folder, not a file")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:

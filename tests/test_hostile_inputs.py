@@ -104,6 +104,12 @@ def config_not_utf8(tmp: Path):
     return ["run", str(config)], "not valid UTF-8", None
 
 
+def config_is_a_folder(tmp: Path):
+    folder = tmp / "exp.yaml"
+    folder.mkdir()
+    return ["run", str(folder)], "is a folder, not a file", None
+
+
 def storage_root_is_a_file(tmp: Path):
     root = tmp / "root-file"
     root.write_text("not a folder")
@@ -218,7 +224,7 @@ def import_jsonl_unterminated_string(tmp: Path):
 
 HOSTILE: dict[str, Case] = {case.__name__: case for case in (
     label_traversal_in_config, label_traversal_in_override, experiment_dotdot, experiment_dot, attribute_traversal,
-    config_not_utf8, storage_root_is_a_file, score_duplicate_synthetic_rows, import_header_only_csv,
+    config_not_utf8, config_is_a_folder, storage_root_is_a_file, score_duplicate_synthetic_rows, import_header_only_csv,
     import_zero_row_parquet, import_keeps_no_document, generate_zero_document_corpus, generate_out_is_a_folder,
     import_out_is_a_folder, score_out_is_a_file, import_out_read_only, profile_out_read_only, import_max_chars_zero,
     score_metrics_only_commas, import_folder_as_input, import_jsonl_unterminated_string)}
