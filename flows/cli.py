@@ -334,7 +334,7 @@ def reidentify(
     seed: Annotated[int, typer.Option("--seed")] = 1,
 ) -> None:
     """MinHash-LSH re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user."""
-    from tasks.corpus.importers import read_synthetic
+    from tasks.corpus.importers import check_parquet_file, read_synthetic
     from tasks.paths import check_output_folder
     from tasks.privacy.audit import attack_timelines
     from tasks.privacy.reidentify import reidentify as attack
@@ -344,6 +344,7 @@ def reidentify(
         _fail(f"--k {k} is not a multiple of --bands {bands}")
     try:
         check_output_folder(out)
+        check_parquet_file(histories)
         synth = read_synthetic(synthetic)
         if "author_id" not in synth.columns:
             raise InputError("required column is missing", file=str(synthetic), column="author_id")

@@ -215,6 +215,19 @@ def import_folder_as_input(tmp: Path):
     return ["import", str(folder), "--text-col", "text", "--out", str(tmp / "c.parquet")], "is a folder, not a file", None
 
 
+def reidentify_histories_is_a_folder(tmp: Path):
+    folder = tmp / "histories.parquet"
+    folder.mkdir()
+    return (["reidentify", "--histories", str(folder), "--synthetic", str(_synthetic(tmp, _corpus(tmp))),
+             "--out", str(tmp / "r")], "is a folder, not a file", None)
+
+
+def reidentify_histories_not_parquet(tmp: Path):
+    corpus = _corpus(tmp)
+    return (["reidentify", "--histories", str(corpus), "--synthetic", str(_synthetic(tmp, corpus)), "--out",
+             str(tmp / "r")], "not a readable parquet file", None)
+
+
 def import_jsonl_unterminated_string(tmp: Path):
     src = tmp / "posts.jsonl"
     src.write_text('{"text": "fine"}\n{"text": "never closed')  # json says "starting at", the error adds "at"
@@ -227,7 +240,8 @@ HOSTILE: dict[str, Case] = {case.__name__: case for case in (
     config_not_utf8, config_is_a_folder, storage_root_is_a_file, score_duplicate_synthetic_rows, import_header_only_csv,
     import_zero_row_parquet, import_keeps_no_document, generate_zero_document_corpus, generate_out_is_a_folder,
     import_out_is_a_folder, score_out_is_a_file, import_out_read_only, profile_out_read_only, import_max_chars_zero,
-    score_metrics_only_commas, import_folder_as_input, import_jsonl_unterminated_string)}
+    score_metrics_only_commas, import_folder_as_input, reidentify_histories_is_a_folder,
+    reidentify_histories_not_parquet, import_jsonl_unterminated_string)}
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))

@@ -80,6 +80,24 @@ def _read_jsonl(path: Path) -> tuple[pd.DataFrame, pd.Series]:
     return df, pd.Series(lines, dtype="int64")
 
 
+def _check_is_file(path: Path) -> None:
+    if path.is_dir():
+        raise InputError("is a folder, not a file", file=str(path))
+    if not path.is_file():
+        raise InputError("file not found", file=str(path))
+
+
+def check_parquet_file(path: str | os.PathLike) -> None:
+    """Fail with InputError unless ``path`` is a parquet file (its footer is read, not its rows: for inputs
+    too large to load here, such as the adversary's posting histories)."""
+    path = Path(path)
+    _check_is_file(path)
+    try:
+        pq.ParquetFile(path).close()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"not a readable parquet file: {exc}", file=str(path)) from exc
+
+
 def read_table(path: str | Path, fmt: str | None = None) -> tuple[pd.DataFrame, pd.Series]:
     """Read a CSV/TSV, JSONL or parquet file; return the table and each row's number in the source.
 
@@ -90,10 +108,7 @@ def read_table(path: str | Path, fmt: str | None = None) -> tuple[pd.DataFrame, 
     """
     path = Path(path)
     fmt = (fmt or detect_format(path)).lower()
-    if path.is_dir():
-        raise InputError("is a folder, not a file", file=str(path))
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
+    _check_is_file(path)
     if fmt in ("csv", "tsv"):
         df = _read_csv(path, "," if fmt == "csv" else "\t")
         rows = pd.Series(range(1, len(df) + 1), dtype="int64")
