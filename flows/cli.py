@@ -10,15 +10,19 @@ import json
 import logging
 import os
 import sys
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from flows import progress
 from flows.annotate_cli import annotate_app
 from tasks.errors import InputError, SynthUGCError
+
+if TYPE_CHECKING:
+    from tasks.store import ArtifactStore
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -89,13 +93,37 @@ def _silence_exit_noise() -> None:
     sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - kept open until the interpreter exits
 
 
+@contextmanager
+def _writing(out: Path) -> Iterator[None]:
+    """Outputs are checked before the work (tasks/paths.py); a write that fails anyway (disk full, a folder
+    made read-only meanwhile) still ends in one line, not a traceback."""
+    try:
+        yield
+    except OSError as exc:
+        _fail(f"cannot write {out}: {exc.strerror or exc}")
+
+
+def _remove_stale_partials(store: ArtifactStore, experiment: str) -> None:
+    """Temporary files left under the run by an earlier, interrupted run are removed, and said so."""
+    removed = store.remove_partials(experiment)
+    if removed:
+        typer.echo(f"synthugc: removed {len(removed)} stale partial file(s) left under "
+                   f"{store.path(experiment)} by an interrupted run", err=True)
+
+
 def _run_config(config: Path, overrides: list[str], verbose: bool = False) -> None:
     import time
 
     from flows.config import load_config
+    from tasks.paths import check_storage_root
+    from tasks.settings import get_settings
+    from tasks.store import ArtifactStore
 
     try:
-        load_config(config, overrides)  # validate before any server starts
+        cfg = load_config(config, overrides)  # validate before any server starts
+        root = cfg.storage_root or get_settings().storage_root
+        check_storage_root(root)
+        _remove_stale_partials(ArtifactStore(root), cfg.experiment)
     except SynthUGCError as exc:
         _fail(str(exc))
     from prefect.logging.configuration import setup_logging
@@ -165,13 +193,16 @@ def import_(
     label_col: Annotated[str | None, typer.Option("--label-col")] = None,
     split_col: Annotated[str | None, typer.Option("--split-col")] = None,
     attr: Annotated[list[str] | None, typer.Option("--attr", help="NAME=COLUMN, e.g. gender=sex (repeatable).")] = None,
-    max_chars: Annotated[int, typer.Option("--max-chars")] = 20_000,
+    max_chars: Annotated[int, typer.Option("--max-chars", help="Longer texts become failure records.")] = 20_000,
     seed: Annotated[int, typer.Option("--seed")] = 0,
     fmt: Annotated[str | None, typer.Option("--format", help="csv, jsonl or parquet (default: from extension).")] = None,
 ) -> None:
     """Import a table into the corpus schema with a column mapping."""
-    from tasks.corpus.importers import import_corpus, write_corpus
+    from tasks.corpus.importers import failures_path, import_corpus, write_corpus
+    from tasks.paths import check_output_file
 
+    if max_chars < 1:
+        _fail(f"--max-chars {max_chars}: must be at least 1")
     attrs: dict[str, str] = {}
     for item in attr or []:
         if "=" not in item:
@@ -179,10 +210,13 @@ def import_(
         name, column = item.split("=", 1)
         attrs[name] = column
     try:
+        check_output_file(out)
+        check_output_file(failures_path(out))
         validated = import_corpus(path, text_col=text_col, id_col=id_col, author_col=author_col, group_col=group_col,
                                   position_col=position_col, label_col=label_col, attrs=attrs, split_col=split_col,
                                   max_chars=max_chars, seed=seed, fmt=fmt)
-        written = write_corpus(validated, out)
+        with _writing(out):
+            written = write_corpus(validated, out)
     except SynthUGCError as exc:
         _fail(str(exc))
     typer.echo(f"{len(validated.corpus)} documents -> {out}; {len(validated.failures)} failed -> {written[1]}")
@@ -203,7 +237,11 @@ def _read_corpus_and_options(corpus: Path, seed: int, bag_group: str):
 def _metric_names(metrics: str | None, default: tuple[str, ...]) -> list[str]:
     from tasks.metrics.suite import check_metric_names
 
-    names = [m.strip() for m in metrics.split(",") if m.strip()] if metrics else list(default)
+    if metrics is None:
+        return list(default)
+    names = [m.strip() for m in metrics.split(",") if m.strip()]
+    if not names:
+        _fail(f"--metrics '{metrics}' names no metric (leave it out for all of them)")
     try:
         return check_metric_names(names)
     except ValueError as exc:
@@ -223,8 +261,9 @@ def generate(
     _environment()
     import yaml
 
-    from tasks.corpus.importers import read_corpus
+    from tasks.corpus.importers import failures_path, read_corpus, write_parquet_atomic
     from tasks.generate.base import build_strategy, generate_synthetic
+    from tasks.paths import check_output_file
     from tasks.store import ArtifactStore
 
     params: dict = {}
@@ -234,16 +273,19 @@ def generate(
         key, value = item.split("=", 1)
         params[key] = yaml.safe_load(value) if value else None
     try:
+        out = check_output_file(out)
+        failed_inputs = check_output_file(failures_path(out))
         validated = read_corpus(corpus)
         rewriter = build_strategy(strategy, params, root="strategy").fit(validated.corpus)
         synthetic = generate_synthetic(rewriter, validated.corpus, seed=seed)
     except SynthUGCError as exc:
         _fail(str(exc))
-    out = out.resolve()
-    ArtifactStore(out.parent).write_table(synthetic, out.name)
+    with _writing(out):  # the input rows that failed validation go beside the output, as import does
+        write_parquet_atomic(validated.failures, failed_inputs)
+        ArtifactStore(out.parent).write_table(synthetic, out.name)
     ok = int((synthetic["status"] == "ok").sum())
     typer.echo(f"{strategy}: {ok} ok, {len(synthetic) - ok} failed, {len(validated.failures)} input rows failed "
-               f"validation -> {out}")
+               f"validation -> {out} (failed inputs: {failed_inputs})")
 
 
 @app.command()
@@ -260,11 +302,13 @@ def score(
     from tasks.corpus.importers import read_synthetic
     from tasks.metrics.suite import ALL_METRICS, metric_correlation_matrix, score_synthetic
     from tasks.parallel import dask_client
+    from tasks.paths import check_output_folder
     from tasks.settings import get_settings
     from tasks.store import ArtifactStore
 
     names = _metric_names(metrics, ALL_METRICS)
     try:
+        check_output_folder(out)
         source, options = _read_corpus_and_options(corpus, seed, bag_group)
         synth = read_synthetic(synthetic, source["doc_id"])
         settings = get_settings()
@@ -274,10 +318,11 @@ def score(
     except SynthUGCError as exc:
         _fail(str(exc))
     store = ArtifactStore(out)
-    store.write_table(result.sample_scores, "sample_scores.parquet")
-    store.write_table(result.distribution_scores, "distribution_scores.parquet")
-    store.write_table(result.distributions, "distributions.parquet")
-    store.write_table(metric_correlation_matrix(result.distribution_scores), "strategy_metric_correlations.parquet")
+    with _writing(out):
+        store.write_table(result.sample_scores, "sample_scores.parquet")
+        store.write_table(result.distribution_scores, "distribution_scores.parquet")
+        store.write_table(result.distributions, "distributions.parquet")
+        store.write_table(metric_correlation_matrix(result.distribution_scores), "strategy_metric_correlations.parquet")
     typer.echo(f"{len(result.sample_scores)} sample rows, {len(result.distribution_scores)} distribution rows -> {out}")
 
 
@@ -295,21 +340,24 @@ def metaeval(
     increasingly manipulated bags, and the correlations between metrics."""
     _environment()
     from tasks.metrics.suite import BAG_METRICS, DISTRIBUTION_METRICS, metaeval_metrics
+    from tasks.paths import check_output_folder
     from tasks.settings import get_settings
     from tasks.store import ArtifactStore
 
     names = _metric_names(metrics, DISTRIBUTION_METRICS + BAG_METRICS)
     try:
+        check_output_folder(out)
         source, options = _read_corpus_and_options(corpus, seed, "group_id")
         result = metaeval_metrics(source["text"].tolist(), names, options, get_settings().cache_dir / "embeddings.sqlite",
                                   bag_size=bag_size, bags=bags, seed=seed)
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc))
     store = ArtifactStore(out)
-    store.write_table(result.rows, "metaeval.parquet")
     summary = result.summary
-    store.write_table(summary, "metaeval_summary.parquet")
-    store.write_table(result.correlations, "metric_pair_correlations.parquet")
+    with _writing(out):
+        store.write_table(result.rows, "metaeval.parquet")
+        store.write_table(summary, "metaeval_summary.parquet")
+        store.write_table(result.correlations, "metric_pair_correlations.parquet")
     typer.echo(summary.to_string(index=False))
     typer.echo(f"-> {out}")
 
@@ -326,7 +374,8 @@ def reidentify(
     seed: Annotated[int, typer.Option("--seed")] = 1,
 ) -> None:
     """MinHash-LSH re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user."""
-    from tasks.corpus.importers import read_synthetic
+    from tasks.corpus.importers import check_parquet_file, read_synthetic
+    from tasks.paths import check_output_folder
     from tasks.privacy.audit import attack_timelines
     from tasks.privacy.reidentify import reidentify as attack
     from tasks.store import ArtifactStore
@@ -334,6 +383,8 @@ def reidentify(
     if k % bands:
         _fail(f"--k {k} is not a multiple of --bands {bands}")
     try:
+        check_output_folder(out)
+        check_parquet_file(histories)
         synth = read_synthetic(synthetic)
         if "author_id" not in synth.columns:
             raise InputError("required column is missing", file=str(synthetic), column="author_id")
@@ -342,8 +393,9 @@ def reidentify(
     except (SynthUGCError, FileNotFoundError) as exc:
         _fail(str(exc))
     store = ArtifactStore(out)
-    store.write_table(result.per_timeline, "reidentification.parquet")
-    store.write_text(json.dumps(result.summary, indent=2, default=str), "summary.json")
+    with _writing(out):
+        store.write_table(result.per_timeline, "reidentification.parquet")
+        store.write_text(json.dumps(result.summary, indent=2, default=str), "summary.json")
     s = result.summary
     typer.echo(f"accuracy {s['accuracy']:.4f} over {s['n_timelines']} timelines (random baseline {s['baseline']:.2e}), "
                f"candidate recall {s['candidate_recall']:.4f} -> {out}")
@@ -362,12 +414,14 @@ def profile(
     """Attribute profiling: train on the real train split, score on the real test split and its synthetic version."""
     _environment()
     from tasks.corpus.importers import read_corpus, read_synthetic
+    from tasks.paths import check_output_folder
     from tasks.privacy.profiling import profile_attribute
     from tasks.store import ArtifactStore
 
     if model not in ("linear", "encoder") or level not in ("post", "author"):
         _fail("--model must be linear or encoder and --level post or author")
     try:
+        check_output_folder(out)
         real = read_corpus(corpus).corpus
         sets = None
         if synthetic is not None:
@@ -377,8 +431,9 @@ def profile(
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
     store = ArtifactStore(out)
-    for name in ("scores", "predictions", "top_words", "word_bins"):
-        store.write_table(getattr(result, name), f"{name}.parquet")
+    with _writing(out):
+        for name in ("scores", "predictions", "top_words", "word_bins"):
+            store.write_table(getattr(result, name), f"{name}.parquet")
     typer.echo(result.scores[["set", "n_units", "accuracy", "macro_f1", "reduction", "chance"]].to_string(index=False))
     typer.echo(f"-> {out}")
 
@@ -398,6 +453,7 @@ def utility(
     """Train on synthetic, test on real: substitution and augmentation against the real baseline."""
     _environment()
     from tasks.corpus.importers import read_corpus, read_synthetic, read_table
+    from tasks.paths import check_output_folder
     from tasks.store import ArtifactStore
     from tasks.training.utility import evaluator_for, run_utility, utility_tables
 
@@ -409,6 +465,7 @@ def utility(
     except ValueError:
         _fail(f"--fractions {fractions}: expected numbers like 0.1,0.5,1.0")
     try:
+        check_output_folder(out)
         real = read_corpus(corpus).corpus
         if task != "post":  # dialogue and timeline evaluators read extra columns (seg_tags) the schema leaves out
             df, _ = read_table(corpus)
@@ -423,10 +480,11 @@ def utility(
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
     store = ArtifactStore(out)
-    store.write_table(results, "utility_runs.parquet")
-    for name, table in utility_tables(results).items():
-        store.write_table(table.reset_index() if table.index.name else table, f"{name}.parquet")
-        typer.echo(f"{name}:\n{table.to_string()}")
+    with _writing(out):
+        store.write_table(results, "utility_runs.parquet")
+        for name, table in utility_tables(results).items():
+            store.write_table(table.reset_index() if table.index.name else table, f"{name}.parquet")
+            typer.echo(f"{name}:\n{table.to_string()}")
     typer.echo(f"-> {out}")
 
 

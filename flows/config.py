@@ -17,11 +17,19 @@ from tasks.errors import ConfigError
 from tasks.generate.base import available_strategies, validate_params
 from tasks.metrics.suite import DEFAULT_METRICS, MetricOptions, check_metric_names
 from tasks.models.registry import ROLES, resolve_model
+from tasks.paths import segment_problem
 from tasks.privacy.audit import PrivacyOptions
 
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+def _path_segment(value: str | None) -> str | None:
+    """A name that becomes a path segment (experiment, strategy, label, attribute): checked in tasks/paths.py."""
+    if value is not None and (problem := segment_problem(value)):
+        raise ValueError(problem)
+    return value
 
 
 class DataConfig(Section):
@@ -60,6 +68,11 @@ class StrategyConfig(Section):
     name: str
     label: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("name", "label")
+    @classmethod
+    def _path_safe(cls, value: str | None) -> str | None:
+        return _path_segment(value)
 
     @property
     def key(self) -> str:
@@ -127,6 +140,13 @@ class ProfilingConfig(Section):
     attributes: list[str] | None = Field(None, description="Attribute names (without attr_); default: all.")
     models: list[Literal["linear", "encoder"]] = Field(default_factory=lambda: ["linear"])
     level: Literal["post", "author"] = "post"
+
+    @field_validator("attributes")
+    @classmethod
+    def _path_safe(cls, values: list[str] | None) -> list[str] | None:
+        for value in values or []:
+            _path_segment(value)
+        return values
 
 
 class MembershipConfig(Section):
@@ -210,7 +230,7 @@ class ReportConfig(Section):
 class ExperimentConfig(Section):
     """The whole experiment: what data, how to split, which strategies, which metrics."""
 
-    experiment: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Run name: artifacts go to <root>/<experiment>.")
+    experiment: str = Field(description="Run name: artifacts go to <root>/<experiment> (see tasks/paths.py).")
     seed: int = 13
     storage_root: str | None = Field(None, description="Path or fsspec URL; default SYNTHUGC_STORAGE_ROOT or ./runs.")
     data: DataConfig
@@ -221,6 +241,11 @@ class ExperimentConfig(Section):
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     utility: UtilityConfig = Field(default_factory=UtilityConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+
+    @field_validator("experiment")
+    @classmethod
+    def _path_safe(cls, value: str) -> str:
+        return _path_segment(value)
 
     @field_validator("models")
     @classmethod
@@ -279,10 +304,14 @@ def parse_config(raw: dict, source: str = "config", overrides: list[str] | None 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
     """Read and validate an experiment YAML file."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a folder, not a file")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not valid UTF-8 (byte {exc.start})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark else ""

@@ -96,6 +96,8 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     prepare = plan_prepare(cfg)
     place = prepare.place
     store = place.store()
+    if removed := store.remove_partials(cfg.experiment):  # a write killed before its rename, in an earlier run
+        logger.warning("removed %d stale partial file(s) under %s", len(removed), store.path(cfg.experiment))
     if bar := progress.reporter():
         bar.planned(len(prepare.calls))
     execution = execute(prepare, result_dir=result_dir, max_parallel=parallel, limits=limits, listener=listen)

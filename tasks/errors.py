@@ -29,3 +29,7 @@ class ConfigError(SynthUGCError):
 
 class ModelUnavailable(SynthUGCError):
     """A model for a role cannot be loaded: names the role, the model and how to provide it."""
+
+
+class UnsafePath(SynthUGCError):
+    """A path built from a name would leave the folder it belongs in (``..``, ``.``)."""

@@ -24,6 +24,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from tasks.errors import UnsafePath
+
 _CHUNK = 1 << 20
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -102,8 +104,13 @@ class ArtifactStore:
             self._root_path = str(Path(self._root_path).resolve())
 
     def path(self, *parts: str) -> str:
-        """The full path of an artifact under the root."""
-        return "/".join([self._root_path.rstrip("/"), *[p.strip("/") for p in parts]])
+        """The full path of an artifact under the root; a part may hold several segments (``"a/b"``).
+
+        Raises UnsafePath for a ``.`` or ``..`` segment: no path built from a name leaves the root."""
+        segments = [s for part in parts for s in str(part).split("/") if s]
+        if any(s in (".", "..") for s in segments):
+            raise UnsafePath(f"artifact path {'/'.join(map(str, parts))} would leave the storage root {self.root}")
+        return "/".join([self._root_path.rstrip("/"), *segments])
 
     def _write_atomic(self, data: bytes, path: str) -> None:
         parent = path.rsplit("/", 1)[0]
@@ -154,6 +161,15 @@ class ArtifactStore:
         if not self.fs.exists(base):
             return []
         return [p for p in self.fs.find(base) if p.rsplit("/", 1)[-1].startswith(".tmp-")]
+
+    def remove_partials(self, *parts: str) -> list[str]:
+        """Delete leftover temporary files under a folder (a write killed before its rename); returns them.
+
+        Call it when a run starts, before any stage writes: every partial then belongs to an earlier run."""
+        partials = self.list_partials(*parts)
+        for partial in partials:
+            self.fs.rm(partial)
+        return partials
 
 
 def write_manifest(store: ArtifactStore, experiment: str, *, config: dict, models: dict[str, str],

@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tasks.errors import UnsafePath
 from tasks.store import (
     ArtifactStore,
     cache_key,
@@ -122,3 +123,31 @@ def test_manifest_lists_config_versions_models_signatures_artifacts(tmp_path):
     assert data["models"]["token_encoder"] == "minilm"
     assert data["artifacts"]["ingest/corpus"]["fingerprint"] == ref.fingerprint
     assert data["stages"]["ingest"]["state"] == "Completed"
+
+
+@pytest.mark.parametrize("parts", [("exp", "generate", "../../../../escaped", "shard.parquet"), ("..", "x.parquet"),
+                                   ("exp/../..", "x.parquet"), ("exp", ".", "x.parquet")])
+def test_path_refuses_to_leave_the_root(tmp_path, parts):
+    store = ArtifactStore(tmp_path / "runs")
+    with pytest.raises(UnsafePath, match="would leave the storage root"):
+        store.write_table(_frame(), *parts)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_path_joins_segments_under_the_root(tmp_path):
+    store = ArtifactStore(tmp_path)
+    assert store.path("exp", "/generate/", "a/b.parquet") == f"{tmp_path.resolve()}/exp/generate/a/b.parquet"
+
+
+def test_remove_partials_deletes_only_temporary_files(tmp_path):
+    store = ArtifactStore(tmp_path)
+    kept = store.write_table(_frame(), "exp", "generate", "s", "shard-00000.parquet")
+    stale = [tmp_path / "exp" / "generate" / "s" / ".tmp-abc-shard-00001.parquet", tmp_path / "exp" / ".tmp-def-m.json"]
+    for path in stale:
+        path.write_bytes(b"half")
+    other = tmp_path / "other" / ".tmp-xyz-not-this-run.parquet"
+    other.parent.mkdir()
+    other.write_bytes(b"half")
+    assert sorted(store.remove_partials("exp")) == sorted(str(p) for p in stale)
+    assert store.list_partials("exp") == [] and store.is_intact(kept) and other.exists()
+    assert store.remove_partials("exp") == [] and store.remove_partials("missing") == []

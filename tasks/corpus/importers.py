@@ -44,9 +44,10 @@ def detect_format(path: str | Path) -> str:
 def _read_csv(path: Path, sep: str) -> pd.DataFrame:
     # object dtype: pandas' Arrow-backed strings cannot hold the lone surrogates of bad bytes.
     # utf-8-sig drops a byte-order mark. keep_default_na=False: "NA" or "null" in a text cell is text; empty cells stay "" here.
+    # skip_blank_lines=False: in a one-column file a whitespace-only text is a blank line, and skipping it lost the row.
     try:
         return pd.read_csv(path, sep=sep, dtype=object, keep_default_na=False, na_filter=False,
-                           encoding="utf-8-sig", encoding_errors="surrogateescape")
+                           skip_blank_lines=False, encoding="utf-8-sig", encoding_errors="surrogateescape")
     except pd.errors.EmptyDataError as exc:
         raise InputError("the file is empty (no header)", file=str(path)) from exc
     except pd.errors.ParserError as exc:
@@ -64,7 +65,9 @@ def _read_jsonl(path: Path) -> tuple[pd.DataFrame, pd.Series]:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise InputError(f"line {number} is not valid JSON ({exc.msg} at character {exc.colno})",
+                # json's messages may end in "at" ("Unterminated string starting at"): one "at", not two
+                raise InputError(f"line {number} is not valid JSON ({exc.msg.removesuffix(' at')} at character "
+                                 f"{exc.colno})",
                                  file=str(path), row=number) from exc
             if not isinstance(record, dict):
                 raise InputError(f"line {number} is a JSON {type(record).__name__}, not an object",
@@ -77,6 +80,24 @@ def _read_jsonl(path: Path) -> tuple[pd.DataFrame, pd.Series]:
     return df, pd.Series(lines, dtype="int64")
 
 
+def _check_is_file(path: Path) -> None:
+    if path.is_dir():
+        raise InputError("is a folder, not a file", file=str(path))
+    if not path.is_file():
+        raise InputError("file not found", file=str(path))
+
+
+def check_parquet_file(path: str | os.PathLike) -> None:
+    """Fail with InputError unless ``path`` is a parquet file (its footer is read, not its rows: for inputs
+    too large to load here, such as the adversary's posting histories)."""
+    path = Path(path)
+    _check_is_file(path)
+    try:
+        pq.ParquetFile(path).close()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"not a readable parquet file: {exc}", file=str(path)) from exc
+
+
 def read_table(path: str | Path, fmt: str | None = None) -> tuple[pd.DataFrame, pd.Series]:
     """Read a CSV/TSV, JSONL or parquet file; return the table and each row's number in the source.
 
@@ -87,8 +108,7 @@ def read_table(path: str | Path, fmt: str | None = None) -> tuple[pd.DataFrame, 
     """
     path = Path(path)
     fmt = (fmt or detect_format(path)).lower()
-    if not path.is_file():
-        raise InputError("file not found", file=str(path))
+    _check_is_file(path)
     if fmt in ("csv", "tsv"):
         df = _read_csv(path, "," if fmt == "csv" else "\t")
         rows = pd.Series(range(1, len(df) + 1), dtype="int64")
@@ -117,7 +137,19 @@ def read_corpus(path: str | os.PathLike, fmt: str | None = None, *, max_chars: i
     """A file already in the corpus schema, read and validated (fatal problems raise; bad rows become
     failure records)."""
     df, rows = read_table(path, fmt)
-    return validate_corpus(df, str(path), max_chars=max_chars, rows=rows)
+    return require_documents(validate_corpus(df, str(path), max_chars=max_chars, rows=rows), str(path))
+
+
+def require_documents(validated: ValidatedCorpus, source: str) -> ValidatedCorpus:
+    """``validated`` unchanged when it keeps at least one document; else InputError saying why (no rows, or
+    every row failed: how many and the first reason), since every later step needs a document."""
+    if len(validated.corpus):
+        return validated
+    if not len(validated.failures):
+        raise InputError("no rows: the table has no document", file=source)
+    first = validated.failures.iloc[0]
+    raise InputError(f"no document passed validation: all {len(validated.failures)} row(s) failed "
+                     f"(first: {first['reason']})", file=source, column=str(first["field"]), row=int(first["row"]))
 
 
 def read_synthetic(path: str | os.PathLike, corpus_ids: pd.Series | None = None) -> pd.DataFrame:
@@ -167,7 +199,7 @@ def import_corpus(path: str | Path, *, text_col: str, id_col: str | None = None,
     for target, col in mapping.items():
         df[target] = source[col]
 
-    validated = validate_corpus(df, str(path), max_chars=max_chars, rows=rows)
+    validated = require_documents(validate_corpus(df, str(path), max_chars=max_chars, rows=rows), str(path))
     corpus = assign_splits(validated.corpus, split_fractions, seed=seed)
     return ValidatedCorpus(corpus=corpus, failures=validated.failures)
 

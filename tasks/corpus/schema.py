@@ -56,6 +56,11 @@ _CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 #: Lone surrogates: U+DC80-U+DCFF is what ``surrogateescape`` leaves for bytes that are not UTF-8;
 #: the rest can only come from escapes such as JSON's "\\ud800". A valid str never holds one.
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: Something visible: not whitespace and not an invisible format or filler character (zero-width space and
+#: joiners, word joiner, BOM, soft hyphen, bidi marks, variation selectors, Hangul fillers); a text of only
+#: those would pass as non-empty while showing nothing.
+_VISIBLE = re.compile("[^\\s\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f"
+                      "\u202a-\u202e\u2060-\u206f\u3164\ufe00-\ufe0f\ufeff\uffa0]")
 
 
 class Level(StrEnum):
@@ -108,8 +113,8 @@ def text_problem(value: object, max_chars: int) -> str | None:
         if 0xDC80 <= ord(bad.group()) <= 0xDCFF:
             return f"invalid UTF-8 at character {bad.start()}"
         return f"lone surrogate U+{ord(bad.group()):04X} at character {bad.start()}"
-    if not value.strip():
-        return "text is empty"
+    if not _VISIBLE.search(value):
+        return "text is empty" if not value.strip() else "text is empty (only invisible characters)"
     if bad := _CONTROL.search(value):
         return f"control character U+{ord(bad.group()):04X} at character {bad.start()}"
     if len(value) > max_chars:
@@ -195,7 +200,7 @@ def validate_corpus(df: pd.DataFrame, source: str, *, max_chars: int = DEFAULT_M
         out[col] = _as_string(df[col])
 
     problems = [text_problem(v, max_chars) for v in df["text"].tolist()]
-    failed = pd.Series([p is not None for p in problems], index=df.index)
+    failed = pd.Series([p is not None for p in problems], index=df.index, dtype=bool)  # bool even with no rows
     failures = failure_table([
         {"source": source, "row": int(r), "doc_id": d, "field": "text", "reason": p}
         for r, d, p in zip(rows, out["doc_id"], problems, strict=True) if p is not None
@@ -228,6 +233,12 @@ def check_synthetic(df: pd.DataFrame, source: str, corpus_ids: pd.Series | None 
     if bad_status.any():
         raise InputError(f"status '{df['status'][bad_status].iloc[0]}' is not ok or failed", file=source,
                          column="status", row=_first_bad_row(bad_status, rows))
+    dup = df.duplicated(subset=["doc_id", "strategy", "variant"], keep="first")
+    if dup.any():
+        first = df[dup.to_numpy()].iloc[0]
+        raise InputError(f"duplicate synthetic row for doc_id '{first['doc_id']}', strategy '{first['strategy']}', "
+                         f"variant '{first['variant']}' (each source has one row per strategy and variant)",
+                         file=source, column="doc_id", row=_first_bad_row(dup, rows))
     if corpus_ids is not None:
         unknown = ~df["doc_id"].astype(str).isin(set(corpus_ids.astype(str)))
         if unknown.any():
