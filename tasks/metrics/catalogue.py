@@ -58,6 +58,7 @@ class Metric:
     target: float | None = None
     in_tables: bool = True
     suffix: bool = False  # a family of task metrics named ``<class><name>`` (timeline coverage: IE_Cr)
+    headline: bool = False  # stands for its aspect in the recommendations (seed 000 §7: BSc, Idio, POS, Div)
 
     @property
     def better(self) -> str:
@@ -114,6 +115,11 @@ def names(*levels: str) -> tuple[str, ...]:
     return tuple(m.name for m in metrics(*levels))
 
 
+def headline_metrics(aspect: str) -> list[Metric]:
+    """The metrics that stand for ``aspect`` (meaning, style, divergence) in the recommendations."""
+    return [m for m in CATALOGUE.values() if m.headline and m.aspect == aspect]
+
+
 def lookup(name: str) -> Metric | None:
     """The registration of a measure by its name (a timeline coverage column by its suffix), or None."""
     if name in CATALOGUE:
@@ -149,8 +155,9 @@ def check_names(requested: Sequence[str], levels: Iterable[str] = ("sample", "va
 
 def catalogue_lines() -> list[str]:
     """One line per registered metric: name, level, aspect, which way is better (``synthugc metrics``)."""
-    width = max((len(m.name) for m in CATALOGUE.values()), default=0)
-    return [f"{m.name:<{width}}  {m.level:<12}  {m.aspect:<10}  {m.better}" for m in CATALOGUE.values()]
+    shown = {m.name: f"<class>{m.name}" if m.suffix else m.name for m in CATALOGUE.values()}
+    width = max((len(n) for n in shown.values()), default=0)
+    return [f"{shown[m.name]:<{width}}  {m.level:<12}  {m.aspect:<10}  {m.better}" for m in CATALOGUE.values()]
 
 
 # ---------------------------------------------------------------------------------- compute functions
@@ -266,14 +273,16 @@ _POS_SIG = ("model", "tagset", "n", "pad", "tokenizer", "ws", "version")
 _FRECHET_SIG = ("model", "pool", "cov", "fd", "version")
 
 # Sample level, in the order of the article's Table 4 (BSc, Idio, POS, Div), then the rest.
-for _name, _label, _what in (("bertscore_f1", "BSc", "meaning"), ("bertscore_p", "BSc-P", "meaning, precision"),
-                             ("bertscore_r", "BSc-R", "meaning, recall")):
-    register(Metric(_name, "sample", "meaning", 1, _label, _what, _BSC, _BSC_SIG, _bertscore))
-register(Metric("style_cosine", "sample", "style", 1, "Style", "style kept", ("style_encoder", "pos_tagger"),
-                ("encoder", "version"), _style_cosine))
-register(Metric("pos_jaccard", "sample", "style", 1, "POS", "syntax kept", ("pos_tagger",), _POS_SIG, _pos_jaccard))
-register(Metric("bleu_divergence", "sample", "divergence", 1, "Div", "divergence (1 − BLEU/100)", (),
-                ("tokenize", "smooth", "sacrebleu"), _bleu_divergence))
+register(Metric("bertscore_f1", "sample", "meaning", 1, "BSc", "BERTScore F1", _BSC, _BSC_SIG, _bertscore,
+                headline=True))
+register(Metric("bertscore_p", "sample", "meaning", 1, "BSc-P", "BERTScore precision", _BSC, _BSC_SIG, _bertscore))
+register(Metric("bertscore_r", "sample", "meaning", 1, "BSc-R", "BERTScore recall", _BSC, _BSC_SIG, _bertscore))
+register(Metric("style_cosine", "sample", "style", 1, "Style", "style-embedding cosine",
+                ("style_encoder", "pos_tagger"), ("encoder", "version"), _style_cosine, headline=True))
+register(Metric("pos_jaccard", "sample", "style", 1, "POS", "POS Jaccard", ("pos_tagger",), _POS_SIG, _pos_jaccard,
+                headline=True))
+register(Metric("bleu_divergence", "sample", "divergence", 1, "Div", "1 − BLEU against the source", (),
+                ("tokenize", "smooth", "sacrebleu"), _bleu_divergence, headline=True))
 register(Metric("cps", "sample", "meaning", 1, "CPS", "content preserved",
                 ("sentence_encoder", "cps_mask", "cps_threshold", "transfer_classifier"),
                 ("model", "similarity", "mask", "threshold", "attribution", "attr_classifier"), _cps))

@@ -31,7 +31,16 @@ from tasks.models.embeddings import EmbeddingCache
 from tasks.models.loaders import import_model_libraries
 from tasks.models.registry import ModelSpec
 from tasks.parallel import map_shards, split_even
-from tasks.scores import DISTRIBUTIONS, SAMPLE_SCORES, SCORES, score_frame, variant_epsilons
+from tasks.scores import (
+    DISTRIBUTIONS,
+    METAEVAL_ROWS,
+    METAEVAL_SUMMARY,
+    METRIC_CORRELATIONS,
+    SAMPLE_SCORES,
+    SCORES,
+    score_frame,
+    variant_epsilons,
+)
 
 #: The catalogue levels the suite computes.
 INTRINSIC_LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag")
@@ -318,7 +327,8 @@ def metric_correlation_matrix(distribution_scores: pd.DataFrame) -> pd.DataFrame
     if table.empty:
         return pd.DataFrame()
     columns = [c for c in table.columns if c not in ("strategy", "variant")]
-    return metric_correlations(table.replace([np.inf, -np.inf], np.nan), columns).reset_index(names="metric")
+    matrix = metric_correlations(table.replace([np.inf, -np.inf], np.nan), columns).reset_index(names="metric")
+    return score_frame(matrix, METRIC_CORRELATIONS)
 
 
 
@@ -377,4 +387,6 @@ def metaeval_metrics(texts: Sequence[str], names: Sequence[str], options: Metric
                                  aggfunc="first")
     correlations = metric_correlations(wide.astype(float).replace([np.inf, -np.inf], np.nan)).reset_index(names="metric")
     rows = rows.assign(scores=rows["scores"].map(lambda v: [float(x) for x in v]))
-    return MetaevalResult(rows=rows, summary=summarize_metaeval(rows), correlations=correlations)
+    return MetaevalResult(rows=score_frame(rows, METAEVAL_ROWS), summary=score_frame(summarize_metaeval(rows),
+                                                                                      METAEVAL_SUMMARY),
+                          correlations=score_frame(correlations, METRIC_CORRELATIONS))

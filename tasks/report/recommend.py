@@ -565,9 +565,7 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
 
 
 def _intrinsic(scores: _Scores, strategy: str, variant: str, aspect_name: str) -> _Aspect:
-    spec = {"meaning": (("bertscore_f1", "BERTScore F1"),),
-            "style": (("style_cosine", "style-embedding cosine"), ("pos_jaccard", "POS Jaccard")),
-            "divergence": (("bleu_divergence", "1 − BLEU against the source"),)}[aspect_name]
+    spec = [(m.name, m.description) for m in catalogue.headline_metrics(aspect_name)]
     found = [(label, v) for metric, label in spec if (v := scores.get(strategy, variant, metric)) is not None and v.ok]
     if not found:
         names = ", ".join(m for m, _ in spec)
@@ -692,9 +690,9 @@ def recommendation_notes(goal: Goal, recs: Sequence[Recommendation]) -> list[str
         notes.append(f"several privacy budgets ({shown}): calibrate ε with caution, a strict budget costs meaning "
                      "and style and, through them, utility (§7)")
     hints = {"utility": "enable utility in the config", "privacy": "enable privacy (profiling, membership, "
-             "reidentify) in the config", "meaning": "add bertscore_f1 to metrics.names",
-             "style": "add style_cosine / pos_jaccard to metrics.names", "divergence": "add bleu_divergence to "
-             "metrics.names"}
+             "reidentify) in the config",
+             **{a: f"add {' / '.join(m.name for m in catalogue.headline_metrics(a))} to metrics.names"
+                for a in ("meaning", "style", "divergence")}}
     for aspect in goal.weights():
         if aspect != "longitudinal" and not any(aspect in r.aspects for r in recs):
             notes.append(f"no {ASPECT_NAMES[aspect]} numbers in this run: left out of every score ({hints[aspect]})")
