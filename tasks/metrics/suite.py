@@ -45,7 +45,8 @@ from tasks.scores import (
 #: The catalogue levels the suite computes.
 INTRINSIC_LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag")
 
-#: Views of the catalogue (tasks.metrics.catalogue), which is where metrics are registered.
+#: Views of the catalogue (tasks.metrics.catalogue) at import, for callers that list the built-in metrics; the
+#: dispatch below reads the catalogue itself, so a metric registered later is computed too.
 SAMPLE_METRICS: tuple[str, ...] = catalogue.names("sample")
 #: Diversity among the variants of one input (needs several outputs per doc_id).
 VARIANT_METRICS: tuple[str, ...] = catalogue.names("variant")
@@ -140,7 +141,7 @@ def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: Metri
 
 def _variant_scores(synthetic: pd.DataFrame, names: Sequence[str]) -> tuple[pd.DataFrame, dict[str, str]]:
     """self-BLEU among the ok outputs of each doc_id across the strategy's variants."""
-    wanted = [m for m in VARIANT_METRICS if m in names]
+    wanted = [m for m in catalogue.names("variant") if m in names]
     ok = synthetic[synthetic["status"] == STATUS_OK]
     doc_ids = list(dict.fromkeys(synthetic["doc_id"]))
     outputs = ok.groupby("doc_id", sort=False)["text"].agg(list)
@@ -199,9 +200,10 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     missing = pairs["source"].isna()
     if missing.any():
         raise ValueError(f"synthetic doc_id '{pairs.loc[missing, 'doc_id'].iloc[0]}' is not in the corpus")
-    sample_names = [n for n in names if n in SAMPLE_METRICS]
-    dist_names = [n for n in names if n in DISTRIBUTION_METRICS]
-    bag_names = [n for n in names if n in BAG_METRICS]
+    sample_names = [n for n in names if n in catalogue.names("sample")]
+    variant_names = [n for n in catalogue.names("variant") if n in names]
+    dist_names = [n for n in names if n in catalogue.names("distribution")]
+    bag_names = [n for n in names if n in catalogue.names("bag")]
     real = corpus["text"].astype(str).tolist()
     variants = list(dict.fromkeys(synthetic["variant"]))
     ok_by_variant = {v: synthetic[(synthetic["variant"] == v) & (synthetic["status"] == STATUS_OK)] for v in variants}
@@ -234,7 +236,7 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
             signatures.update(sigs)
     else:
         samples = pairs[SAMPLE_ID_COLUMNS].reset_index(drop=True).copy()
-    if any(m in names for m in VARIANT_METRICS):
+    if variant_names:
         variant_frame, variant_sigs = _variant_scores(synthetic, names)
         samples = samples.merge(variant_frame, on="doc_id", how="left")
         signatures.update(variant_sigs)
@@ -244,7 +246,7 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     for variant in variants:
         part = samples[samples["variant"] == variant]
         n_failed = int((part["status"] != STATUS_OK).sum())
-        for metric in [*sample_names, *(m for m in VARIANT_METRICS if m in names)]:
+        for metric in [*sample_names, *variant_names]:
             if metric not in part.columns:
                 continue
             reasons = part[reason_column(metric)].dropna()
@@ -354,9 +356,10 @@ def comparison_metrics(names: Sequence[str], options: MetricOptions,
 
     out: dict[str, Callable[[Sequence[str], Sequence[str]], float]] = {}
     for name in check_metric_names(names):
-        if name in DISTRIBUTION_METRICS:
+        level = catalogue.CATALOGUE[name].level
+        if level == "distribution":
             out[name] = distribution(name)
-        elif name in BAG_METRICS:
+        elif level == "bag":
             out[name] = bag(name)
     return out
 
