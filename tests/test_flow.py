@@ -17,6 +17,14 @@ import sacrebleu
 from flows.experiment import StageFailed, experiment_from_mapping
 from tasks.corpus.datasets import fetch_dataset
 from tasks.metrics.suite import ALL_METRICS
+from tasks.scores import (
+    DISTRIBUTIONS,
+    METRIC_CORRELATIONS,
+    SAMPLE_SCORES,
+    SCORES,
+    UTILITY_RUNS,
+    validate_scores,
+)
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -111,8 +119,11 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
         assert (dist["value"].notna() | dist["reason"].notna()).all()
         assert dist["signature"].str.startswith("metric:").all()
     assert "Bag-level metrics" in html and "distribution level (Table 13)" in html and "Privacy attacks (Table 6)" in html
-    privacy = pd.read_parquet(root / "t" / "privacy" / "stymask" / "privacy_scores.parquet").set_index(["strategy", "metric"])
-    original = privacy.loc[("original", "profiling_accuracy[party/linear]"), "value"]
+    privacy = pd.read_parquet(root / "t" / "privacy" / "stymask" / "privacy_scores.parquet")
+    profiled = privacy[(privacy["metric"] == "profiling_accuracy") & (privacy["attribute"] == "party")
+                       & (privacy["model"] == "linear")]
+    original = profiled.loc[profiled["strategy"] == "original", "value"].item()
+    privacy = privacy.set_index(["strategy", "metric"])
     assert 0.0 <= original <= 1.0
     assert 0.5 <= privacy.loc[("stymask", "membership_auc"), "value"] <= 1.0  # near-copies of the members
     reid = pd.read_parquet(root / "t" / "privacy" / "stymask" / "reid_scores.parquet").set_index(["strategy", "metric"])
@@ -125,8 +136,26 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     assert set(runs["seed"]) == {0, 1} and runs.loc[runs["status"] == "ok", "macro_f1"].between(0, 1).all()
     assert "Substitution: train on synthetic, test on real (Table 5)" in html and "(Table 7)" in html
 
+    _assert_declared_schemas(root / "t")
+
     second = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     assert set(second.stages.values()) == {"Cached"}, second.stages
+
+
+def _assert_declared_schemas(run: Path) -> None:
+    """Every score table the run wrote has the columns and dtypes tasks/scores.py declares."""
+    declared = {"sample_scores.parquet": SAMPLE_SCORES, "distribution_scores.parquet": SCORES,
+                "distributions.parquet": DISTRIBUTIONS, "privacy_scores.parquet": SCORES,
+                "reid_scores.parquet": SCORES, "llm_profiling_scores.parquet": SCORES,
+                "utility_scores.parquet": SCORES, "utility_runs.parquet": UTILITY_RUNS,
+                "metric_correlations.parquet": METRIC_CORRELATIONS}
+    checked = set()
+    for path in sorted(run.rglob("*.parquet")):
+        table = declared.get(path.name) or (UTILITY_RUNS if path.parent.parent.name == "utility" else None)
+        if table is not None:
+            validate_scores(pd.read_parquet(path), table)
+            checked.add(table.name)
+    assert checked >= {"sample_scores", "scores", "distributions", "utility_runs", "metric_correlations"}
 
 
 def _utility_stages(strategies: list[str]) -> set[str]:

@@ -68,7 +68,7 @@ def test_validate_scores_rejects_a_wrong_dtype_and_a_missing_column():
     frame = score_frame([ROW])
     with pytest.raises(ScoreSchemaError, match="'n' has dtype float64, declared int"):
         validate_scores(frame.assign(n=frame["n"].astype(float)))
-    with pytest.raises(ScoreSchemaError, match="lacks column.*signature"):
+    with pytest.raises(ScoreSchemaError, match=r"lacks column.*signature"):
         validate_scores(frame.drop(columns=["signature"]))
     with pytest.raises(ScoreSchemaError, match="undeclared column 'x'"):
         validate_scores(frame[["metric"]].assign(x=1.0), ScoreTable("toy", {"metric": "text"}))
