@@ -165,16 +165,15 @@ def score_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame, table: ScoreTa
     (where the table allows them). Raises :class:`ScoreSchemaError` for a missing required column, an
     undeclared one or a value that does not fit."""
     frame = rows.copy() if isinstance(rows, pd.DataFrame) else pd.DataFrame(list(rows))
-    if frame.empty and not len(frame.columns):
-        frame = pd.DataFrame(columns=[c for c in table.columns])
+    if frame.empty and not len(frame.columns):  # no rows at all: the declared columns, empty
+        frame = pd.DataFrame(columns=list(table.columns))
     frame = frame.reset_index(drop=True)
     for column in table.optional:
         if column not in frame.columns:
             frame[column] = np.nan
-    validate_columns = [c for c in table.columns if c not in frame.columns]
-    if validate_columns:
-        raise ScoreSchemaError(f"{table.name} table lacks column(s) {', '.join(validate_columns)}",
-                               column=validate_columns[0])
+    missing = [c for c in table.columns if c not in frame.columns]
+    if missing:
+        raise ScoreSchemaError(f"{table.name} table lacks column(s) {', '.join(missing)}", column=missing[0])
     extra = [c for c in frame.columns if c not in table.columns]
     out = pd.DataFrame(index=frame.index)
     for column in [*table.columns, *extra]:

@@ -278,10 +278,8 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     epsilons = variant_epsilons(synthetic)
     for row in rows:
         row["epsilon"] = epsilons.get(str(row["variant"]), np.nan)
-    distribution = score_frame(rows or pd.DataFrame(columns=list(SCORES.columns)), SCORES)
-    return SuiteResult(sample_scores=score_frame(samples, SAMPLE_SCORES), distribution_scores=distribution,
-                       distributions=score_frame(series or pd.DataFrame(columns=list(DISTRIBUTIONS.columns)),
-                                                 DISTRIBUTIONS), signatures=signatures)
+    return SuiteResult(sample_scores=score_frame(samples, SAMPLE_SCORES), distribution_scores=score_frame(rows, SCORES),
+                       distributions=score_frame(series, DISTRIBUTIONS), signatures=signatures)
 
 
 class _Sequential:

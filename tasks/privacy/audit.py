@@ -177,7 +177,7 @@ def reidentification_rows(summary: dict, strategy: str, variant: str, signature:
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
     """Privacy summary rows as a frame of the declared score table (:data:`tasks.scores.SCORES`)."""
-    return score_frame(rows or pd.DataFrame(columns=list(SCORES.columns)), SCORES)
+    return score_frame(rows, SCORES)
 
 
 def llm_profiling_rows(result: object, strategy: str) -> list[dict]:
