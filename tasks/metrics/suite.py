@@ -250,12 +250,12 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
             if metric not in part.columns:
                 continue
             reasons = part[reason_column(metric)].dropna()
-            rows.append(_summary_row(strategy, variant, "sample-mean", metric, part[metric].to_numpy(dtype=float),
+            rows.append(_summary_row(strategy, variant, catalogue.SUMMARY_LEVEL["sample"], metric, part[metric].to_numpy(dtype=float),
                                      n_failed, signatures.get(metric, ""),
                                      str(reasons.iloc[0]) if len(reasons) else "no scored pairs"))
     for (variant, _metric), score in zip(dist_jobs, dist_scores, strict=True):
         n_failed = int((synthetic.loc[synthetic["variant"] == variant, "status"] != STATUS_OK).sum())
-        rows.append({"strategy": strategy, "variant": variant, "level": "distribution", "metric": score.metric,
+        rows.append({"strategy": strategy, "variant": variant, "level": catalogue.SUMMARY_LEVEL["distribution"], "metric": score.metric,
                      "value": score.value, "std": np.nan, "median": np.nan, "n": len(ok_by_variant[variant]),
                      "n_failed": n_failed, "signature": score.signature, "reason": score.reason})
         signatures[score.metric] = score.signature
@@ -266,7 +266,7 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
         group_col = table.columns[0]
         for score in bag_metrics.summarise_bags(table, group_col=group_col):
             per_group = np.asarray(score.distributions.get("per_group", []), dtype=float)
-            rows.append({"strategy": strategy, "variant": variant, "level": "bag-mean", "metric": score.metric,
+            rows.append({"strategy": strategy, "variant": variant, "level": catalogue.SUMMARY_LEVEL["bag"], "metric": score.metric,
                          "value": score.value,
                          "std": float(per_group[np.isfinite(per_group)].std(ddof=1))
                          if np.isfinite(per_group).sum() > 1 else np.nan,

@@ -159,17 +159,18 @@ def _arrow(metric: str) -> str:
 
 #: Syntax-controlled paraphrase strategies: the article underlines the best of them in Tables 4 and 13.
 SYNTAX_FAMILIES = frozenset({"synsim", "syndiff", "synorig", "syntr"})
-#: Per intrinsic summary level: (catalogue levels, table key, how many top values are bold, title, caption).
-_INTRINSIC: dict[str, tuple[tuple[str, ...], str, int, str, str]] = {
-    "sample-mean": (("sample", "variant"), "table4", 1, "Intrinsic evaluation, sample level (Table 4)",
+#: Per intrinsic summary level: (table key, how many top values are bold, title, caption); the columns are the
+#: catalogue's metrics of the levels summarised at it (tasks.metrics.catalogue.SUMMARY_LEVEL).
+_INTRINSIC: dict[str, tuple[str, int, str, str]] = {
+    "sample-mean": ("table4", 1, "Intrinsic evaluation, sample level (Table 4)",
                     "Meaning (BERTScore F1), style (style-embedding cosine, POS-trigram Jaccard) and divergence "
                     "(1 − BLEU/100), means over the synthetic texts. Higher is better for all but Self-BLEU. "
                     "In bold: top scoring method for each metric."),
-    "distribution": (("distribution",), "table13", 2, "Intrinsic evaluation, distribution level (Table 13)",
+    "distribution": ("table13", 2, "Intrinsic evaluation, distribution level (Table 13)",
                      "Meaning (BERT Fréchet distance), style (style-embedding Fréchet distance, POS-trigram JSD) and "
                      "divergence (character-trigram JSD). Lower is better for all metrics except divergence. "
                      "In bold: top two scoring methods for each metric."),
-    "bag-mean": (("bag",), "bags", 1, "Bag-level metrics (means over groups)",
+    "bag-mean": ("bags", 1, "Bag-level metrics (means over groups)",
                  "Traffic metrics between real and synthetic bags (seed 003): higher = the synthetic bag is closer "
                  "to the real one. In bold: top scoring method for each metric."),
 }
@@ -185,7 +186,8 @@ def intrinsic_table(summary: pd.DataFrame, level: str, order: Sequence[str] | No
     wide, _ = _wide(summary, level)
     if wide.empty:
         return None
-    levels, key, top, title, caption = _INTRINSIC[level]
+    key, top, title, caption = _INTRINSIC[level]
+    levels = [name for name, summarised in catalogue.SUMMARY_LEVEL.items() if summarised == level]
     registered = [m for m in catalogue.metrics(*levels) if m.in_tables and _finite(wide, m.name)]
     if not registered:
         return None
