@@ -281,4 +281,6 @@ def test_llm_profiling_stage_with_the_offline_llm(sample_corpus, isolated):
     assert scores.loc[scores["metric"] == "llm_profiling_success", "value"].between(0, 1).all()
     predictions = pd.read_parquet(root / "t" / "privacy" / "stymask" / "llm_profiling_predictions.parquet")
     assert len(predictions) > 0 and predictions["answer"].notna().any()
-    assert "llm_profiling_accuracy[party]" in (root / "t" / "report.md").read_text()
+    accuracy = scores[scores["metric"] == "llm_profiling_accuracy"]
+    assert set(accuracy["attribute"]) == {"party"} and accuracy["model"].isna().all()  # the attribute in its column
+    assert "LLM profiling party ↓" in (root / "t" / "report.md").read_text()  # Table 6's column for it

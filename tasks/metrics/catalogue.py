@@ -70,7 +70,9 @@ class Metric:
     @property
     def arrow(self) -> str:
         """The header arrow of the report's tables: ↑, ↓ or →target."""
-        return f"→{self.target:g}" if self.target is not None else "↑" if self.direction > 0 else "↓"
+        if self.target is not None:
+            return f"→{self.target:g}"
+        return "↑" if self.direction > 0 else "↓" if self.direction < 0 else ""
 
     @property
     def note(self) -> str:
@@ -78,6 +80,7 @@ class Metric:
         return f"{self.description} {self.arrow}"
 
     def matches(self, name: str) -> bool:
+        """Whether a written measure name is this metric (for a suffix family: ends with it, after a class)."""
         return name.endswith(self.name) and name != self.name if self.suffix else name == self.name
 
 
