@@ -145,8 +145,7 @@ def validate_scores(frame: pd.DataFrame, table: ScoreTable = SCORES) -> pd.DataF
 def _cast(values: pd.Series, kind: Kind, table: str, column: str) -> pd.Series:
     try:
         if kind == "text":
-            return values.astype(object).where(values.notna(), None).map(
-                lambda v: v if v is None or isinstance(v, str) else str(v)).astype(DTYPES["text"])
+            return values.astype(DTYPES["text"])  # non-strings become their str(); None, NA and NaN missing
         if kind == "int":
             if values.isna().any():
                 raise ValueError("missing value in an int column")
