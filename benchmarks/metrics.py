@@ -38,14 +38,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from tasks.corpus.datasets import fetch_dataset  # noqa: E402
 from tasks.corpus.schema import STATUS_OK  # noqa: E402
 from tasks.generate.base import build_strategy, generate_synthetic  # noqa: E402
-from tasks.metrics import suite  # noqa: E402
+from tasks.metrics import catalogue, suite  # noqa: E402
 from tasks.metrics.meaning import bertscore  # noqa: E402
 from tasks.models.embeddings import EmbeddingCache, token_embeddings  # noqa: E402
 from tasks.models.registry import resolve_model  # noqa: E402
 
 #: Metrics that come out of one computation and are timed together (one call).
 SHARED_COMPUTATION: dict[str, tuple[str, ...]] = {
-    **{group: cols for group, cols in suite.SAMPLE_GROUPS.items() if len(cols) > 1},
+    **{compute.__name__.lstrip("_"): tuple(cols) for compute, cols in suite.sample_groups(suite.SAMPLE_METRICS)
+       if len(cols) > 1},
     "self_bleu": suite.VARIANT_METRICS,
 }
 #: Metrics that read the same cached embeddings (they share work only when run in one call).
@@ -69,14 +70,8 @@ class Timing:
 
 
 def level_of(metric: str) -> str:
-    """sample | variant | distribution | bag."""
-    if metric in suite.SAMPLE_METRICS:
-        return "sample"
-    if metric in suite.VARIANT_METRICS:
-        return "variant"
-    if metric in suite.DISTRIBUTION_METRICS:
-        return "distribution"
-    return "bag"
+    """sample | variant | distribution | bag (the catalogue's level)."""
+    return catalogue.CATALOGUE[metric].level
 
 
 def timing_units(selected: Sequence[str]) -> list[tuple[str, tuple[str, ...]]]:

@@ -564,6 +564,14 @@ def serve(
         _fail(str(exc))
 
 
+@app.command("metrics")
+def metrics_catalogue() -> None:
+    """Every registered metric, one line each: name, level, aspect, which way is better."""
+    from tasks.metrics.catalogue import catalogue_lines
+
+    typer.echo("\n".join(catalogue_lines()))
+
+
 def main() -> None:  # pragma: no cover - console entry
     app(prog_name="synthugc")
 

@@ -121,7 +121,7 @@ class MetricsConfig(Section):
     """Which intrinsic metrics to compute (all of them by default) and how."""
 
     names: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS),
-                             description="Metric names (synthugc score --help lists them).")
+                             description="Metric names (synthugc metrics lists them).")
     shard_size: int = Field(2000, gt=0, description="Pairs per Dask shard for sample-level metrics.")
     bag_group: str = Field("group_id", description="Column forming bags for bag-level metrics (group_id, author_id).")
     bertscore: BertScoreConfig = Field(default_factory=BertScoreConfig)

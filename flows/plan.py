@@ -21,7 +21,7 @@ from tasks.errors import ConfigError, SynthUGCError
 from tasks.generate.base import strategy_uses_llm
 from tasks.layout import StageResult, stage_kind
 from tasks.metrics.base import make_signature
-from tasks.metrics.suite import BAG_METRICS, DISTRIBUTION_METRICS
+from tasks.metrics.catalogue import names as metric_names
 from tasks.models.llm import llm_role_settings
 from tasks.models.registry import model_id
 from tasks.settings import get_settings
@@ -219,7 +219,7 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
             plan.add("reidentify", stages.reidentify, signed=Use("sign-histories", "signed"), shards=shards[label],
                      label=label, options=reid_opts)
 
-    comparison_names = tuple(m for m in cfg.metrics.names if m in DISTRIBUTION_METRICS + BAG_METRICS)
+    comparison_names = tuple(m for m in cfg.metrics.names if m in metric_names("distribution", "bag"))
     if "metrics" in families and cfg.metrics.metaeval.enabled and comparison_names:
         me = cfg.metrics.metaeval
         plan.add("metaeval", stages.metaeval, corpus=corpus, options=stages.MetaevalOptions(

@@ -43,6 +43,7 @@ from tasks.privacy.reidentify import reidentify_signed, sign_histories
 from tasks.report.build import collect_report_data
 from tasks.report.recommend import parse_goal
 from tasks.report.render import article_table_frames, render_markdown, render_report
+from tasks.scores import METRIC_CORRELATIONS, score_frame, variant_epsilons
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_config, fingerprint_file
 from tasks.training.dialogue import sentence_embedder
@@ -255,7 +256,8 @@ def reidentify(signed: ArtifactRef, shards: list[ArtifactRef], place: RunPlace, 
             "n", "k", "bands", "rows", "seed", "scheme") if k in summary}, jaccard=options.jaccard_threshold,
                                    vote="unique-argmax", ties="failure")
         per_timeline.append(result.per_timeline.assign(strategy=label, variant=str(variant)))
-        rows += reidentification_rows(summary, label, str(variant), signature)
+        rows += reidentification_rows(summary, label, str(variant), signature,
+                                      epsilon=variant_epsilons(part).get(str(variant)))
     out = place.writer("reidentify", label=label)
     out.table("per_timeline", pd.concat(per_timeline, ignore_index=True) if per_timeline else pd.DataFrame())
     out.table("scores", summary_frame(rows))
@@ -323,8 +325,8 @@ def report(results: list[StageResult], human_eval: list[ArtifactRef], failed_sta
         out.table("utility_runs", data.utility_runs)
         out.table("utility_scores", data.summary[data.summary["level"] == "utility"])
     # written every time (empty when undefined) so a file from an earlier run never passes for this one's
-    out.table("strategy_metric_correlations",
-              data.correlations if data.correlations is not None else pd.DataFrame({"metric": []}))
+    out.table("strategy_metric_correlations", score_frame(
+        data.correlations if data.correlations is not None else [], METRIC_CORRELATIONS))
     markdown, page = render_report(data)
     md, html = out.text("markdown", markdown), out.text("html", page)
     experiment = place.experiment

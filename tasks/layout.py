@@ -23,7 +23,8 @@ class Output:
 
     name: str
     file: str
-    optional: bool = False  # written only in some configurations (e.g. LLM-profiling predictions)
+    optional: bool = False  # written only in some configurations (e.g. the report's utility tables)
+    table: str | None = None  # the declared score table (tasks.scores.TABLES) it is written and checked as
 
 
 @dataclass(frozen=True)
@@ -73,28 +74,30 @@ STAGES: dict[str, StageKind] = {kind.name: kind for kind in (
     StageKind("sign-histories", "signed-histories", (), (Output("signed", "{fingerprint}.parquet"),), in_run=False),
     StageKind("generate", "generate/{label}", ("label", "shard"), (Output("shard", "shard-{shard:05d}.parquet"),)),
     StageKind("metrics", "metrics/{label}", ("label",), (
-        Output("sample_scores", "sample_scores.parquet"),
-        Output("distribution_scores", "distribution_scores.parquet"),
-        Output("distributions", "distributions.parquet"))),
+        Output("sample_scores", "sample_scores.parquet", table="sample_scores"),
+        Output("distribution_scores", "distribution_scores.parquet", table="scores"),
+        Output("distributions", "distributions.parquet", table="distributions"))),
     StageKind("metaeval", "metaeval", (), (
-        Output("summary", "summary.parquet"), Output("rows", "rows.parquet"),
-        Output("metric_pair_correlations", "metric_pair_correlations.parquet"))),
+        Output("summary", "summary.parquet", table="metaeval_summary"),
+        Output("rows", "rows.parquet", table="metaeval_rows"),
+        Output("metric_pair_correlations", "metric_pair_correlations.parquet", table="metric_correlations"))),
     StageKind("privacy", "privacy/{label}", ("label",), (
         Output("profiling", "profiling.parquet"), Output("top_words", "top_words.parquet"),
         Output("word_bins", "word_bins.parquet"), Output("membership", "membership.parquet"),
-        Output("scores", "privacy_scores.parquet"))),
+        Output("scores", "privacy_scores.parquet", table="scores"))),
     StageKind("reidentify", "privacy/{label}", ("label",), (
-        Output("per_timeline", "reidentification.parquet"), Output("scores", "reid_scores.parquet"))),
+        Output("per_timeline", "reidentification.parquet"), Output("scores", "reid_scores.parquet", table="scores"))),
     StageKind("llm-profile", "privacy/{label}", ("label",), (
-        Output("predictions", "llm_profiling_predictions.parquet"), Output("scores", "llm_profiling_scores.parquet"))),
+        Output("predictions", "llm_profiling_predictions.parquet"), Output("scores", "llm_profiling_scores.parquet", table="scores"))),
     StageKind("utility", "utility/{label}", ("label", "setting", "fraction", "seed"), (
-        Output("run", "{setting}-{pct:03d}pct-seed{seed}.parquet"),)),
+        Output("run", "{setting}-{pct:03d}pct-seed{seed}.parquet", table="utility_runs"),)),
     StageKind("report", "", (), (
         Output("markdown", "report.md"), Output("html", "report.html"),
-        Output("scores", "report/scores.parquet"),
-        Output("utility_runs", "report/utility_runs.parquet", optional=True),
-        Output("utility_scores", "report/utility_scores.parquet", optional=True),
-        Output("strategy_metric_correlations", "report/strategy_metric_correlations.parquet"))),
+        Output("scores", "report/scores.parquet", table="scores"),
+        Output("utility_runs", "report/utility_runs.parquet", optional=True, table="utility_runs"),
+        Output("utility_scores", "report/utility_scores.parquet", optional=True, table="scores"),
+        Output("strategy_metric_correlations", "report/strategy_metric_correlations.parquet",
+               table="metric_correlations"))),
 )}
 
 
@@ -152,7 +155,12 @@ class StageWriter:
         return (self.experiment, *self.kind.relative_path(output, {**self.keys, **extra}).split("/"))
 
     def table(self, output: str, frame: Any, **extra: Any) -> ArtifactRef:
-        """Write a declared output as parquet (atomically)."""
+        """Write a declared output as parquet (atomically), checked against its declared score table."""
+        declared = self.kind.output(output).table
+        if declared is not None:
+            from tasks.scores import TABLES, validate_scores
+
+            validate_scores(frame, TABLES[declared])
         ref = self.store.write_table(frame, *self._parts(output, **extra))
         self.outputs[output] = ref
         return ref

@@ -16,7 +16,9 @@ import sacrebleu
 
 from flows.experiment import StageFailed, experiment_from_mapping
 from tasks.corpus.datasets import fetch_dataset
+from tasks.layout import RunLayout, stage_kind
 from tasks.metrics.suite import ALL_METRICS
+from tasks.scores import TABLES, validate_scores
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -111,8 +113,11 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
         assert (dist["value"].notna() | dist["reason"].notna()).all()
         assert dist["signature"].str.startswith("metric:").all()
     assert "Bag-level metrics" in html and "distribution level (Table 13)" in html and "Privacy attacks (Table 6)" in html
-    privacy = pd.read_parquet(root / "t" / "privacy" / "stymask" / "privacy_scores.parquet").set_index(["strategy", "metric"])
-    original = privacy.loc[("original", "profiling_accuracy[party/linear]"), "value"]
+    privacy = pd.read_parquet(root / "t" / "privacy" / "stymask" / "privacy_scores.parquet")
+    profiled = privacy[(privacy["metric"] == "profiling_accuracy") & (privacy["attribute"] == "party")
+                       & (privacy["model"] == "linear")]
+    original = profiled.loc[profiled["strategy"] == "original", "value"].item()
+    privacy = privacy.set_index(["strategy", "metric"])
     assert 0.0 <= original <= 1.0
     assert 0.5 <= privacy.loc[("stymask", "membership_auc"), "value"] <= 1.0  # near-copies of the members
     reid = pd.read_parquet(root / "t" / "privacy" / "stymask" / "reid_scores.parquet").set_index(["strategy", "metric"])
@@ -125,8 +130,23 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     assert set(runs["seed"]) == {0, 1} and runs.loc[runs["status"] == "ok", "macro_f1"].between(0, 1).all()
     assert "Substitution: train on synthetic, test on real (Table 5)" in html and "(Table 7)" in html
 
+    _assert_declared_schemas(root / "t")
+
     second = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     assert set(second.stages.values()) == {"Cached"}, second.stages
+
+
+def _assert_declared_schemas(run: Path) -> None:
+    """Every score table the run wrote has the columns and dtypes tasks/scores.py declares for that output
+    in tasks/layout.py."""
+    checked = set()
+    for result in RunLayout.from_manifest(json.loads((run / "manifest.json").read_text())).results:
+        for output, ref in result.outputs.items():
+            declared = stage_kind(result.kind).output(output).table
+            if declared is not None:
+                validate_scores(pd.read_parquet(ref.path), TABLES[declared])
+                checked.add(declared)
+    assert checked >= {"sample_scores", "scores", "distributions", "utility_runs", "metric_correlations"}
 
 
 def _utility_stages(strategies: list[str]) -> set[str]:
@@ -252,4 +272,6 @@ def test_llm_profiling_stage_with_the_offline_llm(sample_corpus, isolated):
     assert scores.loc[scores["metric"] == "llm_profiling_success", "value"].between(0, 1).all()
     predictions = pd.read_parquet(root / "t" / "privacy" / "stymask" / "llm_profiling_predictions.parquet")
     assert len(predictions) > 0 and predictions["answer"].notna().any()
-    assert "llm_profiling_accuracy[party]" in (root / "t" / "report.md").read_text()
+    accuracy = scores[scores["metric"] == "llm_profiling_accuracy"]
+    assert set(accuracy["attribute"]) == {"party"} and accuracy["model"].isna().all()  # the attribute in its column
+    assert "LLM profiling party ↓" in (root / "t" / "report.md").read_text()  # Table 6's column for it

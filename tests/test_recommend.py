@@ -21,37 +21,46 @@ from tasks.report.recommend import (
     recommend,
     recommendation_notes,
 )
+from tasks.scores import SCORE_KEY, SCORES, score_frame
 
 NAN = float("nan")
-COLUMNS = ["strategy", "variant", "level", "metric", "value", "std", "median", "n", "n_failed", "signature",
-           "reason"]
-
-
 def row(strategy: str, variant: str, level: str, metric: str, value: float, *, std: float = NAN, n: int = 5,
-        reason: str | None = None) -> dict:
-    return {"strategy": strategy, "variant": variant, "level": level, "metric": metric, "value": value, "std": std,
-            "median": NAN, "n": n, "n_failed": 0, "signature": "", "reason": reason}
+        reason: str | None = None, **structure: object) -> dict:
+    """One long score row; ``structure`` fills setting, fraction, attribute, model, epsilon, ..."""
+    return {"strategy": strategy, "variant": variant, "level": level, "metric": metric, **structure, "value": value,
+            "std": std, "median": NAN, "n": n, "n_failed": 0, "signature": "", "reason": reason}
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=COLUMNS)
+    """The rows as the declared score table (absent structure columns are null)."""
+    return score_frame(rows, SCORES)
+
+
+def _epsilon(variant: str) -> dict:
+    """The DP budget a test variant was generated with (the generator's epsilon column), for ``dp-bart-eps50``."""
+    return {"epsilon": float(variant.rsplit("eps", 1)[1])} if "-eps" in variant else {}
 
 
 def intrinsic(strategy: str, variant: str, *, meaning: float, style: float, pos: float, div: float) -> list[dict]:
-    return [row(strategy, variant, "sample-mean", "bertscore_f1", meaning),
-            row(strategy, variant, "sample-mean", "style_cosine", style),
-            row(strategy, variant, "sample-mean", "pos_jaccard", pos),
-            row(strategy, variant, "sample-mean", "bleu_divergence", div)]
+    eps = _epsilon(variant)
+    return [row(strategy, variant, "sample-mean", "bertscore_f1", meaning, **eps),
+            row(strategy, variant, "sample-mean", "style_cosine", style, **eps),
+            row(strategy, variant, "sample-mean", "pos_jaccard", pos, **eps),
+            row(strategy, variant, "sample-mean", "bleu_divergence", div, **eps)]
+
+
+GENDER = {"attribute": "gender", "model": "linear"}
 
 
 def privacy(strategy: str, variant: str, *, reid: float, profiling: float, auc: float) -> list[dict]:
-    return [row(strategy, variant, "privacy", "reid_accuracy", reid, n=20),
-            row(strategy, variant, "privacy", "profiling_accuracy[gender/linear]", profiling, n=100),
-            row(strategy, variant, "privacy", "membership_auc", auc, n=200)]
+    eps = _epsilon(variant)
+    return [row(strategy, variant, "privacy", "reid_accuracy", reid, n=20, **eps),
+            row(strategy, variant, "privacy", "profiling_accuracy", profiling, n=100, **GENDER, **eps),
+            row(strategy, variant, "privacy", "membership_auc", auc, n=200, **eps)]
 
 
-PRIVACY_BASELINES = [row("original", "", "privacy", "profiling_accuracy[gender/linear]", 0.90, n=100),
-                     row("chance", "", "privacy", "profiling_accuracy[gender/linear]", 0.50, n=100),
+PRIVACY_BASELINES = [row("original", "", "privacy", "profiling_accuracy", 0.90, n=100, **GENDER),
+                     row("chance", "", "privacy", "profiling_accuracy", 0.50, n=100, **GENDER),
                      row("chance", "", "privacy", "reid_accuracy", 0.05, n=20)]
 
 
@@ -59,14 +68,15 @@ def utility(strategy: str, *, substitution: float | None = None, augmentation: d
             metric: str = "macro_f1", std: float = NAN) -> list[dict]:
     out = []
     if substitution is not None:
-        out.append(row(strategy, "", "utility", f"substitution[100%] {metric}", substitution, std=std))
+        out.append(row(strategy, "", "utility", metric, substitution, std=std, setting="substitution", fraction=1.0))
     for pct, value in (augmentation or {}).items():
-        out.append(row(strategy, "", "utility", f"augmentation[{pct}%] {metric}", value, std=std))
+        out.append(row(strategy, "", "utility", metric, value, std=std, setting="augmentation", fraction=pct / 100))
     return out
 
 
 def baseline(values: dict[int, float], metric: str = "macro_f1", std: float = NAN) -> list[dict]:
-    return [row("original", "", "utility", f"baseline[{pct}%] {metric}", v, std=std) for pct, v in values.items()]
+    return [row("original", "", "utility", metric, v, std=std, setting="baseline", fraction=pct / 100)
+            for pct, v in values.items()]
 
 
 BASE = {10: 0.50, 50: 0.60, 100: 0.70}
@@ -203,9 +213,9 @@ def test_reasons_quote_substitution_profiling_and_membership_numbers():
 
 
 def test_llm_profiling_counts_and_an_uninformative_attack_is_not_scored():
-    rows = [row("original", "", "privacy", "llm_profiling_accuracy[gender]", 0.43),
-            row("chance", "", "privacy", "llm_profiling_accuracy[gender]", 0.33),
-            row("x", "v", "privacy", "llm_profiling_accuracy[gender]", 0.35),
+    rows = [row("original", "", "privacy", "llm_profiling_accuracy", 0.43, attribute="gender"),
+            row("chance", "", "privacy", "llm_profiling_accuracy", 0.33, attribute="gender"),
+            row("x", "v", "privacy", "llm_profiling_accuracy", 0.35, attribute="gender"),
             row("original", "", "privacy", "llm_profiling_success", 0.02),
             row("chance", "", "privacy", "llm_profiling_success", 0.02),
             row("x", "v", "privacy", "llm_profiling_success", 0.01)]
@@ -347,7 +357,7 @@ def _demo_summary(root: Path) -> pd.DataFrame:
              *sorted(root.glob("privacy/*/*_scores.parquet")), *sorted(root.glob("report/utility_scores.parquet"))]
     summary = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     summary["variant"] = summary["variant"].fillna("").astype(str)
-    return summary.drop_duplicates(["strategy", "variant", "level", "metric"])
+    return summary.drop_duplicates(list(SCORE_KEY))
 
 
 @pytest.mark.skipif(not (DEMO / "manifest.json").is_file(), reason="no demo run in runs/demo")

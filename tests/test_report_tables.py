@@ -19,12 +19,33 @@ from tasks.report.tables import (
     privacy_table,
     substitution_table,
 )
+from tasks.scores import column_key, column_keys
 
 
-def _rows(level: str, values: dict[tuple[str, str], dict[str, float]], signature: str = "sig") -> list[dict]:
-    return [{"strategy": s, "variant": v, "level": level, "metric": m, "value": x, "std": math.nan,
-             "median": math.nan, "n": 10, "n_failed": 0, "signature": f"{signature}:{m}", "reason": None}
-            for (s, v), metrics in values.items() for m, x in metrics.items()]
+def U(setting: str, pct: int, metric: str) -> tuple[str, tuple]:
+    """A utility score: the task metric at a setting and training fraction (real columns, not a name)."""
+    return metric, (("setting", setting), ("fraction", pct / 100))
+
+
+def P(metric: str, attribute: str, model: str) -> tuple[str, tuple]:
+    """A profiling score: the attacked attribute and the attacker's model."""
+    return metric, (("attribute", attribute), ("model", model))
+
+
+def key(metric: str | tuple) -> str:
+    """The report's column key of a plain metric name or a ``U``/``P`` score."""
+    return metric if isinstance(metric, str) else column_key(metric[0], dict(metric[1]))
+
+
+def _rows(level: str, values: dict[tuple[str, str], dict], signature: str = "sig") -> list[dict]:
+    rows = []
+    for (s, v), metrics in values.items():
+        for m, x in metrics.items():
+            name, structure = (m, {}) if isinstance(m, str) else (m[0], dict(m[1]))
+            rows.append({"strategy": s, "variant": v, "level": level, "metric": name, **structure, "value": x,
+                         "std": math.nan, "median": math.nan, "n": 10, "n_failed": 0,
+                         "signature": f"{signature}:{name}", "reason": None})
+    return rows
 
 
 @pytest.fixture()
@@ -37,19 +58,19 @@ def summary() -> pd.DataFrame:
         ("a", "first"): {"fbd": 0.5, "char_jsd": 0.10}, ("b", "first"): {"fbd": 0.2, "char_jsd": 0.30},
         ("dp50", "first"): {"fbd": 2.0, "char_jsd": 0.40}})
     rows += _rows("utility", {
-        ("original", ""): {"baseline[10%] macro_f1": 0.50, "baseline[100%] macro_f1": 0.80},
-        ("a", ""): {"substitution[100%] macro_f1": 0.82, "augmentation[10%] macro_f1": 0.55,
-                    "augmentation[100%] macro_f1": 0.79},
-        ("b", ""): {"substitution[100%] macro_f1": 0.75, "augmentation[10%] macro_f1": 0.49,
-                    "augmentation[100%] macro_f1": 0.81},
-        ("dp50", ""): {"substitution[100%] macro_f1": 0.60, "augmentation[10%] macro_f1": 0.52,
-                       "augmentation[100%] macro_f1": 0.80}})
+        ("original", ""): {U("baseline", 10, "macro_f1"): 0.50, U("baseline", 100, "macro_f1"): 0.80},
+        ("a", ""): {U("substitution", 100, "macro_f1"): 0.82, U("augmentation", 10, "macro_f1"): 0.55,
+                    U("augmentation", 100, "macro_f1"): 0.79},
+        ("b", ""): {U("substitution", 100, "macro_f1"): 0.75, U("augmentation", 10, "macro_f1"): 0.49,
+                    U("augmentation", 100, "macro_f1"): 0.81},
+        ("dp50", ""): {U("substitution", 100, "macro_f1"): 0.60, U("augmentation", 10, "macro_f1"): 0.52,
+                       U("augmentation", 100, "macro_f1"): 0.80}})
     rows += _rows("privacy", {
-        ("original", ""): {"profiling_accuracy[gender/linear]": 0.90, "reid_accuracy": math.nan},
-        ("chance", ""): {"profiling_accuracy[gender/linear]": 0.50, "reid_accuracy": 0.01},
-        ("a", "first"): {"profiling_accuracy[gender/linear]": 0.85, "reid_accuracy": 0.90, "membership_auc": 0.90},
-        ("b", "first"): {"profiling_accuracy[gender/linear]": 0.60, "reid_accuracy": 0.40, "membership_auc": 0.45},
-        ("dp50", "first"): {"profiling_accuracy[gender/linear]": 0.52, "reid_accuracy": 0.00,
+        ("original", ""): {P("profiling_accuracy", "gender", "linear"): 0.90, "reid_accuracy": math.nan},
+        ("chance", ""): {P("profiling_accuracy", "gender", "linear"): 0.50, "reid_accuracy": 0.01},
+        ("a", "first"): {P("profiling_accuracy", "gender", "linear"): 0.85, "reid_accuracy": 0.90, "membership_auc": 0.90},
+        ("b", "first"): {P("profiling_accuracy", "gender", "linear"): 0.60, "reid_accuracy": 0.40, "membership_auc": 0.45},
+        ("dp50", "first"): {P("profiling_accuracy", "gender", "linear"): 0.52, "reid_accuracy": 0.00,
                             "membership_auc": 0.56}})
     return pd.DataFrame(rows)
 
@@ -78,17 +99,17 @@ def test_table13_bolds_top_two_with_each_metrics_direction(summary):
 def test_table5_marks_top_two_and_underlines_beating_the_original(summary):
     table = substitution_table(summary)
     assert table.label(len(table.rows) - 1) == "Trained on original data"
-    assert table.value(len(table.rows) - 1, "substitution[100%] macro_f1") == 0.80  # the 100% baseline
-    assert _marked(table, "best") == {"substitution[100%] macro_f1": {"a", "b"}}
-    assert _marked(table, "underline") == {"substitution[100%] macro_f1": {"a"}}  # 0.82 > 0.80 only
+    assert table.value(len(table.rows) - 1, key(U("substitution", 100, "macro_f1"))) == 0.80  # the 100% baseline
+    assert _marked(table, "best") == {key(U("substitution", 100, "macro_f1")): {"a", "b"}}
+    assert _marked(table, "underline") == {key(U("substitution", 100, "macro_f1")): {"a"}}  # 0.82 > 0.80 only
 
 
 def test_table6_bold_overall_underline_without_dp_and_baselines_last(summary):
     table = privacy_table(summary, families={"a": "stymask", "b": "llm", "dp50": "dp"})
     assert [table.label(i) for i in range(len(table.rows))][-2:] == ["Random baseline", "Original data"]
     best, under = _marked(table, "best"), _marked(table, "underline")
-    assert best["profiling_accuracy[gender/linear]"] == {"dp50"}
-    assert under["profiling_accuracy[gender/linear]"] == {"b"}  # most private without a DP guarantee
+    assert best[key(P("profiling_accuracy", "gender", "linear"))] == {"dp50"}
+    assert under[key(P("profiling_accuracy", "gender", "linear"))] == {"b"}  # most private without a DP guarantee
     assert best["reid_accuracy"] == {"dp50"} and under["reid_accuracy"] == {"b"}
 
 
@@ -101,8 +122,8 @@ def test_augmentation_table_underlines_what_beats_no_augmentation(summary):
     table = augmentation_table(summary, level="post")
     assert table.key == "table7" and table.label(len(table.rows) - 1) == "Original (without augmentation)"
     under = _marked(table, "underline")
-    assert under["augmentation[10%] macro_f1"] == {"a", "dp50"}  # 0.55, 0.52 > 0.50; 0.49 is not
-    assert under["augmentation[100%] macro_f1"] == {"b"}  # 0.81 > 0.80; 0.80 ties, 0.79 below
+    assert under[key(U("augmentation", 10, "macro_f1"))] == {"a", "dp50"}  # 0.55, 0.52 > 0.50; 0.49 is not
+    assert under[key(U("augmentation", 100, "macro_f1"))] == {"b"}  # 0.81 > 0.80; 0.80 ties, 0.79 below
     assert augmentation_table(summary, level="timeline").key == "table9"
 
 
@@ -112,13 +133,13 @@ def test_html_cells_show_the_summary_numbers_and_nothing_is_fetched(summary):
     page = render_html(data)
     parser = parse_report(page)
     assert parser.cells
-    lookup = summary.set_index(["strategy", "variant", "metric"])["value"]
+    lookup = summary.assign(key=column_keys(summary)).set_index(["strategy", "variant", "key"])["value"]
     checked = 0
     for cell in parser.cells:
         strategy, variant = cell["row"]
         metric = cell["metric"]
-        if strategy == "original" and re.match(r"^(substitution|augmentation)\[", metric):
-            metric = re.sub(r"^(substitution|augmentation)\[", "baseline[", metric)  # the no-synthetic row
+        if strategy == "original":  # the no-synthetic row of the utility tables shows the baseline number
+            metric = re.sub(r"setting=(substitution|augmentation)", "setting=baseline", metric)
         expected = float(lookup.get((strategy, variant, metric), math.nan))
         got = float(cell["value"])
         assert (math.isnan(got) and math.isnan(expected)) or got == expected, cell
@@ -145,15 +166,15 @@ def test_article_tables_skip_levels_without_numbers(summary):
 
 def test_dialogue_and_timeline_task_metrics_rank_in_their_direction():
     rows = _rows("utility", {
-        ("original", ""): {"baseline[100%] SegWER": 0.20, "baseline[100%] IS_Cr": 0.30},
-        ("a", ""): {"substitution[100%] SegWER": 0.15, "substitution[100%] IS_Cr": 0.10},
-        ("b", ""): {"substitution[100%] SegWER": 0.30, "substitution[100%] IS_Cr": 0.40},
-        ("c", ""): {"substitution[100%] SegWER": 0.40, "substitution[100%] IS_Cr": 0.20}})
+        ("original", ""): {U("baseline", 100, "SegWER"): 0.20, U("baseline", 100, "IS_Cr"): 0.30},
+        ("a", ""): {U("substitution", 100, "SegWER"): 0.15, U("substitution", 100, "IS_Cr"): 0.10},
+        ("b", ""): {U("substitution", 100, "SegWER"): 0.30, U("substitution", 100, "IS_Cr"): 0.40},
+        ("c", ""): {U("substitution", 100, "SegWER"): 0.40, U("substitution", 100, "IS_Cr"): 0.20}})
     table = substitution_table(pd.DataFrame(rows))
     assert [c.header for c in table.columns] == ["SegWER ↓", "IS_Cr ↑"]
-    assert _marked(table, "best") == {"substitution[100%] SegWER": {"a", "b"}, "substitution[100%] IS_Cr": {"b", "c"}}
-    assert _marked(table, "underline") == {"substitution[100%] SegWER": {"a"},  # a lower error than the original
-                                           "substitution[100%] IS_Cr": {"b"}}
+    assert _marked(table, "best") == {key(U("substitution", 100, "SegWER")): {"a", "b"}, key(U("substitution", 100, "IS_Cr")): {"b", "c"}}
+    assert _marked(table, "underline") == {key(U("substitution", 100, "SegWER")): {"a"},  # a lower error than the original
+                                           key(U("substitution", 100, "IS_Cr")): {"b"}}
 
 
 def test_infinite_values_rank_as_extremes_and_ties_share_a_place():
@@ -192,5 +213,6 @@ def test_details_keep_a_strategys_utility_rows_with_its_metrics(summary):
     page = render_html(ReportData(title="t", facts={}, summary=summary))
     details = page.split('id="details"')[1]
     block = details.split("<summary>a</summary>")[1].split("</details>")[0]
-    assert "bertscore_f1" in block and "substitution[100%] macro_f1" in block and "membership_auc" in block
+    assert "bertscore_f1" in block and "membership_auc" in block
+    assert "macro_f1" in block and "setting substitution, fraction 1" in block  # the structure, in its own column
     assert details.count("<summary>a</summary>") == 1

@@ -35,7 +35,8 @@ Caveat (article, note 2, on DP-BART*): "Due to the complexity of dynamic DP-comp
 multi-document settings, when generating from arbitrarily long document sequences by the same person
 (e.g., TalkLife in Section 5.3), we treat each text as an individual data point. In doing so, less noise
 is added than what is formally required to satisfy (ϵ, δ)-DP." The same holds here for both methods:
-``epsilon_doc`` is per text; :func:`privacy_spent` composes an author's texts (basic composition: the
+Every row also carries the configured ``epsilon`` (the budget the variant is named after), which the score
+tables copy into their ``epsilon`` column. ``epsilon_doc`` is per text; :func:`privacy_spent` composes an author's texts (basic composition: the
 epsilons, and deltas, add up). Every row carries this in its ``caveat`` column.
 """
 
@@ -266,7 +267,8 @@ def dp_bart_rewrite(spec: ModelSpec, texts: Sequence[str], params: DPParams, *, 
             full = torch.ones((1, n), dtype=enc["attention_mask"].dtype, device=model.device)
             ids = model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=noised.unsqueeze(0).to(model.device)),
                                  attention_mask=full, do_sample=False, num_beams=1, max_new_tokens=params.max_tokens)
-        meta: dict[str, Any] = {"epsilon_doc": params.epsilon, "noise_scale": scale, "caveat": CAVEAT}
+        meta: dict[str, Any] = {"epsilon": params.epsilon, "epsilon_doc": params.epsilon, "noise_scale": scale,
+                                "caveat": CAVEAT}
         if params.mechanism == "gaussian":
             meta["delta_doc"] = params.delta
         if truncated:
@@ -350,7 +352,7 @@ class DPStrategy(Strategy):
                 outs.extend([exc] * len(prompts[chunk]))
                 continue
             for (text, k), truncated in zip(results, flags[chunk], strict=True):
-                meta: dict[str, Any] = {"epsilon_token": eps_token, "n_tokens": float(k), "epsilon_doc": eps_token * k,
+                meta: dict[str, Any] = {"epsilon": p.epsilon, "epsilon_token": eps_token, "n_tokens": float(k), "epsilon_doc": eps_token * k,
                                         "epsilon_doc_bound": eps_token * p.max_tokens, "temperature": self.temperature,
                                         "caveat": CAVEAT}
                 if truncated:

@@ -25,42 +25,38 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.metrics import bags as bag_metrics
-from tasks.metrics.base import DistributionScore, MetricResult, reason_column
-from tasks.metrics.divergence import bleu_divergence, char_jsd, self_bleu
-from tasks.metrics.frechet import fbd, fbd_sbert, fcsd
-from tasks.metrics.meaning import bertscore
-from tasks.metrics.style import pos_jaccard, pos_jsd, style_cosine, style_frechet
-from tasks.metrics.transfer import HFSequenceClassifier, SubjectivityClassifier, VaderClassifier, cps, sti
+from tasks.metrics import catalogue
+from tasks.metrics.base import DistributionScore, reason_column
 from tasks.models.embeddings import EmbeddingCache
 from tasks.models.loaders import import_model_libraries
 from tasks.models.registry import ModelSpec
 from tasks.parallel import map_shards, split_even
+from tasks.scores import (
+    DISTRIBUTIONS,
+    METAEVAL_ROWS,
+    METAEVAL_SUMMARY,
+    METRIC_CORRELATIONS,
+    SAMPLE_SCORES,
+    SCORES,
+    score_frame,
+    variant_epsilons,
+)
 
-#: Sample-level output columns, grouped by the function that produces them.
-SAMPLE_GROUPS: dict[str, tuple[str, ...]] = {
-    "bertscore": ("bertscore_p", "bertscore_r", "bertscore_f1"),
-    "bleu_divergence": ("bleu_divergence",),
-    "style_cosine": ("style_cosine",),
-    "pos_jaccard": ("pos_jaccard",),
-    "sti": ("sti", "sti_pct"),
-    "cps": ("cps",),
-}
-SAMPLE_METRICS: tuple[str, ...] = tuple(m for group in SAMPLE_GROUPS.values() for m in group)
+#: The catalogue levels the suite computes.
+INTRINSIC_LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag")
+
+#: Views of the catalogue (tasks.metrics.catalogue) at import, for callers that list the built-in metrics; the
+#: dispatch below reads the catalogue itself, so a metric registered later is computed too.
+SAMPLE_METRICS: tuple[str, ...] = catalogue.names("sample")
 #: Diversity among the variants of one input (needs several outputs per doc_id).
-VARIANT_METRICS: tuple[str, ...] = ("self_bleu", "self_bleu_diversity")
-DISTRIBUTION_METRICS: tuple[str, ...] = ("fbd", "fbd_sbert", "fcsd", "style_frechet", "pos_jsd", "char_jsd")
-BAG_METRICS: tuple[str, ...] = tuple(bag_metrics.ALL_METRICS)
-ALL_METRICS: tuple[str, ...] = SAMPLE_METRICS + VARIANT_METRICS + DISTRIBUTION_METRICS + BAG_METRICS
+VARIANT_METRICS: tuple[str, ...] = catalogue.names("variant")
+DISTRIBUTION_METRICS: tuple[str, ...] = catalogue.names("distribution")
+BAG_METRICS: tuple[str, ...] = catalogue.names("bag")
+ALL_METRICS: tuple[str, ...] = catalogue.names(*INTRINSIC_LEVELS)
 #: What a run computes when the config does not list metrics.
 DEFAULT_METRICS: tuple[str, ...] = ALL_METRICS
 
-#: STI's target style per offline classifier: the neutral end (privacy-oriented rewriting removes style).
-DEFAULT_TRANSFER_TARGETS: dict[str, str] = {"subjectivity": "objective", "vader": "neutral"}
-
-SAMPLE_ID_COLUMNS = ["doc_id", "strategy", "variant", "status"]
-DISTRIBUTION_COLUMNS = ["strategy", "variant", "level", "metric", "value", "std", "median", "n", "n_failed",
-                        "signature", "reason"]
-DISTRIBUTIONS_COLUMNS = ["strategy", "variant", "metric", "series", "values"]
+SAMPLE_ID_COLUMNS = list(SAMPLE_SCORES.columns)
 
 
 @dataclass(frozen=True)
@@ -94,47 +90,17 @@ class SuiteResult:
 
 
 def check_metric_names(names: Sequence[str]) -> list[str]:
-    """The names, validated (ValueError naming the first unknown one and the known ones)."""
-    unknown = [n for n in names if n not in ALL_METRICS]
-    if unknown:
-        raise ValueError(f"unknown metric '{unknown[0]}'; known: {', '.join(ALL_METRICS)}")
-    return list(dict.fromkeys(names))
+    """The names, validated against the catalogue (ValueError naming the first unknown one and the known ones)."""
+    return catalogue.check_names(names, INTRINSIC_LEVELS)
 
 
-def transfer_classifier(name: str) -> Any:
-    """The style classifier STI and CPS masking use: offline lexicon models or a sequence classifier."""
-    if name == "subjectivity":
-        return SubjectivityClassifier()
-    if name == "vader":
-        return VaderClassifier()
-    return HFSequenceClassifier(name)
-
-
-def _sample_group(group: str, sources: list[str], outputs: list[str], options: MetricOptions,
-                  cache: EmbeddingCache) -> MetricResult:
-    if group == "bertscore":
-        return bertscore(outputs, sources, spec=options.token_encoder, layer=options.bertscore_layer,
-                         idf=options.bertscore_idf, baseline_path=options.bertscore_baseline, cache=cache)
-    if group == "bleu_divergence":
-        return bleu_divergence(sources, outputs)
-    if group == "style_cosine":
-        return style_cosine(sources, outputs, encoder=_style_encoder(options), cache=cache)
-    if group == "pos_jaccard":
-        return pos_jaccard(sources, outputs, tagger=options.pos_tagger, cache=cache)
-    if group == "sti":
-        target = options.transfer_target or DEFAULT_TRANSFER_TARGETS.get(options.transfer_classifier, 0)
-        return sti(sources, outputs, classifier=transfer_classifier(options.transfer_classifier), target_class=target)
-    if group == "cps":
-        classifier = transfer_classifier(options.transfer_classifier) if options.cps_mask else None
-        return cps(sources, outputs, spec=options.sentence_encoder, cache=cache, mask=options.cps_mask,
-                   threshold=options.cps_threshold, classifier=classifier)
-    raise ValueError(f"unknown sample metric group {group}")
-
-
-def _style_encoder(options: MetricOptions) -> Any:
-    from tasks.models.style_encoders import load_style_encoder
-
-    return load_style_encoder(options.style_encoder, tagger=options.pos_tagger)
+def sample_groups(names: Sequence[str]) -> list[tuple[Callable[..., Any], list[str]]]:
+    """The requested sample metrics grouped by their compute function (one call per group), in catalogue order."""
+    groups: dict[Callable[..., Any], list[str]] = {}
+    for metric in catalogue.metrics("sample"):
+        if metric.name in names:
+            groups.setdefault(metric.compute, []).append(metric.name)  # type: ignore[arg-type]
+    return list(groups.items())
 
 
 def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
@@ -150,11 +116,9 @@ def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: Metri
     signatures: dict[str, str] = {}
     cache = EmbeddingCache(cache_path)
     try:
-        for group, columns in SAMPLE_GROUPS.items():
-            wanted = [c for c in columns if c in names]
-            if not wanted:
-                continue
-            result = _sample_group(group, sources, outputs, options, cache) if sources else None
+        for compute, wanted in sample_groups(names):
+            group = compute.__name__.lstrip("_")
+            result = compute(sources, outputs, options, cache) if sources else None
             for col in wanted:
                 values = np.full(len(out), np.nan)
                 reasons = np.full(len(out), None, dtype=object)
@@ -177,11 +141,14 @@ def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: Metri
 
 def _variant_scores(synthetic: pd.DataFrame, names: Sequence[str]) -> tuple[pd.DataFrame, dict[str, str]]:
     """self-BLEU among the ok outputs of each doc_id across the strategy's variants."""
-    wanted = [m for m in VARIANT_METRICS if m in names]
+    wanted = [m for m in catalogue.names("variant") if m in names]
     ok = synthetic[synthetic["status"] == STATUS_OK]
     doc_ids = list(dict.fromkeys(synthetic["doc_id"]))
     outputs = ok.groupby("doc_id", sort=False)["text"].agg(list)
-    result = self_bleu([outputs.get(d, []) for d in doc_ids])
+    computes = {catalogue.CATALOGUE[m].compute for m in wanted}
+    if len(computes) != 1:
+        raise ValueError(f"variant metrics {wanted} need one shared compute function")
+    result = computes.pop()([outputs.get(d, []) for d in doc_ids])
     frame = pd.DataFrame({"doc_id": doc_ids})
     for metric in wanted:
         frame[metric] = result.scores[metric].to_numpy(dtype=float)
@@ -192,16 +159,10 @@ def _variant_scores(synthetic: pd.DataFrame, names: Sequence[str]) -> tuple[pd.D
 def score_distribution(metric: str, real: list[str], synthetic: list[str], options: MetricOptions,
                        cache_path: str) -> DistributionScore:
     """One distribution-level metric of the real set against the synthetic set."""
-    functions: dict[str, Callable[..., DistributionScore]] = {
-        "fbd": lambda c: fbd(real, synthetic, spec=options.token_encoder, layer=options.bertscore_layer, cache=c),
-        "fbd_sbert": lambda c: fbd_sbert(real, synthetic, spec=options.sentence_encoder, cache=c),
-        "fcsd": lambda c: fcsd(real, synthetic, spec=options.sentence_encoder, cache=c),
-        "style_frechet": lambda c: style_frechet(real, synthetic, encoder=_style_encoder(options), cache=c),
-        "pos_jsd": lambda c: pos_jsd(real, synthetic, tagger=options.pos_tagger, cache=c),
-        "char_jsd": lambda c: char_jsd(real, synthetic),
-    }
+    compute = catalogue.CATALOGUE[metric].compute
+    assert compute is not None
     with EmbeddingCache(cache_path) as cache:
-        return functions[metric](cache)
+        return compute(real, synthetic, options, cache)
 
 
 def score_bags(reference: pd.DataFrame, generated: pd.DataFrame, names: Sequence[str], options: MetricOptions,
@@ -211,7 +172,7 @@ def score_bags(reference: pd.DataFrame, generated: pd.DataFrame, names: Sequence
     if group not in reference.columns or reference[group].isna().all():
         group = "doc_id"  # a post-level corpus has no groups: every document is its own bag
     with EmbeddingCache(cache_path) as cache:
-        return bag_metrics.bag_scores(reference, generated, group_col=group, metrics=list(names),
+        return catalogue.CATALOGUE[names[0]].compute(reference, generated, group_col=group, metrics=list(names),
                                       sentence_spec=options.sentence_encoder, cache=cache, seed=options.seed)
 
 
@@ -239,9 +200,10 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     missing = pairs["source"].isna()
     if missing.any():
         raise ValueError(f"synthetic doc_id '{pairs.loc[missing, 'doc_id'].iloc[0]}' is not in the corpus")
-    sample_names = [n for n in names if n in SAMPLE_METRICS]
-    dist_names = [n for n in names if n in DISTRIBUTION_METRICS]
-    bag_names = [n for n in names if n in BAG_METRICS]
+    sample_names = [n for n in names if n in catalogue.names("sample")]
+    variant_names = [n for n in catalogue.names("variant") if n in names]
+    dist_names = [n for n in names if n in catalogue.names("distribution")]
+    bag_names = [n for n in names if n in catalogue.names("bag")]
     real = corpus["text"].astype(str).tolist()
     variants = list(dict.fromkeys(synthetic["variant"]))
     ok_by_variant = {v: synthetic[(synthetic["variant"] == v) & (synthetic["status"] == STATUS_OK)] for v in variants}
@@ -274,7 +236,7 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
             signatures.update(sigs)
     else:
         samples = pairs[SAMPLE_ID_COLUMNS].reset_index(drop=True).copy()
-    if any(m in names for m in VARIANT_METRICS):
+    if variant_names:
         variant_frame, variant_sigs = _variant_scores(synthetic, names)
         samples = samples.merge(variant_frame, on="doc_id", how="left")
         signatures.update(variant_sigs)
@@ -284,16 +246,16 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     for variant in variants:
         part = samples[samples["variant"] == variant]
         n_failed = int((part["status"] != STATUS_OK).sum())
-        for metric in [*sample_names, *(m for m in VARIANT_METRICS if m in names)]:
+        for metric in [*sample_names, *variant_names]:
             if metric not in part.columns:
                 continue
             reasons = part[reason_column(metric)].dropna()
-            rows.append(_summary_row(strategy, variant, "sample-mean", metric, part[metric].to_numpy(dtype=float),
+            rows.append(_summary_row(strategy, variant, catalogue.SUMMARY_LEVEL["sample"], metric, part[metric].to_numpy(dtype=float),
                                      n_failed, signatures.get(metric, ""),
                                      str(reasons.iloc[0]) if len(reasons) else "no scored pairs"))
     for (variant, _metric), score in zip(dist_jobs, dist_scores, strict=True):
         n_failed = int((synthetic.loc[synthetic["variant"] == variant, "status"] != STATUS_OK).sum())
-        rows.append({"strategy": strategy, "variant": variant, "level": "distribution", "metric": score.metric,
+        rows.append({"strategy": strategy, "variant": variant, "level": catalogue.SUMMARY_LEVEL["distribution"], "metric": score.metric,
                      "value": score.value, "std": np.nan, "median": np.nan, "n": len(ok_by_variant[variant]),
                      "n_failed": n_failed, "signature": score.signature, "reason": score.reason})
         signatures[score.metric] = score.signature
@@ -304,7 +266,7 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
         group_col = table.columns[0]
         for score in bag_metrics.summarise_bags(table, group_col=group_col):
             per_group = np.asarray(score.distributions.get("per_group", []), dtype=float)
-            rows.append({"strategy": strategy, "variant": variant, "level": "bag-mean", "metric": score.metric,
+            rows.append({"strategy": strategy, "variant": variant, "level": catalogue.SUMMARY_LEVEL["bag"], "metric": score.metric,
                          "value": score.value,
                          "std": float(per_group[np.isfinite(per_group)].std(ddof=1))
                          if np.isfinite(per_group).sum() > 1 else np.nan,
@@ -313,10 +275,11 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
                          "n": int(np.isfinite(per_group).sum()), "n_failed": n_failed,
                          "signature": score.signature, "reason": score.reason})
             signatures[score.metric] = score.signature
-    distribution = pd.DataFrame(rows, columns=DISTRIBUTION_COLUMNS)
-    distribution["reason"] = distribution["reason"].astype("string")
-    return SuiteResult(sample_scores=samples, distribution_scores=distribution,
-                       distributions=pd.DataFrame(series, columns=DISTRIBUTIONS_COLUMNS), signatures=signatures)
+    epsilons = variant_epsilons(synthetic)
+    for row in rows:
+        row["epsilon"] = epsilons.get(str(row["variant"]), np.nan)
+    return SuiteResult(sample_scores=score_frame(samples, SAMPLE_SCORES), distribution_scores=score_frame(rows, SCORES),
+                       distributions=score_frame(series, DISTRIBUTIONS), signatures=signatures)
 
 
 class _Sequential:
@@ -364,11 +327,10 @@ def metric_correlation_matrix(distribution_scores: pd.DataFrame) -> pd.DataFrame
     if table.empty:
         return pd.DataFrame()
     columns = [c for c in table.columns if c not in ("strategy", "variant")]
-    return metric_correlations(table.replace([np.inf, -np.inf], np.nan), columns).reset_index(names="metric")
+    matrix = metric_correlations(table.replace([np.inf, -np.inf], np.nan), columns).reset_index(names="metric")
+    return score_frame(matrix, METRIC_CORRELATIONS)
 
 
-#: For meta-evaluation: does a higher value mean the generated bag is closer to the reference?
-CLOSER_IS_HIGHER: dict[str, bool] = {**{m: False for m in DISTRIBUTION_METRICS}, **{m: True for m in BAG_METRICS}}
 
 
 def comparison_metrics(names: Sequence[str], options: MetricOptions,
@@ -392,9 +354,10 @@ def comparison_metrics(names: Sequence[str], options: MetricOptions,
 
     out: dict[str, Callable[[Sequence[str], Sequence[str]], float]] = {}
     for name in check_metric_names(names):
-        if name in DISTRIBUTION_METRICS:
+        level = catalogue.CATALOGUE[name].level
+        if level == "distribution":
             out[name] = distribution(name)
-        elif name in BAG_METRICS:
+        elif level == "bag":
             out[name] = bag(name)
     return out
 
@@ -419,10 +382,12 @@ def metaeval_metrics(texts: Sequence[str], names: Sequence[str], options: Metric
     if not functions:
         raise ValueError("none of these is a distribution- or bag-level metric: " + ", ".join(names))
     rows = run_metaeval(list(texts), functions, bag_size=bag_size, n_bags=bags, seed=seed,
-                        higher_is_better={m: CLOSER_IS_HIGHER[m] for m in functions})
+                        higher_is_better={m: bool(catalogue.CATALOGUE[m].closer_is_higher) for m in functions})
     per_level = rows.explode("scores").assign(level=lambda f: f.groupby(["metric", "manipulation", "bag"]).cumcount())
     wide = per_level.pivot_table(index=["bag", "manipulation", "level"], columns="metric", values="scores",
                                  aggfunc="first")
     correlations = metric_correlations(wide.astype(float).replace([np.inf, -np.inf], np.nan)).reset_index(names="metric")
     rows = rows.assign(scores=rows["scores"].map(lambda v: [float(x) for x in v]))
-    return MetaevalResult(rows=rows, summary=summarize_metaeval(rows), correlations=correlations)
+    return MetaevalResult(rows=score_frame(rows, METAEVAL_ROWS), summary=score_frame(summarize_metaeval(rows),
+                                                                                      METAEVAL_SUMMARY),
+                          correlations=score_frame(correlations, METRIC_CORRELATIONS))

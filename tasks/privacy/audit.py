@@ -7,8 +7,9 @@
   released), non-members the test-split documents (theirs are not); distance to the closest released
   synthetic record gives the AUC.
 
-Every number also goes into a long ``privacy`` summary (strategy, variant, level, metric, value, ...,
-signature, reason) in the same shape as the intrinsic metrics, so the report lays them out the same way.
+Every number also goes into a long ``privacy`` summary of the declared score schema
+(:data:`tasks.scores.SCORES`: strategy, variant, level, metric, attribute, model, attack, ..., value, ...,
+signature, reason), the same table as the intrinsic metrics, so the report lays them out the same way.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from tasks.errors import InputError
 from tasks.metrics.base import make_signature
 from tasks.privacy.membership import membership_audit
 from tasks.privacy.profiling import profile_attribute
+from tasks.scores import SCORES, score_frame, variant_epsilons
 
 ORIGINAL = "original"
-SUMMARY_COLUMNS = ["strategy", "variant", "level", "metric", "value", "std", "median", "n", "n_failed",
-                   "signature", "reason"]
+#: The attack of the MinHash-LSH re-identification rows (seed 000 §5.3.2).
+REID_ATTACK = "minhash-lsh"
 
 
 @dataclass(frozen=True)
@@ -65,9 +67,10 @@ def attributes_of(corpus: pd.DataFrame, options: PrivacyOptions) -> list[str]:
 
 
 def _row(strategy: str, variant: str, metric: str, value: float, n: int, signature: str,
-         reason: str | None = None, n_failed: int = 0) -> dict:
-    return {"strategy": strategy, "variant": variant, "level": "privacy", "metric": metric, "value": value,
-            "std": np.nan, "median": np.nan, "n": n, "n_failed": n_failed, "signature": signature,
+         reason: str | None = None, n_failed: int = 0, **structure: object) -> dict:
+    """One privacy score row; ``structure`` fills the schema's structure columns (attribute, model, attack, ...)."""
+    return {"strategy": strategy, "variant": variant, "level": "privacy", "metric": metric, **structure,
+            "value": value, "std": np.nan, "median": np.nan, "n": n, "n_failed": n_failed, "signature": signature,
             "reason": reason if reason else None}
 
 
@@ -83,8 +86,8 @@ def audit_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, label: str, op
                 result = profile_attribute(corpus, attr, synthetic={label: synthetic}, model=model,
                                            seed=options.seed, level=options.profiling_level)  # type: ignore[arg-type]
             except (ValueError, InputError) as exc:  # e.g. no labelled test documents: recorded, not fatal
-                summary.append(_row(label, single_variant, f"profiling_accuracy[{attr}/{model}]", np.nan, 0, "",
-                                    reason=str(exc).splitlines()[0]))
+                summary.append(_row(label, single_variant, "profiling_accuracy", np.nan, 0, "",
+                                    reason=str(exc).splitlines()[0], attribute=attr, model=model))
                 continue
             scores = result.scores.assign(attribute=attr, model=model)
             profiling.append(scores)
@@ -93,15 +96,15 @@ def audit_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, label: str, op
             for row in scores.itertuples(index=False):
                 name = str(row.set)
                 strategy, variant = (ORIGINAL, "") if name == ORIGINAL else _set_name(name, label, single_variant)
-                summary.append(_row(strategy, variant, f"profiling_accuracy[{attr}/{model}]", float(row.accuracy),
-                                    int(row.n_units), result.signature))
+                summary.append(_row(strategy, variant, "profiling_accuracy", float(row.accuracy),
+                                    int(row.n_units), result.signature, attribute=attr, model=model))
                 if strategy != ORIGINAL:
-                    summary.append(_row(strategy, variant, f"profiling_reduction[{attr}/{model}]",
-                                        float(row.reduction), int(row.n_units), result.signature))
+                    summary.append(_row(strategy, variant, "profiling_reduction", float(row.reduction),
+                                        int(row.n_units), result.signature, attribute=attr, model=model))
             chance = float(scores["chance"].iloc[0])
-            summary.append(_row("chance", "", f"profiling_accuracy[{attr}/{model}]", chance,
-                                int(scores["n_units"].iloc[0]), result.signature,
-                                reason=None if np.isfinite(chance) else "no test units"))
+            summary.append(_row("chance", "", "profiling_accuracy", chance, int(scores["n_units"].iloc[0]),
+                                result.signature, reason=None if np.isfinite(chance) else "no test units",
+                                attribute=attr, model=model))
 
     membership = []
     if options.membership:
@@ -126,6 +129,9 @@ def audit_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, label: str, op
     def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
+    epsilons = variant_epsilons(synthetic)
+    for row in summary:
+        row["epsilon"] = epsilons.get(str(row["variant"]), np.nan) if row["strategy"] == label else np.nan
     table = summary_frame(summary)
     return PrivacyTables(profiling=concat(profiling), top_words=concat(top_words), word_bins=concat(word_bins),
                          membership=pd.DataFrame(membership), summary=table)
@@ -152,22 +158,26 @@ def attack_timelines(synthetic: pd.DataFrame) -> pd.DataFrame:
                          "author_id": author.to_numpy(), "text": rows["text"].astype(str).to_numpy()})
 
 
-def reidentification_rows(summary: dict, strategy: str, variant: str, signature: str) -> list[dict]:
-    """The attack's numbers as privacy summary rows (accuracy, the random baseline 1/N, candidate recall)."""
+def reidentification_rows(summary: dict, strategy: str, variant: str, signature: str, *,
+                          attack: str = REID_ATTACK, adversary: str | None = None,
+                          epsilon: float | None = None) -> list[dict]:
+    """The attack's numbers as privacy summary rows (accuracy, the random baseline 1/N, candidate recall),
+    with the attack, the adversary setting (full/disjoint, when known) and the variant's DP epsilon."""
     reason = summary.get("reason")
     n = int(summary.get("n_timelines", 0) or 0)
-    return [_row(strategy, variant, "reid_accuracy", float(summary.get("accuracy", np.nan)), n, signature, reason),
+    how = {"attack": attack, "adversary": adversary}
+    eps = np.nan if epsilon is None else float(epsilon)
+    return [_row(strategy, variant, "reid_accuracy", float(summary.get("accuracy", np.nan)), n, signature, reason,
+                 **how, epsilon=eps),
             _row(strategy, variant, "reid_candidate_recall", float(summary.get("candidate_recall", np.nan)), n,
-                 signature, reason),
+                 signature, reason, **how, epsilon=eps),
             _row("chance", "", "reid_accuracy", float(summary.get("baseline", np.nan)), n, signature,
-                 reason if reason else None)]
+                 reason if reason else None, **how)]
 
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
-    """Privacy summary rows as a table with its columns and types."""
-    table = pd.DataFrame(rows, columns=SUMMARY_COLUMNS)
-    table["reason"] = table["reason"].astype("string")
-    return table
+    """Privacy summary rows as a frame of the declared score table (:data:`tasks.scores.SCORES`)."""
+    return score_frame(rows, SCORES)
 
 
 def llm_profiling_rows(result: object, strategy: str) -> list[dict]:
@@ -178,10 +188,10 @@ def llm_profiling_rows(result: object, strategy: str) -> list[dict]:
     for r in result.accuracy.itertuples(index=False):  # type: ignore[attr-defined]
         name = strategy if str(r.strategy) != ORIGINAL else ORIGINAL
         variant = "" if name == ORIGINAL else str(r.variant)
-        rows.append(_row(name, variant, f"llm_profiling_accuracy[{r.attribute}]", float(r.accuracy), int(r.n),
-                         signature))
-        rows.append(_row("chance", "", f"llm_profiling_accuracy[{r.attribute}]", float(r.chance), int(r.n),
-                         signature))
+        rows.append(_row(name, variant, "llm_profiling_accuracy", float(r.accuracy), int(r.n), signature,
+                         attribute=str(r.attribute)))
+        rows.append(_row("chance", "", "llm_profiling_accuracy", float(r.chance), int(r.n), signature,
+                         attribute=str(r.attribute)))
     for r in result.success.itertuples(index=False):  # type: ignore[attr-defined]
         name = strategy if str(r.strategy) != ORIGINAL else ORIGINAL
         variant = "" if name == ORIGINAL else str(r.variant)

@@ -15,8 +15,9 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.layout import RunLayout
-from tasks.metrics.suite import DISTRIBUTION_COLUMNS, metric_correlation_matrix
+from tasks.metrics.suite import metric_correlation_matrix
 from tasks.report.human_eval import read_results
+from tasks.scores import SCORE_KEY, SCORES, score_frame
 from tasks.store import ArtifactRef
 from tasks.training.utility import utility_summary_rows
 
@@ -45,7 +46,7 @@ class ReportData:
 
     title: str
     facts: dict[str, str]
-    summary: pd.DataFrame  # long scores: strategy, variant, level, metric, value, std, median, n, n_failed, signature, reason
+    summary: pd.DataFrame  # long scores of the declared table tasks.scores.SCORES
     level: str = "post"
     families: dict[str, str] = field(default_factory=dict)  # strategy label -> registered strategy name
     failed_stages: dict[str, str] = field(default_factory=dict)
@@ -81,12 +82,25 @@ def score_summary(layout: RunLayout, read: ReadTable, *, runs: pd.DataFrame | No
               for _, ref in sorted(layout.by_label(kind, output).items())]
     if runs is not None:
         frames.append(utility_summary_rows(runs, utility_signature))
-    frames = [f for f in frames if not f.empty]
+    frames = [score_frame(f, SCORES) for f in frames if not f.empty]
     if not frames:
-        return pd.DataFrame(columns=DISTRIBUTION_COLUMNS)
+        return score_frame([], SCORES)
     summary = pd.concat(frames, ignore_index=True)
-    summary["variant"] = summary["variant"].fillna("").astype(str)
-    return summary.drop_duplicates(["strategy", "variant", "level", "metric"]).reset_index(drop=True)
+    summary["variant"] = summary["variant"].fillna("")
+    summary = summary.drop_duplicates(list(SCORE_KEY)).reset_index(drop=True)
+    return with_variant_epsilon(summary)
+
+
+def with_variant_epsilon(summary: pd.DataFrame) -> pd.DataFrame:
+    """Every row of a (strategy, variant) carries the DP epsilon that any of its rows carries: the
+    variant's budget is one fact, whichever stage wrote the row (utility rows have no variant)."""
+    known = summary.dropna(subset=["epsilon"]).drop_duplicates(["strategy", "variant"])
+    if known.empty:
+        return summary
+    budget = {(s, v): e for s, v, e in known[["strategy", "variant", "epsilon"]].itertuples(index=False, name=None)}
+    keys = zip(summary["strategy"], summary["variant"], strict=True)
+    summary["epsilon"] = [budget.get(k, e) for k, e in zip(keys, summary["epsilon"], strict=True)]
+    return summary
 
 
 def read_human_evaluation(folder: Path) -> HumanEvaluation | None:

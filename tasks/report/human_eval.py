@@ -44,6 +44,7 @@ from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK, attr_columns
 from tasks.errors import InputError
 from tasks.report.run_files import RunFiles
 from tasks.report.tables import strategy_label
+from tasks.scores import SAMPLE_SCORES
 from tasks.store import ArtifactStore
 
 SHEET_COLUMNS: tuple[str, ...] = ("item_id", "source_text", "synthetic_text", "fluency", "meaning",
@@ -853,7 +854,7 @@ def item_sample_scores(run: RunFiles, key: pd.DataFrame) -> pd.DataFrame:
             continue
         scores = pd.read_parquet(path)
         metric_columns = [c for c in scores.columns
-                          if c not in ("doc_id", "strategy", "variant", "status")
+                          if c not in SAMPLE_SCORES.columns
                           and not c.endswith("_reason")
                           and pd.api.types.is_numeric_dtype(scores[c])
                           and not pd.api.types.is_bool_dtype(scores[c])]

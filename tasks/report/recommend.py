@@ -55,7 +55,8 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import ConfigError, InputError
-from tasks.report.tables import task_metric_direction
+from tasks.metrics import catalogue
+from tasks.scores import column_key, structure_of
 
 UseCase = Literal["augment", "share_model", "share_data"]
 USE_CASES: tuple[str, ...] = get_args(UseCase)
@@ -95,10 +96,8 @@ CLOSE_CALL = 0.05
 #: A privacy aspect below this is "little measurable protection" (said in the reasons for share_*).
 LITTLE_PROTECTION = 0.2
 
-_UTILITY = re.compile(r"^(baseline|substitution|augmentation)\[(\d+(?:\.\d+)?)%\] (.+)$")
-_PROFILING = re.compile(r"^(?:profiling_accuracy\[(?P<attr>[^/\]]+)/(?P<model>[^\]]+)\]"
-                        r"|llm_profiling_accuracy\[(?P<llm_attr>[^\]]+)\]|llm_profiling_success)$")
-_EPSILON = re.compile(r"eps(\d+(?:\.\d+)?(?:e[+-]?\d+)?)", re.IGNORECASE)
+#: The profiling measures the privacy aspect scores (their rows carry attribute and model).
+_PROFILING_METRICS = ("profiling_accuracy", "llm_profiling_accuracy", "llm_profiling_success")
 
 #: What the article found for the syntax-guided families on its timeline task (§6.2.1, §6.3.1); shown as
 #: context for a longitudinal goal, never scored.
@@ -229,12 +228,7 @@ def format_percent(value: float) -> str:
 
 def metric_label(metric: str) -> str:
     """How a task metric is named in a reason: ``macro-F1``, ``IS coverage recall``, ``SegWER``."""
-    if metric == "macro_f1":
-        return "macro-F1"
-    for suffix, what in (("_Cp", "coverage precision"), ("_Cr", "coverage recall")):
-        if metric.endswith(suffix):
-            return f"{metric.removesuffix(suffix)} {what}"
-    return metric
+    return "macro-F1" if metric == "macro_f1" else catalogue.label(metric)
 
 
 def _clip(x: float) -> float:
@@ -259,6 +253,7 @@ class Recommendation:
     family: str | None = None  # registered strategy name (dp, llm, ...); None when unknown
     aspects: dict[str, float] = field(default_factory=dict)  # every measured aspect -> 0..1 (scored or not)
     seeds: int | None = None  # runs behind each utility number
+    epsilon: str | None = None  # the DP budget of the variant (the score table's epsilon column)
 
     @property
     def label(self) -> str:
@@ -301,7 +296,8 @@ def _text(x: object) -> str | None:
 
 
 class _Scores:
-    """Lookups into the long score table: (strategy, variant, metric) -> value, std, n, reason."""
+    """Lookups into the long score table: (strategy, variant, column key) -> value, std, n, reason, where
+    the column key is the metric with its structure (setting, fraction, attribute, ...; tasks.scores)."""
 
     def __init__(self, summary: pd.DataFrame) -> None:
         missing = [c for c in ("strategy", "variant", "metric", "value") if c not in summary.columns]
@@ -309,30 +305,37 @@ class _Scores:
             raise InputError(f"score table lacks column(s) {', '.join(missing)}; expected the run's long "
                              "summary (strategy, variant, level, metric, value, std, n, ..., reason)")
         self.index: dict[tuple[str, str, str], _Value] = {}
+        self.structure: dict[str, dict] = {}  # column key -> {"metric": ..., **structure}
+        self.epsilon: dict[tuple[str, str], float] = {}
         order: dict[tuple[str, str], None] = {}
-        cols = {c: summary[c].tolist() if c in summary.columns else [None] * len(summary)
-                for c in ("strategy", "variant", "metric", "value", "std", "n", "reason")}
-        for s, v, m, val, std, n, reason in zip(*cols.values(), strict=True):
-            strategy, variant = str(s), "" if _text(v) is None else str(v)
-            key = (strategy, variant, str(m))
-            entry = _Value(_float(val), _float(std), None if not math.isfinite(_float(n)) else int(_float(n)),
-                           _text(reason))
-            old = self.index.get(key)
+        for row in summary.to_dict("records"):
+            strategy, variant = str(row["strategy"]), "" if _text(row["variant"]) is None else str(row["variant"])
+            structure = structure_of(row)
+            key = column_key(str(row["metric"]), structure)
+            self.structure.setdefault(key, {"metric": str(row["metric"]), **structure})
+            n = _float(row.get("n"))
+            entry = _Value(_float(row["value"]), _float(row.get("std")), None if not math.isfinite(n) else int(n),
+                           _text(row.get("reason")))
+            old = self.index.get((strategy, variant, key))
             if old is None or (not old.ok and entry.ok):  # duplicates: the first measured one
-                self.index[key] = entry
+                self.index[(strategy, variant, key)] = entry
+            if math.isfinite(eps := _float(row.get("epsilon"))):
+                self.epsilon.setdefault((strategy, variant), eps)
             order.setdefault((strategy, variant), None)
         self.order: list[tuple[str, str]] = list(order)
 
-    def get(self, strategy: str, variant: str, metric: str) -> _Value | None:
+    def get(self, strategy: str, variant: str, key: str) -> _Value | None:
         """The exact row, else the strategy-level one (variant '')."""
-        return self.index.get((strategy, variant, metric)) or self.index.get((strategy, "", metric))
+        return self.index.get((strategy, variant, key)) or self.index.get((strategy, "", key))
 
-    def baseline(self, name: str, metric: str) -> _Value | None:
-        hits = [v for (s, _, m), v in self.index.items() if s == name and m == metric]
+    def baseline(self, name: str, key: str) -> _Value | None:
+        hits = [v for (s, _, k), v in self.index.items() if s == name and k == key]
         return next((v for v in hits if v.ok), hits[0] if hits else None)
 
-    def metrics_of(self, strategy: str, variant: str) -> list[str]:
-        return [m for (s, v, m) in self.index if s == strategy and v in (variant, "")]
+    def keys_of(self, strategy: str, variant: str, *metrics: str) -> list[str]:
+        """The column keys of this candidate's rows whose metric is one of ``metrics``."""
+        return list(dict.fromkeys(k for (s, v, k) in self.index
+                                  if s == strategy and v in (variant, "") and self.structure[k]["metric"] in metrics))
 
 
 def candidates(summary: pd.DataFrame, families: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
@@ -360,23 +363,30 @@ def _utility_rows(scores: _Scores, strategy: str, variant: str, variants: Sequen
     The utility stage trains on one synthetic text per document, the first variant in sorted order
     (``tasks.training.utility.synthetic_view``), and records it under variant ''; those numbers belong to
     that variant only."""
-    own = {k: v for k, v in scores.index.items() if k[0] == strategy and k[1] == variant and _UTILITY.match(k[2])}
+    def utility(k: tuple[str, str, str]) -> bool:
+        return "setting" in scores.structure[k[2]] and "fraction" in scores.structure[k[2]]
+
+    own = {k: v for k, v in scores.index.items() if k[0] == strategy and k[1] == variant and utility(k)}
     if not own and variant:
         first = sorted(variants)[0] if variants else variant
-        shared = {k: v for k, v in scores.index.items() if k[0] == strategy and k[1] == "" and _UTILITY.match(k[2])}
+        shared = {k: v for k, v in scores.index.items() if k[0] == strategy and k[1] == "" and utility(k)}
         if shared and variant != first:
             return {}, f"utility not measured for this variant: the utility runs trained on variant {first!r}"
         own = shared
     out = {}
-    for (_, _, metric), value in own.items():
-        m = _UTILITY.match(metric)
-        assert m is not None
-        out[(m.group(1), m.group(2), m.group(3))] = value
+    for (_, _, key), value in own.items():
+        about = scores.structure[key]
+        out[(str(about["setting"]), _percent(float(about["fraction"])), str(about["metric"]))] = value
     return out, None
 
 
+def _percent(fraction: float) -> str:
+    """A training fraction as the percent a reason shows (``10``, ``100``)."""
+    return f"{100 * fraction:g}"
+
+
 def _direction(metric: str) -> float:
-    return float(task_metric_direction(metric))
+    return float(catalogue.direction(metric))
 
 
 def _spread_note(delta: float, *values: _Value) -> str:
@@ -403,7 +413,7 @@ def _task_utility(scores: _Scores, rows: dict[tuple[str, str, str], _Value], set
         pcts = sorted({k[1] for k in mine if k[2] == metric}, key=float)
         for pct in pcts:
             value = mine[(setting, pct, metric)]
-            base = scores.baseline(ORIGINAL, f"baseline[{pct}%] {metric}")
+            base = scores.baseline(ORIGINAL, column_key(metric, {"setting": "baseline", "fraction": float(pct) / 100}))
             if not value.ok:
                 aspect.reasons.append(f"{setting} {name} at {pct}% not available"
                                       + (f": {value.reason}" if value.reason else ""))
@@ -466,7 +476,8 @@ def _longitudinal(scores: _Scores, rows: dict[tuple[str, str, str], _Value], goa
     if unavailable:
         return _Aspect(reasons=[f"moments of change: {unavailable}"])
     setting = "augmentation" if goal.use_case == "augment" else "substitution"
-    aspect = _task_utility(scores, rows, setting, keep=lambda m: m.endswith("_Cr"), what="")
+    recall = catalogue.CATALOGUE["_Cr"]
+    aspect = _task_utility(scores, rows, setting, keep=recall.matches, what="")
     if aspect.score is None:
         aspect = _Aspect(reasons=["no timeline utility (moments-of-change coverage recall) in this run: the "
                                   "longitudinal preference is not scored"])
@@ -475,15 +486,13 @@ def _longitudinal(scores: _Scores, rows: dict[tuple[str, str, str], _Value], goa
     return aspect
 
 
-def _profiling_label(metric: str) -> str:
+def _profiling_label(about: Mapping[str, object]) -> str:
     """``gender profiling (linear) accuracy``, ``gender profiling (LLM) accuracy``, ``LLM profiling of all
-    attributes success rate``."""
-    m = _PROFILING.match(metric)
-    assert m is not None
-    if m.group("attr"):
-        return f"{m.group('attr')} profiling ({m.group('model')}) accuracy"
-    if m.group("llm_attr"):
-        return f"{m.group('llm_attr')} profiling (LLM) accuracy"
+    attributes success rate``: from a row's metric, attribute and model."""
+    if about["metric"] == "profiling_accuracy":
+        return f"{about.get('attribute')} profiling ({about.get('model')}) accuracy"
+    if about["metric"] == "llm_profiling_accuracy":
+        return f"{about.get('attribute')} profiling (LLM) accuracy"
     return "LLM profiling of all attributes success rate"
 
 
@@ -492,9 +501,11 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
     parts: dict[str, float] = {}
     costs: list[str] = []
 
-    reid = scores.get(strategy, variant, "reid_accuracy")
-    if reid is not None and reid.ok:
-        chance = scores.baseline(CHANCE, "reid_accuracy")
+    attacks = [(k, v) for k in scores.keys_of(strategy, variant, "reid_accuracy")
+               if (v := scores.get(strategy, variant, k)) is not None]
+    reid_key, reid = max(attacks, key=lambda kv: kv[1].value if kv[1].ok else -math.inf, default=("", None))
+    if reid is not None and reid.ok:  # several attacks or adversary settings: the worst case counts
+        chance = scores.baseline(CHANCE, reid_key)
         c = chance.value if chance is not None and chance.ok and chance.value < 1 else 0.0
         parts["reidentification"] = 1 - _clip((reid.value - c) / (1 - c))
         of = f"{reid.n} author timelines" if reid.n else "author timelines"
@@ -505,12 +516,12 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
                               else "no re-identification measured in this run")
 
     profiled: list[float] = []
-    names = [m for m in scores.metrics_of(strategy, variant) if _PROFILING.match(m)]
-    for metric in dict.fromkeys(names):
+    names = scores.keys_of(strategy, variant, *_PROFILING_METRICS)
+    for metric in names:
         value = scores.get(strategy, variant, metric)
         if value is None:
             continue
-        label = _profiling_label(metric)
+        label = _profiling_label(scores.structure[metric])
         if not value.ok:
             aspect.reasons.append(f"{label} not available" + (f": {value.reason}" if value.reason else ""))
             continue
@@ -554,9 +565,7 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
 
 
 def _intrinsic(scores: _Scores, strategy: str, variant: str, aspect_name: str) -> _Aspect:
-    spec = {"meaning": (("bertscore_f1", "BERTScore F1"),),
-            "style": (("style_cosine", "style-embedding cosine"), ("pos_jaccard", "POS Jaccard")),
-            "divergence": (("bleu_divergence", "1 − BLEU against the source"),)}[aspect_name]
+    spec = [(m.name, m.description) for m in catalogue.headline_metrics(aspect_name)]
     found = [(label, v) for metric, label in spec if (v := scores.get(strategy, variant, metric)) is not None and v.ok]
     if not found:
         names = ", ".join(m for m, _ in spec)
@@ -568,9 +577,10 @@ def _intrinsic(scores: _Scores, strategy: str, variant: str, aspect_name: str) -
 # ---------------------------------------------------------------------------------------------- ranking
 
 
-def _epsilon(variant: str) -> str | None:
-    m = _EPSILON.search(variant)
-    return f"{float(m.group(1)):g}" if m else None
+def _epsilon(scores: _Scores, strategy: str, variant: str) -> str | None:
+    """The DP budget of a strategy variant, from the score table's epsilon column."""
+    eps = scores.epsilon.get((strategy, variant))
+    return f"{eps:g}" if eps is not None else None
 
 
 def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) -> list[Recommendation]:
@@ -591,7 +601,7 @@ def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) ->
         reasons: list[str] = []
         eligible = True
         if family == DP_FAMILY:
-            eps = _epsilon(variant)
+            eps = _epsilon(scores, strategy, variant)
             reasons.append("formal DP guarantee" + (f" (ε = {eps} per document)" if eps else ""))
         elif goal.formal_dp:
             eligible = False
@@ -632,7 +642,8 @@ def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) ->
         unscored = " (not scored)" if "privacy" not in weights else ""
         cost = (f"utility: {aspects['utility'].cost or 'not measured'}; "
                 f"privacy{unscored}: {aspects['privacy'].cost or 'not measured'}")
-        drafts.append(dict(strategy=strategy, variant=variant, score=float(score), eligible=eligible,
+        drafts.append(dict(strategy=strategy, variant=variant, epsilon=_epsilon(scores, strategy, variant),
+                           score=float(score), eligible=eligible,
                            reasons=reasons, cost=cost, family=family,
                            aspects={a: float(x.score) for a, x in aspects.items() if x.score is not None},
                            seeds=aspects["utility"].seeds))
@@ -671,17 +682,17 @@ def recommendation_notes(goal: Goal, recs: Sequence[Recommendation]) -> list[str
         notes.append("no strategy with formal DP in this run: add `dp` (DP-BART) to generate.strategies to get "
                      "one; the strategies below are listed for information, none is eligible")
     dp_recs = sorted((r for r in recs if r.family == DP_FAMILY),
-                     key=lambda r: (float(e) if (e := _epsilon(r.variant)) else math.inf, r.variant))
-    dp_meaning = {(_epsilon(r.variant) or r.variant): r.aspects.get("meaning") for r in dp_recs}
+                     key=lambda r: (float(r.epsilon) if r.epsilon else math.inf, r.variant))
+    dp_meaning = {(r.epsilon or r.variant): r.aspects.get("meaning") for r in dp_recs}
     if len(dp_meaning) > 1:  # strictest budget first
         shown = ", ".join(f"ε = {e}: meaning {format_number(m)}" if m is not None else f"ε = {e}"
                           for e, m in dp_meaning.items())
         notes.append(f"several privacy budgets ({shown}): calibrate ε with caution, a strict budget costs meaning "
                      "and style and, through them, utility (§7)")
     hints = {"utility": "enable utility in the config", "privacy": "enable privacy (profiling, membership, "
-             "reidentify) in the config", "meaning": "add bertscore_f1 to metrics.names",
-             "style": "add style_cosine / pos_jaccard to metrics.names", "divergence": "add bleu_divergence to "
-             "metrics.names"}
+             "reidentify) in the config",
+             **{a: f"add {' / '.join(m.name for m in catalogue.headline_metrics(a))} to metrics.names"
+                for a in ("meaning", "style", "divergence")}}
     for aspect in goal.weights():
         if aspect != "longitudinal" and not any(aspect in r.aspects for r in recs):
             notes.append(f"no {ASPECT_NAMES[aspect]} numbers in this run: left out of every score ({hints[aspect]})")

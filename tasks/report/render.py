@@ -10,22 +10,12 @@ import math
 
 import pandas as pd
 
+from tasks.metrics import catalogue
 from tasks.report import plots
 from tasks.report.build import CORRELATED_LEVELS, EXAMPLE_MAX_CHARS, ReportData, aspect_points
 from tasks.report.recommend import Recommendation, recommend, recommendation_notes
 from tasks.report.tables import BASELINE_ROWS, ArticleTable, article_tables, strategy_label
-
-#: What each metric measures and its direction, shown as header tips and in the per-strategy details.
-METRIC_NOTES: dict[str, str] = {
-    "bertscore_p": "meaning, precision ↑", "bertscore_r": "meaning, recall ↑", "bertscore_f1": "meaning ↑",
-    "fbd": "meaning distance ↓", "fbd_sbert": "meaning distance (SBERT) ↓", "fcsd": "cosine-to-real-mean distance ↓",
-    "style_cosine": "style kept ↑", "style_frechet": "style distance ↓", "pos_jaccard": "syntax kept ↑",
-    "pos_jsd": "syntax divergence ↓", "bleu_divergence": "divergence (1 − BLEU/100) ↑",
-    "self_bleu": "self-BLEU among variants ↓", "self_bleu_diversity": "diversity among variants ↑",
-    "char_jsd": "character-trigram divergence ↑", "sti": "style transfer intensity toward target ↑",
-    "sti_pct": "% of possible style gain ↑", "cps": "content preserved ↑",
-    "reid_accuracy": "share of users re-identified ↓", "membership_auc": "membership inference AUC (0.5 = blind) ↓",
-}
+from tasks.scores import column_keys, structure_of
 
 
 def fmt(value: object, digits: int = 3) -> str:
@@ -47,7 +37,8 @@ def _signature_index(summary: pd.DataFrame) -> dict[str, list[tuple[int, str]]]:
     if summary.empty:
         return {}
     pairs = summary.dropna(subset=["signature"])
-    pairs = pairs[pairs["signature"].astype(str) != ""][["metric", "signature"]].drop_duplicates()
+    pairs = pairs[pairs["signature"].astype(str) != ""]
+    pairs = pd.DataFrame({"metric": column_keys(pairs), "signature": pairs["signature"]}).drop_duplicates()
     numbers: dict[str, int] = {}
     out: dict[str, list[tuple[int, str]]] = {}
     for metric, signature in sorted(pairs.itertuples(index=False, name=None)):
@@ -61,7 +52,7 @@ def _footnotes(signatures: dict[str, list[tuple[int, str]]]) -> list[tuple[int, 
     numbered: dict[int, tuple[str, list[str]]] = {}
     for metric, entries in signatures.items():
         for number, signature in entries:
-            numbered.setdefault(number, (signature, []))[1].append(metric)
+            numbered.setdefault(number, (signature, []))[1].append(metric.replace("|", " "))
     return [(n, sig, metrics) for n, (sig, metrics) in sorted(numbered.items())]
 
 
@@ -81,7 +72,10 @@ def _details_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
     for (_, strategy, variant), group in ordered.groupby(["_base", "strategy", "variant"], sort=True):
         name = strategy_label(strategy, variant)
         table = pd.DataFrame({
-            "metric": group["metric"].tolist(), "level": group["level"].tolist(), "mean": group["value"].tolist(),
+            "metric": group["metric"].tolist(),
+            "about": [", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}" for k, v in structure_of(r).items())
+                      for r in group.to_dict("records")],
+            "level": group["level"].tolist(), "mean": group["value"].tolist(),
             "std": group["std"].tolist(), "median": group["median"].tolist(), "n": group["n"].astype(int).tolist(),
             "failed": group["n_failed"].astype(int).tolist(),
             "reason": group["reason"].astype(object).where(group["reason"].notna(), "").astype(str).tolist()})
@@ -132,14 +126,14 @@ def _md_frame(df: pd.DataFrame) -> str:
 
 def _md_article_table(table: ArticleTable, signatures: dict[str, list[tuple[int, str]]]) -> list[str]:
     def header(col) -> str:
-        mark = "[" + ",".join(str(n) for n, _ in signatures[col.metric]) + "]" if col.metric in signatures else ""
+        mark = "[" + ",".join(str(n) for n, _ in signatures[col.key]) + "]" if col.key in signatures else ""
         return f"{col.group} {col.header}".strip() + mark
 
     lines = [f"## {table.title}", "", table.caption, "",
              "| strategy | " + " | ".join(header(c) for c in table.columns) + " |",
              "|---|" + "|".join("---" for _ in table.columns) + "|"]
     for i in range(len(table.rows)):
-        lines.append(f"| {_md(table.label(i))} | " + " | ".join(_md_cell(table, i, c.metric) for c in table.columns)
+        lines.append(f"| {_md(table.label(i))} | " + " | ".join(_md_cell(table, i, c.key) for c in table.columns)
                      + " |")
     return lines
 
@@ -238,23 +232,22 @@ def _html_article_table(table: ArticleTable, signatures: dict[str, list[tuple[in
     cells = []
     for col in table.columns:
         sup = ""
-        if col.metric in signatures:
-            sup = "<sup>" + ",".join(f'<a href="#sig-{n}">{n}</a>' for n, _ in signatures[col.metric]) + "</sup>"
-        tip = METRIC_NOTES.get(col.metric, col.metric)
-        cells.append(f'<th title="{_e(tip)}" data-metric="{_e(col.metric)}">{_e(col.header)}{sup}</th>')
+        if col.key in signatures:
+            sup = "<sup>" + ",".join(f'<a href="#sig-{n}">{n}</a>' for n, _ in signatures[col.key]) + "</sup>"
+        cells.append(f'<th title="{_e(col.note)}" data-metric="{_e(col.key)}">{_e(col.header)}{sup}</th>')
     head += "<tr><th>Generation strategy</th>" + "".join(cells) + "</tr>"
     body = []
     for i, (strategy, variant) in enumerate(table.rows):
         tds = []
         for col in table.columns:
-            value = table.value(i, col.metric)
+            value = table.value(i, col.key)
             text = _e(fmt(value))
-            marks = table.marks.get((i, col.metric), set())
+            marks = table.marks.get((i, col.key), set())
             if "underline" in marks:
                 text = f"<u>{text}</u>"
             if "best" in marks:
                 text = f"<strong>{text}</strong>"
-            tds.append(f'<td data-metric="{_e(col.metric)}" data-value="{_e(repr(value))}">{text}</td>')
+            tds.append(f'<td data-metric="{_e(col.key)}" data-value="{_e(repr(value))}">{text}</td>')
         cls = ' class="baseline"' if table.is_baseline(i) else ""
         body.append(f'<tr{cls} data-strategy="{_e(strategy)}" data-variant="{_e(variant)}"><td>{_e(table.label(i))}'
                     f"</td>{''.join(tds)}</tr>")
@@ -263,8 +256,14 @@ def _html_article_table(table: ArticleTable, signatures: dict[str, list[tuple[in
             f'{"".join(body)}</tbody></table></div></section>')
 
 
+def _note(name: str) -> str:
+    """The catalogue's header tip of a registered metric, else nothing."""
+    registered = catalogue.lookup(name)
+    return registered.note if registered is not None else ""
+
+
 def _html_frame(df: pd.DataFrame, table_id: str, cls: str = "") -> str:
-    head = "".join(f'<th title="{_e(METRIC_NOTES.get(str(c), ""))}">{_e(c)}</th>' for c in df.columns)
+    head = "".join(f'<th title="{_e(_note(str(c)))}">{_e(c)}</th>' for c in df.columns)
     rows = "".join("<tr>" + "".join(f"<td>{_e(fmt(v))}</td>" for v in row) + "</tr>"
                    for row in df.itertuples(index=False))
     klass = f' class="{cls}"' if cls else ""

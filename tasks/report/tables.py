@@ -9,41 +9,18 @@ the numbers are the summary's values, unrounded, so a test can hold them against
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from tasks.metrics.suite import BAG_METRICS, CLOSER_IS_HIGHER
+from tasks.metrics import catalogue
+from tasks.scores import column_key, column_keys, structure_of
 
 #: Rows that are not generation strategies: the attack on (or training with) the real text, and chance.
 ORIGINAL, CHANCE = "original", "chance"
 BASELINE_ROWS = (ORIGINAL, CHANCE)
-
-#: Sample-level columns (Table 4): the article's four first (BSc, Idio, POS, Div), then the rest.
-#: Every one is "higher = more of the named aspect"; self_bleu (similarity among variants) is the exception.
-SAMPLE_COLUMNS: dict[str, str] = {
-    "bertscore_f1": "BSc", "style_cosine": "Style", "pos_jaccard": "POS", "bleu_divergence": "Div",
-    "bertscore_p": "BSc-P", "bertscore_r": "BSc-R", "cps": "CPS", "sti": "STI", "sti_pct": "STI %",
-    "self_bleu_diversity": "Self-Div", "self_bleu": "Self-BLEU",
-}
-#: Distribution-level columns (Table 13): BFD, IFD (style embedding Fréchet), POS JSD, Div (char-trigram JSD).
-DISTRIBUTION_COLUMNS: dict[str, str] = {
-    "fbd": "BFD", "style_frechet": "IFD", "pos_jsd": "POS", "char_jsd": "Div", "fbd_sbert": "BFD-SBERT",
-    "fcsd": "FCSD",
-}
-#: +1: higher is better in the table's sense (more kept, or more divergent: the article's Table 4 reads
-#: "higher is better for all metrics"); -1: lower is better (distances, errors, attack success).
-DIRECTION: dict[str, int] = {
-    **{m: 1 for m in SAMPLE_COLUMNS}, "self_bleu": -1,
-    **{m: -1 for m in DISTRIBUTION_COLUMNS}, "char_jsd": 1,
-    **{m: 1 if CLOSER_IS_HIGHER.get(m, True) else -1 for m in BAG_METRICS},
-}
-_UTILITY_NAME = re.compile(r"^(?P<setting>[a-z]+)\[(?P<pct>\d+)%\] (?P<metric>.+)$")
-#: Task metrics where lower is better: the dialogue-act error rates (DSER, DER, and any *WER: SegWER, JointWER).
-_LOWER_IS_BETTER_TASK_METRICS = ("dser", "der")
 
 
 #: Variants that need no mention in a row label (the only or first output of a strategy; missing values).
@@ -58,20 +35,27 @@ def strategy_label(strategy: object, variant: object = None) -> str:
     return name if var.lower() in _PLAIN_VARIANTS else f"{name} ({var})"
 
 
-def task_metric_direction(metric: str) -> int:
-    """+1 for F1 and coverage precision/recall, -1 for the error rates (SegWER, JointWER, DSER, DER)."""
-    name = metric.lower()
-    return -1 if name in _LOWER_IS_BETTER_TASK_METRICS or name.endswith("wer") else 1
-
-
 @dataclass(frozen=True)
 class Column:
-    """One numeric column: the summary metric it shows, its header and which direction is better."""
+    """One numeric column: the registered metric it shows and the structure values that set it apart
+    (setting, fraction, attribute, model, ...), its header and which direction is better. ``key``
+    identifies the column in the table's values and marks."""
 
     metric: str
     header: str
     direction: int  # +1 higher is better, -1 lower is better, 0 no ranking
     group: str = ""  # a spanning header (e.g. the augmentation metric over 10/50/100%)
+    structure: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return column_key(self.metric, self.structure)
+
+    @property
+    def note(self) -> str:
+        """The header tip: what the metric measures and which way is better (from the catalogue)."""
+        registered = catalogue.lookup(self.metric)
+        return registered.note if registered is not None else self.metric
 
 
 @dataclass
@@ -103,10 +87,10 @@ class ArticleTable:
         self.marks.setdefault((row, metric), set()).add(kind)
 
     def frame(self) -> pd.DataFrame:
-        """The table as a frame (label, then one column per metric): what the markdown shows, unrounded."""
+        """The table as a frame (label, then one column per column key): what the markdown shows, unrounded."""
         data = {"strategy": [self.label(i) for i in range(len(self.rows))]}
         for col in self.columns:
-            data[col.metric] = [self.value(i, col.metric) for i in range(len(self.rows))]
+            data[col.key] = [self.value(i, col.key) for i in range(len(self.rows))]
         return pd.DataFrame(data)
 
 
@@ -130,14 +114,19 @@ def _rank_best(table: ArticleTable, rows: Sequence[int], metric: str, direction:
             table.mark(r, metric, kind)
 
 
-def _wide(summary: pd.DataFrame, level: str) -> pd.DataFrame:
+def _wide(summary: pd.DataFrame, level: str) -> tuple[pd.DataFrame, dict[str, dict]]:
+    """(strategy, variant) x column key values of one level, and each key's metric and structure
+    (``{"metric": ..., **structure}``), in the summary's order."""
     part = summary[summary["level"] == level]
     if part.empty:
-        return pd.DataFrame()
-    part = part.assign(variant=part["variant"].fillna("").astype(str))
-    unique = part.drop_duplicates(["strategy", "variant", "metric"])
-    wide = unique.set_index(["strategy", "variant", "metric"])["value"].astype(float).unstack("metric")
-    return wide.reindex(columns=list(dict.fromkeys(unique["metric"])))  # the summary's metric order
+        return pd.DataFrame(), {}
+    part = part.assign(variant=part["variant"].fillna("").astype(str), _key=column_keys(part))
+    unique = part.drop_duplicates(["strategy", "variant", "_key"])
+    wide = unique.set_index(["strategy", "variant", "_key"])["value"].astype(float).unstack("_key")
+    keys = {}
+    for record in unique.drop_duplicates("_key").to_dict("records"):
+        keys[record["_key"]] = {"metric": str(record["metric"]), **structure_of(record)}
+    return wide.reindex(columns=list(keys)).rename_axis(columns=None), keys
 
 
 def _strategy_order(keys: Sequence[tuple[str, str]], order: Sequence[str] | None) -> list[tuple[str, str]]:
@@ -150,32 +139,38 @@ def _table(key: str, title: str, caption: str, columns: list[Column], wide: pd.D
     table = ArticleTable(key=key, title=title, caption=caption, columns=columns, rows=rows, values={})
     for i, row in enumerate(rows):
         for col in columns:
-            if row in wide.index and col.metric in wide.columns:
-                v = wide.loc[row, col.metric]
-                table.values[(i, col.metric)] = float(v) if v is not None and not pd.isna(v) else math.nan
+            if row in wide.index and col.key in wide.columns:
+                v = wide.loc[row, col.key]
+                table.values[(i, col.key)] = float(v) if v is not None and not pd.isna(v) else math.nan
         if row_labels and row in row_labels:
             table.row_labels[i] = row_labels[row]
     return table
 
 
-def _present(columns: Mapping[str, str], wide: pd.DataFrame) -> list[str]:
-    """Metrics of ``columns`` that have at least one finite value, in the mapping's order."""
-    return [m for m in columns if m in wide.columns and np.isfinite(pd.to_numeric(wide[m], errors="coerce")).any()]
+def _finite(wide: pd.DataFrame, key: str) -> bool:
+    """Whether column ``key`` has at least one finite value."""
+    return key in wide.columns and bool(np.isfinite(pd.to_numeric(wide[key], errors="coerce")).any())
+
+
+def _arrow(metric: str) -> str:
+    registered = catalogue.lookup(metric)
+    return registered.arrow if registered is not None else "↑"
 
 
 #: Syntax-controlled paraphrase strategies: the article underlines the best of them in Tables 4 and 13.
 SYNTAX_FAMILIES = frozenset({"synsim", "syndiff", "synorig", "syntr"})
-#: Per intrinsic level: (columns, table key, how many top values are bold, title, caption).
-_INTRINSIC: dict[str, tuple[Mapping[str, str], str, int, str, str]] = {
-    "sample-mean": (SAMPLE_COLUMNS, "table4", 1, "Intrinsic evaluation, sample level (Table 4)",
+#: Per intrinsic summary level: (table key, how many top values are bold, title, caption); the columns are the
+#: catalogue's metrics of the levels summarised at it (tasks.metrics.catalogue.SUMMARY_LEVEL).
+_INTRINSIC: dict[str, tuple[str, int, str, str]] = {
+    "sample-mean": ("table4", 1, "Intrinsic evaluation, sample level (Table 4)",
                     "Meaning (BERTScore F1), style (style-embedding cosine, POS-trigram Jaccard) and divergence "
                     "(1 − BLEU/100), means over the synthetic texts. Higher is better for all but Self-BLEU. "
                     "In bold: top scoring method for each metric."),
-    "distribution": (DISTRIBUTION_COLUMNS, "table13", 2, "Intrinsic evaluation, distribution level (Table 13)",
+    "distribution": ("table13", 2, "Intrinsic evaluation, distribution level (Table 13)",
                      "Meaning (BERT Fréchet distance), style (style-embedding Fréchet distance, POS-trigram JSD) and "
                      "divergence (character-trigram JSD). Lower is better for all metrics except divergence. "
                      "In bold: top two scoring methods for each metric."),
-    "bag-mean": ({m: m for m in BAG_METRICS}, "bags", 1, "Bag-level metrics (means over groups)",
+    "bag-mean": ("bags", 1, "Bag-level metrics (means over groups)",
                  "Traffic metrics between real and synthetic bags (seed 003): higher = the synthetic bag is closer "
                  "to the real one. In bold: top scoring method for each metric."),
 }
@@ -188,14 +183,15 @@ def intrinsic_table(summary: pd.DataFrame, level: str, order: Sequence[str] | No
     underlined when the run has one next to other strategies."""
     if level not in _INTRINSIC:
         raise ValueError(f"intrinsic_table: unknown level {level!r}")
-    wide = _wide(summary, level)
+    wide, _ = _wide(summary, level)
     if wide.empty:
         return None
-    names, key, top, title, caption = _INTRINSIC[level]
-    metrics = _present(names, wide)
-    if not metrics:
+    key, top, title, caption = _INTRINSIC[level]
+    levels = [name for name, summarised in catalogue.SUMMARY_LEVEL.items() if summarised == level]
+    registered = [m for m in catalogue.metrics(*levels) if m.in_tables and _finite(wide, m.name)]
+    if not registered:
         return None
-    columns = [Column(m, names[m], DIRECTION.get(m, 1)) for m in metrics]
+    columns = [Column(m.name, m.label, m.direction) for m in registered]
     rows = _strategy_order([k for k in wide.index if k[0] not in BASELINE_ROWS], order)
     families = families or {}
     syntax = [i for i, (strategy, _) in enumerate(rows) if families.get(strategy, strategy) in SYNTAX_FAMILIES]
@@ -204,34 +200,41 @@ def intrinsic_table(summary: pd.DataFrame, level: str, order: Sequence[str] | No
         caption += " Underlined: top scoring syntax-controlled paraphrase strategy."
     table = _table(key, title, caption, columns, wide, rows)
     for col in columns:
-        _rank_best(table, range(len(rows)), col.metric, col.direction, top)
+        _rank_best(table, range(len(rows)), col.key, col.direction, top)
         if underline:
-            _rank_best(table, syntax, col.metric, col.direction, 1, kind="underline")
+            _rank_best(table, syntax, col.key, col.direction, 1, kind="underline")
     return table
 
 
-def _utility_columns(wide: pd.DataFrame, setting: str) -> list[tuple[str, int, str]]:
-    """(summary metric, percent, task metric) of one setting's columns, by task metric then percent."""
-    found = []
-    for name in wide.columns:
-        match = _UTILITY_NAME.match(str(name))
-        if match and match["setting"] == setting:
-            found.append((str(name), int(match["pct"]), match["metric"]))
-    task_order = list(dict.fromkeys(m for _, _, m in found))
-    return sorted(found, key=lambda f: (task_order.index(f[2]), f[1]))
+def _utility_columns(keys: Mapping[str, dict], setting: str) -> list[tuple[str, str, float]]:
+    """(column key, task metric, fraction) of one setting's columns, by task metric then fraction."""
+    found = [(key, str(k["metric"]), float(k["fraction"])) for key, k in keys.items()
+             if k.get("setting") == setting and "fraction" in k]
+    task_order = list(dict.fromkeys(m for _, m, _ in found))
+    return sorted(found, key=lambda f: (task_order.index(f[1]), f[2]))
+
+
+def _percent(fraction: float) -> int:
+    return round(100 * fraction)
+
+
+def _baseline_value(wide: pd.DataFrame, original: list[tuple[str, str]], metric: str, fraction: float) -> float:
+    """The real-data baseline of a task metric at a training fraction (the ``original`` row), or NaN."""
+    key = column_key(metric, {"setting": "baseline", "fraction": fraction})
+    return float(wide.loc[original[0], key]) if original and key in wide.columns else math.nan
 
 
 def substitution_table(summary: pd.DataFrame, order: Sequence[str] | None = None) -> ArticleTable | None:
     """Table 5: train on synthetic instead of real (1-to-1), test on real. Bold: top two synthetic; underline:
     outperforms the best system trained on original data."""
-    wide = _wide(summary, "utility")
+    wide, keys = _wide(summary, "utility")
     if wide.empty:
         return None
-    subs = [c for c in _utility_columns(wide, "substitution") if c[1] == 100] or _utility_columns(wide, "substitution")
+    subs = [c for c in _utility_columns(keys, "substitution") if c[2] == 1.0] or _utility_columns(keys, "substitution")
     if not subs:
         return None
-    columns = [Column(name, f"{metric}{' ↓' if task_metric_direction(metric) < 0 else ' ↑'}",
-                      task_metric_direction(metric)) for name, _, metric in subs]
+    columns = [Column(metric, f"{metric} {_arrow(metric)}", catalogue.direction(metric),
+                      structure={"setting": "substitution", "fraction": fraction}) for _key, metric, fraction in subs]
     rows = _strategy_order([k for k in wide.index if k[0] not in BASELINE_ROWS], order)
     original = [k for k in wide.index if k[0] == ORIGINAL]
     table = _table("table5", "Substitution: train on synthetic, test on real (Table 5)",
@@ -239,16 +242,15 @@ def substitution_table(summary: pd.DataFrame, order: Sequence[str] | None = None
                    "seeds. In bold: top two strategies; underlined: outperforms the system trained on original data.",
                    columns, wide, rows + original[:1], row_labels={k: "Trained on original data" for k in original})
     synthetic_rows = range(len(rows))
-    for (_name, pct, metric), col in zip(subs, columns, strict=True):
-        _rank_best(table, synthetic_rows, col.metric, col.direction, 2)
-        if original:  # the baseline at the same training fraction lives under the baseline[...] column
-            base_name = f"baseline[{pct}%] {metric}"
-            base = float(wide.loc[original[0], base_name]) if base_name in wide.columns else math.nan
-            table.values[(len(rows), col.metric)] = base
+    for (_key, metric, fraction), col in zip(subs, columns, strict=True):
+        _rank_best(table, synthetic_rows, col.key, col.direction, 2)
+        if original:  # the baseline at the same training fraction is the original row's baseline number
+            base = _baseline_value(wide, original, metric, fraction)
+            table.values[(len(rows), col.key)] = base
             for r in synthetic_rows:
-                v = table.value(r, col.metric)
+                v = table.value(r, col.key)
                 if _measured(v) and _measured(base) and col.direction * (v - base) > 0:
-                    table.mark(r, col.metric, "underline")
+                    table.mark(r, col.key, "underline")
     return table
 
 
@@ -256,51 +258,40 @@ def augmentation_table(summary: pd.DataFrame, level: str = "post",
                        order: Sequence[str] | None = None) -> ArticleTable | None:
     """Tables 7 (post), 8 (dialogue), 9 (timeline): augmentation at 10/50/100% of the training data, with
     the no-augmentation baseline last. Bold: best strategy per column; underline: outperforms no-augmentation."""
-    wide = _wide(summary, "utility")
+    wide, keys = _wide(summary, "utility")
     if wide.empty:
         return None
-    aug = _utility_columns(wide, "augmentation")
+    aug = _utility_columns(keys, "augmentation")
     if not aug:
         return None
     number = {"post": 7, "dialogue": 8, "timeline": 9}.get(level, 7)
-    columns = [Column(name, f"{pct}%", task_metric_direction(metric),
-                      group=f"{metric} {'↓' if task_metric_direction(metric) < 0 else '↑'}") for name, pct, metric in aug]
+    columns = [Column(metric, f"{_percent(fraction)}%", catalogue.direction(metric),
+                      group=f"{metric} {_arrow(metric)}", structure={"setting": "augmentation", "fraction": fraction})
+               for _key, metric, fraction in aug]
     rows = _strategy_order([k for k in wide.index if k[0] not in BASELINE_ROWS], order)
     original = [k for k in wide.index if k[0] == ORIGINAL]
     table = _table(f"table{number}", f"Augmentation, {level} level (Table {number})",
                    "Real training data at 10/50/100% of its size plus the synthetic version of it; means over seeds. "
                    "In bold: best strategy per column; underlined: outperforms no augmentation.",
                    columns, wide, rows + original[:1], row_labels={k: "Original (without augmentation)" for k in original})
-    for name, pct, metric in aug:
-        direction = task_metric_direction(metric)
-        _rank_best(table, range(len(rows)), name, direction, 1)
+    for (_key, metric, fraction), col in zip(aug, columns, strict=True):
+        _rank_best(table, range(len(rows)), col.key, col.direction, 1)
         if original:
-            base_name = f"baseline[{pct}%] {metric}"
-            base = float(wide.loc[original[0], base_name]) if base_name in wide.columns else math.nan
-            table.values[(len(rows), name)] = base
+            base = _baseline_value(wide, original, metric, fraction)
+            table.values[(len(rows), col.key)] = base
             for r in range(len(rows)):
-                v = table.value(r, name)
-                if _measured(v) and _measured(base) and direction * (v - base) > 0:
-                    table.mark(r, name, "underline")
+                v = table.value(r, col.key)
+                if _measured(v) and _measured(base) and col.direction * (v - base) > 0:
+                    table.mark(r, col.key, "underline")
     return table
 
 
-#: Privacy columns (Table 6): attack success rates, lower = more private. Membership AUC is better the
-#: closer it is to 0.5 (the attacker cannot tell members from non-members).
-_PRIVACY_PATTERNS: tuple[tuple[str, str], ...] = (
-    (r"^profiling_accuracy\[(?P<x>.+)\]$", "Profiling {x}"),
-    (r"^llm_profiling_accuracy\[(?P<x>.+)\]$", "LLM profiling {x}"),
-    (r"^reid_accuracy$", "Re-identified users"),
-    (r"^membership_auc$", "Membership AUC"),
-)
-
-
-def _privacy_header(metric: str) -> str | None:
-    for pattern, header in _PRIVACY_PATTERNS:
-        match = re.match(pattern, metric)
-        if match:
-            return header.format(**match.groupdict())
-    return None
+def _privacy_header(metric: catalogue.Metric, structure: Mapping[str, object], varied: set[str]) -> str:
+    """``Profiling gender/linear ↓``: the label, the attacked attribute and attacker model, and the attack or
+    adversary setting when the table has several of them; the catalogue's arrow."""
+    about = "/".join(str(structure[k]) for k in ("attribute", "model") if k in structure)
+    how = ", ".join(str(structure[k]) for k in ("attack", "adversary") if k in structure and k in varied)
+    return " ".join(p for p in (metric.label, about, f"({how})" if how else "", metric.arrow) if p)
 
 
 def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = None,
@@ -308,17 +299,22 @@ def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = No
     """Table 6: profiling accuracy and re-identified users per strategy, then the random baseline and the
     original data. Bold: most privacy-preserving overall; underlined: most privacy-preserving without a
     formal DP guarantee (strategies whose family is ``dp``)."""
-    wide = _wide(summary, "privacy")
+    wide, keys = _wide(summary, "privacy")
     if wide.empty:
         return None
-    metrics = sorted((m for m in wide.columns if _privacy_header(str(m))),
-                     key=lambda m: ([p for p, _ in _PRIVACY_PATTERNS].index(
-                         next(p for p, _ in _PRIVACY_PATTERNS if re.match(p, str(m)))), str(m)))
-    metrics = [m for m in metrics if np.isfinite(pd.to_numeric(wide[m], errors="coerce")).any()]
-    if not metrics:
+    shown = [m.name for m in catalogue.metrics("privacy") if m.in_tables]
+    found = sorted((key for key, k in keys.items() if k["metric"] in shown and _finite(wide, key)),
+                   key=lambda key: (shown.index(keys[key]["metric"]), key))
+    if not found:
         return None
-    columns = [Column(str(m), f"{_privacy_header(str(m))} {'→0.5' if m == 'membership_auc' else '↓'}", -1)
-               for m in metrics]
+    varied = {k for k in ("attack", "adversary")
+              for metric in shown if len({keys[key].get(k) for key in found if keys[key]["metric"] == metric}) > 1}
+    columns = []
+    for key in found:
+        metric = catalogue.CATALOGUE[keys[key]["metric"]]
+        structure = {k: v for k, v in keys[key].items() if k != "metric"}
+        columns.append(Column(metric.name, _privacy_header(metric, structure, varied), metric.direction,
+                              structure=structure))
     rows = _strategy_order([k for k in wide.index if k[0] not in BASELINE_ROWS], order)
     chance = [k for k in wide.index if k[0] == CHANCE][:1]
     original = [k for k in wide.index if k[0] == ORIGINAL][:1]
@@ -331,10 +327,11 @@ def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = No
     families = families or {}
     non_dp = [i for i, (s, _) in enumerate(rows) if families.get(s, s) != "dp"]
     for col in columns:
-        key = (lambda v: -abs(v - 0.5)) if col.metric == "membership_auc" else None
-        _rank_best(table, range(len(rows)), col.metric, col.direction, 1, key=key)
+        target = catalogue.CATALOGUE[col.metric].target
+        closeness = (lambda v, t=target: -abs(v - t)) if target is not None else None
+        _rank_best(table, range(len(rows)), col.key, col.direction, 1, key=closeness)
         if len(non_dp) < len(rows):
-            _rank_best(table, non_dp, col.metric, col.direction, 1, kind="underline", key=key)
+            _rank_best(table, non_dp, col.key, col.direction, 1, kind="underline", key=closeness)
     return table
 
 

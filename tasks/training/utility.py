@@ -45,13 +45,14 @@ import pandas as pd
 from tasks.corpus.schema import STATUS_OK
 from tasks.corpus.splits import undersample
 from tasks.errors import ConfigError
+from tasks.scores import SCORES, UTILITY_RUNS, score_frame
 from tasks.training.task_metrics import macro_f1
 
 SETTINGS: tuple[str, ...] = ("substitution", "augmentation", "baseline")
 ORIGINAL = "original"  #: strategy name of the baseline runs
 SYN_SUFFIX = "|syn"
-RESULT_COLUMNS: tuple[str, ...] = ("setting", "fraction", "strategy", "seed", "n_train", "n_val", "n_test",
-                                   "status", "reason", "seconds")
+#: The run-description columns of a results table (the declared :data:`tasks.scores.UTILITY_RUNS`).
+RESULT_COLUMNS: tuple[str, ...] = tuple(UTILITY_RUNS.columns)
 
 Evaluator = Callable[[pd.DataFrame, pd.DataFrame, pd.DataFrame, int], Mapping[str, float]]
 
@@ -167,12 +168,8 @@ def run_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | No
             row["reason"] = f"{type(exc).__name__}: {exc}"
         row["seconds"] = time.perf_counter() - start
         rows.append(row)
-    out = pd.DataFrame(rows)
-    for col in RESULT_COLUMNS:
-        if col not in out.columns:
-            out[col] = pd.Series(dtype=object)
-    metrics = [c for c in out.columns if c not in RESULT_COLUMNS]
-    return out[[*RESULT_COLUMNS, *metrics]]
+    out = pd.DataFrame(rows, columns=list(RESULT_COLUMNS)) if not rows else pd.DataFrame(rows)
+    return score_frame(out, UTILITY_RUNS)
 
 
 def post_evaluator(model: str = "linear", **model_kwargs: Any) -> Evaluator:
@@ -262,23 +259,20 @@ def utility_tables(results: pd.DataFrame, *, stat: str = "mean") -> dict[str, pd
 
 
 def utility_summary_rows(results: pd.DataFrame, signature: str) -> pd.DataFrame:
-    """Utility numbers as report rows (level ``utility``): ``<setting>[<pct>%] <metric>`` with the mean and
-    std over seeds; the baseline rows are the ``original`` strategy, as in the article's tables."""
+    """Utility numbers as long score rows (level ``utility``; :data:`tasks.scores.SCORES`): one per
+    (setting, fraction, strategy, task metric) with the mean and std over seeds; the baseline rows are the
+    ``original`` strategy, as in the article's tables."""
     rows = []
     metrics = metric_columns(results) or ["score"]
     for row in summarize_utility(results).to_dict("records"):
-        name = row["strategy"]
         for metric in metrics:
-            rows.append({"strategy": name, "variant": "", "level": "utility",
-                         "metric": f"{row['setting']}[{round(100 * row['fraction'])}%] {metric}",
+            rows.append({"strategy": row["strategy"], "variant": "", "level": "utility", "metric": metric,
+                         "setting": row["setting"], "fraction": float(row["fraction"]),
                          "value": row.get(f"{metric}_mean", float("nan")), "std": row.get(f"{metric}_std", float("nan")),
                          "median": float("nan"), "n": int(row["n_ok"]), "n_failed": int(row["n_failed"]),
                          "signature": signature,
                          "reason": None if row["n_ok"] else _first_reason(results, row)})
-    frame = pd.DataFrame(rows, columns=["strategy", "variant", "level", "metric", "value", "std", "median", "n",
-                                        "n_failed", "signature", "reason"])
-    frame["reason"] = frame["reason"].astype("string")
-    return frame
+    return score_frame(rows, SCORES)
 
 
 def run_one(corpus: pd.DataFrame, synthetic: pd.DataFrame | None, strategy: str, setting: str, fraction: float,

@@ -1,0 +1,348 @@
+"""The metric catalogue: every measure a run reports, registered once (like the strategy registry).
+
+A :class:`Metric` says what a measure is (name, level, aspect), which way is better (direction), how the
+report names it (label), which suite options it reads, which fields its signature carries, and the
+function that computes it. The suite's dispatch, ``flows/config.py``'s name check, the report's columns,
+marks and notes and the recommendations' aspects all read this module; nothing else lists metric names
+or directions. ``synthugc metrics`` prints it.
+
+Adding a metric = one :func:`register` call plus its function. Compute conventions per level:
+
+- ``sample``: ``compute(sources, outputs, options, cache) -> MetricResult``; metrics that share a compute
+  function are computed by one call (BERTScore's P/R/F1), the function's result has a column per metric;
+- ``variant``: ``compute(outputs_by_input) -> MetricResult`` (diversity among the variants of one input);
+- ``distribution``: ``compute(real, synthetic, options, cache) -> DistributionScore``;
+- ``bag``: one shared function, ``tasks.metrics.bags.bag_scores`` (corpus-level IDF needs one call);
+- ``utility`` and ``privacy``: measures the utility and privacy stages write (no compute here); they are
+  registered for their direction, label and aspect.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from tasks.metrics import bags as bag_metrics
+
+if TYPE_CHECKING:
+    from tasks.metrics.base import DistributionScore, MetricResult
+    from tasks.models.embeddings import EmbeddingCache
+
+Level = Literal["sample", "variant", "distribution", "bag", "utility", "privacy"]
+LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag", "utility", "privacy")
+#: The summary level a catalogue level's numbers carry in the long score table.
+SUMMARY_LEVEL: dict[str, str] = {"sample": "sample-mean", "variant": "sample-mean", "distribution": "distribution",
+                                 "bag": "bag-mean", "utility": "utility", "privacy": "privacy"}
+ASPECTS: tuple[str, ...] = ("meaning", "style", "divergence", "diversity", "similarity", "utility", "privacy")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One registered measure. ``direction`` +1: higher is better, -1: lower is better; ``target``: best
+    at this value (membership AUC: 0.5), ranked by distance to it. ``closer_is_higher`` (distribution and
+    bag metrics): does a higher value mean the synthetic set is closer to the real one (the
+    meta-evaluation's sense, which differs from ``direction`` for divergence)? ``in_tables``: shown as a
+    column of the report's article tables."""
+
+    name: str
+    level: Level
+    aspect: str
+    direction: int
+    label: str
+    description: str
+    options: tuple[str, ...] = ()
+    signature_fields: tuple[str, ...] = ()
+    compute: Callable[..., Any] | None = None
+    closer_is_higher: bool | None = None
+    target: float | None = None
+    in_tables: bool = True
+    suffix: bool = False  # a family of task metrics named ``<class><name>`` (timeline coverage: IE_Cr)
+    headline: bool = False  # stands for its aspect in the recommendations (seed 000 §7: BSc, Idio, POS, Div)
+
+    @property
+    def better(self) -> str:
+        """``higher is better``, ``lower is better`` or ``closest to X is better``."""
+        if self.target is not None:
+            return f"closest to {self.target:g} is better"
+        return "higher is better" if self.direction > 0 else "lower is better" if self.direction < 0 else "unranked"
+
+    @property
+    def arrow(self) -> str:
+        """The header arrow of the report's tables: ↑, ↓ or →target."""
+        if self.target is not None:
+            return f"→{self.target:g}"
+        return "↑" if self.direction > 0 else "↓" if self.direction < 0 else ""
+
+    @property
+    def note(self) -> str:
+        """A header tip: what it measures and its arrow."""
+        return f"{self.description} {self.arrow}"
+
+    def matches(self, name: str) -> bool:
+        """Whether a written measure name is this metric (for a suffix family: ends with it, after a class)."""
+        return name.endswith(self.name) and name != self.name if self.suffix else name == self.name
+
+
+CATALOGUE: dict[str, Metric] = {}
+
+
+def register(metric: Metric) -> Metric:
+    """Add ``metric`` to the catalogue (its name must be new; level and aspect known; direction ±1 or 0)."""
+    if metric.name in CATALOGUE:
+        raise ValueError(f"metric {metric.name!r} is already registered")
+    if metric.level not in LEVELS:
+        raise ValueError(f"metric {metric.name!r}: level must be one of {', '.join(LEVELS)}, got {metric.level!r}")
+    if metric.aspect not in ASPECTS:
+        raise ValueError(f"metric {metric.name!r}: aspect must be one of {', '.join(ASPECTS)}, got {metric.aspect!r}")
+    if metric.direction not in (-1, 0, 1):
+        raise ValueError(f"metric {metric.name!r}: direction must be +1, -1 or 0, got {metric.direction!r}")
+    if metric.level in ("sample", "variant", "distribution", "bag") and metric.compute is None:
+        raise ValueError(f"metric {metric.name!r}: a {metric.level}-level metric needs its compute function")
+    CATALOGUE[metric.name] = metric
+    return metric
+
+
+def unregister(name: str) -> None:
+    """Remove a registration (tests that register a toy metric clean up with this)."""
+    CATALOGUE.pop(name, None)
+
+
+def metrics(*levels: str, aspect: str | None = None) -> list[Metric]:
+    """Registered metrics of these levels (all when none given), in registration order."""
+    return [m for m in CATALOGUE.values() if (not levels or m.level in levels) and (aspect is None or m.aspect == aspect)]
+
+
+def names(*levels: str) -> tuple[str, ...]:
+    """Names of the registered metrics of these levels (the suite computes the four intrinsic levels)."""
+    return tuple(m.name for m in metrics(*levels))
+
+
+def headline_metrics(aspect: str) -> list[Metric]:
+    """The metrics that stand for ``aspect`` (meaning, style, divergence) in the recommendations."""
+    return [m for m in CATALOGUE.values() if m.headline and m.aspect == aspect]
+
+
+def lookup(name: str) -> Metric | None:
+    """The registration of a measure by its name (a timeline coverage column by its suffix), or None."""
+    if name in CATALOGUE:
+        return CATALOGUE[name]
+    return next((m for m in CATALOGUE.values() if m.suffix and m.matches(name)), None)
+
+
+def direction(name: str) -> int:
+    """+1 higher is better, -1 lower is better (an unregistered name: +1, the report's default)."""
+    metric = lookup(name)
+    return metric.direction if metric is not None else 1
+
+
+def label(name: str) -> str:
+    """The name a table shows for a measure; a suffix family keeps its class (``IS coverage recall``)."""
+    metric = lookup(name)
+    if metric is None:
+        return name
+    if metric.suffix:
+        return f"{name.removesuffix(metric.name)} {metric.label}"
+    return metric.label
+
+
+def check_names(requested: Sequence[str], levels: Iterable[str] = ("sample", "variant", "distribution", "bag")) -> list[str]:
+    """The requested names, deduplicated, each a registered metric of ``levels`` (ValueError naming the
+    first unknown one and the known ones)."""
+    known = names(*levels)
+    unknown = [n for n in requested if n not in known]
+    if unknown:
+        raise ValueError(f"unknown metric '{unknown[0]}'; known: {', '.join(known)}")
+    return list(dict.fromkeys(requested))
+
+
+def catalogue_lines() -> list[str]:
+    """One line per registered metric: name, level, aspect, which way is better (``synthugc metrics``)."""
+    shown = {m.name: f"<class>{m.name}" if m.suffix else m.name for m in CATALOGUE.values()}
+    width = max((len(n) for n in shown.values()), default=0)
+    return [f"{shown[m.name]:<{width}}  {m.level:<12}  {m.aspect:<10}  {m.better}" for m in CATALOGUE.values()]
+
+
+# ---------------------------------------------------------------------------------- compute functions
+#: STI's target style per offline classifier: the neutral end (privacy-oriented rewriting removes style).
+DEFAULT_TRANSFER_TARGETS: dict[str, str] = {"subjectivity": "objective", "vader": "neutral"}
+
+
+def transfer_classifier(name: str) -> Any:
+    """The style classifier STI and CPS masking use: offline lexicon models or a sequence classifier."""
+    from tasks.metrics.transfer import HFSequenceClassifier, SubjectivityClassifier, VaderClassifier
+
+    if name == "subjectivity":
+        return SubjectivityClassifier()
+    if name == "vader":
+        return VaderClassifier()
+    return HFSequenceClassifier(name)
+
+
+def style_encoder(options: Any) -> Any:
+    """The style encoder of ``options.style_encoder`` (tagger from ``options.pos_tagger``)."""
+    from tasks.models.style_encoders import load_style_encoder
+
+    return load_style_encoder(options.style_encoder, tagger=options.pos_tagger)
+
+
+def _bertscore(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
+    from tasks.metrics.meaning import bertscore
+
+    return bertscore(outputs, sources, spec=options.token_encoder, layer=options.bertscore_layer,
+                     idf=options.bertscore_idf, baseline_path=options.bertscore_baseline, cache=cache)
+
+
+def _bleu_divergence(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
+    from tasks.metrics.divergence import bleu_divergence
+
+    return bleu_divergence(sources, outputs)
+
+
+def _style_cosine(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
+    from tasks.metrics.style import style_cosine
+
+    return style_cosine(sources, outputs, encoder=style_encoder(options), cache=cache)
+
+
+def _pos_jaccard(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
+    from tasks.metrics.style import pos_jaccard
+
+    return pos_jaccard(sources, outputs, tagger=options.pos_tagger, cache=cache)
+
+
+def _sti(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
+    from tasks.metrics.transfer import sti
+
+    target = options.transfer_target or DEFAULT_TRANSFER_TARGETS.get(options.transfer_classifier, 0)
+    return sti(sources, outputs, classifier=transfer_classifier(options.transfer_classifier), target_class=target)
+
+
+def _cps(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
+    from tasks.metrics.transfer import cps
+
+    classifier = transfer_classifier(options.transfer_classifier) if options.cps_mask else None
+    return cps(sources, outputs, spec=options.sentence_encoder, cache=cache, mask=options.cps_mask,
+               threshold=options.cps_threshold, classifier=classifier)
+
+
+def _self_bleu(outputs_by_input: list[list[str]]) -> MetricResult:
+    from tasks.metrics.divergence import self_bleu
+
+    return self_bleu(outputs_by_input)
+
+
+def _fbd(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
+    from tasks.metrics.frechet import fbd
+
+    return fbd(real, synthetic, spec=options.token_encoder, layer=options.bertscore_layer, cache=cache)
+
+
+def _fbd_sbert(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
+    from tasks.metrics.frechet import fbd_sbert
+
+    return fbd_sbert(real, synthetic, spec=options.sentence_encoder, cache=cache)
+
+
+def _fcsd(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
+    from tasks.metrics.frechet import fcsd
+
+    return fcsd(real, synthetic, spec=options.sentence_encoder, cache=cache)
+
+
+def _style_frechet(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
+    from tasks.metrics.style import style_frechet
+
+    return style_frechet(real, synthetic, encoder=style_encoder(options), cache=cache)
+
+
+def _pos_jsd(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
+    from tasks.metrics.style import pos_jsd
+
+    return pos_jsd(real, synthetic, tagger=options.pos_tagger, cache=cache)
+
+
+def _char_jsd(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
+    from tasks.metrics.divergence import char_jsd
+
+    return char_jsd(real, synthetic)
+
+
+# ------------------------------------------------------------------------------------- registrations
+_BSC = ("token_encoder", "bertscore_layer", "bertscore_idf", "bertscore_baseline")
+_BSC_SIG = ("model", "layer", "idf", "idf_corpus", "rescaled", "baseline", "version")
+_STI = ("transfer_classifier", "transfer_target")
+_POS_SIG = ("model", "tagset", "n", "pad", "tokenizer", "ws", "version")
+_FRECHET_SIG = ("model", "pool", "cov", "fd", "version")
+
+# Sample level, in the order of the article's Table 4 (BSc, Idio, POS, Div), then the rest.
+register(Metric("bertscore_f1", "sample", "meaning", 1, "BSc", "BERTScore F1", _BSC, _BSC_SIG, _bertscore,
+                headline=True))
+register(Metric("bertscore_p", "sample", "meaning", 1, "BSc-P", "BERTScore precision", _BSC, _BSC_SIG, _bertscore))
+register(Metric("bertscore_r", "sample", "meaning", 1, "BSc-R", "BERTScore recall", _BSC, _BSC_SIG, _bertscore))
+register(Metric("style_cosine", "sample", "style", 1, "Style", "style-embedding cosine",
+                ("style_encoder", "pos_tagger"), ("encoder", "version"), _style_cosine, headline=True))
+register(Metric("pos_jaccard", "sample", "style", 1, "POS", "POS Jaccard", ("pos_tagger",), _POS_SIG, _pos_jaccard,
+                headline=True))
+register(Metric("bleu_divergence", "sample", "divergence", 1, "Div", "1 − BLEU against the source", (),
+                ("tokenize", "smooth", "sacrebleu"), _bleu_divergence, headline=True))
+register(Metric("cps", "sample", "meaning", 1, "CPS", "content preserved",
+                ("sentence_encoder", "cps_mask", "cps_threshold", "transfer_classifier"),
+                ("model", "similarity", "mask", "threshold", "attribution", "attr_classifier"), _cps))
+register(Metric("sti", "sample", "style", 1, "STI", "style transfer intensity toward target", _STI,
+                ("classifier", "target", "emd"), _sti))
+register(Metric("sti_pct", "sample", "style", 1, "STI %", "% of possible style gain", _STI,
+                ("classifier", "target", "emd", "away"), _sti))
+# Variant level: diversity among the variants of one input.
+register(Metric("self_bleu_diversity", "variant", "diversity", 1, "Self-Div", "diversity among variants", (),
+                ("avg", "sacrebleu"), _self_bleu))
+register(Metric("self_bleu", "variant", "diversity", -1, "Self-BLEU", "self-BLEU among variants", (),
+                ("avg", "sacrebleu"), _self_bleu))
+# Distribution level, in the order of the article's Table 13 (BFD, IFD, POS, Div), then the rest.
+register(Metric("fbd", "distribution", "meaning", -1, "BFD", "meaning distance", _BSC[:2],
+                (*_FRECHET_SIG, "layer", "tokenizer"), _fbd, closer_is_higher=False))
+register(Metric("style_frechet", "distribution", "style", -1, "IFD", "style distance",
+                ("style_encoder", "pos_tagger"), ("encoder", "version"), _style_frechet, closer_is_higher=False))
+register(Metric("pos_jsd", "distribution", "style", -1, "POS", "syntax divergence", ("pos_tagger",), _POS_SIG,
+                _pos_jsd, closer_is_higher=False))
+register(Metric("char_jsd", "distribution", "divergence", 1, "Div", "character-trigram divergence", (),
+                ("n", "case", "ws", "pad", "base", "scipy"), _char_jsd, closer_is_higher=False))
+register(Metric("fbd_sbert", "distribution", "meaning", -1, "BFD-SBERT", "meaning distance (SBERT)",
+                ("sentence_encoder",), _FRECHET_SIG, _fbd_sbert, closer_is_higher=False))
+register(Metric("fcsd", "distribution", "meaning", -1, "FCSD", "cosine-to-real-mean distance", ("sentence_encoder",),
+                ("model", "anchor", "sim", "var", "fd"), _fcsd, closer_is_higher=False))
+# Bag level (seed 003): similarities between the real and the synthetic bag of each group.
+_BAG_SIG: dict[str, tuple[str, ...]] = {
+    "pair": ("sim", "tok", "model", "agg"), "align": ("sim", "tok", "model", "match", "resample", "draws", "seed", "agg"),
+    "cos": ("tok", "tf", "idf", "sent_norm", "agg"),
+    "clus": ("enc", "model", "tok", "algo", "dist", "eps", "min_samples", "noise", "inv", "sklearn", "agg"),
+    "inv": ("tok", "div", "lm", "order", "smooth", "discount", "inv", "agg")}
+for _name in bag_metrics.ALL_METRICS:
+    register(Metric(_name, "bag", "meaning" if _name.endswith("sbert") else "similarity", 1, _name,
+                    "bag similarity to the real bag", ("bag_group", "sentence_encoder", "seed"),
+                    _BAG_SIG[_name.split("_")[0]], bag_metrics.bag_scores, closer_is_higher=True))
+# Utility: the downstream task metrics (seed 000 §5) the utility runs record, one column each.
+register(Metric("macro_f1", "utility", "utility", 1, "macro_f1", "macro-F1 of post classification"))
+for _name, _what in (("DSER", "dialogue segment error rate"), ("SegWER", "segment word error rate"),
+                     ("DER", "dialogue-act error rate"), ("JointWER", "joint segment+label word error rate")):
+    register(Metric(_name, "utility", "utility", -1, _name, _what))
+register(Metric("_Cp", "utility", "utility", 1, "coverage precision", "moments-of-change coverage precision",
+                suffix=True))
+register(Metric("_Cr", "utility", "utility", 1, "coverage recall", "moments-of-change coverage recall", suffix=True))
+# Privacy: attack success (lower = more private), in the order of the article's Table 6.
+register(Metric("profiling_accuracy", "privacy", "privacy", -1, "Profiling",
+                "attribute profiling accuracy of a classifier trained on real text", signature_fields=("model",)))
+register(Metric("llm_profiling_accuracy", "privacy", "privacy", -1, "LLM profiling",
+                "zero-shot LLM attribute profiling accuracy",
+                signature_fields=("model", "temperature", "max_tokens", "seed", "stratify", "n", "attrs", "template")))
+register(Metric("reid_accuracy", "privacy", "privacy", -1, "Re-identified users", "share of users re-identified",
+                signature_fields=("attack", "n", "k", "bands", "rows", "seed", "scheme", "jaccard", "vote", "ties")))
+register(Metric("membership_auc", "privacy", "privacy", -1, "Membership AUC",
+                "membership inference AUC (0.5 = blind)", target=0.5,
+                signature_fields=("attack", "embed", "members", "non_members", "bootstrap", "seed")))
+register(Metric("profiling_reduction", "privacy", "privacy", 1, "Profiling reduction",
+                "profiling accuracy lost on synthetic text", in_tables=False))
+register(Metric("llm_profiling_success", "privacy", "privacy", -1, "LLM profiling success",
+                "share of dialogues with every attribute profiled right", in_tables=False))
+register(Metric("reid_candidate_recall", "privacy", "privacy", -1, "Re-identification candidate recall",
+                "share of timelines whose author is among the LSH candidates", in_tables=False))

@@ -1,0 +1,147 @@
+"""The declared score schema (tasks/scores.py): frames are built and checked against it, and every score
+table the run's tasks write (metrics, privacy, re-identification, utility, meta-evaluation) has the declared
+columns and dtypes after a parquet round trip, with its structure in real columns, not in metric names."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tasks.corpus.datasets import fetch_dataset
+from tasks.generate.base import build_strategy, generate_synthetic
+from tasks.metrics import catalogue
+from tasks.metrics.suite import MetricOptions, metaeval_metrics, score_strategy
+from tasks.privacy.audit import PrivacyOptions, audit_strategy, reidentification_rows, summary_frame
+from tasks.report.build import score_summary
+from tasks.scores import (
+    DISTRIBUTIONS,
+    METAEVAL_ROWS,
+    METAEVAL_SUMMARY,
+    METRIC_CORRELATIONS,
+    SAMPLE_SCORES,
+    SCORES,
+    STRUCTURE_COLUMNS,
+    UTILITY_RUNS,
+    ScoreSchemaError,
+    ScoreTable,
+    score_frame,
+    validate_scores,
+)
+from tasks.store import ArtifactRef
+from tasks.training.utility import run_post_utility, utility_summary_rows
+
+REPO = Path(__file__).resolve().parent.parent
+ROW = {"strategy": "a", "variant": "first", "level": "sample-mean", "metric": "bertscore_f1", "value": 0.9, "n": 3,
+       "n_failed": 0, "signature": "metric:bertscore", "reason": None}
+
+
+def test_score_frame_declares_every_column_with_nulls_for_absent_structure():
+    frame = score_frame([ROW, {**ROW, "metric": "macro_f1", "level": "utility", "setting": "substitution",
+                               "fraction": 1.0}])
+    assert list(frame.columns) == list(SCORES.columns)
+    assert {str(frame[c].dtype) for c in ("strategy", "metric", "setting", "attribute", "signature", "reason")} == {"str"}
+    assert frame["value"].dtype == np.float64 and frame["fraction"].dtype == np.float64
+    assert frame["n"].dtype == np.int64 and frame["n_failed"].dtype == np.int64
+    assert frame.loc[0, STRUCTURE_COLUMNS.keys()].isna().all()  # absent structure is null, not a magic string
+    assert frame.loc[1, "setting"] == "substitution" and frame.loc[1, "fraction"] == 1.0
+    assert (frame["setting"] == "augmentation").tolist() == [False, False]  # a null compares False, not NA
+    assert validate_scores(frame) is frame
+
+
+@pytest.mark.parametrize(("bad", "column"), [
+    ({k: v for k, v in ROW.items() if k != "value"}, "value"),  # missing required column
+    ({**ROW, "value": "high"}, "value"),  # not a number
+    ({**ROW, "n": None}, "n"),  # an int column with a hole
+    ({**ROW, "epsilon_doc": 3.0}, "epsilon_doc"),  # undeclared column
+])
+def test_score_frame_names_the_bad_column(bad, column):
+    with pytest.raises(ScoreSchemaError, match=f"scores table.*{column}") as info:
+        score_frame([bad])
+    assert info.value.column == column and "\n" not in str(info.value)
+
+
+def test_validate_scores_rejects_a_wrong_dtype_and_a_missing_column():
+    frame = score_frame([ROW])
+    with pytest.raises(ScoreSchemaError, match="'n' has dtype float64, declared int"):
+        validate_scores(frame.assign(n=frame["n"].astype(float)))
+    with pytest.raises(ScoreSchemaError, match=r"lacks column.*signature"):
+        validate_scores(frame.drop(columns=["signature"]))
+    with pytest.raises(ScoreSchemaError, match="undeclared column 'x'"):
+        validate_scores(frame[["metric"]].assign(x=1.0), ScoreTable("toy", {"metric": "text"}))
+
+
+# ------------------------------------------------------------------------- the tables the tasks write
+
+
+@pytest.fixture(scope="module")
+def debates() -> pd.DataFrame:
+    """90 real debate turns (30 per split), labelled by speaker role, with the speakers' party."""
+    corpus = pd.read_parquet(fetch_dataset("debates", REPO / "data"))
+    corpus = corpus[corpus["text"].str.len().between(40, 400)]
+    return (corpus.groupby("split").head(30).reset_index(drop=True)
+            .assign(**{c: lambda f, c=c: f[c].astype(object) for c in ("label", "attr_party")}))
+
+
+@pytest.fixture(scope="module")
+def synthetic(debates) -> pd.DataFrame:
+    """stymask's real rewrite as two DP-budget variants: the epsilon column a DP strategy writes per row."""
+    out = generate_synthetic(build_strategy("stymask"), debates, seed=0)
+    return pd.concat([out.assign(variant="eps5", epsilon=5.0), out.assign(variant="eps50", epsilon=50.0)],
+                     ignore_index=True)
+
+
+def _round_trip(frame: pd.DataFrame, table: ScoreTable, folder: Path) -> pd.DataFrame:
+    path = folder / f"{table.name}.parquet"
+    frame.to_parquet(path)
+    return validate_scores(pd.read_parquet(path), table)
+
+
+def test_every_table_the_tasks_write_has_the_declared_schema(debates, synthetic, tmp_path):
+    names = ["bleu_divergence", "self_bleu", "char_jsd", "cos_tf"]
+    suite = score_strategy(debates, synthetic, names, MetricOptions(), tmp_path / "emb.sqlite")
+    privacy = audit_strategy(debates, synthetic, "stymask", PrivacyOptions(n_bootstrap=20))
+    reid = summary_frame(reidentification_rows({"accuracy": 0.25, "candidate_recall": 0.5, "baseline": 0.1,
+                                                "n_timelines": 8}, "stymask", "eps5", "metric:reid", epsilon=5.0))
+    runs = run_post_utility(debates, {"stymask": synthetic[synthetic["variant"] == "eps5"]}, fractions=(0.5, 1.0),
+                            seeds=(0,))
+    meta = metaeval_metrics(debates["text"].tolist(), ["char_jsd", "cos_tf"], MetricOptions(), tmp_path / "m.sqlite",
+                            bag_size=10)
+    written = [(SAMPLE_SCORES, suite.sample_scores), (SCORES, suite.distribution_scores),
+               (DISTRIBUTIONS, suite.distributions), (UTILITY_RUNS, runs), (METAEVAL_ROWS, meta.rows),
+               (METAEVAL_SUMMARY, meta.summary), (METRIC_CORRELATIONS, meta.correlations)]
+    for table, frame in written:
+        back = _round_trip(frame, table, tmp_path)
+        assert len(back) == len(frame) and (len(back) > 0 or table is DISTRIBUTIONS), table.name  # fcsd not run
+    for frame in (privacy.summary, reid, utility_summary_rows(runs, "metric:utility")):
+        back = _round_trip(frame, SCORES, tmp_path)
+        assert list(back.columns) == list(SCORES.columns)
+        assert not back["metric"].str.contains(r"[\[\]%/]").any()  # no structure inside a metric name
+
+    # the structure is in its columns: the variant's DP budget, the attacked attribute, the training fraction
+    dist = suite.distribution_scores
+    assert dict(zip(dist["variant"], dist["epsilon"], strict=True)) == {"eps5": 5.0, "eps50": 50.0}
+    profiled = privacy.summary[privacy.summary["metric"] == "profiling_accuracy"]
+    assert set(profiled["attribute"]) == {"party"} and set(profiled["model"]) == {"linear"}
+    assert profiled.loc[profiled["strategy"] == "stymask", "epsilon"].notna().all()
+    assert profiled.loc[profiled["strategy"].isin(["original", "chance"]), "epsilon"].isna().all()
+    assert set(reid["attack"]) == {"minhash-lsh"} and reid["adversary"].isna().all()
+    util = utility_summary_rows(runs, "metric:utility")
+    assert set(zip(util["setting"], util["fraction"], strict=True)) >= {("substitution", 1.0), ("baseline", 0.5)}
+    assert set(util["metric"]) == {"macro_f1"} and catalogue.direction("macro_f1") == 1
+
+
+def test_report_summary_is_the_declared_table_and_every_row_knows_its_variants_budget(tmp_path):
+    metrics = score_frame([{**ROW, "variant": "eps5", "epsilon": 5.0}])
+    reid = summary_frame(reidentification_rows({"accuracy": 0.2, "candidate_recall": 0.3, "baseline": 0.1,
+                                                "n_timelines": 4}, "a", "eps5", "sig"))  # the stage passes no epsilon
+    tables = {"metrics/a/distribution_scores": metrics, "privacy/a/reid_scores": reid}
+    summary = score_summary({k: ArtifactRef(path=k, fingerprint=k, rows=len(v)) for k, v in tables.items()},
+                            lambda ref: tables[ref.path])
+    validate_scores(summary)
+    mine = summary[summary["strategy"] == "a"]
+    assert (mine["epsilon"] == 5.0).all() and len(mine) == 3
+    assert math.isnan(summary.loc[summary["strategy"] == "chance", "epsilon"].iloc[0])
