@@ -99,7 +99,7 @@ def import_(
     typer.echo(f"{len(result.annotations)} ratings from {len(result.annotators)} annotator(s): "
                f"{', '.join(result.annotators)}")
     typer.echo(format_agreement(result.agreement))
-    if result.metric_correlations.empty:
+    if result.metric_human_correlations.empty:
         typer.echo("note: no sample-level metric scores in the run; no metric correlations")
     for name, path in result.paths.items():
         typer.echo(f"{name}: {path}")

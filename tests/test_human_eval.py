@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from flows.annotate_cli import annotate_app
 from tasks.errors import InputError
+from tasks.layout import StageResult
 from tasks.report.human_eval import (
     CANT_TELL,
     FLUENCY_SCALE,
@@ -34,6 +35,7 @@ from tasks.report.human_eval import (
     load_results,
 )
 from tasks.report.run_files import RunFiles
+from tasks.store import ArtifactRef, fingerprint_file
 
 STRATEGIES = {"stymask": "first", "backtranslate": "pivot-spa"}
 PARTIES = ["Democratic", "Republican", "Moderator"]
@@ -66,8 +68,6 @@ def make_run(root: Path, *, attributes: dict[str, list[str]] | None = None,
     attributes = {"attr_party": PARTIES} if attributes is None else attributes
     root.mkdir(parents=True)
     config = {"generate": {"strategies": [{"name": name} for name in STRATEGIES]}}
-    manifest = {"experiment": "tiny", "config": config}
-    (root / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     n = len(SENTENCES)
     corpus = pd.DataFrame({
         "doc_id": [f"doc-{i:03d}" for i in range(n)], "text": SENTENCES,
@@ -98,7 +98,17 @@ def make_run(root: Path, *, attributes: dict[str, list[str]] | None = None,
             scores.loc[scores.index[-1], "bertscore_f1"] = np.inf  # not finite: left out of the correlation
             (root / "metrics" / strategy).mkdir(parents=True)
             scores.to_parquet(root / "metrics" / strategy / "sample_scores.parquet", index=False)
+    results = [StageResult("split", {}, {"corpus": _ref(root / "split" / "corpus.parquet")})]
+    results += [StageResult("generate", {"label": s, "shard": 0},
+                            {"shard": _ref(root / "generate" / s / "shard-00000.parquet")}) for s in STRATEGIES]
+    manifest = {"experiment": "tiny", "config": config,
+                "stages": {r.name: {"state": "Completed", "result": r.to_json()} for r in results}}
+    (root / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     return RunFiles.open(root)
+
+
+def _ref(path: Path) -> ArtifactRef:
+    return ArtifactRef(path=str(path.resolve()), fingerprint=fingerprint_file(str(path)))
 
 
 @pytest.fixture()

@@ -13,6 +13,7 @@ import pytest
 
 from tasks.corpus.datasets import fetch_dataset
 from tasks.generate.base import build_strategy, generate_synthetic
+from tasks.layout import RunLayout, StageResult
 from tasks.metrics import catalogue
 from tasks.metrics.suite import MetricOptions, metaeval_metrics, score_strategy
 from tasks.privacy.audit import PrivacyOptions, audit_strategy, reidentification_rows, summary_frame
@@ -134,13 +135,18 @@ def test_every_table_the_tasks_write_has_the_declared_schema(debates, synthetic,
     assert set(util["metric"]) == {"macro_f1"} and catalogue.direction("macro_f1") == 1
 
 
+def _ref(path: str, frame: pd.DataFrame) -> ArtifactRef:
+    return ArtifactRef(path=path, fingerprint=path, rows=len(frame))
+
+
 def test_report_summary_is_the_declared_table_and_every_row_knows_its_variants_budget(tmp_path):
     metrics = score_frame([{**ROW, "variant": "eps5", "epsilon": 5.0}])
     reid = summary_frame(reidentification_rows({"accuracy": 0.2, "candidate_recall": 0.3, "baseline": 0.1,
                                                 "n_timelines": 4}, "a", "eps5", "sig"))  # the stage passes no epsilon
     tables = {"metrics/a/distribution_scores": metrics, "privacy/a/reid_scores": reid}
-    summary = score_summary({k: ArtifactRef(path=k, fingerprint=k, rows=len(v)) for k, v in tables.items()},
-                            lambda ref: tables[ref.path])
+    layout = RunLayout([StageResult("metrics", {"label": "a"}, {"distribution_scores": _ref("metrics/a/distribution_scores", metrics)}),
+                        StageResult("reidentify", {"label": "a"}, {"scores": _ref("privacy/a/reid_scores", reid)})])
+    summary = score_summary(layout, lambda ref: tables[ref.path])
     validate_scores(summary)
     mine = summary[summary["strategy"] == "a"]
     assert (mine["epsilon"] == 5.0).all() and len(mine) == 3

@@ -36,7 +36,7 @@ class HumanEvaluation:
 
     agreement: pd.DataFrame
     strategy_scores: pd.DataFrame
-    metric_correlations: pd.DataFrame
+    metric_human_correlations: pd.DataFrame
     n_annotations: int
 
 
@@ -109,7 +109,7 @@ def read_human_evaluation(folder: Path) -> HumanEvaluation | None:
     if not frames:
         return None
     return HumanEvaluation(agreement=frames["agreement"], strategy_scores=frames["strategy_scores"],
-                           metric_correlations=frames["metric_human_correlations"],
+                           metric_human_correlations=frames["metric_human_correlations"],
                            n_annotations=len(frames["annotations"]))
 
 

@@ -119,7 +119,7 @@ class ImportResult:
     annotations: pd.DataFrame
     agreement: pd.DataFrame
     strategy_scores: pd.DataFrame
-    metric_correlations: pd.DataFrame
+    metric_human_correlations: pd.DataFrame
     paths: dict[str, Path]
 
     @property
@@ -941,4 +941,4 @@ def import_sheets(run: RunFiles, sheets: Sequence[Path]) -> ImportResult:
         store.write_table(table, "human_eval", f"{name}.parquet")
         paths[name] = run.human_eval_dir / f"{name}.parquet"
     return ImportResult(annotations=annotations, agreement=agreement, strategy_scores=strategy_scores,
-                        metric_correlations=correlations, paths=paths)
+                        metric_human_correlations=correlations, paths=paths)

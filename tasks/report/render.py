@@ -166,7 +166,7 @@ def render_markdown(data: ReportData) -> str:
     if data.human is not None:
         lines += ["", "## Human evaluation", "", f"{data.human.n_annotations} ratings.", "",
                   _md_frame(data.human.agreement), "", _md_frame(data.human.strategy_scores), "",
-                  _md_frame(data.human.metric_correlations)]
+                  _md_frame(data.human.metric_human_correlations)]
     if data.examples is not None:
         lines += ["", "## Example outputs (Appendix A.3)", "", _md_frame(_clipped_examples(data.examples))]
     if signatures:
@@ -370,7 +370,7 @@ def render_html(data: ReportData) -> str:
                   "<h3>Inter-annotator agreement</h3>", _html_frame(h.agreement, "human-agreement"),
                   "<h3>Human scores per strategy</h3>", _html_frame(h.strategy_scores, "human-strategies"),
                   "<h3>Automatic metrics against human scores (Spearman)</h3>",
-                  _html_frame(h.metric_correlations, "human-metric-correlations")]
+                  _html_frame(h.metric_human_correlations, "human-metric-correlations")]
     if data.examples is not None:
         parts += ['<h2 id="examples">Example outputs (Appendix A.3)</h2>',
                   '<p class="caption">Real source texts and their rewrites; shown because <code>report.examples</code> '
