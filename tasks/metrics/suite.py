@@ -29,6 +29,7 @@ from tasks.metrics.base import DistributionScore, MetricResult, reason_column
 from tasks.metrics.divergence import bleu_divergence, char_jsd, self_bleu
 from tasks.metrics.frechet import fbd, fbd_sbert, fcsd
 from tasks.metrics.meaning import bertscore
+from tasks.metrics.pii import PII_METRICS
 from tasks.metrics.style import pos_jaccard, pos_jsd, style_cosine, style_frechet
 from tasks.metrics.transfer import HFSequenceClassifier, SubjectivityClassifier, VaderClassifier, cps, sti
 from tasks.models.embeddings import EmbeddingCache
@@ -50,7 +51,7 @@ SAMPLE_METRICS: tuple[str, ...] = tuple(m for group in SAMPLE_GROUPS.values() fo
 VARIANT_METRICS: tuple[str, ...] = ("self_bleu", "self_bleu_diversity")
 DISTRIBUTION_METRICS: tuple[str, ...] = ("fbd", "fbd_sbert", "fcsd", "style_frechet", "pos_jsd", "char_jsd")
 BAG_METRICS: tuple[str, ...] = tuple(bag_metrics.ALL_METRICS)
-ALL_METRICS: tuple[str, ...] = SAMPLE_METRICS + VARIANT_METRICS + DISTRIBUTION_METRICS + BAG_METRICS
+ALL_METRICS: tuple[str, ...] = SAMPLE_METRICS + VARIANT_METRICS + DISTRIBUTION_METRICS + BAG_METRICS + PII_METRICS
 #: What a run computes when the config does not list metrics.
 DEFAULT_METRICS: tuple[str, ...] = ALL_METRICS
 
@@ -59,7 +60,7 @@ DEFAULT_TRANSFER_TARGETS: dict[str, str] = {"subjectivity": "objective", "vader"
 
 SAMPLE_ID_COLUMNS = ["doc_id", "strategy", "variant", "status"]
 DISTRIBUTION_COLUMNS = ["strategy", "variant", "level", "metric", "value", "std", "median", "n", "n_failed",
-                        "signature", "reason"]
+                        "signature", "reason", "entity"]  # entity: the PII type of pii_* rows, else null
 DISTRIBUTIONS_COLUMNS = ["strategy", "variant", "metric", "series", "values"]
 
 
@@ -313,10 +314,31 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
                          "n": int(np.isfinite(per_group).sum()), "n_failed": n_failed,
                          "signature": score.signature, "reason": score.reason})
             signatures[score.metric] = score.signature
+    if any(m in names for m in PII_METRICS):
+        pii_samples, pii_rows = _pii_scores(pairs, [m for m in PII_METRICS if m in names])
+        samples = samples.merge(pii_samples, on=["doc_id", "variant"], how="left")
+        rows += pii_rows.to_dict("records")
+        signatures.update(dict(zip(pii_rows["metric"], pii_rows["signature"], strict=True)))
     distribution = pd.DataFrame(rows, columns=DISTRIBUTION_COLUMNS)
     distribution["reason"] = distribution["reason"].astype("string")
+    distribution["entity"] = distribution["entity"].astype("string")
     return SuiteResult(sample_scores=samples, distribution_scores=distribution,
                        distributions=pd.DataFrame(series, columns=DISTRIBUTIONS_COLUMNS), signatures=signatures)
+
+
+def _pii_scores(pairs: pd.DataFrame, names: Sequence[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """pii_leakage / pii_invented: per pair (entity ``all``, wide columns for the sample table) and the
+    distribution rows, overall and per entity type (seed 000 §3.4: direct identifiers)."""
+    from tasks.metrics.pii import ALL_ENTITIES, distribution_rows, pii_counts, sample_scores
+    from tasks.privacy.pii import PiiDetector
+
+    detector = PiiDetector()
+    counts = pii_counts(pairs, detector)
+    per_pair = sample_scores(counts)
+    per_pair = per_pair[per_pair["entity"] == ALL_ENTITIES]
+    rows = distribution_rows(counts, detector)
+    return (per_pair[["doc_id", "variant", *names, *(reason_column(m) for m in names)]],
+            rows[rows["metric"].isin(names)])
 
 
 class _Sequential:
@@ -351,6 +373,9 @@ def strategy_metric_table(distribution_scores: pd.DataFrame) -> pd.DataFrame:
     """One row per (strategy, variant), one column per metric value (sample means, distribution, bag)."""
     if distribution_scores.empty:
         return pd.DataFrame()
+    if "entity" in distribution_scores.columns:  # the per-type PII rows detail the overall one
+        distribution_scores = distribution_scores[distribution_scores["entity"].isna()
+                                                  | (distribution_scores["entity"] == "all")]
     wide = distribution_scores.set_index(["strategy", "variant", "metric"])["value"].unstack("metric")
     return wide.reset_index().rename_axis(columns=None)
 
