@@ -209,3 +209,29 @@ def occurs(value: str, text: str) -> bool:
     if not needle:
         return False
     return re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", normalise(text)) is not None
+
+
+def detection_scores(labels: Sequence[Sequence[tuple[str, str]]], detected: Sequence[DetectedText]) -> list[dict]:
+    """Precision and recall per entity type (and ``all``) of detections against hand labels.
+
+    ``labels[i]`` lists the (entity, text) spans of text i; a detected span is a true positive when a label of
+    the same type and the same normalised text is still unmatched in that text (exact span match)."""
+    from collections import Counter
+
+    totals: dict[str, list[int]] = {}
+    for gold, found in zip(labels, detected, strict=True):
+        want = Counter((e, normalise(t)) for e, t in gold)
+        got = Counter((s.entity, normalise(s.text)) for s in found.spans)
+        for (entity, _), k in (want | got).items():
+            totals.setdefault(entity, [0, 0, 0])
+        for key, k in (want & got).items():
+            totals[key[0]][0] += k
+        for key, k in (got - want).items():
+            totals[key[0]][1] += k
+        for key, k in (want - got).items():
+            totals[key[0]][2] += k
+    totals["all"] = [sum(v[i] for v in totals.values()) for i in range(3)]
+    return [{"entity": entity, "tp": tp, "fp": fp, "fn": fn,
+             "precision": tp / (tp + fp) if tp + fp else float("nan"),
+             "recall": tp / (tp + fn) if tp + fn else float("nan")}
+            for entity, (tp, fp, fn) in sorted(totals.items(), key=lambda kv: (kv[0] == "all", kv[0]))]
