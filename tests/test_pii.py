@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
 import subprocess
 import sys
@@ -62,10 +63,11 @@ def test_overlaps_resolved_and_handles_are_not_emails(detector: PiiDetector) -> 
 
 
 def test_unknown_entity_type_is_named() -> None:
-    with pytest.raises(ValueError, match="unknown PII entity type 'PASSWORD'; known: .*SOCIAL_HANDLE"):
+    with pytest.raises(ValueError, match=r"unknown PII entity type 'PASSWORD'; known: .*SOCIAL_HANDLE"):
         PiiDetector(["PERSON", "PASSWORD"])
 
 
+@pytest.mark.slow  # a fresh process loads Presidio and spaCy
 def test_detection_works_without_network_and_never_downloads(tmp_path: Path) -> None:
     """Sockets refuse to connect and spaCy's downloader raises: detection must still find an e-mail (its
     tldextract check) and a name (spaCy NER on the installed model)."""
@@ -81,7 +83,7 @@ from tasks.privacy.pii import PiiDetector
 print(sorted(s.entity for s in d.spans))
 """
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          cwd=Path(__file__).parents[1], env={**__import__("os").environ, "HOME": str(tmp_path)})
+                          cwd=Path(__file__).parents[1], env={**os.environ, "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "['EMAIL_ADDRESS', 'PERSON']"
 
@@ -126,7 +128,7 @@ def test_surrogates_keep_the_type(detector: PiiDetector) -> None:
     out, mapping = pseudonymize_corpus(corpus, scope="document", seed=1, detector=detector)
     assert len(out) == len(corpus) and list(out["doc_id"]) == list(corpus["doc_id"])
     by_entity = {row.entity: row for row in mapping.itertuples()}
-    for text, entity, value in EXAMPLES:
+    for _, entity, value in EXAMPLES:
         row = by_entity[entity]
         assert row.original == value and row.surrogate != value
         assert value not in out["text"].str.cat(sep=" ")
@@ -259,6 +261,7 @@ def test_suite_reports_pii_rows_with_an_entity_column(tmp_path: Path) -> None:
     assert wide.loc[0, "pii_leakage"] == 0.5
 
 
+@pytest.mark.slow  # three CLI processes, two load Presidio and spaCy
 def test_cli_pseudonymize_writes_mapping_only_in_private_folder(tmp_path: Path) -> None:
     corpus = _corpus(["Mail jane.doe@gmail.com or call 212-555-0187", "@bob_99 says hi"], author_id=["u", "u"])
     src = tmp_path / "corpus.parquet"
@@ -291,7 +294,7 @@ def test_config_pseudonymize_section_is_validated() -> None:
     assert cfg.generate.pseudonymize.scope == "group"
     assert list(cfg.generate.pseudonymize.entities) == list(DEFAULT_ENTITIES)
     assert parse_config(base).generate.pseudonymize is None
-    with pytest.raises(ConfigError, match="generate.pseudonymize.scope"):
+    with pytest.raises(ConfigError, match=r"generate\.pseudonymize\.scope"):
         parse_config({**base, "generate": {**base["generate"], "pseudonymize": {"scope": "planet"}}})
-    with pytest.raises(ConfigError, match="generate.pseudonymize.entities.*PASSWORD"):
+    with pytest.raises(ConfigError, match=r"generate\.pseudonymize\.entities.*PASSWORD"):
         parse_config({**base, "generate": {**base["generate"], "pseudonymize": {"entities": ["PASSWORD"]}}})

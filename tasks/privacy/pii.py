@@ -222,7 +222,7 @@ def detection_scores(labels: Sequence[Sequence[tuple[str, str]]], detected: Sequ
     for gold, found in zip(labels, detected, strict=True):
         want = Counter((e, normalise(t)) for e, t in gold)
         got = Counter((s.entity, normalise(s.text)) for s in found.spans)
-        for (entity, _), k in (want | got).items():
+        for entity, _ in want | got:
             totals.setdefault(entity, [0, 0, 0])
         for key, k in (want & got).items():
             totals[key[0]][0] += k
