@@ -50,6 +50,9 @@ FIRST_NAMES: tuple[str, ...] = tuple(_FIRST_NAMES.split())
 LAST_NAMES: tuple[str, ...] = tuple(_LAST_NAMES.split())
 #: Words kept as they are inside a name span (titles): "Dr. Jane Doe" -> "Dr. Maya Keller".
 _TITLES = frozenset({"mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "prof", "prof.", "sir", "madam"})
+#: Lower-case name particles kept inside a name: "Osama bin Laden" -> "Anika bin Silva".
+_PARTICLES = frozenset({"bin", "bint", "ibn", "al", "el", "van", "von", "der", "den", "de", "da", "di", "du", "del",
+                        "la", "le"})
 _ATTEMPTS = 50
 
 
@@ -131,7 +134,7 @@ class Pseudonymizer:
 
     def _name_token(self, state: _Scope, key: str, token: str, first: bool) -> str:
         norm = normalise(token)
-        if norm in _TITLES or not any(c.isalpha() for c in token):
+        if norm in _TITLES or not any(c.isalpha() for c in token) or (token in _PARTICLES and not first):
             return token
         if norm not in state.name_tokens:
             names = FIRST_NAMES if first else LAST_NAMES

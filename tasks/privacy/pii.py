@@ -38,6 +38,8 @@ NER_ENTITIES: frozenset[str] = frozenset({"PERSON", "LOCATION", "NRP", "DATE_TIM
 DEFAULT_SCORE_THRESHOLD = 0.4
 #: A text is treated as non-English when langid gives another language this probability or more.
 NON_ENGLISH_PROBABILITY = 0.9
+#: ... and the text has at least this many words (langid guesses on short texts).
+MIN_WORDS_NOT_ENGLISH = 6
 
 # @name as on Twitter/X, Instagram, Reddit (u/ is not covered): not part of an e-mail address (no word
 # character or dot right before the @), 2-30 word characters.
@@ -128,8 +130,8 @@ _ENGLISH_WORDS = frozenset(_ENGLISH.split())
 def is_english(text: str) -> bool:
     """False when langid is confident (>= NON_ENGLISH_PROBABILITY) that the text is in another language."""
     words = re.findall(r"[^\W\d_]+", text.casefold())
-    if words and sum(w in _ENGLISH_WORDS for w in words) >= 0.2 * len(words):
-        return True
+    if len(words) < MIN_WORDS_NOT_ENGLISH or sum(w in _ENGLISH_WORDS for w in words) >= 0.2 * len(words):
+        return True  # too short to tell (missing a name costs more than a spurious one), or plainly English
     language, probability = _language_identifier().classify(text)
     return language == LANGUAGE or probability < NON_ENGLISH_PROBABILITY
 
@@ -151,6 +153,15 @@ def check_entities(entities: Iterable[str], model: str = SPACY_MODEL) -> tuple[s
     return names
 
 
+def _missing_space(url: str) -> bool:
+    """``results.An`` (a sentence whose next one starts without a space) is not a URL: no scheme, no www.,
+    no path, and a capital in the would-be top-level domain."""
+    lower = url.lower()
+    if "://" in lower or lower.startswith("www.") or "/" in url:
+        return False
+    return any(c.isupper() for c in url.rsplit(".", 1)[-1])
+
+
 def _non_overlapping(results: Iterable[Any], text: str) -> tuple[PiiSpan, ...]:
     """Presidio reports overlapping spans from different recognisers (the domain of an e-mail as a URL, a URL
     or @handle the small NER model also calls a PERSON): keep a pattern match over an NER guess, then the
@@ -158,8 +169,12 @@ def _non_overlapping(results: Iterable[Any], text: str) -> tuple[PiiSpan, ...]:
     kept: list[PiiSpan] = []
     for r in sorted(results, key=lambda r: (r.entity_type in NER_ENTITIES, -(r.end - r.start), -r.score, r.start)):
         end = r.end
-        if r.entity_type == "URL":  # the URL pattern takes in the sentence's closing punctuation
-            end = r.start + len(text[r.start:end].rstrip(".,;:!?)]}'\""))
+        if r.entity_type == "URL":
+            end = r.start + len(text[r.start:end].rstrip(".,;:!?)]}'\""))  # the sentence's closing mark
+            if _missing_space(text[r.start:end]):
+                continue
+        elif r.entity_type == "PERSON":  # "Donald Trump's": the name without its possessive
+            end = r.start + len(re.sub(r"['’]s?$", "", text[r.start:end]))
         if end > r.start and all(end <= k.start or r.start >= k.end for k in kept):
             kept.append(PiiSpan(r.entity_type, r.start, end, text[r.start:end], float(r.score)))
     return tuple(sorted(kept, key=lambda s: s.start))
