@@ -20,6 +20,7 @@ from tasks.store import ArtifactRef, cache_key, code_version, fingerprint_config
 STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "ingest": ("tasks/corpus", "tasks/store.py"),
     "split": ("tasks/corpus", "tasks/store.py"),
+    "pseudonymize": ("tasks/generate/pseudonymize.py", "tasks/privacy/pii.py", "tasks/store.py"),
     "generate": ("tasks/generate", "tasks/models", "tasks/corpus/schema.py", "tasks/store.py"),
     "metrics": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/store.py"),
     "metaeval": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/store.py"),

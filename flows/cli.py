@@ -289,6 +289,51 @@ def generate(
 
 
 @app.command()
+def pseudonymize(
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema).")],
+    out: Annotated[Path, typer.Option("--out", help="Pseudonymised corpus parquet to write (atomically).")],
+    entities: Annotated[str | None, typer.Option("--entities", help="Comma-separated PII types (default: "
+                                                 "the direct identifiers; see README).")] = None,
+    scope: Annotated[str, typer.Option("--scope", help="Same surrogate for the same value within: "
+                                       "document | group | author.")] = "document",
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Replace direct identifiers by consistent surrogates; the mapping goes to a private folder beside --out."""
+    _environment()
+    from tasks.corpus.importers import read_corpus, write_corpus, write_parquet_atomic
+    from tasks.corpus.schema import ValidatedCorpus
+    from tasks.generate.pseudonymize import NAMES_SEARCHED_COLUMN, check_scope, pseudonymize_corpus
+    from tasks.privacy.pii import DEFAULT_ENTITIES, PiiDetector
+
+    names = [e.strip() for e in entities.split(",") if e.strip()] if entities else list(DEFAULT_ENTITIES)
+    try:
+        check_scope(scope)
+    except ValueError as exc:
+        _fail(f"--scope: {exc}")
+    try:
+        validated = read_corpus(corpus)
+        try:
+            detector = PiiDetector(names)
+        except ValueError as exc:
+            _fail(f"--entities: {exc}")
+        pseudonymised, mapping = pseudonymize_corpus(validated.corpus, names, scope, seed, detector=detector)
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    out = out.resolve()
+    private = out.parent / "private" / f"{out.name.removesuffix('.parquet')}.pii_mapping.parquet"
+    write_parquet_atomic(mapping, private)
+    written = write_corpus(ValidatedCorpus(pseudonymised, validated.failures), out)
+    not_english = int((~pseudonymised[NAMES_SEARCHED_COLUMN].astype(bool)).sum())
+    per_type = mapping.groupby("entity")["count"].sum().to_dict() if len(mapping) else {}
+    typer.echo(f"{int(mapping['count'].sum()) if len(mapping) else 0} spans replaced in {len(pseudonymised)} "
+               f"documents ({', '.join(f'{k}={v}' for k, v in sorted(per_type.items())) or 'none found'}); "
+               f"{not_english} not English (names not searched there); {len(validated.failures)} input rows "
+               f"failed validation -> {written[1]}")
+    typer.echo(f"corpus: {out}")
+    typer.echo(f"mapping (private: it undoes the pseudonyms; never share it): {private}")
+
+
+@app.command()
 def score(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) with the source texts.")],
     synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic parquet/CSV/JSONL (schema).")],

@@ -19,6 +19,7 @@ from tasks.metrics.suite import DEFAULT_METRICS, MetricOptions, check_metric_nam
 from tasks.models.registry import ROLES, resolve_model
 from tasks.paths import segment_problem
 from tasks.privacy.audit import PrivacyOptions
+from tasks.privacy.pii import DEFAULT_ENTITIES as DEFAULT_PII_ENTITIES
 
 
 class Section(BaseModel):
@@ -68,6 +69,8 @@ class StrategyConfig(Section):
     name: str
     label: str | None = None
     params: dict[str, Any] = Field(default_factory=dict)
+    pseudonymize: bool = Field(True, description="Rewrite the pseudonymised corpus when generate.pseudonymize is "
+                                                  "set (false: this strategy rewrites the original texts).")
 
     @field_validator("name", "label")
     @classmethod
@@ -79,9 +82,29 @@ class StrategyConfig(Section):
         return self.label or self.name
 
 
+class PseudonymizeConfig(Section):
+    """Replace direct identifiers by consistent surrogates before any strategy (tasks/generate/pseudonymize.py)."""
+
+    entities: list[str] = Field(default_factory=lambda: list(DEFAULT_PII_ENTITIES),
+                                description="PII types (Presidio names plus SOCIAL_HANDLE).")
+    scope: Literal["document", "group", "author"] = Field(
+        "document", description="Same surrogate for the same value within a document, group or author.")
+
+    @field_validator("entities")
+    @classmethod
+    def _known_entities(cls, value: list[str]) -> list[str]:
+        if list(value) == list(DEFAULT_PII_ENTITIES):
+            return value  # known without loading the detector
+        from tasks.privacy.pii import check_entities
+
+        return list(check_entities(value))
+
+
 class GenerateConfig(Section):
     shard_size: int = Field(250, gt=0, description="Documents per generation shard (the unit of resume).")
     strategies: list[StrategyConfig] = Field(min_length=1)
+    pseudonymize: PseudonymizeConfig | None = Field(
+        None, description="Pseudonymise the corpus before every strategy (off when absent).")
 
     @field_validator("strategies")
     @classmethod

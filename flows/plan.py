@@ -194,6 +194,10 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
     if do_privacy and reid.enabled:
         plan.add("sign-histories", stages.sign_adversary_histories, histories=histories_ref(reid.histories),
                  options=reid_opts)
+    pseudo = cfg.generate.pseudonymize
+    if pseudo is not None and any(s.pseudonymize for s in cfg.generate.strategies):
+        plan.add("pseudonymize", stages.pseudonymize, corpus=corpus, options=stages.PseudonymizeOptions(
+            entities=tuple(pseudo.entities), scope=pseudo.scope, seed=cfg.seed))
     shards: dict[str, list[Use]] = {}
     for strategy in cfg.generate.strategies:
         label = strategy.key
@@ -201,7 +205,8 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
                                          shard_size=cfg.generate.shard_size, seed=cfg.seed,
                                          llm=llm if strategy_uses_llm(strategy.name, strategy.params) else {})
         resource = generation_resource(strategy.name, strategy.params, options.llm)
-        shards[label] = [Use(plan.add("generate", stages.generate, resource=resource, corpus=corpus, label=label,
+        source = Use("pseudonymize", "corpus") if pseudo is not None and strategy.pseudonymize else corpus
+        shards[label] = [Use(plan.add("generate", stages.generate, resource=resource, corpus=source, label=label,
                                       shard=i, options=options).name, "shard") for i in range(n_shards)]
         if "metrics" in families:
             plan.add("metrics", stages.metrics, corpus=corpus, shards=shards[label], label=label,

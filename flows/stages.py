@@ -89,6 +89,13 @@ class SplitOptions:
 
 
 @dataclass(frozen=True)
+class PseudonymizeOptions:
+    entities: tuple[str, ...]
+    scope: str
+    seed: int
+
+
+@dataclass(frozen=True)
 class GenerateOptions:
     """One strategy's generation; ``llm`` is the resolved LLM role setting (endpoint, model) from the config's
     ``models.llm`` and the environment, so changing the served model recomputes generation."""
@@ -181,6 +188,20 @@ def split(corpus: ArtifactRef, place: RunPlace, options: SplitOptions) -> StageR
         df = undersample(df, o.train_fraction, seed=o.seed)
     out = place.writer("split")
     out.table("corpus", df.sort_values("doc_id", kind="stable").reset_index(drop=True))
+    return out.result()
+
+
+@_stage("pseudonymize")
+def pseudonymize(corpus: ArtifactRef, place: RunPlace, options: PseudonymizeOptions) -> StageResult:
+    """Replace the corpus's direct identifiers by consistent surrogates before any strategy rewrites it; the
+    mapping stays in the run's private folder (never in the manifest's report context or the report)."""
+    from tasks.generate.pseudonymize import pseudonymize_corpus
+
+    replaced, mapping = pseudonymize_corpus(place.store().read_table(corpus), list(options.entities), options.scope,
+                                            options.seed)
+    out = place.writer("pseudonymize")
+    out.table("corpus", replaced)
+    out.table("mapping", mapping)
     return out.result()
 
 

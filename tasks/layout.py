@@ -71,6 +71,8 @@ _TABLE = ".parquet"
 STAGES: dict[str, StageKind] = {kind.name: kind for kind in (
     StageKind("ingest", "ingest", (), (Output("corpus", "corpus.parquet"), Output("failures", "failures.parquet"))),
     StageKind("split", "split", (), (Output("corpus", "corpus.parquet"),)),
+    StageKind("pseudonymize", "private/pseudonymize", (), (  # private: never read by the report
+        Output("corpus", "corpus.parquet"), Output("mapping", "mapping.parquet"))),
     StageKind("sign-histories", "signed-histories", (), (Output("signed", "{fingerprint}.parquet"),), in_run=False),
     StageKind("generate", "generate/{label}", ("label", "shard"), (Output("shard", "shard-{shard:05d}.parquet"),)),
     StageKind("metrics", "metrics/{label}", ("label",), (

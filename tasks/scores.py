@@ -60,7 +60,8 @@ class ScoreTable:
 #: the attack (minhash-lsh, ...); ``adversary`` full (holds the released originals) / disjoint (only the
 #: users' other posts); ``epsilon`` the DP budget the strategy variant was generated with.
 STRUCTURE_COLUMNS: dict[str, Kind] = {"setting": "text", "fraction": "float", "attribute": "text", "model": "text",
-                                      "attack": "text", "adversary": "text", "epsilon": "float"}
+                                      "attack": "text", "adversary": "text", "epsilon": "float",
+                                      "entity": "text"}
 
 #: The long score table: one number per (strategy, variant, level, metric, structure).
 SCORES = ScoreTable(

@@ -13,6 +13,9 @@ Adding a metric = one :func:`register` call plus its function. Compute conventio
 - ``variant``: ``compute(outputs_by_input) -> MetricResult`` (diversity among the variants of one input);
 - ``distribution``: ``compute(real, synthetic, options, cache) -> DistributionScore``;
 - ``bag``: one shared function, ``tasks.metrics.bags.bag_scores`` (corpus-level IDF needs one call);
+- ``pair``: ``compute(pairs, names) -> (per-pair frame, long rows)`` over a strategy's aligned (source, output)
+  pairs as a whole; its long rows may break the number down by a structure column (PII: ``entity``) and
+  land in the privacy table;
 - ``utility`` and ``privacy``: measures the utility and privacy stages write (no compute here); they are
   registered for their direction, label and aspect.
 """
@@ -29,11 +32,11 @@ if TYPE_CHECKING:
     from tasks.metrics.base import DistributionScore, MetricResult
     from tasks.models.embeddings import EmbeddingCache
 
-Level = Literal["sample", "variant", "distribution", "bag", "utility", "privacy"]
-LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag", "utility", "privacy")
+Level = Literal["sample", "variant", "distribution", "bag", "pair", "utility", "privacy"]
+LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag", "pair", "utility", "privacy")
 #: The summary level a catalogue level's numbers carry in the long score table.
 SUMMARY_LEVEL: dict[str, str] = {"sample": "sample-mean", "variant": "sample-mean", "distribution": "distribution",
-                                 "bag": "bag-mean", "utility": "utility", "privacy": "privacy"}
+                                 "bag": "bag-mean", "pair": "privacy", "utility": "utility", "privacy": "privacy"}
 ASPECTS: tuple[str, ...] = ("meaning", "style", "divergence", "diversity", "similarity", "utility", "privacy")
 
 
@@ -97,7 +100,7 @@ def register(metric: Metric) -> Metric:
         raise ValueError(f"metric {metric.name!r}: aspect must be one of {', '.join(ASPECTS)}, got {metric.aspect!r}")
     if metric.direction not in (-1, 0, 1):
         raise ValueError(f"metric {metric.name!r}: direction must be +1, -1 or 0, got {metric.direction!r}")
-    if metric.level in ("sample", "variant", "distribution", "bag") and metric.compute is None:
+    if metric.level in ("sample", "variant", "distribution", "bag", "pair") and metric.compute is None:
         raise ValueError(f"metric {metric.name!r}: a {metric.level}-level metric needs its compute function")
     CATALOGUE[metric.name] = metric
     return metric
@@ -146,7 +149,8 @@ def label(name: str) -> str:
     return metric.label
 
 
-def check_names(requested: Sequence[str], levels: Iterable[str] = ("sample", "variant", "distribution", "bag")) -> list[str]:
+def check_names(requested: Sequence[str],
+                levels: Iterable[str] = ("sample", "variant", "distribution", "bag", "pair")) -> list[str]:
     """The requested names, deduplicated, each a registered metric of ``levels`` (ValueError naming the
     first unknown one and the known ones)."""
     known = names(*levels)
@@ -268,6 +272,21 @@ def _char_jsd(real: list[str], synthetic: list[str], options: Any, cache: Embedd
     return char_jsd(real, synthetic)
 
 
+def _pii(pairs: Any, names: Sequence[str]) -> tuple[Any, Any]:
+    """pii_leakage / pii_invented per pair (entity ``all``) and per strategy, overall and per entity type."""
+    from tasks.metrics.base import reason_column
+    from tasks.metrics.pii import ALL_ENTITIES, distribution_rows, pii_counts, sample_scores
+    from tasks.privacy.pii import PiiDetector
+
+    detector = PiiDetector()
+    counts = pii_counts(pairs, detector)
+    per_pair = sample_scores(counts)
+    per_pair = per_pair[per_pair["entity"] == ALL_ENTITIES]
+    rows = distribution_rows(counts, detector)
+    return (per_pair[["doc_id", "variant", *names, *(reason_column(m) for m in names)]],
+            rows[rows["metric"].isin(names)])
+
+
 # ------------------------------------------------------------------------------------- registrations
 _BSC = ("token_encoder", "bertscore_layer", "bertscore_idf", "bertscore_baseline")
 _BSC_SIG = ("model", "layer", "idf", "idf_corpus", "rescaled", "baseline", "version")
@@ -346,3 +365,9 @@ register(Metric("llm_profiling_success", "privacy", "privacy", -1, "LLM profilin
                 "share of dialogues with every attribute profiled right", in_tables=False))
 register(Metric("reid_candidate_recall", "privacy", "privacy", -1, "Re-identification candidate recall",
                 "share of timelines whose author is among the LSH candidates", in_tables=False))
+# Pair level: direct identifiers (seed 000 §3.4) that survive each strategy (tasks/metrics/pii.py).
+_PII_SIG = ("detector", "model", "entities", "threshold", "match")
+register(Metric("pii_leakage", "pair", "privacy", -1, "PII leaked", "share of the source's PII spans copied verbatim",
+                (), _PII_SIG, _pii))
+register(Metric("pii_invented", "pair", "privacy", -1, "PII new", "PII-like spans in outputs not in their source",
+                (), _PII_SIG, _pii))

