@@ -69,7 +69,7 @@ class StyloParams:
     ngram_max: int = 4
     lowercase: bool = False  # casing is style; scikit-learn's default is True
     mode: Mode = "sketch"
-    hash_bits: int = 22      # sketch: document-frequency buckets (2**22 x 8 B = 32 MB)
+    hash_bits: int = 20      # sketch: document-frequency buckets (2**20 x 8 B = 8 MB of IDF)
     width: int = 4096        # sketch: signed buckets per profile (power of two)
     seed: int = 1
 
@@ -194,23 +194,58 @@ def _maxlen(offsets) -> int:
     return m
 
 
+@nb.njit(inline="always")
+def _distinct_buckets(buf, g, shift, keys, cnt, touched) -> int:
+    """Count the doc's n-grams per bucket in a small open-addressing table (``keys`` -1 = free, sized
+    to the doc so it stays in L1); ``touched`` gets the used slots. The caller frees them."""
+    size = 64
+    while size < 2 * g:
+        size <<= 1
+    mask = size - 1
+    k = 0
+    for j in range(g):
+        b = np.int64(buf[j] >> shift)
+        slot = b & mask
+        while True:
+            if keys[slot] == b:
+                cnt[slot] += 1
+                break
+            if keys[slot] == -1:
+                keys[slot] = b
+                cnt[slot] = 1
+                touched[k] = slot
+                k += 1
+                break
+            slot = (slot + 1) & mask
+    return k
+
+
+@nb.njit(inline="always")
+def _scratch(offsets, lo, hi):
+    """Per-thread buffers sized for the batch's longest doc."""
+    maxlen = _maxlen(offsets)
+    n_grams = maxlen * (hi - lo + 1) + 1
+    size = 64
+    while size < 2 * n_grams:
+        size <<= 1
+    return (np.empty(maxlen, np.uint32), np.empty(n_grams, np.uint64), np.full(size, -1, np.int64),
+            np.zeros(size, np.int32), np.empty(n_grams, np.int64), np.empty(n_grams, np.float64))
+
+
 @nb.njit(nogil=True)
 def _df_stripe(offsets, data, valid, lo, hi, shift, t, n_threads, df):
     """Document frequency per bucket of documents t, t + n_threads, ... into ``df`` (sketch pass 1)."""
     n = offsets.shape[0] - 1
-    maxlen = _maxlen(offsets)
-    stamp = np.full(df.shape[0], -1, np.int64)
-    cps = np.empty(maxlen, np.uint32)
-    buf = np.empty(maxlen * (hi - lo + 1) + 1, np.uint64)
+    cps, buf, keys, cnt, touched, _ = _scratch(offsets, lo, hi)
     for d in range(t, n, n_threads):
         if not valid[d]:
             continue
         g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, cps, buf)
-        for j in range(g):
-            b = buf[j] >> shift
-            if stamp[b] != d:
-                stamp[b] = d
-                df[b] += 1
+        k = _distinct_buckets(buf, g, shift, keys, cnt, touched)
+        for j in range(k):
+            slot = touched[j]
+            df[keys[slot]] += 1
+            keys[slot] = -1
 
 
 @nb.njit(nogil=True)
@@ -218,40 +253,30 @@ def _sketch_stripe(offsets, data, valid, owner, lo, hi, shift, idf, width, seed,
     """Add each valid doc's L2-normalised sublinear TF-IDF vector (over hash buckets) to its owner's count
     sketch row (sketch pass 2), for the owners with owner % n_threads == t: no two stripes write one row."""
     n = offsets.shape[0] - 1
-    maxlen = _maxlen(offsets)
     mask = np.uint64(width - 1)
     mix = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-    counts = np.zeros(idf.shape[0], np.int32)
-    touched = np.empty(maxlen * (hi - lo + 1) + 1, np.int64)
-    cps = np.empty(maxlen, np.uint32)
-    buf = np.empty(maxlen * (hi - lo + 1) + 1, np.uint64)
+    cps, buf, keys, cnt, touched, weight = _scratch(offsets, lo, hi)
     for d in range(n):
         a = owner[d]
         if a < 0 or a % n_threads != t or not valid[d]:
             continue
         g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, cps, buf)
-        k = 0
-        for j in range(g):
-            b = np.int64(buf[j] >> shift)
-            if counts[b] == 0:
-                touched[k] = b
-                k += 1
-            counts[b] += 1
+        k = _distinct_buckets(buf, g, shift, keys, cnt, touched)
         norm2 = 0.0
         for j in range(k):
-            b = touched[j]
-            w = (1.0 + math.log(counts[b])) * idf[b]
+            slot = touched[j]
+            c = cnt[slot]
+            w = idf[keys[slot]] * (1.0 + math.log(c) if c > 1 else 1.0)
+            weight[j] = w
             norm2 += w * w
         if norm2 > 0.0:
             inv = 1.0 / math.sqrt(norm2)
             for j in range(k):
-                b = touched[j]
-                w = (1.0 + math.log(counts[b])) * idf[b] * inv
-                h = _fmix64((np.uint64(b) + np.uint64(1)) ^ mix)
-                col = np.int64(h & mask)
-                sketch[a, col] += np.float32(w if (h >> np.uint64(63)) == 0 else -w)
+                h = _fmix64((np.uint64(keys[touched[j]]) + np.uint64(1)) ^ mix)
+                w = weight[j] * inv
+                sketch[a, np.int64(h & mask)] += np.float32(w if (h >> np.uint64(63)) == 0 else -w)
         for j in range(k):
-            counts[touched[j]] = 0
+            keys[touched[j]] = -1
 
 
 @nb.njit(parallel=True, cache=True)
