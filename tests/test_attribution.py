@@ -97,3 +97,21 @@ def test_disjoint_needs_doc_ids() -> None:
         held_out_doc_ids(syn.drop(columns="doc_id"), "disjoint")
     with pytest.raises(ValueError, match="full, disjoint"):
         held_out_doc_ids(syn, "partial")  # type: ignore[arg-type]
+
+
+def test_worst_case_names_the_winning_attack_and_setting() -> None:
+    from tasks.privacy.attacks import worst_case
+
+    rows = pd.DataFrame({
+        "strategy": ["copy"] * 4 + ["stymask"] * 4 + ["empty"],
+        "attack": ["minhash", "minhash", "stylometric", "stylometric"] * 2 + ["minhash"],
+        "adversary": ["full", "disjoint"] * 4 + ["full"],
+        "accuracy_at_1": [1.0, 0.05, 0.9, 0.425, 0.2, 0.0, 0.5, 0.425, np.nan],
+    })
+    got = worst_case(rows).set_index("strategy")
+    assert list(got.index) == ["copy", "stymask"]  # a strategy with only nan values has no verdict
+    assert tuple(got.loc["copy", ["attack", "adversary"]]) == ("minhash", "full")
+    assert tuple(got.loc["stymask", ["attack", "adversary"]]) == ("stylometric", "full")
+    assert got.loc["stymask", "accuracy_at_1"] == 0.5 and got.loc["copy", "n_attacks"] == 4
+    disjoint = worst_case(rows[rows["adversary"] == "disjoint"]).set_index("strategy")
+    assert disjoint.loc["copy", "attack"] == "stylometric" and disjoint.loc["copy", "accuracy_at_1"] == 0.425

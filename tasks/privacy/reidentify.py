@@ -370,7 +370,7 @@ def attribute(index: SyntheticIndex, votes: _Votes, jaccard_threshold: float | N
         "s_curve_threshold": index.params.threshold,
         "jaccard_threshold": jaccard_threshold,
         **{f"param_{k}": v for k, v in asdict(index.params).items()},
-        **{k: v for k, v in shared_summary.items() if k not in ("n_timelines", "n_correct", "chance")},
+        **{k: v for k, v in shared_summary.items() if k not in ("n_timelines", "n_correct")},
     }
     return ReidResult(per_timeline=per, summary=summary)
 
