@@ -245,6 +245,7 @@ def simulate_synthetic(histories: str | os.PathLike | pd.DataFrame, n_timelines:
     if not 0.0 <= rewrite_strength <= 1.0:
         raise ValueError(f"rewrite_strength must be in [0, 1], got {rewrite_strength}")
     rng = np.random.default_rng(seed)
+    rewrite_rng = np.random.default_rng([seed, 1])  # its own stream: the same posts at every strength
     sizes = np.full(n_timelines, n_posts // n_timelines)
     sizes[: n_posts % n_timelines] += 1
     posts = _read_users(histories, n_timelines, int(sizes.max()), rng)
@@ -258,5 +259,5 @@ def simulate_synthetic(histories: str | os.PathLike | pd.DataFrame, n_timelines:
         docs = by_author[author]["doc_id"].to_numpy(object)
         start = int(rng.integers(0, len(texts) - size + 1))
         for doc, t in zip(docs[start:start + size], texts[start:start + size], strict=True):
-            rows.append((str(doc), f"t{g:04d}", author, rewrite(str(t), rewrite_strength, rng, pool)))
+            rows.append((str(doc), f"t{g:04d}", author, rewrite(str(t), rewrite_strength, rewrite_rng, pool)))
     return pd.DataFrame(rows, columns=["doc_id", "group_id", "author_id", "text"])
