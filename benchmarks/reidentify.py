@@ -37,7 +37,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
 from tasks.privacy.attribution import held_out_doc_ids
 from tasks.privacy.reidentify import reidentify
-from tasks.privacy.stylometric import StyloParams, profile_histories, similarity, stylometric_attack, timeline_profiles
+from tasks.privacy.stylometric import (
+    StyloParams,
+    profile_histories,
+    similarity,
+    stylometric_attack,
+    timeline_profiles,
+)
 
 SIZES = {"full": (37_900, 8_700_000, 500, 17_800), "small": (2_000, 200_000, 50, 1_780)}
 
