@@ -104,7 +104,6 @@ class HistoryProfiles:
     vocab: np.ndarray | None  # exact: sorted uint64 n-gram keys
     profiles: Any            # exact: csr (authors x vocab); sketch: float32 (authors x width)
     n_posts: int
-    n_held_out: int = 0
 
 
 # ------------------------------------------------------------------------------------------- kernels
