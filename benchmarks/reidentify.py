@@ -114,6 +114,35 @@ def sklearn_reference(hist: str, syn: pd.DataFrame, sample: int, stylo: dict) ->
             "top1": float((got.argmax(1) == ref.argmax(1)).mean())}
 
 
+def public_corpora(data_dir: Path) -> None:
+    """Every attack and setting on the shipped speaker corpora: one timeline of 8 consecutive verbatim
+    turns from the middle of each speaker with >= 16 turns (the copy strategy); exact stylometric mode."""
+    from tasks.privacy.attacks import run_attacks, summary_table
+
+    for name in ("debates", "conventions"):
+        path = data_dir / f"{name}.parquet"
+        if not path.exists():
+            print(f"{path} missing: run `synthugc datasets fetch {name}`")
+            continue
+        corpus = pd.read_parquet(path).astype({"text": object, "author_id": object, "doc_id": object})
+        corpus = corpus.sort_values(["author_id", "group_id", "position"], kind="stable")
+        counts = corpus["author_id"].value_counts()
+        parts = []
+        for author in counts.index[counts >= 16]:
+            posts = corpus[corpus["author_id"] == author]
+            parts.append(posts.iloc[len(posts) // 2 - 4: len(posts) // 2 + 4])
+        released = pd.concat(parts)
+        syn = released[["doc_id", "author_id", "text"]].assign(group_id=released["author_id"])
+        t0 = time.perf_counter()
+        results = run_attacks(corpus[["doc_id", "author_id", "text"]], syn, attack="all", setting="both",
+                              stylometric={"mode": "exact"})
+        table = summary_table([r.summary for r in results])
+        print(f"\n{name}: {len(corpus):,} posts of {corpus['author_id'].nunique()} speakers; "
+              f"{syn['group_id'].nunique()} timelines of 8 verbatim turns; {time.perf_counter() - t0:.0f} s")
+        print(table[["attack", "adversary", "accuracy_at_1", "accuracy_at_10", "mrr", "chance", "n_timelines",
+                     "n_no_history"]].to_string(index=False))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true", help="article scale: 8.7M posts of 37.9k users, 500 timelines")
@@ -125,7 +154,11 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=4096, help="stylometric count-sketch width")
     ap.add_argument("--hash-bits", type=int, default=20, help="stylometric document-frequency buckets (log2)")
     ap.add_argument("--sklearn-sample", type=int, default=None, help="history posts for the scikit-learn reference")
+    ap.add_argument("--public", default=None, metavar="DATA_DIR",
+                    help="also run every attack on the shipped debates and conventions corpora in DATA_DIR")
     args = ap.parse_args()
+    if args.public:
+        public_corpora(Path(args.public))
 
     n_users, n_posts, n_tl, n_syn = SIZES["full" if args.full else "small"]
     if args.scale:
