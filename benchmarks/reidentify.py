@@ -1,14 +1,21 @@
-"""Benchmark the MinHash LSH re-identification attack (seed 000 §5.3.2) on simulated data.
+"""Benchmark the re-identification attacks (MinHash near-duplicates, stylometric author profiles) on
+simulated data, under both adversary settings and at several rewrite strengths.
 
-    .venv/bin/python benchmarks/reidentify.py            # 200k history posts, seconds
-    .venv/bin/python benchmarks/reidentify.py --full     # the article's scale: 8.7M posts, 37.9k users
+    .venv/bin/python benchmarks/reidentify.py            # 200k history posts, 2k users, 50 timelines
+    .venv/bin/python benchmarks/reidentify.py --full     # the article's scale: 8.7M posts, 37.9k users, 500 timelines
 
-Histories are simulated once into --data-dir (not timed). Each attack (sign histories + index + probe +
-vote) runs in a fresh child process that reports its wall time and peak RSS (ru_maxrss of the child:
-interpreter and libraries included, simulation excluded). numba kernels are cached on disk, so
-compilation is not timed after the first run. datasketch (MinHash.bulk + MinHashLSH insert of the
-synthetic posts, query of each history post) is timed on a subsample of history posts in the same run
-and extrapolated linearly to the full history size; the ratio is that estimate over our attack's time.
+Histories are simulated once into --data-dir (not timed); the synthetic timelines of every strength are
+rewrites of the same source posts. Each (attack, setting) runs in a fresh child process that reports
+wall time and peak RSS (ru_maxrss of the child: interpreter and libraries included). The stylometric
+child profiles the histories once and attacks every strength with those profiles (as a run reuses them
+for every strategy); its time per attack is the profiling plus one strength's attack. numba kernels are
+cached on disk, so compilation is not timed after the first run.
+
+Reference, measured in the same run: scikit-learn ``TfidfVectorizer(analyzer="char", ngram_range=(2, 4),
+sublinear_tf=True, lowercase=False)`` fitted on a subsample of the history posts, author centroids and
+cosine with the timeline centroids; its time per history post is extrapolated linearly to the full
+history and divided by the stylometric attack's time. On the same subsample the sketch's cosines are
+compared with the exact mode's (mean and max absolute error, top-1 agreement).
 """
 
 from __future__ import annotations
@@ -21,106 +28,194 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
-from tasks.privacy.minhash import shingles
+from tasks.privacy.attribution import held_out_doc_ids
 from tasks.privacy.reidentify import reidentify
+from tasks.privacy.stylometric import (
+    StyloParams,
+    profile_histories,
+    similarity,
+    stylometric_attack,
+    timeline_profiles,
+)
 
 SIZES = {"full": (37_900, 8_700_000, 500, 17_800), "small": (2_000, 200_000, 50, 1_780)}
 
 
-def _attack(hist: str, syn_path: str, kwargs: dict, queue: mp.Queue) -> None:
-    syn = pd.read_parquet(syn_path)
-    t0 = time.perf_counter()
-    res = reidentify(hist, syn, **kwargs)
-    wall = time.perf_counter() - t0
-    queue.put((wall, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2, res.summary))
+def _peak_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
-def run_attack(hist: str, syn_path: str, kwargs: dict) -> tuple[float, float, dict]:
-    """(wall s, peak RSS GB, summary) of one attack in a fresh process."""
+def _child(attack: str, setting: str, hist: str, syn_paths: dict[float, str], stylo: dict, queue: mp.Queue) -> None:
+    syns = {s: pd.read_parquet(p) for s, p in syn_paths.items()}
+    out = []
+    if attack == "minhash":
+        for strength, syn in syns.items():
+            t0 = time.perf_counter()
+            res = reidentify(hist, syn, setting=setting)  # type: ignore[arg-type]
+            out.append((strength, time.perf_counter() - t0, 0.0, res.summary))
+    else:
+        held = held_out_doc_ids(next(iter(syns.values())), setting)  # type: ignore[arg-type]
+        t0 = time.perf_counter()
+        profiles = profile_histories(hist, StyloParams(**stylo), held_out=held)
+        t_profile = time.perf_counter() - t0
+        for strength, syn in syns.items():
+            t0 = time.perf_counter()
+            res = stylometric_attack(profiles, syn, setting)  # type: ignore[arg-type]
+            out.append((strength, t_profile + time.perf_counter() - t0, t_profile, res.summary))
+    queue.put((out, _peak_gb()))
+
+
+def run_child(attack: str, setting: str, hist: str, syn_paths: dict[float, str], stylo: dict) -> tuple[list, float]:
+    """([(strength, wall s, of which profiling s, summary)], peak RSS GB) of one attack in a fresh process."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_attack, args=(hist, syn_path, kwargs, queue))
+    proc = ctx.Process(target=_child, args=(attack, setting, hist, syn_paths, stylo, queue))
     proc.start()
     out = queue.get()
     proc.join()
     return out
 
 
-def datasketch_seconds(hist: str, syn: pd.DataFrame, sample: int, k: int, bands: int, rows: int) -> tuple[float, float]:
-    """(seconds to index the synthetic posts, seconds per history post) with datasketch."""
-    from datasketch import MinHash, MinHashLSH
+def sklearn_reference(hist: str, syn: pd.DataFrame, sample: int, stylo: dict) -> dict:
+    """Seconds per history post of the scikit-learn attack on the first ``sample`` posts, and the
+    sketch's error against the exact mode there."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
 
-    def sets(texts: list[str]) -> list[list[bytes]]:
-        return [[s.encode() for s in shingles(t)] for t in texts]
+    table = next(pq.ParquetFile(hist).iter_batches(batch_size=sample, columns=["author_id", "text"])).to_pandas()
+    t0 = time.perf_counter()
+    vec = TfidfVectorizer(analyzer="char", ngram_range=(stylo["ngram_min"], stylo["ngram_max"]), sublinear_tf=True,
+                          lowercase=False)
+    x = vec.fit_transform(table["text"])
+    codes, authors = pd.factorize(table["author_id"])
+    import scipy.sparse as sp
 
-    t0 = time.perf_counter()
-    lsh = MinHashLSH(num_perm=k, params=(bands, rows))
-    for i, m in enumerate(MinHash.bulk(sets(syn["text"].tolist()), num_perm=k)):
-        lsh.insert(i, m)
-    t_index = time.perf_counter() - t0
-    texts = next(pq.ParquetFile(hist).iter_batches(batch_size=sample, columns=["text"])).column("text").to_pylist()
-    t0 = time.perf_counter()
-    for m in MinHash.bulk(sets(texts), num_perm=k):
-        lsh.query(m)
-    return t_index, (time.perf_counter() - t0) / len(texts)
+    g = sp.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))), shape=(len(authors), len(codes)))
+    a = g @ x
+    t_codes, groups = pd.factorize(syn["group_id"])
+    tg = sp.csr_matrix((np.ones(len(t_codes)), (t_codes, np.arange(len(t_codes)))), shape=(len(groups), len(t_codes)))
+    t = tg @ vec.transform(syn["text"])
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    cosine_similarity(t, a)
+    per_post = (time.perf_counter() - t0) / len(table)
+    exact = profile_histories(table, StyloParams(**{**stylo, "mode": "exact"}))
+    sketch = profile_histories(table, StyloParams(**stylo))
+    ref = similarity(timeline_profiles(exact, syn)[0], exact)
+    got = similarity(timeline_profiles(sketch, syn)[0], sketch)
+    err = np.abs(got - ref)
+    return {"per_post": per_post, "n": len(table), "err_mean": float(err.mean()), "err_max": float(err.max()),
+            "top1": float((got.argmax(1) == ref.argmax(1)).mean())}
+
+
+def public_corpora(data_dir: Path) -> None:
+    """Every attack and setting on the shipped speaker corpora: one timeline of 8 consecutive verbatim
+    turns from the middle of each speaker with >= 16 turns (the copy strategy); exact stylometric mode."""
+    from tasks.privacy.attacks import run_attacks, summary_table
+
+    for name in ("debates", "conventions"):
+        path = data_dir / f"{name}.parquet"
+        if not path.exists():
+            print(f"{path} missing: run `synthugc datasets fetch {name}`")
+            continue
+        corpus = pd.read_parquet(path).astype({"text": object, "author_id": object, "doc_id": object})
+        corpus = corpus.sort_values(["author_id", "group_id", "position"], kind="stable")
+        counts = corpus["author_id"].value_counts()
+        parts = []
+        for author in counts.index[counts >= 16]:
+            posts = corpus[corpus["author_id"] == author]
+            parts.append(posts.iloc[len(posts) // 2 - 4: len(posts) // 2 + 4])
+        released = pd.concat(parts)
+        syn = released[["doc_id", "author_id", "text"]].assign(group_id=released["author_id"])
+        t0 = time.perf_counter()
+        results = run_attacks(corpus[["doc_id", "author_id", "text"]], syn, attack="all", setting="both",
+                              stylometric={"mode": "exact"})
+        table = summary_table([r.summary for r in results])
+        print(f"\n{name}: {len(corpus):,} posts of {corpus['author_id'].nunique()} speakers; "
+              f"{syn['group_id'].nunique()} timelines of 8 verbatim turns; {time.perf_counter() - t0:.0f} s")
+        print(table[["attack", "adversary", "accuracy_at_1", "accuracy_at_10", "mrr", "chance", "n_timelines",
+                     "n_no_history"]].to_string(index=False))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--full", action="store_true", help="article scale: 8.7M posts of 37.9k users, 17.8k synthetic")
+    ap.add_argument("--full", action="store_true", help="article scale: 8.7M posts of 37.9k users, 500 timelines")
+    ap.add_argument("--scale", type=float, default=None, help="multiply the chosen size's posts and users")
     ap.add_argument("--data-dir", default=".cache/synthugc/bench")
-    ap.add_argument("--strengths", type=float, nargs="+", default=[0.2, 0.5])
-    ap.add_argument("--bands", type=int, default=16)
-    ap.add_argument("--rows", type=int, default=8)
-    ap.add_argument("--jaccard-threshold", type=float, default=None)
-    ap.add_argument("--chunk-rows", type=int, default=1_000_000)
-    ap.add_argument("--datasketch-sample", type=int, default=None, help="history posts timed with datasketch")
+    ap.add_argument("--strengths", type=float, nargs="+", default=[0.2, 0.8])
+    ap.add_argument("--attacks", nargs="+", default=["minhash", "stylometric"], choices=["minhash", "stylometric"])
+    ap.add_argument("--settings", nargs="+", default=["full", "disjoint"], choices=["full", "disjoint"])
+    ap.add_argument("--width", type=int, default=4096, help="stylometric count-sketch width")
+    ap.add_argument("--hash-bits", type=int, default=20, help="stylometric document-frequency buckets (log2)")
+    ap.add_argument("--sklearn-sample", type=int, default=None, help="history posts for the scikit-learn reference")
+    ap.add_argument("--public", default=None, metavar="DATA_DIR",
+                    help="also run every attack on the shipped debates and conventions corpora in DATA_DIR")
     args = ap.parse_args()
+    if args.public:
+        public_corpora(Path(args.public))
 
     n_users, n_posts, n_tl, n_syn = SIZES["full" if args.full else "small"]
-    sample = args.datasketch_sample or (20_000 if args.full else 2_000)
+    if args.scale:
+        n_users, n_posts = int(n_users * args.scale), int(n_posts * args.scale)
+    sample = args.sklearn_sample or (100_000 if args.full else 20_000)
+    stylo = {"ngram_min": 2, "ngram_max": 4, "width": args.width, "hash_bits": args.hash_bits}
     data = Path(args.data_dir)
     data.mkdir(parents=True, exist_ok=True)
-    hist = str(data / f"histories_{n_users}_{n_posts}_s0.parquet")
+    hist = str(data / f"histories_{n_users}_{n_posts}_s0_v2.parquet")
     if not Path(hist).exists():
         t0 = time.perf_counter()
         simulate_histories(n_users, n_posts, seed=0, out_path=hist)
         print(f"simulated {n_posts:,} posts of {n_users:,} users in {time.perf_counter() - t0:.1f} s -> {hist}")
-    load = os.getloadavg()
-    kwargs = {"bands": args.bands, "rows": args.rows, "jaccard_threshold": args.jaccard_threshold,
-              "chunk_rows": args.chunk_rows}
-    rows = []
+    syn_paths = {}
     for strength in args.strengths:
-        syn = simulate_synthetic(hist, n_tl, n_syn, rewrite_strength=strength, seed=1)
-        syn_path = str(data / f"synthetic_{n_tl}_{n_syn}_{strength}.parquet")
-        syn.to_parquet(syn_path)
-        wall, rss, s = run_attack(hist, syn_path, kwargs)
-        rows.append((strength, wall, rss, s))
-    t_index, per_post = datasketch_seconds(hist, syn, sample, 128, args.bands, args.rows)
-    ds_full = t_index + per_post * n_posts
+        syn_paths[strength] = str(data / f"synthetic_{n_users}_{n_posts}_{n_tl}_{n_syn}_{strength}.parquet")
+        simulate_synthetic(hist, n_tl, n_syn, rewrite_strength=strength, seed=1).to_parquet(syn_paths[strength])
+    warm = pd.read_parquet(syn_paths[args.strengths[0]]).head(200)  # compile and cache the kernels, untimed
+    for mode in ("sketch", "exact"):
+        stylometric_attack(profile_histories(warm, StyloParams(**{**stylo, "mode": mode})), warm)
+    reidentify(warm, warm)
+    load = os.getloadavg()
+    rows = []
+    for attack in args.attacks:
+        for setting in args.settings:
+            out, rss = run_child(attack, setting, hist, syn_paths, stylo)
+            rows += [(attack, setting, strength, wall, prof, rss, s) for strength, wall, prof, s in out]
+    ref = sklearn_reference(hist, pd.read_parquet(syn_paths[args.strengths[0]]), sample, stylo)
     load_after = os.getloadavg()
 
-    print(f"\nre-identification attack: {n_posts:,} history posts, {rows[0][3]['n_history_users']:,} users, "
-          f"{n_syn:,} synthetic posts in {n_tl} timelines; k=128, b={args.bands}, r={args.rows} "
-          f"(S-curve threshold {rows[0][3]['s_curve_threshold']:.2f}), jaccard filter {args.jaccard_threshold}")
+    sk_full = ref["per_post"] * n_posts
+    print(f"\nre-identification: {n_posts:,} history posts of {n_users:,} users, {n_syn:,} synthetic posts in "
+          f"{n_tl} timelines; stylometric char {stylo['ngram_min']}-{stylo['ngram_max']}-grams, sketch width "
+          f"{args.width}, 2^{args.hash_bits} IDF buckets; minhash k=128, 16x8 bands")
     print(f"load average (1/5/15 min) before {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}, after "
-          f"{load_after[0]:.1f}/{load_after[1]:.1f}/{load_after[2]:.1f} on {os.cpu_count()} cores")
-    head = f"{'rewrite':>8} {'wall s':>8} {'peak RSS GB':>12} {'accuracy':>9} {'baseline':>10} {'recall':>7} " \
-           f"{'no cand.':>8} {'pairs':>10} {'datasketch x':>13}"
+          f"{load_after[0]:.1f}/{load_after[1]:.1f}/{load_after[2]:.1f} on {os.cpu_count()} cores "
+          "(the machine is shared with other agents: wall times are inflated by their load)")
+    head = f"{'attack':>12} {'setting':>9} {'rewrite':>8} {'wall s':>8} {'profile s':>10} {'peak GB':>8} " \
+           f"{'acc@1':>7} {'acc@10':>7} {'MRR':>7} {'chance':>9} {'no hist':>8}"
     print(head)
     print("-" * len(head))
-    for strength, wall, rss, s in rows:
-        print(f"{strength:>8.2f} {wall:>8.1f} {rss:>12.2f} {s['accuracy']:>9.3f} {s['baseline']:>10.2e} "
-              f"{s['candidate_recall']:>7.3f} {s['n_timelines_no_candidates']:>8d} {s['n_candidate_pairs']:>10,d} "
-              f"{ds_full / wall:>12.0f}x")
-    print(f"\ndatasketch: indexed {n_syn:,} synthetic posts in {t_index:.1f} s; {per_post * 1e6:.0f} us per history "
-          f"post (measured on {sample:,} posts), extrapolated linearly to {n_posts:,} posts: {ds_full / 60:.1f} min")
+    for attack, setting, strength, wall, prof, rss, s in rows:
+        print(f"{attack:>12} {setting:>9} {strength:>8.2f} {wall:>8.1f} {prof:>10.1f} {rss:>8.2f} "
+              f"{s['accuracy_at_1']:>7.3f} {s['accuracy_at_10']:>7.3f} {s['mrr']:>7.3f} {s['chance']:>9.2e} "
+              f"{s['n_no_history']:>8d}")
+    stylo_rows = [r for r in rows if r[0] == "stylometric"]
+    ratio = sk_full / max(r[3] for r in stylo_rows) if stylo_rows else float("nan")  # against our slowest
+    print(f"\nscikit-learn reference on {ref['n']:,} posts: {ref['per_post'] * 1e6:.0f} us per history post, "
+          f"extrapolated to {n_posts:,} posts: {sk_full:.0f} s (single process; its memory grows with the "
+          f"vocabulary x posts); stylometric sketch vs exact cosine on that sample: mean |err| "
+          f"{ref['err_mean']:.4f}, max {ref['err_max']:.4f}, top-1 agreement {ref['top1']:.3f}")
+    worst = max(rows, key=lambda r: r[3])
+    print(f"RESULT scale_posts={n_posts} users={n_users} timelines={n_tl} "
+          f"slowest_attack_s={worst[3]:.1f} slowest={worst[0]}/{worst[1]} peak_rss_gb={max(r[5] for r in rows):.2f} "
+          f"sklearn_ratio={ratio:.1f} sketch_err_mean={ref['err_mean']:.4f} "
+          + " ".join(f"acc_{a}_{st}_{s_:g}={x['accuracy_at_1']:.3f}" for a, st, s_, _, _, _, x in rows)
+          + f" load1={load_after[0]:.1f}")
 
 
 if __name__ == "__main__":

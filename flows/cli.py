@@ -409,20 +409,26 @@ def metaeval(
 
 @app.command()
 def reidentify(
-    histories: Annotated[Path, typer.Option("--histories", help="Adversary's posting histories parquet (author_id, text).")],
+    histories: Annotated[Path, typer.Option("--histories", help="Adversary's posting histories parquet (author_id, text; doc_id for disjoint).")],
     synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic table (schema) with author_id.")],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")],
-    n: Annotated[int, typer.Option("--n", help="Character n-gram size.")] = 3,
+    attack: Annotated[str, typer.Option("--attack", help="minhash, stylometric, embedding or all (embedding joins all on a GPU).")] = "minhash",
+    setting: Annotated[str, typer.Option("--setting", help="Adversary: full (holds the originals), disjoint (other posts only) or both.")] = "full",
+    n: Annotated[int, typer.Option("--n", help="MinHash character n-gram size.")] = 3,
     k: Annotated[int, typer.Option("--k", help="MinHash permutations.")] = 128,
     bands: Annotated[int, typer.Option("--bands", help="LSH bands (rows = k / bands).")] = 16,
     jaccard_threshold: Annotated[float | None, typer.Option("--jaccard-threshold")] = None,
     seed: Annotated[int, typer.Option("--seed")] = 1,
+    stylo_mode: Annotated[str, typer.Option("--stylo-mode", help="Stylometric profiles: sketch or exact.")] = "sketch",
 ) -> None:
-    """MinHash-LSH re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user."""
+    """Re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user, one
+    summary row per (attack, adversary setting)."""
+    import pandas as pd
+
     from tasks.corpus.importers import check_parquet_file, read_synthetic
     from tasks.paths import check_output_folder
+    from tasks.privacy.attacks import run_attacks, summary_table
     from tasks.privacy.audit import attack_timelines
-    from tasks.privacy.reidentify import reidentify as attack
     from tasks.store import ArtifactStore
 
     if k % bands:
@@ -433,17 +439,24 @@ def reidentify(
         synth = read_synthetic(synthetic)
         if "author_id" not in synth.columns:
             raise InputError("required column is missing", file=str(synthetic), column="author_id")
-        result = attack(str(histories), attack_timelines(synth), n=n, k=k, bands=bands, rows=k // bands, seed=seed,
-                        jaccard_threshold=jaccard_threshold)
-    except (SynthUGCError, FileNotFoundError) as exc:
-        _fail(str(exc))
+        results = run_attacks(str(histories), attack_timelines(synth), attack=attack, setting=setting,
+                              minhash={"n": n, "k": k, "bands": bands, "rows": k // bands, "seed": seed,
+                                       "jaccard_threshold": jaccard_threshold},
+                              stylometric={"mode": stylo_mode})
+    except (SynthUGCError, FileNotFoundError, ValueError) as exc:
+        _fail(str(exc).splitlines()[0])
     store = ArtifactStore(out)
     with _writing(out):
-        store.write_table(result.per_timeline, "reidentification.parquet")
-        store.write_text(json.dumps(result.summary, indent=2, default=str), "summary.json")
-    s = result.summary
-    typer.echo(f"accuracy {s['accuracy']:.4f} over {s['n_timelines']} timelines (random baseline {s['baseline']:.2e}), "
-               f"candidate recall {s['candidate_recall']:.4f} -> {out}")
+        store.write_table(pd.concat([r.per_timeline.assign(attack=r.summary["attack"], adversary=r.summary["adversary"])
+                                     for r in results], ignore_index=True), "reidentification.parquet")
+        table = summary_table([r.summary for r in results])
+        store.write_table(table, "reid_scores.parquet")
+        store.write_text(json.dumps([r.summary for r in results], indent=2, default=str), "summary.json")
+    for r in table.itertuples(index=False):
+        typer.echo(f"{r.attack}/{r.adversary}: accuracy@1 {r.accuracy_at_1:.4f}, @10 {r.accuracy_at_10:.4f}, "
+                   f"MRR {r.mrr:.4f} over {r.n_timelines} timelines (chance {r.chance:.2e})"
+                   + (f"; {r.reason}" if isinstance(r.reason, str) and r.reason else ""))
+    typer.echo(f"-> {out}")
 
 
 @app.command()

@@ -48,14 +48,36 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
                 "--out", str(tmp_path / "reid"))
     assert proc.returncode == 0, proc.stderr
-    summary = json.loads((tmp_path / "reid" / "summary.json").read_text())
+    [summary] = json.loads((tmp_path / "reid" / "summary.json").read_text())
     assert summary["accuracy"] == 1.0 and summary["n_timelines"] == 6
     assert summary["baseline"] == pytest.approx(1 / 6)
     assert len(pd.read_parquet(tmp_path / "reid" / "reidentification.parquet")) == 6
 
+    released = tmp_path / "released.parquet"  # the test-split posts only: the others stay the adversary's
+    synth = pd.read_parquet(files["synthetic"])
+    synth[synth["split"] == "test"].to_parquet(released)
+    proc = _run("reidentify", "--histories", str(files["corpus"]), "--synthetic", str(released),
+                "--out", str(tmp_path / "all"), "--attack", "all", "--setting", "both", "--stylo-mode", "exact")
+    assert proc.returncode == 0, proc.stderr
+    scores = pd.read_parquet(tmp_path / "all" / "reid_scores.parquet")
+    assert set(zip(scores["attack"], scores["adversary"], strict=True)) >= {
+        ("minhash", "full"), ("minhash", "disjoint"), ("stylometric", "full"), ("stylometric", "disjoint")}
+    assert not scores["attack"].str.contains("/").any() and scores["chance"].tolist() == pytest.approx([1 / 6] * 4)
+    by = scores.set_index(["attack", "adversary"])
+    assert by.loc[("minhash", "full"), "accuracy_at_1"] == 1.0 and by.loc[("stylometric", "full"), "accuracy_at_1"] == 1.0
+    assert by.loc[("minhash", "disjoint"), "accuracy_at_1"] < 1.0  # the copies are no longer in the history
+    per = pd.read_parquet(tmp_path / "all" / "reidentification.parquet")
+    assert len(per) == 6 * len(scores) and {"attack", "adversary", "rank", "reciprocal_rank"} <= set(per.columns)
+
     proc = _run("reidentify", "--histories", str(tmp_path / "missing.parquet"), "--synthetic",
                 str(files["synthetic"]), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "missing.parquet" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
+                "--out", str(tmp_path / "x"), "--setting", "disjoint")
+    assert proc.returncode == 2 and "doc_id" in proc.stderr and "Traceback" not in proc.stderr
+    proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
+                "--out", str(tmp_path / "x"), "--attack", "ngram")
+    assert proc.returncode == 2 and "attack must be one of" in proc.stderr
 
 
 def test_profile_scores_original_and_synthetic(files, tmp_path):

@@ -41,3 +41,12 @@ def test_synthetic_timelines(tmp_path: Path) -> None:
     assert (strong["text"] != verbatim["text"]).mean() > 0.95
     with pytest.raises(ValueError):
         simulate_synthetic(path, rewrite_strength=1.5)
+
+
+def test_rewrite_strengths_share_their_source_posts(tmp_path: Path) -> None:
+    path = simulate_histories(60, 3_000, seed=1, out_path=tmp_path / "h.parquet", vocab_size=2_000)
+    weak = simulate_synthetic(path, n_timelines=6, n_posts=60, rewrite_strength=0.1, seed=2)
+    strong = simulate_synthetic(path, n_timelines=6, n_posts=60, rewrite_strength=0.9, seed=2)
+    hist = pd.read_parquet(path).set_index("doc_id")
+    assert list(weak["doc_id"]) == list(strong["doc_id"]) and set(weak["doc_id"]) <= set(hist.index)
+    assert (weak["author_id"].to_numpy() == hist.loc[weak["doc_id"], "author_id"].to_numpy()).all()

@@ -25,7 +25,10 @@ all k are used by the Jaccard filter).
 Report. ``accuracy`` = share of timelines attributed to their true author; ``baseline`` = 1/N, N the
 number of distinct history authors (nan with a ``reason`` when the history is empty);
 ``candidate_recall`` = share of synthetic posts whose true author is among their candidate authors;
-``n_timelines_no_candidates``.
+``n_timelines_no_candidates``; plus the attribution output every attack shares
+(:mod:`tasks.privacy.attribution`): the true author's rank by votes, accuracy@1 (= ``accuracy``),
+accuracy@10, MRR and their chance rates. ``setting="disjoint"`` drops the synthetic posts' source
+documents (by ``doc_id``) from the histories as they stream.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tasks.errors import InputError
+from tasks.privacy.attribution import Setting, attribution_summary, attribution_table, held_out_doc_ids
 from tasks.privacy.minhash import MinHashParams, Scheme, sign
 
 HistorySource = str | os.PathLike | pd.DataFrame
@@ -240,22 +244,36 @@ def _batch_pairs(index: SyntheticIndex, authors: pa.Array, keys: np.ndarray, his
     return pd.DataFrame({"post": posts, "author": author}).drop_duplicates()
 
 
-def _text_batches(source: HistorySource, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+def text_batches(source: HistorySource, chunk_rows: int,
+                 held_out: frozenset[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """(author_id, text) batches of a history parquet file or DataFrame, without the documents whose
+    ``doc_id`` is in ``held_out`` (the disjoint adversary's view; needs a doc_id column)."""
+    columns = ["author_id", "text"] + (["doc_id"] if held_out is not None else [])
     if isinstance(source, pd.DataFrame):
-        _check_columns(source, ("author_id", "text"), "history data")
-        df = source[["author_id", "text"]]
-        for start in range(0, len(df), chunk_rows):
-            yield pa.RecordBatch.from_pandas(df.iloc[start:start + chunk_rows], preserve_index=False)
+        _check_columns(source, columns, "history data")
+        df = source[columns]
+        batches: Iterator[pa.RecordBatch] = (
+            pa.RecordBatch.from_pandas(df.iloc[start:start + chunk_rows], preserve_index=False)
+            for start in range(0, len(df), chunk_rows))
+    else:
+        path = os.fspath(source)
+        if not Path(path).exists():
+            raise InputError("history file not found", file=path)
+        pf = pq.ParquetFile(path)
+        names = pf.schema_arrow.names
+        for col in columns:
+            if col not in names:
+                raise InputError("history data lacks required column", file=path, column=col)
+        batches = pf.iter_batches(batch_size=chunk_rows, columns=columns)
+    if held_out is None:
+        yield from batches
         return
-    path = os.fspath(source)
-    if not Path(path).exists():
-        raise InputError("history file not found", file=path)
-    pf = pq.ParquetFile(path)
-    names = pf.schema_arrow.names
-    for col in ("author_id", "text"):
-        if col not in names:
-            raise InputError("history data lacks required column", file=path, column=col)
-    yield from pf.iter_batches(batch_size=chunk_rows, columns=["author_id", "text"])
+    drop = pa.array(sorted(held_out), pa.string())
+    for batch in batches:
+        doc = batch.column("doc_id")
+        keep = pc.invert(pc.fill_null(pc.is_in(pc.cast(doc, pa.string()), drop), False))
+        yield pa.RecordBatch.from_arrays([batch.column("author_id"), batch.column("text")],
+                                         names=["author_id", "text"]).filter(keep)
 
 
 def _as_text(col: pa.Array) -> pa.Array:
@@ -265,11 +283,11 @@ def _as_text(col: pa.Array) -> pa.Array:
 
 
 def _shard_votes(source: HistorySource, index: SyntheticIndex, *, jaccard_threshold: float | None,
-                 chunk_rows: int, parallel: bool) -> _Votes:
+                 chunk_rows: int, parallel: bool, held_out: frozenset[str] | None = None) -> _Votes:
     """Sign one history source chunk by chunk and probe it against the index."""
     params = index.params
     parts, authors, n_posts = [], set(), 0
-    for batch in _text_batches(source, chunk_rows):
+    for batch in text_batches(source, chunk_rows, held_out):
         texts = _as_text(batch.column("text"))
         author_col = batch.column("author_id")
         _, keys = sign(texts, params.minhash, bands=params.bands, rows=params.rows, want_signatures=False,
@@ -288,7 +306,8 @@ def _shard_votes(source: HistorySource, index: SyntheticIndex, *, jaccard_thresh
 
 # ------------------------------------------------------------------------------------- attribution
 
-def attribute(index: SyntheticIndex, votes: _Votes, jaccard_threshold: float | None = None) -> ReidResult:
+def attribute(index: SyntheticIndex, votes: _Votes, jaccard_threshold: float | None = None,
+              setting: Setting = "full") -> ReidResult:
     """Vote per timeline, apply the tie rule and build the report (see the module docstring)."""
     pairs = votes.pairs
     n_groups = len(index.groups)
@@ -327,7 +346,16 @@ def attribute(index: SyntheticIndex, votes: _Votes, jaccard_threshold: float | N
     per["correct"] = (per["votes_top"] > 0) & (per["votes_true"] == per["votes_top"]) & ~per["tie"]
 
     n_users = len(votes.authors)
+    rank = _vote_ranks(per, pairs, index, votes.authors, n_users)
+    shared = attribution_table(per["group_id"], per["author_id"], per["predicted_author"], rank,
+                               per["votes_true"].to_numpy(float), per["votes_top"].to_numpy(float), per["n_posts"],
+                               evidence=per["votes_true"].to_numpy() > 0)
+    assert (shared["correct"].to_numpy() == per["correct"].to_numpy()).all()
+    for col in ("rank", "reciprocal_rank", "in_top10", "in_history"):
+        per[col] = shared[col].to_numpy()
+    shared_summary = attribution_summary(per, n_users)
     summary: dict[str, Any] = {
+        "attack": "minhash", "adversary": setting,
         "accuracy": float(per["correct"].mean()) if n_groups else math.nan,
         "n_timelines": int(n_groups),
         "n_correct": int(per["correct"].sum()),
@@ -342,27 +370,45 @@ def attribute(index: SyntheticIndex, votes: _Votes, jaccard_threshold: float | N
         "s_curve_threshold": index.params.threshold,
         "jaccard_threshold": jaccard_threshold,
         **{f"param_{k}": v for k, v in asdict(index.params).items()},
+        **{k: v for k, v in shared_summary.items() if k not in ("n_timelines", "n_correct")},
     }
-    if n_users == 0:
-        summary["reason"] = "history is empty: no author can be attributed"
-    elif n_groups == 0:
-        summary["reason"] = "no synthetic timelines"
     return ReidResult(per_timeline=per, summary=summary)
+
+
+def _vote_ranks(per: pd.DataFrame, pairs: pd.DataFrame, index: SyntheticIndex, authors: set,
+                n_users: int) -> np.ndarray:
+    """Pessimistic rank of each timeline's true author by votes: the number of history authors with at
+    least its votes (all N when it has none); nan when the true author is not in the history."""
+    true_votes = per["votes_true"].to_numpy(np.int64)
+    in_history = np.array([a in authors for a in per["author_id"].to_numpy(object)], dtype=bool)
+    rank = np.where(in_history, float(n_users), np.nan)
+    if len(pairs):
+        post = pairs["post"].to_numpy(np.int64)
+        v = pd.DataFrame({"g": index.group_codes[post], "author": pairs["author"].to_numpy(object)})
+        counts = v.groupby(["g", "author"], sort=False).size().to_numpy()
+        g = v.groupby(["g", "author"], sort=False).size().index.get_level_values("g").to_numpy(np.int64)
+        at_least = np.bincount(g, weights=(counts >= true_votes[g]), minlength=len(per))
+        voted = in_history & (true_votes > 0)
+        rank[voted] = at_least[voted]
+    return rank
 
 
 # ------------------------------------------------------------------------------------------ entry points
 
 def reidentify(histories: HistorySource, synthetic: pd.DataFrame, *, n: int = 3, k: int = 128, bands: int = 16,
                rows: int = 8, seed: int = 1, jaccard_threshold: float | None = None, chunk_rows: int = 1_000_000,
-               scheme: Scheme = "affine32", lower: bool = False, parallel: bool = True) -> ReidResult:
+               scheme: Scheme = "affine32", lower: bool = False, parallel: bool = True,
+               setting: Setting = "full") -> ReidResult:
     """Attribute each synthetic timeline (group_id, true author_id, text) to a history author.
 
-    ``histories``: a parquet path or DataFrame with author_id and text, streamed in ``chunk_rows``."""
+    ``histories``: a parquet path or DataFrame with author_id and text (and doc_id for the ``disjoint``
+    setting, which drops the synthetic posts' source documents), streamed in ``chunk_rows``."""
     params = LSHParams(n=n, k=k, bands=bands, rows=rows, seed=seed, scheme=scheme, lower=lower)
+    held_out = held_out_doc_ids(synthetic, setting)
     index = build_index(synthetic, params, with_signatures=jaccard_threshold is not None, parallel=parallel)
     votes = _shard_votes(histories, index, jaccard_threshold=jaccard_threshold, chunk_rows=chunk_rows,
-                         parallel=parallel)
-    return attribute(index, votes, jaccard_threshold)
+                         parallel=parallel, held_out=held_out)
+    return attribute(index, votes, jaccard_threshold, setting)
 
 
 def sign_histories(histories: HistorySource, out_path: str | os.PathLike, *, n: int = 3, k: int = 128,
@@ -385,7 +431,7 @@ def sign_histories(histories: HistorySource, out_path: str | os.PathLike, *, n: 
     author_type: pa.DataType | None = None
     writer: pq.ParquetWriter | None = None
     try:
-        for batch in _text_batches(histories, chunk_rows):
+        for batch in text_batches(histories, chunk_rows):
             author = batch.column("author_id")
             if author_type is None:
                 author_type = author.type if not pa.types.is_null(author.type) else pa.string()

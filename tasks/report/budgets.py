@@ -1,0 +1,80 @@
+"""Privacy/utility budgets: which strategies meet a stated budget, and by how much the others miss it.
+
+A budget is a comma-separated list of bounds on per-strategy columns, as ``synthugc report --require``
+takes it: ``"reidentification<=0.10,utility>=0.90"``. ``reidentification`` should be the worst case over
+attacks and adversary settings (:func:`tasks.privacy.attacks.worst_case`) and ``utility`` a share of the
+real-data model's score, so a strategy passes only when it passes against the strongest attack.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from tasks.errors import ConfigError
+
+_BOUND = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One bound: ``column op limit`` with op ``<=`` or ``>=``."""
+
+    column: str
+    op: str
+    limit: float
+
+    def miss(self, value: float) -> float:
+        """How far ``value`` is from meeting the bound (0 when met, nan when the value is unknown)."""
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return math.nan
+        return max(0.0, value - self.limit) if self.op == "<=" else max(0.0, self.limit - value)
+
+    def __str__(self) -> str:
+        return f"{self.column}{self.op}{self.limit:g}"
+
+
+def parse_budget(text: str) -> list[Bound]:
+    """``"a<=0.1,b>=0.9"`` -> bounds; ConfigError naming the bad part."""
+    bounds = []
+    for part in [p for p in text.split(",") if p.strip()]:
+        m = _BOUND.match(part)
+        if not m:
+            raise ConfigError(f"--require: cannot read {part.strip()!r}; write e.g. reidentification<=0.10,utility>=0.90")
+        bounds.append(Bound(m.group(1), m.group(2), float(m.group(3))))
+    if not bounds:
+        raise ConfigError("--require: no bound given; write e.g. reidentification<=0.10,utility>=0.90")
+    return bounds
+
+
+def check_budget(table: pd.DataFrame, bounds: list[Bound], key: str = "strategy") -> pd.DataFrame:
+    """Per strategy (rows of ``table``): ``meets`` (every bound met, none unknown), the value and the
+    miss of each bound (``<column>``, ``miss_<column>``), and ``verdict`` in words. Sorted: strategies
+    that meet it first, then by total miss."""
+    missing = [b.column for b in bounds if b.column not in table.columns]
+    if missing:
+        raise ConfigError(f"--require: no column {missing[0]!r} in the report (have: {', '.join(map(str, table.columns))})")
+    rows = []
+    for rec in table.to_dict("records"):
+        row = {key: rec[key]}
+        misses, words = [], []
+        for b in bounds:
+            value = float(rec[b.column]) if rec[b.column] is not None else math.nan
+            miss = b.miss(value)
+            row[b.column], row[f"miss_{b.column}"] = value, miss
+            misses.append(miss)
+            if math.isnan(miss):
+                words.append(f"{b.column} unknown")
+            elif miss > 0:
+                words.append(f"{b.column} {value:.3g} misses {b} by {miss:.3g}")
+        row["meets"] = all(m == 0.0 for m in misses)
+        row["total_miss"] = math.inf if any(math.isnan(m) for m in misses) else sum(misses)
+        row["verdict"] = "meets " + ", ".join(map(str, bounds)) if row["meets"] else "; ".join(words)
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    if out.empty:
+        return out
+    return out.sort_values(["meets", "total_miss", key], ascending=[False, True, True], kind="stable").reset_index(drop=True)

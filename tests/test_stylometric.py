@@ -1,0 +1,167 @@
+"""The stylometric attack: exact mode equals the scikit-learn reference on the debates corpus, the
+sketch stays within its documented error, the Dask path equals one process, edge cases lose nothing."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+from sklearn.feature_extraction.text import TfidfVectorizer
+from sklearn.metrics.pairwise import cosine_similarity
+
+from tasks.corpus.simulate import simulate_histories, simulate_synthetic
+from tasks.errors import InputError
+from tasks.parallel import dask_client
+from tasks.privacy.attribution import held_out_doc_ids
+from tasks.privacy.audit import attack_timelines
+from tasks.privacy.stylometric import (
+    StyloParams,
+    profile_histories,
+    profile_histories_dask,
+    reidentify_stylometric,
+    similarity,
+    stylometric_attack,
+    timeline_profiles,
+)
+
+DEBATES = Path(__file__).resolve().parent.parent / "data" / "debates.parquet"
+
+
+def sklearn_reference(hist: pd.DataFrame, syn: pd.DataFrame, ngram_range: tuple[int, int],
+                      lowercase: bool) -> tuple[np.ndarray, list, list]:
+    """The 15-line attack: TF-IDF over history posts, author and timeline centroids, cosine."""
+    vec = TfidfVectorizer(analyzer="char", ngram_range=ngram_range, sublinear_tf=True, lowercase=lowercase)
+    x = vec.fit_transform(hist["text"])
+    authors = list(dict.fromkeys(hist["author_id"]))
+    a = np.vstack([np.asarray(x[(hist["author_id"] == au).to_numpy()].mean(axis=0)) for au in authors])
+    t_x = vec.transform(syn["text"])
+    groups = list(dict.fromkeys(syn["group_id"]))
+    t = np.vstack([np.asarray(t_x[(syn["group_id"] == g).to_numpy()].mean(axis=0)) for g in groups])
+    return cosine_similarity(t, a), groups, authors
+
+
+@pytest.fixture(scope="module")
+def debates() -> tuple[pd.DataFrame, pd.DataFrame]:
+    if not DEBATES.exists():
+        pytest.skip(f"{DEBATES} missing: run `synthugc datasets fetch debates`")
+    corpus = pd.read_parquet(DEBATES)
+    corpus = corpus.assign(text=corpus["text"].astype(object), author_id=corpus["author_id"].astype(object),
+                           doc_id=corpus["doc_id"].astype(object))
+    released = corpus[corpus["split"] == "test"].assign(strategy="copy", variant="first", status="ok")
+    return corpus[["doc_id", "author_id", "text"]], attack_timelines(released)
+
+
+@pytest.mark.parametrize(("ngram_range", "lowercase"), [((2, 4), False), ((3, 3), True)])
+def test_exact_mode_equals_scikit_learn_on_debates(debates, ngram_range, lowercase) -> None:
+    hist, syn = debates
+    params = StyloParams(ngram_min=ngram_range[0], ngram_max=ngram_range[1], lowercase=lowercase, mode="exact")
+    for setting in ("full", "disjoint"):
+        held = held_out_doc_ids(syn, setting)
+        visible = hist if held is None else hist[~hist["doc_id"].isin(held)]
+        ref, groups, authors = sklearn_reference(visible, syn, ngram_range, lowercase)
+        profiles = profile_histories(hist, params, held_out=held)
+        timelines, got_groups, _, _ = timeline_profiles(profiles, syn)
+        got = similarity(timelines, profiles)
+        assert list(got_groups) == groups and list(profiles.authors) == authors
+        np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12)
+        res = stylometric_attack(profiles, syn, setting)
+        assert (res.per_timeline["predicted_author"].to_numpy() == np.asarray(authors, object)[ref.argmax(1)]).all()
+        assert res.summary["adversary"] == setting and res.summary["n_timelines"] == len(groups)
+    full = reidentify_stylometric(hist, syn, params, setting="full").summary
+    disj = reidentify_stylometric(hist, syn, params, setting="disjoint").summary
+    assert full["accuracy_at_1"] == 1.0 and full["chance"] == pytest.approx(1 / 9)
+    assert full["chance"] < disj["accuracy_at_1"] < 1.0  # other turns still give speakers away
+
+
+def test_sketch_within_documented_error_of_exact(debates) -> None:
+    hist, syn = debates
+    exact = profile_histories(hist, StyloParams(mode="exact"))
+    ref = similarity(timeline_profiles(exact, syn)[0], exact)
+    for width, tol in ((4096, 0.1), (16384, 0.05)):
+        sketch = profile_histories(hist, StyloParams(mode="sketch", width=width, hash_bits=20))
+        got = similarity(timeline_profiles(sketch, syn)[0], sketch)
+        err = np.abs(got - ref)
+        # count sketch: sd ~ sqrt((1 + cos^2) / width) per inner product; the max over 30x9 pairs stays
+        # within ~4 sd, the mean within ~1 sd
+        assert err.mean() < 1.5 * math.sqrt(2 / width) and err.max() < tol
+        assert (got.argmax(1) == ref.argmax(1)).mean() >= 0.9
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, pd.DataFrame]:
+    path = str(tmp_path_factory.mktemp("stylo") / "h.parquet")
+    simulate_histories(300, 30_000, seed=3, out_path=path, row_group_rows=10_000, vocab_size=5_000)
+    return path, simulate_synthetic(path, 30, 600, rewrite_strength=0.3, seed=4)
+
+
+def test_dask_shards_equal_single_process(sim, tmp_path: Path) -> None:
+    path, syn = sim
+    table = pq.read_table(path)
+    shards = []
+    for i, (lo, hi) in enumerate(((0, 9_000), (9_000, 21_000), (21_000, 30_000))):
+        shards.append(str(tmp_path / f"s{i}.parquet"))
+        pq.write_table(table.slice(lo, hi - lo), shards[-1])
+    params = StyloParams(width=1024, hash_bits=18)
+    held = held_out_doc_ids(syn, "disjoint")
+    one = profile_histories(path, params, chunk_rows=7_000, held_out=held)
+    with dask_client(n_workers=2, threads_per_worker=1) as client:
+        many = profile_histories_dask(client, shards, params, chunk_rows=4_000, held_out=held)
+    order = pd.Index(many.authors).get_indexer(one.authors)
+    assert (order >= 0).all() and len(order) == len(many.authors) == 299  # one user had only released posts
+    np.testing.assert_allclose(many.profiles[order], one.profiles, atol=1e-6)
+    np.testing.assert_array_equal(many.idf, one.idf)
+    assert many.n_posts == one.n_posts == 30_000 - len(syn)
+    a, b = stylometric_attack(one, syn, "disjoint"), stylometric_attack(many, syn, "disjoint")
+    np.testing.assert_array_equal(a.per_timeline["rank"], b.per_timeline["rank"])
+
+
+def test_rewrite_strength_lowers_accuracy_and_beats_minhash_when_disjoint(sim) -> None:
+    from tasks.privacy.reidentify import reidentify
+
+    path, _ = sim
+    acc = []
+    for strength in (0.0, 0.6, 1.0):
+        syn = simulate_synthetic(path, 30, 600, rewrite_strength=strength, seed=4)
+        acc.append(reidentify_stylometric(path, syn, setting="disjoint").summary["accuracy_at_1"])
+    assert acc[0] >= acc[1] >= acc[2] and acc[0] > acc[2] and acc[0] > 0.5
+    syn = simulate_synthetic(path, 30, 600, rewrite_strength=0.0, seed=4)
+    assert reidentify(path, syn, setting="disjoint").summary["accuracy"] < acc[0]
+
+
+def test_edge_cases_lose_nothing() -> None:
+    hist = pd.DataFrame({
+        "doc_id": ["a1", "a2", "b1", "c1", "e1", "r1", "r2", "z1"],
+        "author_id": ["a", "a", "b", "c", "e", "r", "r", None],
+        "text": ["Hello there, my friend!", "Hello again, dear friend!", "only one post", "", None,
+                 "Привет, друг! Как дела?", "Привет всем, друзья!", "no author"],
+    })
+    syn = pd.DataFrame({
+        "doc_id": ["a1", "b1", "c1", "r1", "x1"],
+        "group_id": ["ga", "gb", "gc", "gr", "gx"],
+        "author_id": ["a", "b", "c", "r", "x"],
+        "text": ["Hello there, my friend!", "only one post", "", "Привет, друг!", "今天天气很好"],
+    })
+    for mode in ("exact", "sketch"):
+        params = StyloParams(mode=mode, width=256, hash_bits=12)  # type: ignore[arg-type]
+        full = reidentify_stylometric(hist, syn, params, setting="full")
+        per = full.per_timeline.set_index("group_id")
+        assert len(per) == 5 and per.loc["ga", "correct"] and per.loc["gr", "correct"]
+        assert not per.loc["gx", "in_history"] and not per.loc["gx", "correct"]  # unknown author: a miss
+        assert not per.loc["gc", "correct"]  # an empty text scores 0 with everyone: a tie, a miss
+        assert full.summary["n_history_users"] == 5 and full.summary["n_history_posts"] == 7  # null author dropped
+        disj = reidentify_stylometric(hist, syn, params, setting="disjoint").per_timeline.set_index("group_id")
+        assert not disj.loc["gb", "in_history"] and disj.loc["gb", "reciprocal_rank"] == 0  # one-post user
+        assert disj.loc["gr", "in_history"] and disj.loc["gr", "correct"]  # Cyrillic style survives
+    empty = pd.DataFrame({"doc_id": pd.Series([], dtype=object), "author_id": pd.Series([], dtype=object),
+                          "text": pd.Series([], dtype=object)})
+    for mode in ("exact", "sketch"):
+        s = reidentify_stylometric(empty, syn, StyloParams(mode=mode, hash_bits=12)).summary  # type: ignore[arg-type]
+        assert s["accuracy_at_1"] == 0.0 and math.isnan(s["chance"]) and "empty" in s["reason"]
+    with pytest.raises(InputError, match="several true authors"):
+        reidentify_stylometric(hist, syn.assign(group_id="g"))
+    with pytest.raises(ValueError, match="power of two"):
+        StyloParams(width=1000)
