@@ -577,15 +577,28 @@ def report(
                                                    "use_case[,dp][,longitudinal].")] = None,
     examples: Annotated[int | None, typer.Option("--examples", help="Example outputs to show (0 = off; they show "
                                                   "real text). Default: the run's config.")] = None,
+    require: Annotated[str | None, typer.Option("--require", help="A budget, e.g. "
+                                                "'reidentification<=0.10,utility>=0.90': list the strategies that meet "
+                                                "it under the worst-case attack, and by how much the others miss it.")]
+    = None,
 ) -> None:
     """Rebuild report.md and report.html of a finished run from its artifacts, recomputing nothing (after
     `synthugc annotate import`, or to rank for another goal)."""
     from tasks.report.rebuild import rebuild_report
 
     try:
-        rebuilt = rebuild_report(run_dir, goals=goal, examples=examples)
+        if require is not None:
+            from flows.config import ReportConfig
+
+            ReportConfig(require=require)  # the same check as the config's report.require
+        rebuilt = rebuild_report(run_dir, goals=goal, examples=examples, require=require)
     except SynthUGCError as exc:
         _fail(str(exc))
+    except ValueError as exc:  # pydantic: an unknown budget column
+        _fail("--require: " + str(exc).splitlines()[-1].removeprefix("  Value error, ").split(" [")[0])
+    if rebuilt.budget is not None:
+        for row in rebuilt.budget.itertuples(index=False):
+            typer.echo(f"{'meets ' if row.meets else 'misses'} {row.strategy}: {row.verdict}")
     typer.echo(f"{rebuilt.markdown}\n{rebuilt.html}")
 
 

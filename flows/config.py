@@ -181,9 +181,20 @@ class MembershipConfig(Section):
 
 
 class ReidentifyConfig(Section):
-    """MinHash-LSH re-identification (seed 000 §5.3.2) against the adversary's posting histories."""
+    """Re-identification (seed 000 §5.3.2) against the adversary's posting histories: every attack under every
+    adversary setting; the verdicts use the worst case."""
 
     enabled: bool = True
+    attacks: list[Literal["minhash", "stylometric", "embedding"]] = Field(
+        default_factory=lambda: ["minhash", "stylometric"], min_length=1,
+        description="minhash (near-duplicate posts), stylometric (character n-gram author profiles), embedding "
+                    "(mean sentence embeddings; slow without a GPU).")
+    adversaries: list[Literal["full", "disjoint"]] = Field(
+        default_factory=lambda: ["full", "disjoint"], min_length=1,
+        description="full: the histories hold the rewritten originals (the article's setting); disjoint: only "
+                    "the users' other posts.")
+    stylometric_mode: Literal["sketch", "exact"] = Field("sketch", description="Author profiles: count sketch "
+                                                                                "(fits 37.9k users) or exact.")
     histories: str | None = Field(None, description="Histories parquet (author_id, text); default: the "
                                                      "corpus's own documents, i.e. the adversary holds the originals.")
     n: int = Field(3, ge=1, description="Character n-gram size.")
@@ -239,6 +250,19 @@ class ReportConfig(Section):
                                          "or use_case[,dp][,longitudinal].")
     examples: int = Field(0, ge=0, description="Example outputs per strategy (Appendix A.3); 0 = off, since they "
                                                "show real text.")
+    require: str | None = Field(None, description="A budget, e.g. reidentification<=0.10,utility>=0.90: the report "
+                                                  "lists the strategies that meet it under the worst-case attack.")
+
+    @field_validator("require")
+    @classmethod
+    def _budget(cls, value: str | None) -> str | None:
+        if value is not None:
+            from tasks.report.budgets import BUDGET_COLUMNS, parse_budget
+
+            unknown = [b.column for b in parse_budget(value) if b.column not in BUDGET_COLUMNS]
+            if unknown:
+                raise ValueError(f"unknown budget column {unknown[0]!r}; known: {', '.join(BUDGET_COLUMNS)}")
+        return value
 
     @field_validator("goals")
     @classmethod

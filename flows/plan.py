@@ -190,10 +190,13 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
     metric_opts, privacy_opts = metric_options(cfg), privacy_options(cfg)
     llm = llm_role_settings("llm", cfg.models.get("llm"))
     reid_opts = stages.ReidentifyOptions(n=reid.n, k=reid.k, bands=reid.bands, seed=cfg.seed,
-                                         jaccard_threshold=reid.jaccard_threshold)
+                                         jaccard_threshold=reid.jaccard_threshold, attacks=tuple(reid.attacks),
+                                         adversaries=tuple(reid.adversaries), stylometric_mode=reid.stylometric_mode)
+    histories = histories_ref(reid.histories) if do_privacy and reid.enabled else None
     if do_privacy and reid.enabled:
-        plan.add("sign-histories", stages.sign_adversary_histories, histories=histories_ref(reid.histories),
-                 options=reid_opts)
+        plan.add("sign-histories", stages.sign_adversary_histories, histories=histories,
+                 options=stages.ReidentifyOptions(n=reid.n, k=reid.k, bands=reid.bands, seed=cfg.seed,
+                                                  jaccard_threshold=reid.jaccard_threshold))
     pseudo = cfg.generate.pseudonymize
     if pseudo is not None and any(s.pseudonymize for s in cfg.generate.strategies):
         plan.add("pseudonymize", stages.pseudonymize, corpus=corpus, options=stages.PseudonymizeOptions(
@@ -221,8 +224,8 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
                      options=stages.LLMProfilingOptions(backend=backend, max_tokens=lp.max_tokens, n=lp.n,
                                                         seed=cfg.seed))
         if do_privacy and reid.enabled:
-            plan.add("reidentify", stages.reidentify, signed=Use("sign-histories", "signed"), shards=shards[label],
-                     label=label, options=reid_opts)
+            plan.add("reidentify", stages.reidentify, signed=Use("sign-histories", "signed"), histories=histories,
+                     shards=shards[label], label=label, options=reid_opts)
 
     comparison_names = tuple(m for m in cfg.metrics.names if m in metric_names("distribution", "bag"))
     if "metrics" in families and cfg.metrics.metaeval.enabled and comparison_names:
@@ -258,7 +261,7 @@ def report_options(cfg: ExperimentConfig, facts: Mapping[str, str]) -> stages.Re
         title=cfg.report.title or f"synthugc report: {cfg.experiment}", facts=tuple(facts.items()),
         level=cfg.utility.task, families=tuple((s.key, s.name) for s in cfg.generate.strategies),
         utility_signature=utility_signature(cfg), goals=tuple(cfg.report.goals), examples=cfg.report.examples,
-        seed=cfg.seed)
+        seed=cfg.seed, budget=cfg.report.require)
 
 
 def report_params(cfg: ExperimentConfig, results: Mapping[str, StageResult], failed: Mapping[str, str],

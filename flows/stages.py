@@ -25,7 +25,6 @@ from tasks.corpus.schema import corpus_level
 from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic, with_llm_settings
 from tasks.layout import RunLayout, StageResult, StageWriter
-from tasks.metrics.base import make_signature
 from tasks.metrics.suite import MetricOptions, metaeval_metrics, score_strategy
 from tasks.models.embeddings import EmbeddingCache
 from tasks.models.llm import llm_backend_for
@@ -114,6 +113,9 @@ class ReidentifyOptions:
     bands: int | None
     seed: int
     jaccard_threshold: float | None
+    attacks: tuple[str, ...] = ("minhash",)
+    adversaries: tuple[str, ...] = ("full",)
+    stylometric_mode: str = "sketch"
 
     def lsh(self) -> dict[str, Any]:
         return {"n": self.n, "k": self.k, "seed": self.seed,
@@ -154,6 +156,7 @@ class ReportOptions:
     goals: tuple[str, ...]
     examples: int
     seed: int
+    budget: str | None = None
 
 
 def _stage(name: str, **options: Any):
@@ -265,20 +268,42 @@ def sign_adversary_histories(histories: ArtifactRef, place: RunPlace, options: R
 
 
 @_stage("reidentify")
-def reidentify(signed: ArtifactRef, shards: list[ArtifactRef], place: RunPlace, label: str,
+def reidentify(signed: ArtifactRef, histories: ArtifactRef, shards: list[ArtifactRef], place: RunPlace, label: str,
                options: ReidentifyOptions) -> StageResult:
-    """MinHash-LSH re-identification of one strategy's synthetic timelines against the signed histories."""
+    """Every configured re-identification attack (MinHash near-duplicates, stylometric author profiles,
+    embeddings) under every adversary setting (full: the histories hold the rewritten originals; disjoint:
+    only the users' other posts) against one strategy's synthetic timelines: one row set per (attack,
+    adversary), so the verdicts can take the worst case. MinHash in the full setting reuses the signed
+    histories."""
+    from tasks.privacy.attacks import minhash_signature, run_attacks
+    from tasks.privacy.reidentify import LSHParams
+
     synthetic = _synthetic(place.store(), shards)
+    lsh = options.lsh()
     per_timeline, rows = [], []
     for variant, part in synthetic.groupby("variant", sort=True):
-        result = reidentify_signed(signed.path, attack_timelines(part), jaccard_threshold=options.jaccard_threshold)
-        summary = result.summary
-        signature = make_signature("reid", attack="minhash-lsh", **{k: summary.get(k) for k in (
-            "n", "k", "bands", "rows", "seed", "scheme") if k in summary}, jaccard=options.jaccard_threshold,
-                                   vote="unique-argmax", ties="failure")
-        per_timeline.append(result.per_timeline.assign(strategy=label, variant=str(variant)))
-        rows += reidentification_rows(summary, label, str(variant), signature,
-                                      epsilon=variant_epsilons(part).get(str(variant)))
+        timelines = attack_timelines(part)
+        epsilon = variant_epsilons(part).get(str(variant))
+        results = []
+        for attack in options.attacks:
+            for adversary in options.adversaries:
+                if attack == "minhash" and adversary == "full":
+                    result = reidentify_signed(signed.path, timelines, jaccard_threshold=options.jaccard_threshold)
+                    params = LSHParams(**{k: v for k, v in lsh.items() if k in LSHParams.__dataclass_fields__})
+                    result.summary.update(attack="minhash", adversary="full",
+                                          signature=minhash_signature(params, options.jaccard_threshold))
+                    results.append(result)
+                    continue
+                minhash = {k: v for k, v in lsh.items() if k != "with_signatures"}
+                results += run_attacks(histories.path, timelines, attack=attack, setting=adversary,
+                                       minhash={**minhash, "jaccard_threshold": options.jaccard_threshold},
+                                       stylometric={"mode": options.stylometric_mode, "seed": options.seed})
+        for result in results:
+            summary = result.summary
+            per_timeline.append(result.per_timeline.assign(strategy=label, variant=str(variant),
+                                                           attack=summary["attack"], adversary=summary["adversary"]))
+            rows += reidentification_rows(summary, label, str(variant), str(summary.get("signature", "")),
+                                          attack=summary["attack"], adversary=summary["adversary"], epsilon=epsilon)
     out = place.writer("reidentify", label=label)
     out.table("per_timeline", pd.concat(per_timeline, ignore_index=True) if per_timeline else pd.DataFrame())
     out.table("scores", summary_frame(rows))
@@ -339,7 +364,7 @@ def report(results: list[StageResult], human_eval: list[ArtifactRef], failed_sta
         RunLayout(results), store.read_table, title=o.title, facts=dict(o.facts), level=o.level,
         families=dict(o.families), failed_stages=failed_stages, utility_signature=o.utility_signature,
         human_eval_dir=Path(human_eval[0].path).parent if human_eval else None, examples=o.examples, seed=o.seed,
-        goals=[parse_goal(g) for g in o.goals])
+        goals=[parse_goal(g) for g in o.goals], budget=o.budget)
     out = place.writer("report")
     out.table("scores", data.summary)
     if data.utility_runs is not None:

@@ -9,7 +9,7 @@ import pytest
 
 from tasks.errors import ConfigError
 from tasks.privacy.attacks import worst_case
-from tasks.report.budgets import check_budget, parse_budget
+from tasks.report.budgets import budget_table, check_budget, parse_budget
 
 
 def test_budget_uses_the_worst_attack_and_says_by_how_much_others_miss() -> None:
@@ -39,3 +39,48 @@ def test_budget_errors_name_the_problem() -> None:
         parse_budget(" , ")
     with pytest.raises(ConfigError, match="no column 'utility'"):
         check_budget(pd.DataFrame({"strategy": ["a"], "reidentification": [0.1]}), parse_budget("utility>=0.9"))
+
+
+def _row(strategy: str, metric: str, value: float, **structure) -> dict:
+    level = "utility" if metric == "macro_f1" else "privacy"
+    return {"strategy": strategy, "variant": "", "level": level, "metric": metric, "value": value, "n": 10,
+            "n_failed": 0, "signature": f"metric:{metric}", "reason": None, **structure}
+
+
+def test_budget_table_takes_the_worst_attack_and_utility_as_a_share_of_the_real_model() -> None:
+    from tasks.scores import score_frame
+
+    summary = score_frame([
+        _row("stymask", "reid_accuracy", 0.05, attack="minhash", adversary="disjoint"),
+        _row("stymask", "reid_accuracy", 0.40, attack="stylometric", adversary="disjoint"),
+        _row("dp", "reid_accuracy", 0.02, attack="minhash", adversary="full"),
+        _row("dp", "reid_accuracy", 0.08, attack="stylometric", adversary="disjoint"),
+        _row("chance", "reid_accuracy", 0.01, attack="minhash", adversary="full"),
+        _row("stymask", "pii_leakage", 1.0, entity="all"), _row("stymask", "pii_leakage", 0.5, entity="PERSON"),
+        _row("original", "macro_f1", 0.80, setting="baseline", fraction=1.0),
+        _row("stymask", "macro_f1", 0.76, setting="substitution", fraction=1.0),
+        _row("stymask", "macro_f1", 0.10, setting="substitution", fraction=0.1),
+        _row("dp", "macro_f1", 0.60, setting="substitution", fraction=1.0)])
+    table = budget_table(summary).set_index("strategy")
+    assert list(table.index) == ["stymask", "dp"]  # original and chance are references, not candidates
+    assert table.loc["stymask", "reidentification"] == pytest.approx(0.40)  # the stylometric attack won
+    assert table.loc["stymask", "pii_leakage"] == 1.0  # all entity types, not the PERSON breakdown
+    assert table.loc["stymask", "utility"] == pytest.approx(0.95) and table.loc["dp", "utility"] == pytest.approx(0.75)
+    got = check_budget(table.reset_index(), parse_budget("reidentification<=0.10,utility>=0.70")).set_index("strategy")
+    assert bool(got.loc["dp", "meets"]) and not bool(got.loc["stymask", "meets"])
+    assert "misses reidentification<=0.1 by 0.3" in got.loc["stymask", "verdict"]
+
+
+def test_report_lists_who_meets_the_budget(tmp_path) -> None:
+    from tasks.report.build import ReportData
+    from tasks.report.render import render_html, render_markdown
+    from tasks.scores import score_frame
+
+    summary = score_frame([_row("dp", "reid_accuracy", 0.02, attack="minhash", adversary="full"),
+                           _row("stymask", "reid_accuracy", 0.9, attack="stylometric", adversary="disjoint")])
+    data = ReportData(title="t", facts={}, summary=summary, families={"dp": "dp", "stymask": "stymask"},
+                      budget="reidentification<=0.10")
+    markdown = render_markdown(data).replace("&lt;", "<")  # the table cells are escaped for markdown
+    assert "## Budget: `reidentification<=0.10`" in markdown
+    assert "misses reidentification<=0.1 by 0.8" in markdown and "meets reidentification<=0.1" in markdown
+    assert 'id="budget"' in render_html(data)

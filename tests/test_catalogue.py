@@ -92,7 +92,7 @@ def test_register_refuses_duplicates_and_unknown_levels_aspects_directions():
     with pytest.raises(ValueError, match="already registered"):
         catalogue.register(catalogue.CATALOGUE["fbd"])
     base = catalogue.Metric("toy", "sample", "style", 1, "T", "toy", compute=length_change)
-    for bad, match in ((dict(level="pair"), "level"), (dict(aspect="vibes"), "aspect"), (dict(direction=2), "direction"),
+    for bad, match in ((dict(level="corpus"), "level"), (dict(aspect="vibes"), "aspect"), (dict(direction=2), "direction"),
                        (dict(compute=None), "compute")):
         with pytest.raises(ValueError, match=match):
             catalogue.register(catalogue.Metric(**{**base.__dict__, **bad}))
@@ -100,7 +100,7 @@ def test_register_refuses_duplicates_and_unknown_levels_aspects_directions():
 
 
 def test_suite_names_are_the_catalogue_and_every_measure_has_a_direction():
-    assert catalogue.names("sample", "variant", "distribution", "bag") == ALL_METRICS
+    assert catalogue.names("sample", "variant", "distribution", "bag", "pair") == ALL_METRICS
     assert all(m.direction in (-1, 1) for m in catalogue.CATALOGUE.values())
     assert catalogue.direction("SegWER") == -1 and catalogue.direction("IS_Cr") == 1  # a class's coverage recall
     assert catalogue.label("IS_Cr") == "IS coverage recall"

@@ -78,3 +78,51 @@ def check_budget(table: pd.DataFrame, bounds: list[Bound], key: str = "strategy"
     if out.empty:
         return out
     return out.sort_values(["meets", "total_miss", key], ascending=[False, True, True], kind="stable").reset_index(drop=True)
+
+
+def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per (strategy, variant) of a run's long score table, the numbers a budget can bound:
+    ``reidentification`` (the worst case over attacks and adversary settings), ``pii_leakage`` (all entity
+    types), ``membership_auc``, ``profiling`` (the worst attribute's accuracy) and ``utility`` (the substitution
+    model trained on all the synthetic data, as a share of the model trained on the real data; for a
+    lower-is-better task metric, real / synthetic)."""
+    from tasks.metrics import catalogue
+
+    privacy = summary[summary["level"] == "privacy"]
+    utility = summary[summary["level"] == "utility"]
+    candidates = [(s, v) for s, v in dict.fromkeys(zip(summary["strategy"], summary["variant"].fillna(""), strict=True))
+                  if s not in ("original", "chance")]
+    task_metric = next((m.name for m in catalogue.metrics("utility") if not m.suffix and m.name in set(utility["metric"])),
+                       None)
+
+    def worst(metric: str, strategy: str, variant: str, entity: bool = False) -> float:
+        rows = privacy[(privacy["metric"] == metric) & (privacy["strategy"] == strategy)
+                       & (privacy["variant"].fillna("").isin([variant, ""]))]
+        if entity:
+            rows = rows[rows["entity"].fillna("all") == "all"]
+        values = rows["value"].astype(float).dropna()
+        return float(values.max()) if len(values) else math.nan
+
+    def substitution(strategy: str) -> float:
+        rows = utility[(utility["strategy"] == strategy) & (utility["metric"] == task_metric)
+                       & (utility["fraction"].astype(float) == 1.0)
+                       & (utility["setting"] == ("baseline" if strategy == "original" else "substitution"))]
+        return float(rows["value"].iloc[0]) if len(rows) else math.nan
+
+    real = substitution("original") if task_metric else math.nan
+    rows = []
+    for strategy, variant in candidates:
+        share = math.nan
+        if task_metric and math.isfinite(real) and real:
+            mine = substitution(strategy)
+            share = mine / real if catalogue.direction(task_metric) >= 0 else (real / mine if mine else math.nan)
+        rows.append({"strategy": strategy if not variant else f"{strategy} ({variant})",
+                     "reidentification": worst("reid_accuracy", strategy, variant),
+                     "pii_leakage": worst("pii_leakage", strategy, variant, entity=True),
+                     "membership_auc": worst("membership_auc", strategy, variant),
+                     "profiling": worst("profiling_accuracy", strategy, variant), "utility": share})
+    return pd.DataFrame(rows, columns=["strategy", *BUDGET_COLUMNS])
+
+
+#: What a budget can bound (the columns of :func:`budget_table`).
+BUDGET_COLUMNS: tuple[str, ...] = ("reidentification", "pii_leakage", "membership_auc", "profiling", "utility")

@@ -57,6 +57,7 @@ class ReportData:
     human: HumanEvaluation | None = None
     examples: pd.DataFrame | None = None  # doc_id, original, one column per strategy label
     goals: list = field(default_factory=list)  # tasks.report.recommend.Goal, in the order the report shows them
+    budget: str | None = None  # "reidentification<=0.10,utility>=0.90": the strategies that meet it are listed
 
     @property
     def order(self) -> list[str]:
@@ -158,7 +159,7 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
                         facts: Mapping[str, str], level: str, families: Mapping[str, str],
                         failed_stages: Mapping[str, str] | None = None, utility_signature: str = "",
                         human_eval_dir: Path | None = None, examples: int = 0, seed: int = 0,
-                        goals: Sequence = ()) -> ReportData:
+                        goals: Sequence = (), budget: str | None = None) -> ReportData:
     """Gather the report's inputs from the run's artifacts (nothing is recomputed)."""
     runs = utility_runs(layout, read)
     summary = score_summary(layout, read, runs=runs, utility_signature=utility_signature)
@@ -176,7 +177,7 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
         correlations=correlations if has_correlations else None, metaeval=metaeval, utility_runs=runs,
         human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
         examples=example_outputs(layout, read, n=examples, seed=seed, order=list(families)),
-        goals=list(goals))
+        goals=list(goals), budget=budget)
 
 
 def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
@@ -191,7 +192,8 @@ def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
     reid = summary[(summary["level"] == "privacy") & (summary["metric"] == "reid_accuracy")]
     keys = [k for k in dict.fromkeys([*meaning.index, *divergence.index]) if k[0] not in ("original", "chance")]
     chance = reid.loc[reid["strategy"] == "chance", "value"]
-    reid_by = reid.set_index(["strategy", "variant"])["value"].astype(float)
+    # several attacks and adversary settings: the worst case (the highest share re-identified) counts
+    reid_by = reid.groupby(["strategy", "variant"])["value"].max().astype(float)
     rows = []
     for strategy, variant in keys:
         rows.append({"strategy": strategy, "variant": variant,

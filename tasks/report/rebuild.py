@@ -9,11 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import pandas as pd
+
 from tasks.errors import InputError
 from tasks.layout import RunLayout, stage_kind
 from tasks.report.build import collect_report_data
 from tasks.report.recommend import parse_goal
-from tasks.report.render import render_report
+from tasks.report.render import budget_verdicts, render_report
 from tasks.report.run_files import RunFiles
 from tasks.store import ArtifactStore, fingerprint_file
 
@@ -22,6 +24,7 @@ from tasks.store import ArtifactStore, fingerprint_file
 class RebuiltReport:
     markdown: Path
     html: Path
+    budget: pd.DataFrame | None = None  # strategy, meets, verdict: when a budget was stated
 
 
 def run_layout(run: RunFiles) -> RunLayout:
@@ -44,7 +47,7 @@ def run_layout(run: RunFiles) -> RunLayout:
 
 
 def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
-                   examples: int | None = None) -> RebuiltReport:
+                   examples: int | None = None, require: str | None = None) -> RebuiltReport:
     """Rewrite ``report.md`` and ``report.html`` of ``run_dir`` from its artifacts (and imported human
     ratings); ``goals`` and ``examples`` override the run's config."""
     run = RunFiles.open(run_dir)
@@ -68,7 +71,8 @@ def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
         level=context["level"], families=dict(context["families"]), failed_stages=context.get("failed_stages", {}),
         utility_signature=context.get("utility_signature", ""), human_eval_dir=run.human_eval_dir,
         examples=int(report_config.get("examples", 0) if examples is None else examples),
-        seed=int(config.get("seed", 0)), goals=parsed)
+        seed=int(config.get("seed", 0)), goals=parsed,
+        budget=require if require is not None else report_config.get("require"))
     markdown, page = render_report(data)
     report_kind = stage_kind("report")
     md_ref = store.write_text(markdown, report_kind.relative_path("markdown", {}))
@@ -81,4 +85,4 @@ def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
                 recorded["fingerprint"], recorded["path"] = ref.fingerprint, ref.path
                 manifest["artifacts"][f"report/{output}"] = recorded
     store.write_text(json.dumps(manifest, indent=2, sort_keys=True), "manifest.json")
-    return RebuiltReport(markdown=Path(md_ref.path), html=Path(html_ref.path))
+    return RebuiltReport(markdown=Path(md_ref.path), html=Path(html_ref.path), budget=budget_verdicts(data))

@@ -509,7 +509,11 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
         c = chance.value if chance is not None and chance.ok and chance.value < 1 else 0.0
         parts["reidentification"] = 1 - _clip((reid.value - c) / (1 - c))
         of = f"{reid.n} author timelines" if reid.n else "author timelines"
-        aspect.reasons.append(f"re-identified {format_percent(reid.value)} of {of} (chance {format_percent(c)})")
+        about = scores.structure.get(reid_key, {})
+        by = ", ".join(f"{about[k]} {k}" for k in ("attack", "adversary") if about.get(k))
+        worst = f" by the strongest attack ({by})" if by and len(attacks) > 1 else f" ({by})" if by else ""
+        aspect.reasons.append(f"re-identified {format_percent(reid.value)} of {of}{worst} "
+                              f"(chance {format_percent(c)})")
         costs.append(f"re-identified {format_percent(reid.value)} (chance {format_percent(c)})")
     else:
         aspect.reasons.append(f"re-identification not available: {reid.reason}" if reid is not None and reid.reason

@@ -138,6 +138,18 @@ def _md_article_table(table: ArticleTable, signatures: dict[str, list[tuple[int,
     return lines
 
 
+def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
+    """The strategies that meet the run's stated budget under the worst-case attack, then by how much the
+    others miss it (``report.require`` / ``synthugc report --require``)."""
+    if not data.budget:
+        return None
+    from tasks.report.budgets import budget_table, check_budget, parse_budget
+
+    bounds = parse_budget(data.budget)
+    verdicts = check_budget(budget_table(data.summary), bounds)
+    return verdicts[["strategy", "meets", "verdict"]] if not verdicts.empty else verdicts
+
+
 def render_markdown(data: ReportData) -> str:
     """The markdown summary (also published as a Prefect artifact); the plots are in the HTML page."""
     signatures = _signature_index(data.summary)
@@ -150,6 +162,8 @@ def render_markdown(data: ReportData) -> str:
     if ranked:
         glance = pd.DataFrame(_glance_rows(ranked), columns=["goal", "first choice", "score", "what it costs"])
         lines += ["", "## Which strategy should I use?", "", _md_frame(glance)]
+    if (budget := budget_verdicts(data)) is not None:
+        lines += ["", f"## Budget: `{(data.budget or '').replace('`', '')}`", "", _md_frame(budget)]
     for goal, recs, notes in ranked:
         lines += ["", f"## Recommendation: {goal.describe()}", ""]
         lines += [f"> {_md(note)}" for note in notes]
@@ -351,6 +365,11 @@ def render_html(data: ReportData) -> str:
         parts += ['<h2 id="recommendations">Which strategy should I use?</h2>',
                   '<p class="caption">Strategies of this run ranked for the stated goal from the measured numbers '
                   "(seed 000 §7); each reason quotes the numbers it rests on.</p>", _html_recommendations(data)]
+    if (budget := budget_verdicts(data)) is not None:
+        parts += [f'<h2 id="budget">Budget: {_e(data.budget or "")}</h2>',
+                  '<p class="caption">Re-identification is the worst case over the run\'s attacks and adversary '
+                  "settings; utility is the substitution model's score as a share of the real-data model's.</p>",
+                  _html_frame(budget, "budget")]
     parts.append('<h2 id="figures">What each strategy keeps and leaks</h2>')
     parts += [_html_plot(by_name[n]) for n in ("aspect-tradeoff", "reid-vs-divergence") if n in by_name]
     parts.append('<div id="tables"></div>')
