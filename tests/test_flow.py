@@ -120,10 +120,16 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     privacy = privacy.set_index(["strategy", "metric"])
     assert 0.0 <= original <= 1.0
     assert 0.5 <= privacy.loc[("stymask", "membership_auc"), "value"] <= 1.0  # near-copies of the members
-    reid = pd.read_parquet(root / "t" / "privacy" / "stymask" / "reid_scores.parquet").set_index(["strategy", "metric"])
-    assert reid.loc[("stymask", "reid_accuracy"), "value"] >= reid.loc[("chance", "reid_accuracy"), "value"]
+    reid = pd.read_parquet(root / "t" / "privacy" / "stymask" / "reid_scores.parquet").set_index(
+        ["strategy", "metric", "attack", "adversary"])
+    pairs = {(a, s) for a in ("minhash", "stylometric") for s in ("full", "disjoint")}
+    assert {k[2:] for k in reid.index if k[:2] == ("stymask", "reid_accuracy")} == pairs  # every attack x adversary
+    for attack, adversary in pairs:
+        assert (reid.loc[("stymask", "reid_accuracy", attack, adversary), "value"]
+                >= reid.loc[("chance", "reid_accuracy", attack, adversary), "value"])
     timelines = pd.read_parquet(root / "t" / "privacy" / "stymask" / "reidentification.parquet")
-    assert len(timelines) == reid.loc[("stymask", "reid_accuracy"), "n"] > 0
+    one = timelines[(timelines["attack"] == "minhash") & (timelines["adversary"] == "full")]
+    assert len(one) == reid.loc[("stymask", "reid_accuracy", "minhash", "full"), "n"] > 0
     runs = pd.read_parquet(root / "t" / "report" / "utility_runs.parquet")
     assert set(runs["setting"]) == {"baseline", "substitution", "augmentation"}
     assert len(runs) == len(_utility_stages(["backtranslate", "stymask"]))  # the baseline ran once
