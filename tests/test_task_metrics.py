@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -137,7 +138,7 @@ def test_coverage_hand_worked():
 def _script_regions(labels, cls):
     idx = [i for i, lab in enumerate(labels) if lab == cls]
     out, current = [], idx[:1]
-    for prev, i in zip(idx, idx[1:], strict=False):
+    for prev, i in itertools.pairwise(idx):
         if i - prev == 1:
             current.append(i)
         else:
