@@ -378,8 +378,15 @@ def utility(
             real = real.assign(group_id=real["doc_id"])
         synth = read_synthetic(synthetic, real["doc_id"])
         sets = {name: part for name, part in synth.groupby("strategy", sort=True)}
-        results = run_utility(real, sets, evaluator_for(task, model=model, coverage=coverage), settings=settings,
-                              fractions=shares, seeds=list(range(seeds)), label_col=label)
+        embed = None
+        if task != "post":  # the flow's sentence embedder and embedding cache: the same inputs, the same numbers
+            from tasks.models.embeddings import EmbeddingCache
+            from tasks.settings import get_settings
+            from tasks.training.dialogue import sentence_embedder
+
+            embed = sentence_embedder(cache=EmbeddingCache(get_settings().cache_dir.resolve() / "embeddings.sqlite"))
+        results = run_utility(real, sets, evaluator_for(task, model=model, embed=embed, coverage=coverage),
+                              settings=settings, fractions=shares, seeds=list(range(seeds)), label_col=label)
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
     store = ArtifactStore(out)
