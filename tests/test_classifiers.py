@@ -193,3 +193,22 @@ def test_encoder_finetunes_and_is_deterministic():
     assert list(a.classes_) == ["neg", "pos"] and a.predict_proba(xt).shape == (40, 2)
     c = EncoderClassifier(**{**params, "seed": 4}).fit(x, y)
     assert not np.array_equal(a.predict_proba(xt), c.predict_proba(xt))
+
+
+@pytest.mark.slow
+def test_encoder_early_stopping_keeps_the_best_validation_epoch():
+    from sklearn.metrics import f1_score
+
+    x, y = toy(64, 0, noise_words=2)
+    xv, yv = toy(32, 5, noise_words=2)
+    clf = EncoderClassifier(epochs=3, batch_size=16, lr=1e-4, seed=3, num_threads=1, patience=1).fit(
+        x, y, val_texts=xv, val_labels=yv)
+    scores = clf.val_history_
+    assert 1 <= len(scores) <= 3 and len(clf.history_) == len(scores)
+    assert clf.best_epoch_ == int(np.argmax(scores)) + 1  # first best epoch
+    # the weights kept are the best epoch's: the final model scores the best validation macro-F1
+    assert f1_score(yv, clf.predict(xv), average="macro") == pytest.approx(max(scores))
+    if len(scores) < 3:  # stopped early: the last epoch did not improve on the best
+        assert scores[-1] <= max(scores[:-1])
+    with pytest.raises(ValueError, match="patience"):
+        EncoderClassifier(patience=0)
