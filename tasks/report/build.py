@@ -179,8 +179,7 @@ def collect_report_data(artifacts: Mapping[str, ArtifactRef], read: ReadTable, *
 
 def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
     """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification and its chance
-    rate: the numbers of the trade-off and re-identification plots. Strategies match on label across levels
-    (the utility rows carry no variant)."""
+    rate: the numbers of the trade-off and re-identification plots. Strategies match on label across levels."""
     def pick(metric: str, level: str) -> pd.Series:
         part = summary[(summary["level"] == level) & (summary["metric"] == metric)]
         return part.set_index(["strategy", "variant"])["value"].astype(float)
