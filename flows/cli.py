@@ -507,34 +507,41 @@ def utility(
     seeds: Annotated[int, typer.Option("--seeds", help="Number of seeds (repeats).")] = 5,
     model: Annotated[str, typer.Option("--model", help="linear or encoder (post task).")] = "linear",
     label: Annotated[str, typer.Option("--label", help="Label column.")] = "label",
+    coverage: Annotated[str, typer.Option("--coverage", help="Timeline coverage: timeline (per timeline, then "
+                                          "averaged, as the task's script) or pooled.")] = "timeline",
 ) -> None:
     """Train on synthetic, test on real: substitution and augmentation against the real baseline."""
     _environment()
-    from tasks.corpus.importers import read_corpus, read_synthetic, read_table
+    from tasks.corpus.importers import read_corpus, read_synthetic
     from tasks.paths import check_output_folder
     from tasks.store import ArtifactStore
-    from tasks.training.utility import evaluator_for, run_utility, utility_tables
+    from tasks.training.utility import deterministic_note, evaluator_for, run_utility, utility_tables
 
     settings = setting or ["substitution", "augmentation"]
     if task not in ("post", "dialogue", "timeline") or any(s not in ("substitution", "augmentation") for s in settings):
         _fail("--task must be post, dialogue or timeline and --setting substitution or augmentation")
+    if coverage not in ("timeline", "pooled"):
+        _fail(f"--coverage must be timeline or pooled, got {coverage}")
     try:
         shares = [float(f) for f in fractions.split(",")]
     except ValueError:
         _fail(f"--fractions {fractions}: expected numbers like 0.1,0.5,1.0")
     try:
         check_output_folder(out)
-        real = read_corpus(corpus).corpus
-        if task != "post":  # dialogue and timeline evaluators read extra columns (seg_tags) the schema leaves out
-            df, _ = read_table(corpus)
-            real = real.merge(df.drop(columns=[c for c in real.columns if c != "doc_id" and c in df.columns]),
-                              on="doc_id", how="left")
-        else:
+        real = read_corpus(corpus).corpus  # keeps seg_tags, the dialogue task's word-level gold
+        if task == "post":
             real = real.assign(group_id=real["doc_id"])
         synth = read_synthetic(synthetic, real["doc_id"])
         sets = {name: part for name, part in synth.groupby("strategy", sort=True)}
-        results = run_utility(real, sets, evaluator_for(task, model=model), settings=settings, fractions=shares,
-                              seeds=list(range(seeds)), label_col=label)
+        embed = None
+        if task != "post":  # the flow's sentence embedder and embedding cache: the same inputs, the same numbers
+            from tasks.models.embeddings import EmbeddingCache
+            from tasks.settings import get_settings
+            from tasks.training.dialogue import sentence_embedder
+
+            embed = sentence_embedder(cache=EmbeddingCache(get_settings().cache_dir.resolve() / "embeddings.sqlite"))
+        results = run_utility(real, sets, evaluator_for(task, model=model, embed=embed, coverage=coverage),
+                              settings=settings, fractions=shares, seeds=list(range(seeds)), label_col=label)
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
     store = ArtifactStore(out)
@@ -543,6 +550,8 @@ def utility(
         for name, table in utility_tables(results).items():
             store.write_table(table.reset_index() if table.index.name else table, f"{name}.parquet")
             typer.echo(f"{name}:\n{table.to_string()}")
+    if note := deterministic_note(results):
+        typer.echo(note)
     typer.echo(f"-> {out}")
 
 

@@ -231,6 +231,9 @@ class UtilityConfig(Section):
                              description="Repeats (5 in the article's configuration).")
     model: Literal["linear", "encoder"] = "linear"
     label: str = Field("label", description="Task label column (e.g. label, attr_party).")
+    coverage: Literal["timeline", "pooled"] = Field(
+        "timeline", description="Timeline coverage Cp/Cr: per timeline then averaged (the task's evaluation "
+                                "script), or pooled over all timelines.")
 
     @field_validator("fractions")
     @classmethod

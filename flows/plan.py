@@ -164,8 +164,9 @@ def plan_prepare(cfg: ExperimentConfig) -> Plan:
 
 def utility_signature(cfg: ExperimentConfig) -> str:
     """The signature of the run's utility numbers (task, model, seeds, test split, label)."""
-    return make_signature(f"utility_{cfg.utility.task}", model=cfg.utility.model, seeds=len(cfg.utility.seeds),
-                          test="real-test-split", label=cfg.utility.label)
+    u = cfg.utility
+    return make_signature(f"utility_{u.task}", model=u.model, seeds=len(u.seeds), test="real-test-split",
+                          label=u.label, **({"coverage": u.coverage} if u.task == "timeline" else {}))
 
 
 def generation_resource(name: str, params: Mapping[str, Any], llm: Mapping[str, str]) -> str:
@@ -235,7 +236,7 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
 
     if "utility" in families and cfg.utility.enabled:  # the baseline runs once for every strategy
         u = cfg.utility
-        utility_opts = stages.UtilityOptions(task=u.task, model=u.model, label=u.label)
+        utility_opts = stages.UtilityOptions(task=u.task, model=u.model, label=u.label, coverage=u.coverage)
         for label, setting, fraction, seed in utility_design(list(shards), u.settings, u.fractions, u.seeds):
             plan.add("utility", stages.utility, corpus=corpus, shards=shards.get(label, []), label=label,
                      setting=setting, fraction=fraction, seed=seed, options=utility_opts)

@@ -136,6 +136,7 @@ class UtilityOptions:
     task: str
     model: str
     label: str
+    coverage: str = "timeline"
 
 
 @dataclass(frozen=True)
@@ -333,7 +334,7 @@ def utility(corpus: ArtifactRef, shards: list[ArtifactRef], place: RunPlace, lab
     synthetic = _synthetic(store, shards) if shards else None
     embed = None if options.task == "post" else sentence_embedder(cache=EmbeddingCache(place.embeddings))
     results = run_one(store.read_table(corpus), synthetic, label, setting, fraction, seed, task=options.task,
-                      model=options.model, label_col=options.label, embed=embed)
+                      model=options.model, label_col=options.label, embed=embed, coverage=options.coverage)
     out = place.writer("utility", label=label, setting=setting, fraction=fraction, seed=seed)
     out.table("run", results)
     return out.result()

@@ -89,9 +89,11 @@ DISTRIBUTIONS = ScoreTable(
 #: One downstream run per row, one float column per task metric (macro_f1, SegWER, IE_Cr, ...).
 UTILITY_RUNS = ScoreTable(
     "utility_runs",
-    {"setting": "text", "fraction": "float", "strategy": "text", "seed": "int", "n_train": "int", "n_val": "int",
+    {"setting": "text", "fraction": "float", "strategy": "text", "variant": "text", "seed": "int", "n_train": "int",
+     "n_val": "int",
      "n_test": "int", "status": "text", "reason": "text", "seconds": "float"},
-    extra="float", description="one row per setting x fraction x strategy x seed; one float column per task metric")
+    extra="float", description="one row per setting x fraction x strategy x variant x seed; one float column per "
+                               "task metric")
 
 #: The metric meta-evaluation: Spearman of each metric with the true ranking of manipulated bags.
 METAEVAL_SUMMARY = ScoreTable(

@@ -1,5 +1,6 @@
-"""Shared text classifiers: the linear TF-IDF model against a direct scikit-learn pipeline, input
-validation, readable weights, and fine-tuning the MiniLM backbone on a toy task (slow)."""
+"""Shared text classifiers: the linear TF-IDF model against a direct scikit-learn pipeline (and its choice
+of C / class weighting against a hand-run grid), input validation, readable weights, and fine-tuning the
+MiniLM backbone on a toy task with early stopping (slow)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier, TrainingDataError
+from tasks.training.classifiers import (
+    C_GRID,
+    CLASS_WEIGHT_GRID,
+    EncoderClassifier,
+    LinearTextClassifier,
+    TrainingDataError,
+)
 
 POS = ["great", "wonderful", "lovely", "excellent", "amazing", "fantastic"]
 NEG = ["terrible", "awful", "horrible", "dreadful", "disgusting", "miserable"]
@@ -95,6 +102,70 @@ def test_input_validation_names_the_problem(texts, labels, message):
         LinearTextClassifier().fit(texts, labels)
 
 
+def skewed_toy(n: int, seed: int, share: float = 0.15) -> tuple[list[str], list[str]]:
+    """A rare class ("spam", ``share`` of rows) with weak, overlapping cues: regularisation and class
+    weighting matter here (the toy() task is solved at any C)."""
+    rng = random.Random(seed)
+    texts, labels = [], []
+    for _ in range(n):
+        label = "spam" if rng.random() < share else "ham"
+        cue = POS if label == "spam" else NEG
+        words = [*rng.choices(FILLER, k=6), *rng.choices(cue + POS[:2], k=2)]
+        rng.shuffle(words)
+        texts.append(" ".join(words))
+        labels.append(label)
+    return texts, labels
+
+
+@pytest.mark.parametrize("loss", ["logistic", "hinge"])
+def test_auto_C_and_class_weight_equal_a_hand_run_grid_on_the_validation_split(loss):
+    """C='auto' picks the (C, class_weight) of best validation macro-F1 (first in grid order on ties) and
+    predicts as a direct scikit-learn fit with them; the grid is re-run here with sklearn's f1_score."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import f1_score
+    from sklearn.pipeline import make_pipeline
+    from sklearn.svm import LinearSVC
+
+    x, y = skewed_toy(300, 0)
+    xv, yv = skewed_toy(100, 1)
+    xt, _ = skewed_toy(100, 2)
+
+    def model(c, w):
+        if loss == "hinge":
+            return LinearSVC(C=c, class_weight=w, max_iter=1000, random_state=0)
+        return LogisticRegression(C=c, class_weight=w, max_iter=1000, random_state=0)
+
+    def pipe(c, w):
+        return make_pipeline(TfidfVectorizer(ngram_range=(1, 2), token_pattern=r"(?u)\b\w+\b"), model(c, w))
+
+    grid = [(c, w) for c in C_GRID for w in CLASS_WEIGHT_GRID]
+    scores = [f1_score(yv, pipe(c, w).fit(x, y).predict(xv), average="macro") for c, w in grid]
+    best = grid[int(np.argmax(scores))]
+    clf = LinearTextClassifier(C="auto", class_weight="auto", loss=loss).fit(x, y, val_texts=xv, val_labels=yv)
+    assert (clf.C_, clf.class_weight_, clf.selected_by_) == (*best, "validation")
+    np.testing.assert_allclose(clf.selection_["macro_f1"].to_numpy(), scores, atol=1e-12)
+    assert list(clf.predict(xt)) == list(pipe(*best).fit(x, y).predict(xt))
+    assert len(set(np.round(scores, 6))) > 1  # the grid matters on this task
+
+
+def test_auto_without_a_usable_validation_split_cross_validates():
+    x, y = skewed_toy(200, 0)
+    one_class = LinearTextClassifier(C="auto").fit(x, y, val_texts=["a b", "c d"], val_labels=["ham", "ham"])
+    assert one_class.selected_by_ == "cross-validation" and one_class.C_ in C_GRID
+    assert one_class.class_weight_ is None  # class_weight was not 'auto': fixed
+    fixed = LinearTextClassifier(C=2.0).fit(x, y, val_texts=x[:20], val_labels=y[:20])
+    assert (fixed.C_, fixed.selected_by_) == (2.0, "fixed")
+    tiny = LinearTextClassifier(C="auto").fit(["a b", "c d", "a c"], ["x", "y", "x"])
+    assert (tiny.C_, tiny.selected_by_) == (1.0, "default")  # a class of one row: nothing to validate on
+    with pytest.raises(AttributeError, match="logistic"):
+        LinearTextClassifier(loss="hinge").fit(x, y).predict_proba(x[:2])
+    with pytest.raises(ValueError, match="loss"):
+        LinearTextClassifier(loss="squared")
+    with pytest.raises(ValueError, match="auto"):
+        LinearTextClassifier(C="best")
+
+
 def test_not_fitted_and_bad_params():
     from sklearn.exceptions import NotFittedError
 
@@ -122,3 +193,22 @@ def test_encoder_finetunes_and_is_deterministic():
     assert list(a.classes_) == ["neg", "pos"] and a.predict_proba(xt).shape == (40, 2)
     c = EncoderClassifier(**{**params, "seed": 4}).fit(x, y)
     assert not np.array_equal(a.predict_proba(xt), c.predict_proba(xt))
+
+
+@pytest.mark.slow
+def test_encoder_early_stopping_keeps_the_best_validation_epoch():
+    from sklearn.metrics import f1_score
+
+    x, y = toy(64, 0, noise_words=2)
+    xv, yv = toy(32, 5, noise_words=2)
+    clf = EncoderClassifier(epochs=3, batch_size=16, lr=1e-4, seed=3, num_threads=1, patience=1).fit(
+        x, y, val_texts=xv, val_labels=yv)
+    scores = clf.val_history_
+    assert 1 <= len(scores) <= 3 and len(clf.history_) == len(scores)
+    assert clf.best_epoch_ == int(np.argmax(scores)) + 1  # first best epoch
+    # the weights kept are the best epoch's: the final model scores the best validation macro-F1
+    assert f1_score(yv, clf.predict(xv), average="macro") == pytest.approx(max(scores))
+    if len(scores) < 3:  # stopped early: the last epoch did not improve on the best
+        assert scores[-1] <= max(scores[:-1])
+    with pytest.raises(ValueError, match="patience"):
+        EncoderClassifier(patience=0)

@@ -186,3 +186,58 @@ def test_timeline_evaluator_in_the_utility_runner():
     aug = results[results["setting"] == "augmentation"].set_index("fraction")["n_train"]
     base = results[results["setting"] == "baseline"].set_index("fraction")["n_train"]
     assert (aug == 2 * base).all()  # one synthetic post per real one; whole timelines kept by undersampling
+
+
+def test_seg_tags_survive_corpus_validation():
+    from tasks.corpus.schema import validate_corpus
+
+    raw = dialogues(2, 0).head(4)
+    raw.loc[raw.index[1], "seg_tags"] = "  "  # a blank cell is a null, as in every optional column
+    valid = validate_corpus(raw, "d.csv").corpus
+    assert valid["seg_tags"].tolist()[0] == raw["seg_tags"].iloc[0] and pd.isna(valid["seg_tags"].iloc[1])
+    assert "seg_tags" not in validate_corpus(raw.drop(columns=["seg_tags"]), "d.csv").corpus.columns
+
+
+@pytest.mark.slow  # the flow (temporary Prefect server, stymask, MiniLM embeddings): ~1 min on a loaded machine
+def test_flow_and_cli_give_the_same_dialogue_act_numbers(tmp_path, monkeypatch):
+    """The flow's utility stage and ``synthugc utility`` score SegWER/JointWER against the same word-level
+    gold: ``seg_tags`` is kept through ingest, so both see the two-segment turns (before, the flow dropped
+    the column and scored against one segment per turn)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from flows.experiment import experiment_from_mapping
+
+    monkeypatch.setenv("SYNTHUGC_CACHE_DIR", str(tmp_path / "cache"))
+    corpus = pd.concat([dialogues(5, 0).assign(split="train"), dialogues(2, 1).assign(split="val"),
+                        dialogues(3, 2).assign(split="test")], ignore_index=True)
+    path = tmp_path / "dialogues.parquet"
+    corpus.to_parquet(path)
+    root = tmp_path / "runs"
+    experiment_from_mapping({
+        "experiment": "d", "seed": 1, "storage_root": str(root), "data": {"path": str(path)},
+        "generate": {"shard_size": 100, "strategies": [{"name": "stymask"}]},
+        "metrics": {"names": ["bleu_divergence"]}, "privacy": {"enabled": False},
+        "utility": {"task": "dialogue", "settings": ["substitution"], "fractions": [1.0], "seeds": [0]}})
+    split = pd.read_parquet(root / "d" / "split" / "corpus.parquet")
+    assert split.set_index("doc_id")["seg_tags"].to_dict() == corpus.set_index("doc_id")["seg_tags"].to_dict()
+    flow_runs = pd.concat([pd.read_parquet(p) for p in sorted((root / "d" / "utility").glob("*/*.parquet"))],
+                          ignore_index=True)
+    synthetic = pd.concat([pd.read_parquet(p) for p in sorted((root / "d" / "generate").rglob("*.parquet"))
+                           if "failures" not in p.name], ignore_index=True)
+    synthetic.to_parquet(tmp_path / "synthetic.parquet")
+    out = tmp_path / "cli"
+    cli = Path(sys.executable).parent / "synthugc"
+    proc = subprocess.run([str(cli), "utility", "--corpus", str(root / "d" / "split" / "corpus.parquet"),
+                           "--synthetic", str(tmp_path / "synthetic.parquet"), "--out", str(out), "--task", "dialogue",
+                           "--setting", "substitution", "--fractions", "1.0", "--seeds", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    cli_runs = pd.read_parquet(out / "utility_runs.parquet")
+    keys = ["setting", "strategy", "variant", "fraction", "seed"]
+    metrics = ["SegWER", "JointWER", "DSER", "DER"]
+    flow_part = flow_runs.sort_values(keys)[keys + metrics].reset_index(drop=True)
+    cli_part = cli_runs.sort_values(keys)[keys + metrics].reset_index(drop=True)
+    assert len(flow_part) == 2 and flow_part[metrics].notna().all().all()
+    pd.testing.assert_frame_equal(flow_part, cli_part, check_dtype=False, atol=1e-9)

@@ -75,9 +75,10 @@ def _artifact_scores(run: Path) -> pd.Series:
     frame["key"] = column_keys(frame)
     scores = frame.drop_duplicates(["strategy", "variant", "key"]).set_index(["strategy", "variant", "key"])["value"]
     runs = pd.concat([pd.read_parquet(f) for f in run.glob("utility/*/*-seed*.parquet")], ignore_index=True)
-    means = runs[runs["status"] == "ok"].groupby(["strategy", "setting", "fraction"])["macro_f1"].mean()
-    utility = {(strategy, "", column_key("macro_f1", {"setting": setting, "fraction": fraction})): value
-               for (strategy, setting, fraction), value in means.items()}
+    runs["variant"] = runs["variant"].fillna("").astype(str)  # one row per (strategy, variant); baseline ''
+    means = runs[runs["status"] == "ok"].groupby(["strategy", "variant", "setting", "fraction"])["macro_f1"].mean()
+    utility = {(strategy, variant, column_key("macro_f1", {"setting": setting, "fraction": fraction})): value
+               for (strategy, variant, setting, fraction), value in means.items()}
     assert utility, "the run has no utility numbers"
     return pd.concat([scores, pd.Series(utility)])
 

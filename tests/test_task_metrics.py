@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 
@@ -106,15 +107,80 @@ def test_coverage_hand_worked():
     # Timeline B  gold O O IS O ; pred IS O O IE
     #   IS: gold [2,3), pred [0,1): O = 0. recall 0 (of 1); precision 0 (of 1)
     #   IE: no gold region; pred [3,4) covers nothing: precision 0 (of 1)
+    # Per timeline, then averaged (the default, as the task's script):
+    # IS: recall mean(1/2, 0/1) = .25, precision mean(.5/1, 0/1) = .25
+    # IE: recall A only (B has no gold IE: undefined, skipped) = 1.5/3 = .5; precision mean(1.5/3, 0/1) = .25
+    # Pooled (sums over both timelines):
     # IS: recall (1 + 0)/(2 + 1) = 1/3, precision (.5 + 0)/(1 + 1) = .25
     # IE: recall 1.5/3 = .5, precision (1.5 + 0)/(3 + 1) = .375
     gold = [["O", "IS", "IS", "O", "IE", "IE", "IE", "O"], ["O", "O", "IS", "O"]]
     pred = [["O", "IS", "O", "O", "O", "IE", "IE", "IE"], ["IS", "O", "O", "IE"]]
     cov = coverage(gold, pred)
-    assert cov["IS"]["recall"] == pytest.approx(1 / 3)
+    assert cov["IS"]["recall"] == pytest.approx(0.25)
     assert cov["IS"]["precision"] == pytest.approx(0.25)
     assert cov["IE"]["recall"] == pytest.approx(0.5)
-    assert cov["IE"]["precision"] == pytest.approx(0.375)
+    assert cov["IE"]["precision"] == pytest.approx(0.25)
+    pooled = coverage(gold, pred, average="pooled")
+    assert pooled["IS"]["recall"] == pytest.approx(1 / 3)
+    assert pooled["IS"]["precision"] == pytest.approx(0.25)
+    assert pooled["IE"]["recall"] == pytest.approx(0.5)
+    assert pooled["IE"]["precision"] == pytest.approx(0.375)
+    with pytest.raises(InputError, match="average"):
+        coverage(gold, pred, average="micro")
+
+
+# The CLPsych 2022 moments-of-change evaluation script (Tsakalidis et al. 2022) computes coverage "on each
+# timeline independently": regions are runs of consecutive indices of the class (np.where, then split where
+# the gap is not 1); each region's best intersection-over-union with the other side's regions, weighted by
+# its length; NaN when the timeline has no region on the side being covered. Written here from that logic
+# (index sets, not our interval arithmetic) as the reference; the per-timeline values are averaged over the
+# timelines where they are defined (nan-mean).
+def _script_regions(labels, cls):
+    idx = [i for i, lab in enumerate(labels) if lab == cls]
+    out, current = [], idx[:1]
+    for prev, i in itertools.pairwise(idx):
+        if i - prev == 1:
+            current.append(i)
+        else:
+            out.append(current)
+            current = [i]
+    if current:
+        out.append(current)
+    return out
+
+
+def _script_coverage(covered, by, cls):
+    """get_coverage_recall(actual=covered, predicted=by) / get_coverage_precision with the roles swapped."""
+    source, target = _script_regions(covered, cls), _script_regions(by, cls)
+    if not source:
+        return float("nan")
+    total = denom = 0.0
+    for region in source:
+        a = set(region)
+        best = max((len(a & set(t)) / len(a | set(t)) for t in target), default=0.0)
+        total += len(a) * best
+        denom += len(a)
+    return total / denom
+
+
+def test_coverage_matches_the_task_script_per_timeline():
+    import numpy as np
+
+    rng = random.Random(7)
+    for _ in range(40):
+        n_lines = rng.randint(1, 6)
+        gold = [[rng.choice(["O", "O", "O", "IS", "IE"]) for _ in range(rng.randint(1, 30))] for _ in range(n_lines)]
+        pred = [[lab if rng.random() < 0.6 else rng.choice(["O", "IS", "IE"]) for lab in g] for g in gold]
+        cov = coverage(gold, pred, classes=("IS", "IE"))
+        for cls in ("IS", "IE"):
+            rec = [_script_coverage(g, p, cls) for g, p in zip(gold, pred, strict=True)]
+            prec = [_script_coverage(p, g, cls) for g, p in zip(gold, pred, strict=True)]
+            for ours, script in ((cov[cls]["recall"], rec), (cov[cls]["precision"], prec)):
+                defined = [v for v in script if not math.isnan(v)]
+                if defined:
+                    assert ours == pytest.approx(float(np.mean(defined)), abs=1e-12)
+                else:
+                    assert math.isnan(ours)
 
 
 def test_coverage_takes_best_overlapping_region():

@@ -7,6 +7,10 @@ Corpus columns (one row per document; a document is a post, a dialogue turn or a
 - ``author_id``, ``group_id`` (conversation or timeline), ``position`` (order in the group),
   ``split`` (train/val/test), ``label`` (task label): optional, null where unknown
 - ``attr_<name>``: sensitive attributes (e.g. ``attr_gender``), strings
+- ``seg_tags``: word-level dialogue-act tags of a dialogue turn (one per whitespace token: ``I`` inside
+  a segment, the act on a segment's last word; see :mod:`tasks.training.task_metrics`), string, optional.
+  Kept so that the dialogue task scores SegWER/JointWER against the word-level gold in the flow as in
+  ``synthugc utility``.
 
 Validation splits problems in two kinds:
 
@@ -39,6 +43,8 @@ from tasks.errors import InputError
 REQUIRED_COLUMNS: tuple[str, ...] = ("doc_id", "text")
 OPTIONAL_COLUMNS: tuple[str, ...] = ("author_id", "group_id", "position", "split", "label")
 CORPUS_COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+#: Task columns kept through validation when present (strings; blank = null), absent otherwise.
+TASK_COLUMNS: tuple[str, ...] = ("seg_tags",)
 ATTR_PREFIX = "attr_"
 SPLITS: tuple[str, ...] = ("train", "val", "test")
 DEFAULT_MAX_CHARS = 20_000
@@ -160,7 +166,8 @@ def validate_corpus(df: pd.DataFrame, source: str, *, max_chars: int = DEFAULT_M
 
     # CSV cannot write a null: an empty or whitespace-only cell outside ``text`` means "unknown".
     # (Before, an empty split cell was fatal and empty group cells formed one group named "".)
-    blanks = {c: _blank_to_na(df[c]) for c in ("doc_id", *OPTIONAL_COLUMNS, *attr_columns(df)) if c in df.columns}
+    blanks = {c: _blank_to_na(df[c]) for c in ("doc_id", *OPTIONAL_COLUMNS, *TASK_COLUMNS, *attr_columns(df))
+              if c in df.columns}
     df = df.assign(**blanks)
 
     ids = df["doc_id"]
@@ -198,6 +205,9 @@ def validate_corpus(df: pd.DataFrame, source: str, *, max_chars: int = DEFAULT_M
         out["split"] = pd.Series(pd.NA, index=df.index, dtype="string")
     for col in attr_columns(df):
         out[col] = _as_string(df[col])
+    for col in TASK_COLUMNS:
+        if col in df.columns:
+            out[col] = _as_string(df[col])
 
     problems = [text_problem(v, max_chars) for v in df["text"].tolist()]
     failed = pd.Series([p is not None for p in problems], index=df.index, dtype=bool)  # bool even with no rows

@@ -19,7 +19,7 @@ from tasks.metrics.suite import metric_correlation_matrix
 from tasks.report.human_eval import read_results
 from tasks.scores import SCORE_KEY, SCORES, score_frame
 from tasks.store import ArtifactRef
-from tasks.training.utility import utility_summary_rows
+from tasks.training.utility import deterministic_note, utility_summary_rows
 
 ReadTable = Callable[[ArtifactRef], pd.DataFrame]
 
@@ -163,6 +163,9 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
     """Gather the report's inputs from the run's artifacts (nothing is recomputed)."""
     runs = utility_runs(layout, read)
     summary = score_summary(layout, read, runs=runs, utility_signature=utility_signature)
+    facts = dict(facts)
+    if runs is not None and (note := deterministic_note(runs)):
+        facts["utility seeds"] = note
     series = [read(ref) for _, ref in sorted(layout.by_label("metrics", "distributions").items())]
     series = [s for s in series if not s.empty]
     intrinsic = summary[summary["level"].isin(CORRELATED_LEVELS)]
@@ -171,7 +174,7 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
     metaeval_ref = layout.one("metaeval", "summary")
     metaeval = read(metaeval_ref) if metaeval_ref is not None else None
     return ReportData(
-        title=title, facts=dict(facts), summary=summary, level=level, families=dict(families),
+        title=title, facts=facts, summary=summary, level=level, families=dict(families),
         failed_stages=dict(failed_stages or {}),
         distributions=pd.concat(series, ignore_index=True) if series else None,
         correlations=correlations if has_correlations else None, metaeval=metaeval, utility_runs=runs,
@@ -182,8 +185,7 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
 
 def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
     """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification and its chance
-    rate: the numbers of the trade-off and re-identification plots. Strategies match on label across levels
-    (the utility rows carry no variant)."""
+    rate: the numbers of the trade-off and re-identification plots. Strategies match on label across levels."""
     def pick(metric: str, level: str) -> pd.Series:
         part = summary[(summary["level"] == level) & (summary["metric"] == metric)]
         return part.set_index(["strategy", "variant"])["value"].astype(float)

@@ -360,8 +360,8 @@ def _utility_rows(scores: _Scores, strategy: str, variant: str, variants: Sequen
         dict[tuple[str, str, str], _Value], str | None]:
     """The utility rows of one candidate: (setting, pct, task metric) -> value, and why there are none.
 
-    The utility stage trains on one synthetic text per document, the first variant in sorted order
-    (``tasks.training.utility.synthetic_view``), and records it under variant ''; those numbers belong to
+    The utility stage trains one model per variant and records each under its variant. Runs recorded
+    before that (variant '') trained on the first variant in sorted order only; those numbers belong to
     that variant only."""
     def utility(k: tuple[str, str, str]) -> bool:
         return "setting" in scores.structure[k[2]] and "fraction" in scores.structure[k[2]]

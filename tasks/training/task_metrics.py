@@ -28,10 +28,18 @@ a conversation; every conversation's first segment starts at its first word.
 *regions* of a timeline are its maximal runs of consecutive posts labelled c. The coverage of a set of
 regions S by a set T is ``C(S -> T) = sum_{s in S} |s| * max_{t in T} O(s, t) / sum_{s in S} |s|`` with
 the overlap ``O(s, t) = |s & t| / |s | t|`` (Jaccard over post positions; 0 when T is empty). Regions
-only meet regions of the same timeline; the sums run over all timelines (pooled, so a timeline without
-regions neither divides by zero nor counts as perfect). Coverage recall = C(gold -> predicted), coverage
-precision = C(predicted -> gold). With no gold (predicted) regions of c anywhere, recall (precision) is
-NaN -- undefined rather than a flattering 0 or 1.
+only meet regions of the same timeline. Coverage recall = C(gold -> predicted), coverage precision =
+C(predicted -> gold). Two ways to combine timelines (``average``):
+
+- ``timeline`` (default): as the task's public evaluation script (CLPsych 2022 / Tsakalidis et al. 2022,
+  "run on each timeline independently"): C per timeline, then the mean over the timelines where it is
+  defined. A timeline without gold regions of c has no recall (NaN, skipped), one without predicted
+  regions no precision; a timeline with gold but no predicted regions has recall 0.
+- ``pooled``: the sums run over all timelines at once, so a long region weighs more than a short one
+  in another timeline (a different number; its signature says ``pooled``).
+
+With no gold (predicted) regions of c anywhere, recall (precision) is NaN -- undefined rather than a
+flattering 0 or 1.
 """
 
 from __future__ import annotations
@@ -195,24 +203,38 @@ def _coverage_sums(source: list[tuple[int, int]], target: list[tuple[int, int]])
     return covered, sum(s[1] - s[0] for s in source)
 
 
+#: How :func:`coverage` combines timelines: per timeline then averaged (the task's script), or pooled.
+COVERAGE_AVERAGES: tuple[str, ...] = ("timeline", "pooled")
+
+
 def coverage(gold: Sequence[Sequence[Hashable]], pred: Sequence[Sequence[Hashable]],
-             classes: Sequence[Hashable] = ("IS", "IE")) -> dict[str, dict[str, float]]:
+             classes: Sequence[Hashable] = ("IS", "IE"), *, average: str = "timeline") -> dict[str, dict[str, float]]:
     """Coverage precision and recall per class over timelines: ``{cls: {"precision", "recall"}}``.
 
-    ``gold`` and ``pred`` hold one label sequence per timeline (posts in order), aligned post by post."""
+    ``gold`` and ``pred`` hold one label sequence per timeline (posts in order), aligned post by post;
+    ``average`` is ``timeline`` (mean of per-timeline coverage) or ``pooled`` (see the module docstring)."""
+    if average not in COVERAGE_AVERAGES:
+        raise InputError(f"coverage average must be one of {', '.join(COVERAGE_AVERAGES)}, got {average!r}")
     if len(gold) != len(pred):
         raise InputError(f"gold has {len(gold)} timelines, predictions {len(pred)}")
     out: dict[str, dict[str, float]] = {}
     for cls in classes:
-        rec_num = rec_den = prec_num = prec_den = 0.0
+        sums = {"recall": [0.0, 0.0], "precision": [0.0, 0.0]}  # pooled numerator, denominator
+        per_timeline: dict[str, list[float]] = {"recall": [], "precision": []}
         for k, (g, p) in enumerate(zip(gold, pred, strict=True)):
             if len(g) != len(p):
                 raise InputError(f"timeline {k}: {len(g)} gold labels, {len(p)} predictions")
             g_regions, p_regions = regions(g, cls), regions(p, cls)
-            num, den = _coverage_sums(g_regions, p_regions)
-            rec_num, rec_den = rec_num + num, rec_den + den
-            num, den = _coverage_sums(p_regions, g_regions)
-            prec_num, prec_den = prec_num + num, prec_den + den
-        out[str(cls)] = {"precision": prec_num / prec_den if prec_den else float("nan"),
-                         "recall": rec_num / rec_den if rec_den else float("nan")}
+            for name, (num, den) in (("recall", _coverage_sums(g_regions, p_regions)),
+                                     ("precision", _coverage_sums(p_regions, g_regions))):
+                sums[name][0] += num
+                sums[name][1] += den
+                if den:
+                    per_timeline[name].append(num / den)
+
+        if average == "pooled":
+            combined = {name: num / den if den else float("nan") for name, (num, den) in sums.items()}
+        else:
+            combined = {name: float(np.mean(v)) if v else float("nan") for name, v in per_timeline.items()}
+        out[str(cls)] = {"precision": combined["precision"], "recall": combined["recall"]}
     return out

@@ -1,5 +1,6 @@
 """Moments of change in timelines (seed 000 §5.3.1): post-level model with focal loss, then a BiLSTM over
-the timeline, scored with coverage precision/recall per class (:func:`tasks.training.task_metrics.coverage`).
+the timeline, scored with coverage precision/recall per class (:func:`tasks.training.task_metrics.coverage`,
+per timeline then averaged by default, as the task's evaluation script; ``pooled`` on request).
 
 Following the best system of Tsakalidis et al. (2022) on CPU budgets:
 
@@ -27,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.training.dialogue import Embedder, sentence_embedder, sequence_step, state_snapshot, torch_threads
-from tasks.training.task_metrics import coverage
+from tasks.training.task_metrics import COVERAGE_AVERAGES, coverage
 
 CLASSES: tuple[str, ...] = ("O", "IE", "IS")
 IGNORE = -100
@@ -237,16 +238,23 @@ class MomentsOfChangeModel:
                  for d, p in zip(tl.doc_ids, pred, strict=True)]
         return pd.Series(dict(pairs), name="prediction")
 
-    def evaluate(self, df: pd.DataFrame, classes: Sequence[str] = ("IE", "IS")) -> dict[str, float]:
-        """Coverage precision and recall per class on the timelines of ``df``: ``IE_Cp``, ``IE_Cr``, ..."""
+    def evaluate(self, df: pd.DataFrame, classes: Sequence[str] = ("IE", "IS"), *,
+                 average: str = "timeline") -> dict[str, float]:
+        """Coverage precision and recall per class on the timelines of ``df``: ``IE_Cp``, ``IE_Cr``, ...
+        (``average``: per timeline then averaged, as the task's script, or ``pooled``)."""
         lines = timelines(df)
         gold = [[lab if lab is not None else "" for lab in tl.labels] for tl in lines]
-        cov = coverage(gold, self.predict_timelines(lines), classes=classes)
+        cov = coverage(gold, self.predict_timelines(lines), classes=classes, average=average)
         return {f"{c}_{k}": v for c, pr in cov.items() for k, v in (("Cp", pr["precision"]), ("Cr", pr["recall"]))}
 
 
-def timeline_evaluator(**model_kwargs: Any) -> Callable[[pd.DataFrame, pd.DataFrame, pd.DataFrame, int], dict[str, float]]:
-    """A :func:`tasks.training.utility.run_utility` evaluator: coverage precision/recall of IE and IS."""
+def timeline_evaluator(*, average: str = "timeline",
+                       **model_kwargs: Any) -> Callable[[pd.DataFrame, pd.DataFrame, pd.DataFrame, int], dict[str, float]]:
+    """A :func:`tasks.training.utility.run_utility` evaluator: coverage precision/recall of IE and IS
+    (``average``: ``timeline`` as the task's script, or ``pooled``; see :func:`~tasks.training.task_metrics.coverage`)."""
+    if average not in COVERAGE_AVERAGES:
+        raise ValueError(f"coverage average must be one of {', '.join(COVERAGE_AVERAGES)}, got {average!r}")
+
     def evaluate(train: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame, seed: int) -> dict[str, float]:
-        return MomentsOfChangeModel(seed=seed, **model_kwargs).fit(train, val).evaluate(test)
+        return MomentsOfChangeModel(seed=seed, **model_kwargs).fit(train, val).evaluate(test, average=average)
     return evaluate

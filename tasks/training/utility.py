@@ -12,8 +12,13 @@ Settings (every model is tested on the REAL test split of the corpus):
 - ``baseline`` (strategy ``original``): the same model on the real training rows at each fraction
   ("Original (without augmentation)"; at 100% the "best system trained on original data" of Table 5).
 
-Each (setting, fraction, strategy, seed) is one run; ``seed`` drives both the undersample and the
-model, so the spread over seeds includes the draw of the data (at 100% only the model's). A run that
+Each (setting, fraction, strategy, variant, seed) is one run: a strategy with several outputs per text
+(e.g. LLM paraphrases ``first`` and ``second``) trains one model per variant, one synthetic per original
+each, and every variant is its own row (baseline rows have variant ``''``). ``seed`` drives the undersample
+of the 10/50% subsets and the model (the encoder's initialisation and data order), so the spread over seeds
+includes the draw of the data; at 100% only the model's. A deterministic model (the linear baseline) on the
+same data gives identical numbers over seeds: the summary says so (``deterministic``, ``n_distinct``)
+instead of a std of 0. A run that
 raises is recorded with ``status='failed'`` and the reason; the other runs go on.
 
 Synthetic rows take ``text`` from the synthetic table and every other column from their source row of
@@ -21,15 +26,19 @@ the corpus (label, split, group, position, author), so a synthetic table cannot 
 split; in augmentation their ``doc_id``/``group_id`` get a ``|syn`` suffix so a synthetic conversation or
 timeline stays separate from its real source. ``origin`` is ``real`` or ``synthetic``. A word-level
 ``seg_tags`` column does not carry over (the words changed); task models fall back to the row's label.
+Real rows keep ``seg_tags`` (the corpus schema keeps it through ingest), so the flow and ``synthugc utility``
+score dialogue acts against the same word-level gold.
 
 An evaluator is ``evaluate(train, val, test, seed) -> {metric: value}`` on corpus-shaped tables with the
 task label in ``label``: :func:`post_evaluator` (macro F1), :func:`tasks.training.dialogue.dialogue_evaluator`
 (SegWER/JointWER), :func:`tasks.training.timeline.timeline_evaluator` (coverage).
 
-Learning rate of the encoder: the article fine-tunes DistilBERT with lr 1e-3 (A.6), far above the
-2e-5..1e-4 usually used for full fine-tuning; the offline default backbone (MiniLM) uses
-:data:`~tasks.training.classifiers.DEFAULT_ENCODER_LR` = 5e-5 (the article's rate for XLNet, Table 14);
-pass ``model_kwargs={'lr': 1e-3}`` to reproduce the article's setting.
+Post models choose on the run's validation split: the linear baseline its regularisation C and class
+weighting (grid, :class:`~tasks.training.classifiers.LinearTextClassifier` ``C='auto'``), the encoder its
+stopping epoch (early stopping on validation macro-F1).
+
+Learning rate of the encoder: the article's 1e-3 (A.6, :data:`~tasks.training.classifiers.DEFAULT_ENCODER_LR`),
+with early stopping on validation; pass ``model_kwargs={'lr': 5e-5}`` for the usual fine-tuning rate.
 """
 
 from __future__ import annotations
@@ -54,6 +63,11 @@ SYN_SUFFIX = "|syn"
 #: The run-description columns of a results table (the declared :data:`tasks.scores.UTILITY_RUNS`).
 RESULT_COLUMNS: tuple[str, ...] = tuple(UTILITY_RUNS.columns)
 
+#: The linear utility model: TF-IDF word 1-2grams + a linear SVM (the standard strong text baseline; about
+#: 5-10x faster to tune than logistic regression, which reached the same macro-F1 within 0.02 on
+#: rotten_tomatoes), C and class weighting chosen on the validation split.
+LINEAR_UTILITY_MODEL: dict[str, Any] = {"loss": "hinge", "C": "auto", "class_weight": "auto"}
+
 Evaluator = Callable[[pd.DataFrame, pd.DataFrame, pd.DataFrame, int], Mapping[str, float]]
 
 
@@ -64,6 +78,7 @@ class UtilityRun:
     setting: str
     fraction: float
     strategy: str
+    variant: str
     seed: int
     train: pd.DataFrame
     val: pd.DataFrame
@@ -83,13 +98,21 @@ def synthetic_view(corpus: pd.DataFrame, synthetic: pd.DataFrame, *, variant: st
         else:
             syn = syn.sort_values("variant", kind="stable").drop_duplicates("doc_id", keep="first")
     syn = syn.drop_duplicates("doc_id", keep="first")
-    syn = syn[syn["text"].map(lambda t: isinstance(t, str) and bool(t.strip()))]
+    syn = syn[syn["text"].map(lambda t: isinstance(t, str) and bool(t.strip())).to_numpy(dtype=bool)]
     base = corpus.drop(columns=["text", "seg_tags"], errors="ignore").copy()
     base["doc_id"] = base["doc_id"].astype(str)
     texts = pd.DataFrame({"doc_id": syn["doc_id"].astype(str).to_numpy(), "text": syn["text"].to_numpy()})
     view = base.merge(texts, on="doc_id", how="inner", validate="one_to_one")
     view["origin"] = "synthetic"
     return view
+
+
+def synthetic_variants(synthetic: pd.DataFrame) -> list[str]:
+    """The variant names of a synthetic table in sorted order (failed rows count: a variant whose every
+    row failed is still a run, recorded as failed); ``['']`` without a variant column."""
+    if "variant" not in synthetic.columns or synthetic.empty:
+        return [""]
+    return sorted(dict.fromkeys(synthetic["variant"].fillna("").astype(str)))
 
 
 def _rename_synthetic(view: pd.DataFrame) -> pd.DataFrame:
@@ -108,7 +131,8 @@ def design(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | None, *
            settings: Sequence[str] = ("substitution", "augmentation"), fractions: Sequence[float] = (0.1, 0.5, 1.0),
            seeds: Sequence[int] = (0, 1, 2, 3, 4), baseline: bool = True,
            variant: str | None = None) -> Iterator[UtilityRun]:
-    """The training sets of every run, lazily: baseline, then per strategy substitution and augmentation."""
+    """The training sets of every run, lazily: baseline, then per strategy and variant (every variant of
+    the table, or only ``variant``) substitution and augmentation."""
     unknown = [s for s in settings if s not in SETTINGS]
     if unknown:
         raise ConfigError(f"utility settings must be among {', '.join(SETTINGS)}, got {unknown}")
@@ -121,28 +145,31 @@ def design(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | None, *
         for fraction in fractions:
             for seed in seeds:
                 train = _split(undersample(real, fraction, seed=seed), "train")
-                yield UtilityRun("baseline", fraction, ORIGINAL, seed, train, real_val)
+                yield UtilityRun("baseline", fraction, ORIGINAL, "", seed, train, real_val)
     for strategy, table in (synthetic or {}).items():
-        view = synthetic_view(corpus, table, variant=variant)
-        if "substitution" in settings:
-            for seed in seeds:
-                yield UtilityRun("substitution", 1.0, strategy, seed, _split(view, "train"), _split(view, "val"))
-        if "augmentation" in settings:
-            renamed = _rename_synthetic(view)
-            source_ids = view["doc_id"].to_numpy()
-            for fraction in fractions:
+        names = synthetic_variants(table) if variant is None else [str(variant)]
+        for name in names:
+            view = synthetic_view(corpus, table, variant=name if "variant" in table.columns else None)
+            if "substitution" in settings:
                 for seed in seeds:
-                    kept = _split(undersample(real, fraction, seed=seed), "train")
-                    syn = renamed[np.isin(source_ids, kept["doc_id"].astype(str).to_numpy())]
-                    train = pd.concat([kept, syn], ignore_index=True)
-                    yield UtilityRun("augmentation", fraction, strategy, seed, train, real_val)
+                    yield UtilityRun("substitution", 1.0, strategy, name, seed, _split(view, "train"),
+                                     _split(view, "val"))
+            if "augmentation" in settings:
+                renamed = _rename_synthetic(view)
+                source_ids = view["doc_id"].to_numpy()
+                for fraction in fractions:
+                    for seed in seeds:
+                        kept = _split(undersample(real, fraction, seed=seed), "train")
+                        syn = renamed[np.isin(source_ids, kept["doc_id"].astype(str).to_numpy())]
+                        train = pd.concat([kept, syn], ignore_index=True)
+                        yield UtilityRun("augmentation", fraction, strategy, name, seed, train, real_val)
 
 
 def run_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | None, evaluate: Evaluator, *,
                 settings: Sequence[str] = ("substitution", "augmentation"),
                 fractions: Sequence[float] = (0.1, 0.5, 1.0), seeds: Sequence[int] = (0, 1, 2, 3, 4),
                 baseline: bool = True, variant: str | None = None, label_col: str = "label") -> pd.DataFrame:
-    """One row per (setting, fraction, strategy, seed): sizes, status, reason, seconds and the metrics.
+    """One row per (setting, fraction, strategy, variant, seed): sizes, status, reason, seconds, metrics.
 
     ``label_col`` names the task label (copied to ``label`` for the evaluator); test rows without a
     label are dropped. Failed runs have NaN metrics and ``status='failed'`` with ``reason``."""
@@ -156,12 +183,15 @@ def run_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | No
     for run in design(corpus, synthetic, settings=settings, fractions=fractions, seeds=seeds,
                       baseline=baseline, variant=variant):
         row: dict[str, Any] = {"setting": run.setting, "fraction": run.fraction, "strategy": run.strategy,
-                               "seed": run.seed, "n_train": len(run.train), "n_val": len(run.val),
+                               "variant": run.variant, "seed": run.seed, "n_train": len(run.train), "n_val": len(run.val),
                                "n_test": len(test), "status": STATUS_OK, "reason": None}
         start = time.perf_counter()
         try:
             if test.empty:
                 raise ValueError("the corpus has no labelled test rows")
+            if run.train.empty:
+                raise ValueError(f"no training rows: no synthetic row with status ok for variant '{run.variant}'"
+                                 if run.setting == "substitution" else "no training rows")
             row.update({k: float(v) for k, v in evaluate(run.train, run.val, test, run.seed).items()})
         except Exception as exc:  # one failed run must not stop the others; recorded below
             row["status"] = "failed"
@@ -173,9 +203,10 @@ def run_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | No
 
 
 def post_evaluator(model: str = "linear", **model_kwargs: Any) -> Evaluator:
-    """Macro F1 of a text classifier (``linear``: TF-IDF + logistic regression; ``encoder``: the
-    fine-tuned classifier backbone, one CPU thread by default) trained on ``train`` (val unused: the
-    recipe trains a fixed number of epochs)."""
+    """Macro F1 of a text classifier trained on ``train`` and tuned on ``val``: ``linear`` (TF-IDF word 1-2grams
+    + linear SVM, :data:`LINEAR_UTILITY_MODEL`; C and class weighting chosen on ``val``, cross-validation on
+    ``train`` when ``val`` has fewer than two classes) or ``encoder`` (the fine-tuned classifier backbone, A.6's recipe with early
+    stopping on ``val``; one CPU thread by default). ``model_kwargs`` override the model's defaults."""
     from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier
 
     if model not in ("linear", "encoder"):
@@ -183,10 +214,11 @@ def post_evaluator(model: str = "linear", **model_kwargs: Any) -> Evaluator:
 
     def evaluate(train: pd.DataFrame, val: pd.DataFrame, test: pd.DataFrame, seed: int) -> dict[str, float]:
         if model == "linear":
-            clf: Any = LinearTextClassifier(seed=seed, **model_kwargs)
+            clf: Any = LinearTextClassifier(seed=seed, **{**LINEAR_UTILITY_MODEL, **model_kwargs})
         else:
             clf = EncoderClassifier(seed=seed, **{"num_threads": 1, **model_kwargs})
-        clf.fit(train["text"].astype(object).tolist(), train["label"].astype(object).tolist())
+        clf.fit(train["text"].astype(object).tolist(), train["label"].astype(object).tolist(),
+                val_texts=val["text"].astype(object).tolist(), val_labels=val["label"].astype(object).tolist())
         pred = clf.predict(test["text"].astype(object).tolist())
         return {"macro_f1": macro_f1(test["label"].astype(object).tolist(), list(pred))}
 
@@ -217,8 +249,11 @@ def metric_columns(results: pd.DataFrame) -> list[str]:
 
 def summarize_utility(results: pd.DataFrame) -> pd.DataFrame:
     """Mean and sample std (ddof=1; NaN with one seed) over the ok seeds of each (setting, strategy,
-    fraction), with the counts of ok and failed runs. Columns ``<metric>_mean``, ``<metric>_std``."""
-    keys = ["setting", "strategy", "fraction"]
+    variant, fraction), with the counts of ok and failed runs. Columns ``<metric>_mean``, ``<metric>_std``,
+    ``n_distinct`` (distinct metric results over the ok seeds) and ``deterministic`` (several ok seeds, one
+    result: the seeds changed nothing, so the std says nothing about the spread and is NaN, not 0)."""
+    results = _with_variant(results)
+    keys = ["setting", "strategy", "variant", "fraction"]
     metrics = metric_columns(results)
     ok = results[results["status"] == STATUS_OK]
     counts = results.groupby(keys, sort=False)["status"].agg(
@@ -227,18 +262,41 @@ def summarize_utility(results: pd.DataFrame) -> pd.DataFrame:
         return counts.reset_index()
     agg = ok.groupby(keys, sort=False)[metrics].agg(["mean", "std"])
     agg.columns = [f"{m}_{s}" for m, s in agg.columns]
-    return counts.join(agg).reset_index()
+    distinct = ok.groupby(keys, sort=False)[metrics].apply(
+        lambda part: len({tuple(np.round(r, 12)) for r in part.to_numpy(dtype=float).tolist()})).rename("n_distinct")
+    out = counts.join(agg).join(distinct)
+    out["n_distinct"] = out["n_distinct"].fillna(0).astype(int)
+    out["deterministic"] = (out["n_ok"] > 1) & (out["n_distinct"] == 1)
+    for metric in metrics:
+        out.loc[out["deterministic"], f"{metric}_std"] = np.nan
+    return out.reset_index()
+
+
+def _with_variant(results: pd.DataFrame) -> pd.DataFrame:
+    """Runs tables written before variants were trained separately have no ``variant`` column."""
+    if "variant" in results.columns:
+        return results.assign(variant=results["variant"].fillna("").astype(str))
+    return results.assign(variant="")
+
+
+def strategy_variant_label(strategy: str, variant: str, variants: Sequence[str]) -> str:
+    """``strategy`` alone when it has one variant (or none), else ``strategy (variant)``."""
+    return f"{strategy} ({variant})" if variant and len(variants) > 1 else strategy
 
 
 def utility_tables(results: pd.DataFrame, *, stat: str = "mean") -> dict[str, pd.DataFrame]:
     """The article's layouts, one number (``stat``: mean or std) per cell.
 
-    ``substitution`` (Table 5): a row per strategy and the row ``original`` (the baseline at 100%),
-    a column per metric. ``augmentation`` (Tables 7-9): a row per strategy and ``original`` (without
-    augmentation), columns (metric, percent of the training data)."""
+    ``substitution`` (Table 5): a row per strategy (``strategy (variant)`` for each variant of a strategy
+    with several) and the row ``original`` (the baseline at 100%), a column per metric. ``augmentation``
+    (Tables 7-9): the same rows and ``original`` (without augmentation), columns (metric, percent of the
+    training data). A deterministic cell's std is NaN (see :func:`summarize_utility`)."""
     summary = summarize_utility(results)
     metrics = metric_columns(results)
     cols = [f"{m}_{stat}" for m in metrics]
+    variants = summary.groupby("strategy", sort=False)["variant"].agg(lambda v: sorted(set(v)))
+    summary = summary.assign(strategy=[strategy_variant_label(s, v, variants[s])
+                                       for s, v in zip(summary["strategy"], summary["variant"], strict=True)])
     tables: dict[str, pd.DataFrame] = {}
     sub = summary[summary["setting"] == "substitution"]
     best = summary[(summary["setting"] == "baseline") & (summary["fraction"] == 1.0)]
@@ -250,7 +308,8 @@ def utility_tables(results: pd.DataFrame, *, stat: str = "mean") -> dict[str, pd
         tables["augmentation"] = pd.DataFrame()
         return tables
     aug = aug.assign(percent=(aug["fraction"] * 100).round().astype(int))
-    wide = aug.pivot_table(index="strategy", columns="percent", values=cols, aggfunc="first", sort=False)
+    wide = aug.pivot_table(index="strategy", columns="percent", values=cols, aggfunc="first", sort=False,
+                           dropna=False)
     wide.columns = pd.MultiIndex.from_tuples([(c.removesuffix(f"_{stat}"), p) for c, p in wide.columns],
                                              names=["metric", "percent"])
     order = [s for s in dict.fromkeys(aug["strategy"]) if s != ORIGINAL] + [ORIGINAL]
@@ -258,33 +317,52 @@ def utility_tables(results: pd.DataFrame, *, stat: str = "mean") -> dict[str, pd
     return tables
 
 
+def deterministic_note(results: pd.DataFrame) -> str | None:
+    """One sentence when some cells came out identical over every seed (a deterministic model on the
+    same data, e.g. the linear baseline at 100%), or None."""
+    summary = summarize_utility(results)
+    if "deterministic" not in summary.columns or not summary["deterministic"].any():
+        return None
+    same = summary[summary["deterministic"]]
+    seeds = sorted(set(same["n_ok"].astype(int)))
+    where = sorted({f"{r['setting']} {round(100 * r['fraction'])}%" for r in same.to_dict("records")})
+    return (f"{len(same)} of {len(summary)} utility cells ({', '.join(where)}) gave identical results over "
+            f"{'/'.join(map(str, seeds))} seeds: the model is deterministic on the same data, so those cells "
+            f"have no spread over seeds (std shown as NaN, not 0).")
+
+
 def utility_summary_rows(results: pd.DataFrame, signature: str) -> pd.DataFrame:
     """Utility numbers as long score rows (level ``utility``; :data:`tasks.scores.SCORES`): one per
-    (setting, fraction, strategy, task metric) with the mean and std over seeds; the baseline rows are the
-    ``original`` strategy, as in the article's tables."""
+    (setting, fraction, strategy, variant, task metric) with the mean and std over seeds; the baseline rows
+    are the ``original`` strategy, as in the article's tables. A deterministic cell (one result over several
+    seeds) has std NaN and says so in ``reason``."""
     rows = []
     metrics = metric_columns(results) or ["score"]
     for row in summarize_utility(results).to_dict("records"):
+        reason = None if row["n_ok"] else _first_reason(results, row)
+        if bool(row.get("deterministic", False)):
+            reason = f"deterministic: identical over {int(row['n_ok'])} seeds"
         for metric in metrics:
-            rows.append({"strategy": row["strategy"], "variant": "", "level": "utility", "metric": metric,
-                         "setting": row["setting"], "fraction": float(row["fraction"]),
+            rows.append({"strategy": row["strategy"], "variant": row.get("variant") or "", "level": "utility",
+                         "metric": metric, "setting": row["setting"], "fraction": float(row["fraction"]),
                          "value": row.get(f"{metric}_mean", float("nan")), "std": row.get(f"{metric}_std", float("nan")),
                          "median": float("nan"), "n": int(row["n_ok"]), "n_failed": int(row["n_failed"]),
-                         "signature": signature,
-                         "reason": None if row["n_ok"] else _first_reason(results, row)})
+                         "signature": signature, "reason": reason})
     return score_frame(rows, SCORES)
 
 
 def run_one(corpus: pd.DataFrame, synthetic: pd.DataFrame | None, strategy: str, setting: str, fraction: float,
             seed: int, *, task: str = "post", model: str = "linear", label_col: str = "label",
-            embed: Any = None) -> pd.DataFrame:
+            embed: Any = None, coverage: str = "timeline") -> pd.DataFrame:
     """One downstream run (the unit the flow caches): ``setting`` baseline (no synthetic table; strategy
-    ``original``), substitution or augmentation at one training ``fraction`` and ``seed``. Post-level
-    tasks undersample by post (as :func:`run_post_utility`)."""
+    ``original``), substitution or augmentation at one training ``fraction`` and ``seed``; one model per
+    variant present in ``synthetic``, a row each (column ``variant``). Post-level tasks undersample by
+    post (as :func:`run_post_utility`). ``coverage``: how timeline coverage combines timelines."""
     if task == "post":
         corpus = corpus.assign(group_id=corpus["doc_id"])
     baseline = setting == "baseline"
-    return run_utility(corpus, None if baseline else {strategy: synthetic}, evaluator_for(task, model=model, embed=embed),
+    evaluate = evaluator_for(task, model=model, embed=embed, coverage=coverage)
+    return run_utility(corpus, None if baseline else {strategy: synthetic}, evaluate,
                        settings=[] if baseline else [setting], fractions=[fraction], seeds=[seed], baseline=baseline,
                        label_col=label_col)
 
@@ -302,9 +380,9 @@ def utility_design(strategies: Sequence[str], settings: Sequence[str], fractions
     return runs
 
 
-def evaluator_for(task: str, *, model: str = "linear", embed: Any = None) -> Evaluator:
+def evaluator_for(task: str, *, model: str = "linear", embed: Any = None, coverage: str = "timeline") -> Evaluator:
     """The evaluator of a task level: post classification (macro F1), dialogue acts (SegWER/JointWER) or
-    moments of change (coverage)."""
+    moments of change (coverage, per timeline then averaged unless ``coverage='pooled'``)."""
     if task == "post":
         return post_evaluator(model)
     if task == "dialogue":
@@ -314,13 +392,14 @@ def evaluator_for(task: str, *, model: str = "linear", embed: Any = None) -> Eva
     if task == "timeline":
         from tasks.training.timeline import timeline_evaluator
 
-        return timeline_evaluator(embed=embed) if embed is not None else timeline_evaluator()
+        return timeline_evaluator(average=coverage, **({"embed": embed} if embed is not None else {}))
     raise ValueError(f"task must be post, dialogue or timeline, got {task!r}")
 
 
 def _first_reason(results: pd.DataFrame, row: dict) -> str:
     """The first failure reason of the runs summarised by ``row`` (every run failed)."""
+    results = _with_variant(results)
     part = results[(results["setting"] == row["setting"]) & (results["strategy"] == row["strategy"])
-                   & (results["fraction"] == row["fraction"])]
+                   & (results["variant"] == row["variant"]) & (results["fraction"] == row["fraction"])]
     reasons = part["reason"].dropna()
     return f"every run failed: {reasons.iloc[0]}" if len(reasons) else "every run failed"
