@@ -328,7 +328,13 @@ def test_synorig_uses_only_lexical_candidates():
         assert all(c.origin in ("lexical", "bt") for c in cands)
     out = generate_synthetic(strategy, corpus(SOURCES), seed=0)
     assert out["text"][1] != SOURCES[1]  # a synonym swap keeps the parse (distance 0)
-    assert out["text"][2] == SOURCES[2]  # no synonym, back-translation gives it back: kept
+    if shutil.which("apertium") is None:
+        return
+    # no synonym; the spa round trip gives the text back verbatim, so with that pivot alone it is kept
+    # (flagged unchanged), while the default close and far pivots give it a rewrite
+    assert out["text"][2] != SOURCES[2] and out["unchanged"][2] == False  # noqa: E712
+    spa_only = generate_synthetic(build_strategy("synorig", {"k": 8, "pivots": ["spa"]}), corpus(SOURCES), seed=0)
+    assert spa_only["text"][2] == SOURCES[2] and spa_only["unchanged"][2] == True  # noqa: E712
 
 
 @pytest.mark.skipif(shutil.which("apertium") is None, reason="apertium is not installed")
@@ -342,7 +348,8 @@ def test_generate_keeps_one_row_per_input_and_fails_bad_rows():
     batch.loc[1, "text"] = None
     out = generate_synthetic(build_strategy("synsim", {"k": 3, "backtranslate": False}), batch, seed=0)
     assert out["status"].tolist() == [STATUS_OK, STATUS_FAILED, STATUS_OK]
-    assert out["text"][2] == "Yes."  # no candidate: kept
+    assert out["text"][2] == "Yes."  # no candidate: kept, and flagged
+    assert out["unchanged"][2] == True and out["unchanged"][0] == False and pd.isna(out["unchanged"][1])  # noqa: E712
     out = generate_synthetic(build_strategy("synsim", {"backtranslate": False, "on_no_candidate": "fail"}),
                              corpus(["Yes."]), seed=0)
     assert out["status"][0] == STATUS_FAILED and "no candidate" in out["reason"][0]

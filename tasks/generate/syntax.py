@@ -20,8 +20,9 @@ Here (offline, no AESOP checkpoint):
   normalised by the longer sequence.
 - **Candidates** (:class:`CandidateGenerator`): ``generator: rules`` (default) pools the rule-based
   transforms below and their compositions, lexical swaps (StyMask's synonym table) and apertium
-  back-translation (eng -> pivot -> eng, when apertium is installed) of the source and of each
-  transformed text; ``k`` of them are sampled with a seeded RNG. ``generator: llm`` asks the ``llm``
+  back-translation (eng -> pivot -> eng through each of ``pivots``, backtranslate's measured close
+  and far pivots by default, when apertium is installed) of the source and of each transformed text,
+  so a text no rule applies to still gets rewrites; ``k`` of them are sampled with a seeded RNG. ``generator: llm`` asks the ``llm``
   role's backend (vLLM or in-process) for ``k`` paraphrases instead.
 - **SynSim / SynDiff**: the sampled candidate with the smallest / largest distance to the source.
 - **SynOrig**: the original's parse is the template, so the output is a paraphrase that keeps the
@@ -62,6 +63,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.errors import ModelUnavailable
+from tasks.generate.backtranslate import DEFAULT_PIVOTS
 from tasks.generate.base import Strategy, build_strategy, register_strategy, stable_hash
 
 Tree = tuple[str, tuple["Tree", ...]]
@@ -684,7 +686,9 @@ class SynParams(BaseModel):
                              "from the llm role's backend")
     max_steps: int = Field(2, ge=1, le=2, description="rules: most transforms composed per candidate")
     backtranslate: bool = Field(True, description="rules: add apertium back-translations when apertium is installed")
-    pivot: str = Field("spa", description="rules: apertium pivot language")
+    pivots: list[str] = Field(default_factory=lambda: list(DEFAULT_PIVOTS),
+                              description="rules: apertium pivots whose back-translations join the candidates "
+                                          "(backtranslate's close and far pivots by default)")
     lexical: bool = Field(True, description="rules: add StyMask synonym swaps of the source and of the transforms")
     llm: dict[str, Any] = Field(default_factory=dict, description="llm: settings for llm_backend_for('llm', ...)")
     temperature: float = Field(0.9, ge=0, description="llm: sampling temperature")
@@ -763,7 +767,7 @@ class _SynCandidates(_SyntaxBase):
         self._bt: Strategy | None = None
         if params.generator == "rules" and params.backtranslate and shutil.which("apertium"):
             try:
-                self._bt = build_strategy("backtranslate", {"pivots": [params.pivot]})
+                self._bt = build_strategy("backtranslate", {"pivots": params.pivots})
             except ModelUnavailable:
                 self._bt = None
         self._nlp()  # a missing parser is a setup problem: fail at construction
@@ -775,11 +779,12 @@ class _SynCandidates(_SyntaxBase):
             self._llm = llm_backend_for("llm", self.params.llm)
         return self._llm
 
-    def _backtranslate(self, texts: list[str]) -> list[str | None]:
+    def _backtranslate(self, texts: list[str]) -> list[list[str]]:
+        """Per text, its back-translations through each pivot (the failed or empty ones left out)."""
         if self._bt is None or not texts:
-            return [None] * len(texts)
+            return [[] for _ in texts]
         out = self._bt.generate(pd.DataFrame({"text": texts}), seed=0)
-        return [o if isinstance(o, str) and o.strip() else None for o in out]
+        return [[o for o in outs if isinstance(o, str) and o.strip()] for outs in out]
 
     def _rule_pools(self, texts: list[str], docs: list[Any], seed: int) -> list[list[Candidate]]:
         from tasks.generate.stymask import rule_lexical
@@ -817,9 +822,8 @@ class _SynCandidates(_SyntaxBase):
                     bt_in.append(base.text)
                     bt_owner.append(i)
                     bt_origin.append("bt" if base.origin == "source" else f"bt({base.origin})")
-            for i, origin, out in zip(bt_owner, bt_origin, self._backtranslate(bt_in), strict=True):
-                if out is not None:
-                    pools[i].append(Candidate(out, origin))
+            for i, origin, outs in zip(bt_owner, bt_origin, self._backtranslate(bt_in), strict=True):
+                pools[i].extend(Candidate(out, origin) for out in outs)
         return pools
 
     def _llm_pools(self, texts: list[str], seed: int) -> list[list[Candidate]]:
