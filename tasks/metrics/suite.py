@@ -303,15 +303,10 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
         n_failed = int((synthetic.loc[synthetic["variant"] == variant, "status"] != STATUS_OK).sum())
         group_col = table.columns[0]
         for score in bag_metrics.summarise_bags(table, group_col=group_col):
-            per_group = np.asarray(score.distributions.get("per_group", []), dtype=float)
+            agg = bag_metrics.aggregate_bags(score.distributions.get("per_group", []))
             rows.append({"strategy": strategy, "variant": variant, "level": "bag-mean", "metric": score.metric,
-                         "value": score.value,
-                         "std": float(per_group[np.isfinite(per_group)].std(ddof=1))
-                         if np.isfinite(per_group).sum() > 1 else np.nan,
-                         "median": float(np.median(per_group[np.isfinite(per_group)]))
-                         if np.isfinite(per_group).any() else np.nan,
-                         "n": int(np.isfinite(per_group).sum()), "n_failed": n_failed,
-                         "signature": score.signature, "reason": score.reason})
+                         "value": score.value, "std": agg.std, "median": agg.median, "n": agg.n,
+                         "n_failed": n_failed, "signature": score.signature, "reason": score.reason})
             signatures[score.metric] = score.signature
     distribution = pd.DataFrame(rows, columns=DISTRIBUTION_COLUMNS)
     distribution["reason"] = distribution["reason"].astype("string")
