@@ -72,6 +72,8 @@ class MetricOptions:
     style_encoder: str | None = None  # a value for tasks.models.style_encoders.load_style_encoder
     pos_tagger: ModelSpec | None = None
     bertscore_layer: int | None = None
+    fbd_layer: int | None = None  # None: the token encoder's last layer (Xiang et al.)
+    fbd_pooling: str = "cls"
     bertscore_idf: bool = False
     bertscore_baseline: str | None = None
     transfer_classifier: str = "subjectivity"  # subjectivity | vader | a sequence classifier folder or hub id
@@ -193,7 +195,8 @@ def score_distribution(metric: str, real: list[str], synthetic: list[str], optio
                        cache_path: str) -> DistributionScore:
     """One distribution-level metric of the real set against the synthetic set."""
     functions: dict[str, Callable[..., DistributionScore]] = {
-        "fbd": lambda c: fbd(real, synthetic, spec=options.token_encoder, layer=options.bertscore_layer, cache=c),
+        "fbd": lambda c: fbd(real, synthetic, spec=options.token_encoder, layer=options.fbd_layer,
+                             pooling=options.fbd_pooling, cache=c),
         "fbd_sbert": lambda c: fbd_sbert(real, synthetic, spec=options.sentence_encoder, cache=c),
         "fcsd": lambda c: fcsd(real, synthetic, spec=options.sentence_encoder, cache=c),
         "style_frechet": lambda c: style_frechet(real, synthetic, encoder=_style_encoder(options), cache=c),
