@@ -217,18 +217,30 @@ def test_syntr_is_consistent_within_an_author_and_deterministic():
     texts = ["The committee approved the plan in March.", "The dog chased the cat in the park.",
              "The plans were rejected by the voters.", "In Paris, I met him.", "Yes, absolutely."]
     authors = ["ann", "ann", "ann", "bob", "bob"]
-    strategy = build_strategy("syntr", {})
+    strategy = build_strategy("syntr", {"on_no_transform": "keep"})
     plans = strategy.plans(corpus(texts, authors), seed=5)
     assert plans[0] == plans[1] == plans[2] == author_plan("ann", 5)
     assert plans[3] == plans[4] == author_plan("bob", 5)
     assert len({tuple(author_plan(f"user{i}", 5)) for i in range(20)}) > 1  # authors differ
     first = generate_synthetic(strategy, corpus(texts, authors), seed=5)
-    again = generate_synthetic(build_strategy("syntr", {}), corpus(texts, authors), seed=5)
+    again = generate_synthetic(build_strategy("syntr", {"on_no_transform": "keep"}), corpus(texts, authors), seed=5)
     assert first["text"].tolist() == again["text"].tolist()
     assert (first["status"] == STATUS_OK).all()
-    assert first["text"][4] == "Yes, absolutely."  # nothing applies: unchanged, still ok
-    expected = [t for t, _ in apply_transforms(load_parser(), texts, plans)]
-    assert first["text"].tolist() == expected
+    assert first["text"][4] == "Yes, absolutely."  # nothing applies: kept, still ok, flagged
+    assert first["unchanged"][4] == True  # noqa: E712
+    transformed = apply_transforms(load_parser(), texts, plans)
+    assert first["text"].tolist() == [t for t, _ in transformed]
+    # default: a text no transform applies to is rewritten as SynOrig rewrites it (its own parse as template)
+    default = generate_synthetic(build_strategy("syntr", {}), corpus(texts, authors), seed=5)
+    untouched = [i for i, (_, applied) in enumerate(transformed) if not applied]
+    assert 4 in untouched
+    synorig = generate_synthetic(build_strategy("synorig", {}), corpus([texts[i] for i in untouched]), seed=5)
+    for j, i in enumerate(untouched):
+        assert default["text"][i] == synorig["text"][j]
+    for i, (text, applied) in enumerate(transformed):
+        if applied:
+            assert default["text"][i] == text
+    assert default["unchanged"].sum() <= first["unchanged"].sum()
 
 
 def test_syntr_same_author_gets_same_transform():
@@ -275,7 +287,7 @@ def _debate_sentences(n: int) -> list[str]:
 
 def test_syntr_speed_on_debate_sentences():
     texts = _debate_sentences(500)
-    strategy = build_strategy("syntr", {})
+    strategy = build_strategy("syntr", {"on_no_transform": "keep"})  # the transforms' own speed
     batch = corpus(texts, [f"a{i % 25}" for i in range(len(texts))])
     start = time.perf_counter()
     out = generate_synthetic(strategy, batch, seed=1)
