@@ -11,7 +11,8 @@ Prompt (:func:`prompt_template`): the article's, verbatim (:data:`ARTICLE_TEMPLA
 blank line, the text), unless ``ask_n`` is set: then the instruction is followed by a request for
 ``n_outputs`` paraphrases as a numbered list (:data:`ASK_N_TEMPLATE`), for models that otherwise give a
 single paraphrase. ``ask_n`` default (None): asked only of the in-process model (the offline default SmolLM2-135M,
-too small to volunteer a list); never of a served model (vLLM: LLaMA, Mixtral), which answers the
+too small to volunteer a list: given the article's prompt alone, its answers held two or more
+paraphrases for 2 of 12 debate sentences, measured); never of a served model (vLLM: LLaMA, Mixtral), which answers the
 article's prompt with several paraphrases as the article describes. Each row's
 ``generation_signature`` column says which prompt was used (``prompt:article`` or ``prompt:article+n|n:2``, or
 ``prompt:custom-<sha>`` for a configured ``template``), with the model and sampling parameters.
