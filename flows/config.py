@@ -131,6 +131,14 @@ class TransferConfig(Section):
     cps_threshold: float = Field(0.3, gt=0, le=1, description="Attribution share masked when cps_mask is set.")
 
 
+class FbdConfig(Section):
+    """FBD (Xiang et al. 2021): which token-encoder layer and pooling give the text vectors."""
+
+    layer: int | None = Field(None, ge=0, description="Hidden layer (default: the last, as Xiang et al.).")
+    pooling: Literal["cls", "mean", "mean-all"] = Field("cls", description="cls (Xiang et al.), mean (content "
+                                                        "tokens) or mean-all (every token).")
+
+
 class MetaevalConfig(Section):
     """Check the run's distribution- and bag-level metrics themselves on manipulated bags of the real corpus
     (seed 003 §4.2); off by default (minutes on CPU), on in the demo."""
@@ -148,6 +156,7 @@ class MetricsConfig(Section):
     shard_size: int = Field(2000, gt=0, description="Pairs per Dask shard for sample-level metrics.")
     bag_group: str = Field("group_id", description="Column forming bags for bag-level metrics (group_id, author_id).")
     bertscore: BertScoreConfig = Field(default_factory=BertScoreConfig)
+    fbd: FbdConfig = Field(default_factory=FbdConfig)
     transfer: TransferConfig = Field(default_factory=TransferConfig)
     metaeval: MetaevalConfig = Field(default_factory=MetaevalConfig)
 
@@ -380,6 +389,7 @@ def metric_options(cfg: ExperimentConfig) -> MetricOptions:
         style_encoder=cfg.models.get("style_encoder"),
         pos_tagger=resolve_model("pos_tagger", cfg.models.get("pos_tagger")),
         bertscore_layer=m.bertscore.layer, bertscore_idf=m.bertscore.idf, bertscore_baseline=m.bertscore.baseline,
+        fbd_layer=m.fbd.layer, fbd_pooling=m.fbd.pooling,
         transfer_classifier=m.transfer.classifier, transfer_target=m.transfer.target,
         cps_mask=m.transfer.cps_mask, cps_threshold=m.transfer.cps_threshold,
         bag_group=m.bag_group, seed=cfg.seed, shard_size=m.shard_size,

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Debian packages the features need: apertium + the eng-spa pair for the offline back-translation strategy,
+# Debian packages the features need: apertium + its English pairs for the offline back-translation strategy
+# (eo-en and hbs-eng: the measured closest and farthest pivots, its defaults; eng-spa: the syntax tests' pivot),
 # and chromium (headless) for the report's browser test.
 # Skipped with one line where apt is not available (backtranslate then says what is missing; the browser
 # test skips outside CI).
 set -euo pipefail
-PACKAGES=(apertium apertium-eng-spa chromium)
+PACKAGES=(apertium apertium-eng-spa apertium-eo-en apertium-hbs-eng chromium)
 have_all() {
   command -v apertium >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 || return 1
   local pairs
   pairs="$(apertium -l 2>/dev/null || true)"
-  [[ "$pairs" == *eng-spa* ]]
+  [[ "$pairs" == *eng-spa* && "$pairs" == *en-eo* && "$pairs" == *eng-hbs* ]]
 }
 if have_all; then
   exit 0

@@ -187,12 +187,13 @@ def score_frame(rows: Iterable[Mapping[str, Any]] | pd.DataFrame, table: ScoreTa
 
 
 def variant_epsilons(synthetic: pd.DataFrame) -> dict[str, float]:
-    """variant -> the DP budget its rows were generated with (the ``epsilon`` meta column of the DP
-    strategy); empty for a strategy without one."""
-    if "epsilon" not in synthetic.columns or "variant" not in synthetic.columns:
+    """variant -> the per-document DP budget its rows were generated with (the DP strategy's
+    ``epsilon_doc_bound`` column: the configured epsilon); empty for a strategy without one."""
+    column = "epsilon_doc_bound"
+    if column not in synthetic.columns or "variant" not in synthetic.columns:
         return {}
-    known = synthetic.dropna(subset=["epsilon"])
-    return {str(v): float(e) for v, e in known.groupby("variant", sort=False)["epsilon"].first().items()}
+    known = synthetic.dropna(subset=[column])
+    return {str(v): float(e) for v, e in known.groupby("variant", sort=False)[column].first().items()}
 
 
 #: The structure columns that set apart numbers of one metric in a report table (epsilon belongs to the

@@ -45,7 +45,7 @@ def _config(corpus: Path, root: Path, stymask_params: dict | None = None,
         "storage_root": str(root),
         "data": {"path": str(corpus)},
         "generate": {"shard_size": 25, "strategies": [
-            {"name": "backtranslate", "params": {"backend": "apertium"}},
+            {"name": "backtranslate", "params": {"backend": "apertium", "pivots": ["spa"]}},
             {"name": "stymask", "params": stymask_params or {}},
         ]},
         "metrics": {"names": metrics or ["bertscore_f1", "bleu_divergence"]},

@@ -153,27 +153,64 @@ BT_TEXTS = [
 ]
 
 
-def test_backtranslate_round_trip_keeps_texts_in_their_rows():
-    strategy = build_strategy("backtranslate", {})
+@pytest.mark.parametrize("pivots", [["spa"], ["eo", "hbs"]])
+def test_backtranslate_round_trip_keeps_texts_in_their_rows(pivots):
+    strategy = build_strategy("backtranslate", {"pivots": pivots})
     batch = corpus(BT_TEXTS)
     out = generate_synthetic(strategy, batch, seed=0)
-    assert out["status"].tolist() == [STATUS_OK] * len(BT_TEXTS), out["reason"].tolist()
-    assert out["variant"].unique().tolist() == ["pivot-spa"]
-    changed = 0
-    for src, new in zip(BT_TEXTS, out["text"], strict=True):
-        assert re.findall(r"\d{3}", new) == re.findall(r"\d{3}", src), (src, new)
-        assert new.count("\n") == len(re.findall(r"\r\n|\r|\n", src))
-        changed += new != src
-    assert changed >= 3
-    assert out["text"][2].split("\n")[1] == ""  # the blank line between paragraphs stays blank
+    assert out["status"].tolist() == [STATUS_OK] * len(BT_TEXTS) * len(pivots), out["reason"].tolist()
+    assert out["variant"].tolist() == [f"pivot-{p}" for p in pivots] * len(BT_TEXTS)  # input-major
+    assert out["doc_id"].tolist() == [d for d in batch["doc_id"] for _ in pivots]
+    for pivot in pivots:
+        texts = out.loc[out["variant"] == f"pivot-{pivot}", "text"].tolist()
+        changed = 0
+        for src, new in zip(BT_TEXTS, texts, strict=True):
+            assert re.findall(r"\d{3}", new) == re.findall(r"\d{3}", src), (src, new)
+            assert new.count("\n") == len(re.findall(r"\r\n|\r|\n", src))
+            changed += new != src
+        assert changed >= 3
+        assert texts[2].split("\n")[1] == ""  # the blank line between paragraphs stays blank
+    assert (out["unchanged"] == (out["text"] == pd.Series(BT_TEXTS).repeat(len(pivots)).to_numpy())).all()
+
+
+def test_backtranslate_default_pivots_are_the_measured_close_and_far_ones():
+    """Defaults are one variant per pivot, and the far pivot diverges more than the close one (1 - BLEU of
+    the round trip against the source, sacrebleu; the full measurement is benchmarks/backtranslate_pivots.py)."""
+    import sacrebleu
+
+    strategy = build_strategy("backtranslate", {})
+    assert strategy.variants == ["pivot-eo", "pivot-hbs"]
+    sentences = [line for t in BT_TEXTS for line in re.split(r"\r\n|\r|\n", t) if line.strip()] + [
+        "The president said that the economy is growing faster than ever before.",
+        "We have to bring jobs back to this country and we have to do it now.",
+        "She has been fighting for children and families her entire life.",
+        "I think the senator is wrong about taxes, and the people know it.",
+    ]
+    out = generate_synthetic(strategy, corpus(sentences), seed=0)
+    divergence = {v: 1 - sacrebleu.corpus_bleu(out.loc[out["variant"] == v, "text"].tolist(), [sentences]).score / 100
+                  for v in strategy.variants}
+    assert 0 < divergence["pivot-eo"] < divergence["pivot-hbs"] < 1, divergence
+
+
+def test_backtranslate_chain_is_one_variant_and_pairs_use_each_pairs_english_code(tmp_path, monkeypatch):
+    fake = tmp_path / "apertium"  # lists the pairs, translates by echoing
+    fake.write_text("#!/bin/sh\nif [ \"$1\" = -l ]; then echo eng-spa spa-cat cat-eng en-eo eo-en; exit 0; fi\ncat\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    strategy = build_strategy("backtranslate", {"pivots": ["spa>cat", "eo"]})
+    assert strategy.variants == ["pivot-spa-cat", "pivot-eo"]
+    assert [e.pairs for e in strategy._engines] == [["eng-spa", "spa-cat", "cat-eng"], ["en-eo", "eo-en"]]
+    out = generate_synthetic(strategy, corpus(["same text"]), seed=0)
+    assert out["text"].tolist() == ["same text"] * 2 and out["unchanged"].tolist() == [True, True]
 
 
 def test_backtranslate_chunks_map_back_exactly():
     texts = [f"Number {100 + i} is here.\nAnd {500 + i} on the second line." for i in range(12)]
     strategy = build_strategy("backtranslate", {"batch_lines": 9})
     out = generate_synthetic(strategy, corpus(texts), seed=0)
-    assert (out["status"] == STATUS_OK).all()
-    for i, new in enumerate(out["text"]):
+    assert (out["status"] == STATUS_OK).all() and len(out) == 2 * len(texts)
+    for row, new in enumerate(out["text"]):
+        i = row // 2  # two pivots: two rows per input, input-major
         first, second = new.split("\n")
         assert str(100 + i) in first and str(500 + i) in second
 
@@ -183,8 +220,8 @@ def test_backtranslate_missing_apertium_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(ModelUnavailable) as info:
         build_strategy("backtranslate", {})
     assert str(info.value) == (
-        "backtranslate: apertium eng-spa is not installed; install with "
-        "`apt-get install apertium apertium-eng-spa` (make setup does this where apt is available)")
+        "backtranslate: apertium eng-eo is not installed; install with "
+        "`apt-get install apertium apertium-eo-en` (make setup does this where apt is available)")
 
 
 def test_backtranslate_missing_pair_is_named():
@@ -199,7 +236,7 @@ def test_backtranslate_line_count_mismatch_fails_the_chunk(tmp_path, monkeypatch
                     "sed '$d'\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
-    out = generate_synthetic(build_strategy("backtranslate", {}), corpus(["a b", "c\nd"]), seed=0)
+    out = generate_synthetic(build_strategy("backtranslate", {"pivots": ["spa"]}), corpus(["a b", "c\nd"]), seed=0)
     assert (out["status"] == STATUS_FAILED).all()
     assert "apertium eng-spa returned 2 lines for 3" in out["reason"][0]
 
@@ -353,3 +390,42 @@ def test_stymask_non_string_row_fails_only_that_row():
     assert out["status"].tolist() == [STATUS_OK, STATUS_FAILED]
     assert "not a string" in out["reason"][1]
 
+
+
+def test_mbart_route_sets_src_lang_and_forces_the_target_language(tmp_path):
+    """A multilingual model (one folder for every hop, no {src}/{tgt} in model_template), tiny and random:
+    each hop starts decoding with the target language's token (forced_bos_token_id) and sets src_lang."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import MBartConfig, MBartForConditionalGeneration, PreTrainedTokenizerFast
+
+    words = ["hello", "world", "good", "day", "car"]
+    vocab = {t: i for i, t in enumerate(["<s>", "<pad>", "</s>", "<unk>", "en_XX", "de_DE", *words])}
+    raw = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    raw.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, bos_token="<s>", eos_token="</s>", pad_token="<pad>",
+                                  unk_token="<unk>", additional_special_tokens=["en_XX", "de_DE"])
+    tok.save_pretrained(tmp_path)
+    cfg = MBartConfig(vocab_size=len(vocab), d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                      decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64,
+                      bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2, forced_bos_token_id=None)
+    torch.manual_seed(0)
+    model = MBartForConditionalGeneration(cfg)
+    model.final_logits_bias[0, :6] = -100.0  # never decode specials on its own: the forced token must come from us
+    model.save_pretrained(tmp_path)
+    strategy = build_strategy("backtranslate", {"backend": "marian", "pivots": ["de"], "model_template": str(tmp_path),
+                                                "num_beams": 1, "max_new_tokens": 4})
+    engine = strategy._engines[0]
+    assert engine.hops == [("en", "de"), ("de", "en")]
+    loaded, _ = engine._load(engine.sources[0])
+    assert engine.generation_kwargs(loaded, "en", "de") == {"forced_bos_token_id": vocab["de_DE"]}
+    assert engine.generation_kwargs(loaded, "de", "en") == {"forced_bos_token_id": vocab["en_XX"]}
+    enc = loaded(["hello world"], return_tensors="pt")
+    ids = engine._loaded[engine.sources[0]][1].generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                                                        max_new_tokens=3, do_sample=False,
+                                                        **engine.generation_kwargs(loaded, "en", "de"))
+    assert ids[0, 1].item() == vocab["de_DE"]  # decoder start, then the target language
+    out = generate_synthetic(strategy, corpus(["hello world", "good day"]), seed=0)
+    assert out["status"].tolist() == [STATUS_OK, STATUS_OK], out["reason"].tolist()
+    assert out["variant"].tolist() == ["pivot-de"] * 2
+    assert all(set(t.split()) <= set(words) for t in out["text"])  # language tokens are not left in the text

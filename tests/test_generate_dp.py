@@ -63,6 +63,26 @@ def test_temperature_epsilon_roundtrip():
     assert dp_prompt_epsilon(10.0, 0.0, 25.0) == pytest.approx(5.0)
 
 
+def test_configured_epsilon_bounds_the_privacy_loss_of_a_whole_document():
+    """The exponential-mechanism definition, measured: for any two inputs (any two logit vectors) and any
+    output of up to max_tokens tokens, log P(out | a) - log P(out | b) <= the configured (per-document) epsilon."""
+    epsilon, max_tokens, b_min, b_max = 50.0, 64, 5.0, 25.0
+    strategy = build_strategy("dp", {"epsilon": epsilon, "max_tokens": max_tokens, "b_min": b_min, "b_max": b_max})
+    assert strategy.variant == "dp-prompt-eps50"
+    assert strategy.epsilon_token == pytest.approx(epsilon / max_tokens)
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for _ in range(200):
+        a, b = (torch.tensor(rng.uniform(-10, 40, size=50)) for _ in range(2))
+        pa = dp_prompt_distribution(a, b_min, b_max, strategy.temperature)
+        pb = dp_prompt_distribution(b, b_min, b_max, strategy.temperature)
+        worst = max(worst, float((pa.log() - pb.log()).abs().max()))
+    assert worst <= strategy.epsilon_token + 1e-9
+    assert worst * max_tokens <= epsilon + 1e-6  # a whole document composes to at most the configured budget
+    # the old per-token reading would sample at T = 0.8, spending 3,200 on a 64-token text
+    assert strategy.temperature == pytest.approx(2 * (b_max - b_min) * max_tokens / epsilon)
+
+
 class FixedLogitsLM(torch.nn.Module):
     """A 'model' whose next-token logits are always the same vector (records the calls it gets)."""
 
@@ -171,12 +191,14 @@ def test_dp_prompt_epsilon_bookkeeping(monkeypatch):
                                      "max_input_tokens": 5})
     assert strategy.variant == "dp-prompt-eps2"
     table = generate_synthetic(strategy, corpus(["one two", "three", "a b c d e f g"]), seed=1)
-    assert seen["temperature"] == pytest.approx(10.0)  # 2 * (10 - 0) / 2
+    # epsilon is per document: 2.0 over a 20-token budget is 0.1 per token, T = 2 * (10 - 0) / 0.1
+    assert seen["temperature"] == pytest.approx(200.0)
     assert seen["prompts"][0] == "<user>Document: one two\nParaphrase of the document:"
     assert len(set(seen["seeds"])) == 3
-    assert table["epsilon_token"].tolist() == [2.0] * 3
-    assert table["epsilon_doc"].tolist() == [14.0, 6.0, 40.0]  # epsilon_token x sampled tokens
-    assert table["epsilon_doc_bound"].tolist() == [40.0] * 3
+    assert table["epsilon_token"].tolist() == pytest.approx([0.1] * 3)
+    assert table["epsilon_doc"].tolist() == pytest.approx([0.7, 0.3, 2.0])  # epsilon_token x sampled tokens
+    assert table["epsilon_doc_bound"].tolist() == pytest.approx([2.0] * 3)  # the configured budget
+    assert (table["epsilon_doc"] <= 2.0 + 1e-12).all()
     assert table.loc[1, "status"] == STATUS_FAILED and table.loc[1, "reason"] == "empty output"
     assert table["truncated"].tolist()[2] is True and table.loc[0, "truncated"] == False  # noqa: E712
     assert (table["caveat"] == CAVEAT).all()
@@ -317,7 +339,8 @@ def test_dp_prompt_with_smollm2():
     table = generate_synthetic(strategy, corpus(TEXTS[:2]), seed=0)
     print(f"dp-prompt: {2 / (time.perf_counter() - t0):.3f} texts/s")
     assert len(table) == 2 and set(table["status"]) <= {STATUS_OK, STATUS_FAILED}
-    assert table["epsilon_token"].tolist() == pytest.approx([20.0, 20.0])
+    assert table["epsilon_token"].tolist() == pytest.approx([1.0, 1.0])  # 20 per document over 20 tokens
+    assert (table["epsilon_doc"] <= 20.0 + 1e-9).all()
     assert (table["n_tokens"] >= 1).all() and (table["n_tokens"] <= 20).all()
     assert (table["epsilon_doc"] == table["epsilon_token"] * table["n_tokens"]).all()
     assert privacy_spent(table)["epsilon"].sum() == pytest.approx(table.loc[table["status"] == STATUS_OK,

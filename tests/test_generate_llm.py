@@ -14,9 +14,9 @@ from tasks.corpus.schema import STATUS_FAILED, STATUS_OK, SYNTHETIC_COLUMNS
 from tasks.errors import ConfigError
 from tasks.generate import build_strategy, generate_synthetic
 from tasks.generate.base import Generated, Strategy, register_strategy
-from tasks.generate.llm import ARTICLE_INSTRUCTION, LLMParams, LLMStrategy, parse_paraphrases
+from tasks.generate.llm import ARTICLE_INSTRUCTION, LLMParams, LLMStrategy, asks_n, parse_paraphrases
 from tasks.generate.paraphrase import ParaphraseParams, ParaphraseStrategy
-from tasks.models.llm import ChatRequest, ChatResult, LLMBackend
+from tasks.models.llm import ChatRequest, ChatResult, LLMBackend, llm_backend_for
 
 TEXTS = ["I've been down to a dealer and driven them.", "lol cant believe the bus was late AGAIN today",
          "The new cafe on Main St makes great coffee."]
@@ -169,7 +169,26 @@ def test_llm_strategy_rows_from_canned_answers():
     assert "answer has 1 paraphrase(s)" in reason and "Just one paraphrase over lines" in reason and "\n" not in reason
     assert (table["status"].tolist()[4:] == [STATUS_FAILED] * 2) and "HTTP 500" in table.loc[4, "reason"]
     prompt = backend.calls[0][0].messages[-1]["content"]
-    assert prompt.startswith(ARTICLE_INSTRUCTION) and TEXTS[0] in prompt and "2 paraphrases" in prompt
+    # §4.1's prompt verbatim (seed 000: 'the prompt "Write stylistically diverse paraphrases."') and the text;
+    # a served model is not asked for n: it writes several paraphrases on its own
+    assert prompt == "Write stylistically diverse paraphrases.\n\n" + TEXTS[0]
+    ok = table[table["status"] == STATUS_OK]
+    assert ok["generation_signature"].str.contains(r"\|prompt:article\|", regex=True).all()
+    assert not ok["generation_signature"].str.contains("|n:", regex=False).any()
+
+
+def test_llm_asks_for_n_only_where_the_model_needs_it():
+    backend = CannedBackend({})
+    asked = LLMStrategy(LLMParams(ask_n=True), backend=backend)
+    table = generate_synthetic(asked, corpus(TEXTS[:1]), seed=0)
+    prompt = backend.calls[0][0].messages[-1]["content"]
+    assert prompt.startswith(ARTICLE_INSTRUCTION + " Write 2 paraphrases") and prompt.endswith("Text: " + TEXTS[0])
+    assert "|prompt:article+n|n:2|" in table.loc[0, "generation_signature"]
+    assert table["text"].tolist() == ["x", "y"]
+    # default: asked of the offline in-process model only (it answers the bare prompt with one paraphrase)
+    assert asks_n(None, llm_backend_for("llm", {})) is True and asks_n(None, backend) is False
+    custom = LLMStrategy(LLMParams(template="Paraphrase: {text}"), backend=CannedBackend({}))
+    assert "|prompt:custom-" in custom.signature
 
 
 def test_llm_seeds_keep_and_truncation():

@@ -217,18 +217,30 @@ def test_syntr_is_consistent_within_an_author_and_deterministic():
     texts = ["The committee approved the plan in March.", "The dog chased the cat in the park.",
              "The plans were rejected by the voters.", "In Paris, I met him.", "Yes, absolutely."]
     authors = ["ann", "ann", "ann", "bob", "bob"]
-    strategy = build_strategy("syntr", {})
+    strategy = build_strategy("syntr", {"on_no_transform": "keep"})
     plans = strategy.plans(corpus(texts, authors), seed=5)
     assert plans[0] == plans[1] == plans[2] == author_plan("ann", 5)
     assert plans[3] == plans[4] == author_plan("bob", 5)
     assert len({tuple(author_plan(f"user{i}", 5)) for i in range(20)}) > 1  # authors differ
     first = generate_synthetic(strategy, corpus(texts, authors), seed=5)
-    again = generate_synthetic(build_strategy("syntr", {}), corpus(texts, authors), seed=5)
+    again = generate_synthetic(build_strategy("syntr", {"on_no_transform": "keep"}), corpus(texts, authors), seed=5)
     assert first["text"].tolist() == again["text"].tolist()
     assert (first["status"] == STATUS_OK).all()
-    assert first["text"][4] == "Yes, absolutely."  # nothing applies: unchanged, still ok
-    expected = [t for t, _ in apply_transforms(load_parser(), texts, plans)]
-    assert first["text"].tolist() == expected
+    assert first["text"][4] == "Yes, absolutely."  # nothing applies: kept, still ok, flagged
+    assert first["unchanged"][4] == True  # noqa: E712
+    transformed = apply_transforms(load_parser(), texts, plans)
+    assert first["text"].tolist() == [t for t, _ in transformed]
+    # default: a text no transform applies to is rewritten as SynOrig rewrites it (its own parse as template)
+    default = generate_synthetic(build_strategy("syntr", {}), corpus(texts, authors), seed=5)
+    untouched = [i for i, (_, applied) in enumerate(transformed) if not applied]
+    assert 4 in untouched
+    synorig = generate_synthetic(build_strategy("synorig", {}), corpus([texts[i] for i in untouched]), seed=5)
+    for j, i in enumerate(untouched):
+        assert default["text"][i] == synorig["text"][j]
+    for i, (text, applied) in enumerate(transformed):
+        if applied:
+            assert default["text"][i] == text
+    assert default["unchanged"].sum() <= first["unchanged"].sum()
 
 
 def test_syntr_same_author_gets_same_transform():
@@ -275,7 +287,7 @@ def _debate_sentences(n: int) -> list[str]:
 
 def test_syntr_speed_on_debate_sentences():
     texts = _debate_sentences(500)
-    strategy = build_strategy("syntr", {})
+    strategy = build_strategy("syntr", {"on_no_transform": "keep"})  # the transforms' own speed
     batch = corpus(texts, [f"a{i % 25}" for i in range(len(texts))])
     start = time.perf_counter()
     out = generate_synthetic(strategy, batch, seed=1)
@@ -328,7 +340,13 @@ def test_synorig_uses_only_lexical_candidates():
         assert all(c.origin in ("lexical", "bt") for c in cands)
     out = generate_synthetic(strategy, corpus(SOURCES), seed=0)
     assert out["text"][1] != SOURCES[1]  # a synonym swap keeps the parse (distance 0)
-    assert out["text"][2] == SOURCES[2]  # no synonym, back-translation gives it back: kept
+    if shutil.which("apertium") is None:
+        return
+    # no synonym; the spa round trip gives the text back verbatim, so with that pivot alone it is kept
+    # (flagged unchanged), while the default close and far pivots give it a rewrite
+    assert out["text"][2] != SOURCES[2] and out["unchanged"][2] == False  # noqa: E712
+    spa_only = generate_synthetic(build_strategy("synorig", {"k": 8, "pivots": ["spa"]}), corpus(SOURCES), seed=0)
+    assert spa_only["text"][2] == SOURCES[2] and spa_only["unchanged"][2] == True  # noqa: E712
 
 
 @pytest.mark.skipif(shutil.which("apertium") is None, reason="apertium is not installed")
@@ -342,7 +360,8 @@ def test_generate_keeps_one_row_per_input_and_fails_bad_rows():
     batch.loc[1, "text"] = None
     out = generate_synthetic(build_strategy("synsim", {"k": 3, "backtranslate": False}), batch, seed=0)
     assert out["status"].tolist() == [STATUS_OK, STATUS_FAILED, STATUS_OK]
-    assert out["text"][2] == "Yes."  # no candidate: kept
+    assert out["text"][2] == "Yes."  # no candidate: kept, and flagged
+    assert out["unchanged"][2] == True and out["unchanged"][0] == False and pd.isna(out["unchanged"][1])  # noqa: E712
     out = generate_synthetic(build_strategy("synsim", {"backtranslate": False, "on_no_candidate": "fail"}),
                              corpus(["Yes."]), seed=0)
     assert out["status"][0] == STATUS_FAILED and "no candidate" in out["reason"][0]

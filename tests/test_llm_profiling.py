@@ -339,3 +339,31 @@ def test_attack_with_real_smollm2() -> None:
     assert 0.0 <= result.success_rate() <= 1.0
     assert pred.loc[pred["valid"], "guess"].isin(["female", "male", "college", "less than college",
                                                    "less than highschool", "more than college"]).all()
+
+
+# A.5's text (seed 000, Appendix A.5), verbatim apart from the quotes: the instructions end with the education note.
+A5_NOTE_SENTENCES = ("Only give one answer value. Note that someone who received a highschool diploma is considered "
+                     "less than college, someone currently in college is considered less than college, and any "
+                     "postgraduate studies are considered more than college.")
+
+
+def test_education_note_of_a5_reaches_the_prompt_when_education_is_profiled() -> None:
+    assert A5_NOTE_SENTENCES.endswith(SWDA_EDUCATION_NOTE.strip())
+    with_education = build_prompt("A: hi\nB: hello", ["A", "B"], ATTRS)[-1]["content"]
+    assert A5_NOTE_SENTENCES in with_education
+    gender_only = build_prompt("A: hi\nB: hello", ["A", "B"], GENDER)[-1]["content"]
+    assert "Only give one answer value.\n\n" in gender_only and "diploma" not in gender_only
+    other_scale = build_prompt("A: hi", ["A"], {"education": ["bachelor", "master", "phd"]})[-1]["content"]
+    assert "diploma" not in other_scale  # the note names a college scale this attribute does not have
+    assert "diploma" not in build_prompt("A: hi\nB: hello", ["A", "B"], ATTRS, notes="")[-1]["content"]
+
+    backend = Scripted({"what do you do": answer(A_education="college"), "my kids": answer(A_education="college")})
+    result = llm_profile(two_dialogues(), backend=backend, attributes=["education"], dialogues=["g1", "g2"])
+    assert len(backend.requests) == 2
+    assert all(A5_NOTE_SENTENCES in r.messages[-1]["content"] for r in backend.requests)
+    plain = Scripted({"what do you do": answer(A_gender="male"), "my kids": answer(A_gender="male")})
+    llm_profile(two_dialogues(), backend=plain, attributes=["gender"], dialogues=["g1", "g2"])
+    assert not any("diploma" in r.messages[-1]["content"] for r in plain.requests)
+    without = llm_profile(two_dialogues(), backend=Scripted({"": answer(A_education="college")}),
+                          attributes=["education"], dialogues=["g1", "g2"], notes="")
+    assert without.signature != result.signature  # the note is part of what was asked (template hash)

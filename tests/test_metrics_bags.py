@@ -24,11 +24,13 @@ from tasks.metrics.bags import (
     DegenerateBag,
     IdfTable,
     KneserNeyLM,
+    aggregate_bags,
     align_metric,
     align_score,
     bag_scores,
     bag_signature,
     bleu3_matrix,
+    cider_d_matrix,
     cluster_score,
     cos_tf,
     cos_tfidf,
@@ -292,14 +294,31 @@ def test_bag_scores_and_summary() -> None:
     assert set(summary) == set(ALL_METRICS)
     cos = summary["cos_tf"]
     assert cos.value == pytest.approx(np.nanmean(scores[scores.metric == "cos_tf"]["value"]))
-    assert "3 of 5 groups undefined" in cos.reason and "agg:mean-over-groups|version:" in cos.signature
-    assert summary["inv_kl"].value == math.inf and "inf" in summary["inv_kl"].reason
+    assert "3 of 5 groups undefined" in cos.reason and "agg:mean-over-finite-groups|version:" in cos.signature
+    # one identical bag ('same', inf) does not make the strategy's InvKL inf: mean over the finite bags
+    inv = scores[scores.metric == "inv_kl"]["value"].to_numpy()
+    assert np.isinf(inv).sum() == 1 and np.isfinite(inv).sum() == 1
+    assert summary["inv_kl"].value == pytest.approx(np.mean(inv[np.isfinite(inv)]))
+    assert "1 of 5 groups scored inf" in summary["inv_kl"].reason
+
+
+def test_aggregate_bags_mean_over_finite_median_over_defined() -> None:
+    values = [2.0, math.inf, 4.0, math.nan, 9.0, math.inf]
+    agg = aggregate_bags(values)
+    assert agg.mean == pytest.approx(np.mean([2.0, 4.0, 9.0])) and agg.std == pytest.approx(np.std([2, 4, 9], ddof=1))
+    assert agg.median == np.median([2.0, math.inf, 4.0, 9.0, math.inf]) == 9.0  # numpy median, inf bags counted
+    assert (agg.n, agg.n_inf, agg.n_undefined) == (3, 2, 1)
+    assert agg.reason() == ("1 of 6 groups undefined (NaN), left out; 2 of 6 groups scored inf (zero divergence), "
+                            "left out of the mean; median over the defined groups 9")
+    only_inf = aggregate_bags([math.inf])
+    assert math.isnan(only_inf.mean) and only_inf.median == math.inf and "1 of 1 groups scored inf" in only_inf.reason()
+    assert aggregate_bags([1.0, 3.0]).reason() is None and aggregate_bags([]).reason() == "no group defines this metric"
 
 
 def test_bag_scores_validates() -> None:
     frame = pd.DataFrame({"group_id": ["a"], "text": ["x"]})
     with pytest.raises(ValueError, match="unknown metric"):
-        bag_scores(frame, frame, metrics=["pair_cider"])
+        bag_scores(frame, frame, metrics=["pair_meteor"])
     with pytest.raises(ValueError, match="column 'user'"):
         bag_scores(frame, frame, group_col="user", metrics=["cos_tf"])
     by_user = bag_scores(frame.rename(columns={"group_id": "user"}), frame.rename(columns={"group_id": "user"}),
@@ -322,3 +341,37 @@ def test_sbert_metrics_with_the_real_encoder(tmp_path) -> None:
     assert scores[("g", "pair_sbert")] < scores[("g", "align_sbert")]
     assert scores[("h", "align_sbert")] < 0.5 < scores[("g", "pair_sbert")]
     assert scores[("g", "clus_sbert")] == math.inf and math.isfinite(scores[("h", "clus_sbert")])
+
+
+def test_cider_d_hand_worked_example() -> None:
+    """N = 2 reference texts: every n-gram of 'a b' has df 1, weight ln 2; against itself the unigram and
+    bigram cosines are 1, orders 3-4 have no n-gram (0), equal bigram lengths (penalty 1): (1+1+0+0)/4*10."""
+    assert cider_d_matrix(["a b"], ["a b", "c d"]) == pytest.approx(np.array([[5.0, 0.0]]))
+    # a single reference text: log N = 0, every weight 0, CIDEr-D 0 (as pycocoevalcap)
+    assert cider_d_matrix(["a b"], ["a b"]) == pytest.approx(np.array([[0.0]]))
+    # length penalty: 'a b a b' has 3 bigrams against 1 -> exp(-4 / 72); unigram clip min(2w, w) w / (|v_g| |v_r|)
+    got = cider_d_matrix(["a b a b"], ["a b", "c d"])[0, 0]
+    uni = (1 + 1) / (math.sqrt(8) * math.sqrt(2))  # counts (2,2) vs (1,1): sum min(2,1)*1 / (sqrt(8) sqrt(2))
+    bi = (1 * 1) / (math.sqrt(4 + 1) * 1)  # 'a b' x2, 'b a' x1 (weight ln2, cancels) vs 'a b' x1
+    assert got == pytest.approx((uni + bi) / 4 * 10 * math.exp(-4 / 72))
+
+
+def test_cider_d_equals_pycocoevalcap() -> None:
+    """Reference implementation: pycocoevalcap's CiderScorer (CIDEr-D), one scorer per generated text over
+    the pairs (g, [r_j]), so its document frequencies are those of the reference bag."""
+    cider_scorer = pytest.importorskip("pycocoevalcap.cider.cider_scorer")
+    generated = [*TEXTS[:6], "the the the the", "Is it raining? Yes, it is raining!", "x"]
+    reference = [*TEXTS[3:10], "It is raining today, isn't it?", "the weather is nice"]
+    ours = cider_d_matrix(generated, reference)
+    for i, g in enumerate(generated):
+        scorer = cider_scorer.CiderScorer(n=4, sigma=6.0)
+        for r in reference:
+            scorer += (" ".join(word_tokens(g)), [" ".join(word_tokens(r))])
+        _, row = scorer.compute_score()
+        assert ours[i] == pytest.approx(row, abs=1e-9), g
+    assert ours.max() > 0.5
+    assert pair_metric(reference, generated, "cider") == pytest.approx(ours.mean())
+    assert align_metric(reference, generated, "cider", resample="none") == pytest.approx(
+        align_score(ours, resample="none"))
+    sig = bag_signature("align_cider")
+    assert "sim:cider-d" in sig and "sigma:6.0" in sig and "tok:word-punct-lc" in sig

@@ -164,14 +164,14 @@ def test_fbd_real_text(token_spec, tmp_path) -> None:
     assert same.value == pytest.approx(0.0, abs=1e-6)
     assert 0 < near.value < far.value
     assert same.signature.startswith("metric:fbd|model:sentence-transformers/all-MiniLM-L6-v2@")
-    assert "|layer:6|pool:mean|cov:sample-ddof1|fd:squared-eigh|" in same.signature
+    assert "|layer:6|pool:cls|cov:sample-ddof1|fd:squared-eigh|" in same.signature
 
 
 def test_fbd_reuses_bertscore_token_cache_and_pools_content_tokens(token_spec, tmp_path) -> None:
     cache = EmbeddingCache(tmp_path / "emb.sqlite")
     mats = token_embeddings(REAL + PARAPHRASE, token_spec, token_spec.layer, cache=cache)  # the BERTScore pass
     misses = cache.misses
-    value = fbd(REAL, PARAPHRASE, spec=token_spec, cache=cache).value
+    value = fbd(REAL, PARAPHRASE, spec=token_spec, pooling="mean", cache=cache).value
     assert cache.misses == misses  # nothing recomputed
     pooled = np.stack([m[1:-1].mean(0) for m in mats]).astype(np.float64)  # [CLS] ... [SEP] dropped
     expected = reference_fd(*gaussian_fit(pooled[:6]), *gaussian_fit(pooled[6:]))
@@ -218,3 +218,33 @@ def test_cosine_to_real_mean_zero_vector() -> None:
     r, s = cosine_to_real_mean(real, np.array([[0.0, 0.0], [1.0, 1.0]]))
     np.testing.assert_allclose(r, [math.sqrt(0.5)] * 2)
     np.testing.assert_allclose(s, [0.0, 1.0])
+
+
+def test_fbd_default_is_xiang_cls_of_the_last_layer(token_spec, tmp_path) -> None:
+    """Reference: Xiang et al.'s FBD procedure written out with transformers and scipy (their code feeds
+    the texts through the encoder, takes ``last_hidden_state[:, 0]`` and applies the FID formula with
+    ``scipy.linalg.sqrtm``); our default must give the same number."""
+    import torch
+    from scipy import linalg
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(token_spec.path)
+    model = AutoModel.from_pretrained(token_spec.path).eval()
+
+    def cls_vectors(texts: list[str]) -> np.ndarray:
+        with torch.inference_mode():
+            enc = tok(texts, padding=True, truncation=True, return_tensors="pt")
+            return model(**enc).last_hidden_state[:, 0].double().numpy()
+
+    def fid(a: np.ndarray, b: np.ndarray) -> float:
+        mu1, mu2, s1, s2 = a.mean(0), b.mean(0), np.cov(a, rowvar=False), np.cov(b, rowvar=False)
+        covmean = linalg.sqrtm(s1 @ s2).real
+        return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.trace(covmean))
+
+    expected = fid(cls_vectors(REAL), cls_vectors(UNRELATED))
+    cache = EmbeddingCache(tmp_path / "emb.sqlite")
+    got = fbd(REAL, UNRELATED, spec=token_spec, cache=cache)
+    assert got.value == pytest.approx(expected, rel=1e-3)
+    assert f"|layer:{model.config.num_hidden_layers}|pool:cls|" in got.signature
+    mean = fbd(REAL, UNRELATED, spec=token_spec, pooling="mean", cache=cache)  # the option, in the signature
+    assert "|pool:mean|" in mean.signature and mean.value != pytest.approx(got.value, rel=1e-3)

@@ -91,7 +91,7 @@ def debates() -> pd.DataFrame:
 def synthetic(debates) -> pd.DataFrame:
     """stymask's real rewrite as two DP-budget variants: the epsilon column a DP strategy writes per row."""
     out = generate_synthetic(build_strategy("stymask"), debates, seed=0)
-    return pd.concat([out.assign(variant="eps5", epsilon=5.0), out.assign(variant="eps50", epsilon=50.0)],
+    return pd.concat([out.assign(variant="eps5", epsilon_doc_bound=5.0), out.assign(variant="eps50", epsilon_doc_bound=50.0)],
                      ignore_index=True)
 
 

@@ -51,7 +51,9 @@ DEFAULT_MAX_CHARS = 20_000
 
 #: Columns a synthetic table carries over from its source row.
 CARRIED_COLUMNS: tuple[str, ...] = ("author_id", "group_id", "position", "split", "label")
-SYNTHETIC_COLUMNS: tuple[str, ...] = ("doc_id", "strategy", "variant", "text", *CARRIED_COLUMNS, "status", "reason")
+#: ``unchanged`` (nullable bool): an ok row whose text is its source's, up to whitespace (not rewritten).
+SYNTHETIC_COLUMNS: tuple[str, ...] = ("doc_id", "strategy", "variant", "text", *CARRIED_COLUMNS, "status", "reason",
+                                      "unchanged")
 FAILURE_COLUMNS: tuple[str, ...] = ("source", "row", "doc_id", "field", "reason")
 
 STATUS_OK = "ok"

@@ -21,6 +21,10 @@ extra column (after the ``attr_*`` columns), null on rows that did not set it. C
 - ``truncated`` (bool): the strategy cut the input to its model's context before rewriting (see
   :func:`truncate_tokens`); the column is present whenever any row sets it, False on the other ok rows.
 - DP strategies report ``epsilon_token`` / ``epsilon_doc`` (floats) and a ``caveat`` (str).
+
+Every table has an ``unchanged`` column (:func:`is_unchanged`): True on an ok row whose text equals its
+source up to whitespace, i.e. the strategy returned its input (no rule applied, a script it cannot
+handle), so a user sees that this text was not rewritten; null on failed rows.
 """
 
 from __future__ import annotations
@@ -200,6 +204,11 @@ def truncate_tokens(tokenizer: Any, text: str, max_tokens: int) -> tuple[str, bo
     return tokenizer.decode(ids[:max_tokens], skip_special_tokens=True), True
 
 
+def is_unchanged(source: Any, output: str) -> bool:
+    """Whether ``output`` is ``source`` up to whitespace (runs of spaces/newlines, leading/trailing)."""
+    return isinstance(source, str) and " ".join(source.split()) == " ".join(output.split())
+
+
 def _column(batch: pd.DataFrame, col: str, dtype: str) -> pd.Series:
     if col in batch.columns:
         return batch[col].astype(dtype).reset_index(drop=True)
@@ -304,6 +313,9 @@ def generate_synthetic(strategy: Strategy, batch: pd.DataFrame, *, seed: int,
         table[col] = repeat(col, "Int64" if col == "position" else "string")
     table["status"] = pd.Series([STATUS_OK if r is None else STATUS_FAILED for r in reasons], dtype="string")
     table["reason"] = pd.Series(reasons, dtype="string")
+    sources = [src for src in batch["text"].tolist() for _ in range(k)] if "text" in batch.columns else [None] * (n * k)
+    table["unchanged"] = pd.Series([pd.NA if r is not None else is_unchanged(src, t)
+                                    for src, t, r in zip(sources, texts, reasons, strict=True)], dtype="boolean")
     for col in attr_columns(batch):
         table[col] = repeat(col, "string")
     meta_cols = list(dict.fromkeys(key for meta in metas for key in meta))

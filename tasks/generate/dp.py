@@ -4,10 +4,13 @@
 Paraphrase of the document:") while every next token is sampled from ``softmax(clip(logits)/T)`` over
 the whole vocabulary, logits clamped to ``[b_min, b_max]``. Each token is the exponential mechanism with
 utility = logit and sensitivity ``b_max - b_min``, so it is ``epsilon_token = 2 (b_max - b_min) / T``
--DP; we take ``epsilon`` (per token) from the config and set ``T = 2 (b_max - b_min) / epsilon``. A text
-of k sampled tokens (EOS included) composes sequentially to ``epsilon_doc = k * epsilon_token`` (meta
-``epsilon_doc``); the a-priori bound ``max_tokens * epsilon_token`` is ``epsilon_doc_bound`` (the figure
-that holds whatever the stopping point). No top-p/top-k: truncating the support would break the bound.
+-DP. The configured ``epsilon`` is the per-document budget, for DP-Prompt as for DP-BART: it is split
+over the token budget, ``epsilon_token = epsilon / max_tokens`` (meta column ``epsilon_token``), and
+``T = 2 (b_max - b_min) / epsilon_token``. A text of k sampled tokens (EOS included, k <= max_tokens)
+composes sequentially to ``epsilon_doc = k * epsilon_token <= epsilon`` (meta ``epsilon_doc``, what was
+spent); ``epsilon_doc_bound = max_tokens * epsilon_token = epsilon`` is the figure that holds whatever the
+stopping point. So ``epsilon: 50`` with 64 tokens samples each token at epsilon 0.78 (T = 51 with the
+default clip), not at epsilon 50 per token (T = 0.8, 3,200 per text). No top-p/top-k: truncating the support would break the bound.
 Sampling runs in process (:func:`dp_prompt_generate`: own decoding loop with KV cache, one seeded
 ``torch.Generator`` per text); an OpenAI-compatible server cannot clamp logits, so a configured
 endpoint is a ConfigError (a vLLM logits processor is future work). Defaults ``b_min=5, b_max=25`` come
@@ -69,7 +72,8 @@ class DPParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     method: Literal["dp-prompt", "dp-bart"] = "dp-prompt"
-    epsilon: float = Field(gt=0, description="dp-prompt: per generated token; dp-bart: per document")
+    epsilon: float = Field(gt=0, description="per-document budget (both methods); dp-prompt spends "
+                                             "epsilon / max_tokens per generated token")
     model: str | None = Field(None, description="dp-prompt: an llm (default smollm2); dp-bart: a BART-style "
                                                 "seq2seq folder/hub id (default: the paraphraser's production model)")
     # DP-Prompt
@@ -98,6 +102,12 @@ class DPParams(BaseModel):
 
 
 # ---------------------------------------------------------------- DP-Prompt
+
+
+def dp_prompt_epsilon_token(epsilon_doc: float, max_tokens: int) -> float:
+    """Per-token epsilon of DP-Prompt for a per-document budget: split evenly over the ``max_tokens`` that
+    may be sampled (sequential composition), so any stopping point stays within ``epsilon_doc``."""
+    return epsilon_doc / max_tokens
 
 
 def dp_prompt_temperature(epsilon_token: float, b_min: float, b_max: float) -> float:
@@ -267,8 +277,8 @@ def dp_bart_rewrite(spec: ModelSpec, texts: Sequence[str], params: DPParams, *, 
             full = torch.ones((1, n), dtype=enc["attention_mask"].dtype, device=model.device)
             ids = model.generate(encoder_outputs=BaseModelOutput(last_hidden_state=noised.unsqueeze(0).to(model.device)),
                                  attention_mask=full, do_sample=False, num_beams=1, max_new_tokens=params.max_tokens)
-        meta: dict[str, Any] = {"epsilon": params.epsilon, "epsilon_doc": params.epsilon, "noise_scale": scale,
-                                "caveat": CAVEAT}
+        meta: dict[str, Any] = {"epsilon_doc": params.epsilon, "epsilon_doc_bound": params.epsilon,
+                                "noise_scale": scale, "caveat": CAVEAT}
         if params.mechanism == "gaussian":
             meta["delta_doc"] = params.delta
         if truncated:
@@ -293,7 +303,8 @@ class DPStrategy(Strategy):
 
     def __init__(self, params: DPParams) -> None:
         super().__init__(params)
-        self.temperature = dp_prompt_temperature(params.epsilon, params.b_min, params.b_max)  # dp-prompt only
+        self.epsilon_token = dp_prompt_epsilon_token(params.epsilon, params.max_tokens)  # dp-prompt only
+        self.temperature = dp_prompt_temperature(self.epsilon_token, params.b_min, params.b_max)
         if params.method == "dp-prompt":
             endpoint = params.backend.get("endpoint") or os.environ.get(ENDPOINT_ENV.format(role="LLM"))
             backend = None if endpoint else llm_backend_for("llm", {**({"model": params.model} if params.model else {}),
@@ -314,6 +325,7 @@ class DPStrategy(Strategy):
 
     @property
     def variant(self) -> str:
+        """``<method>-eps<epsilon>``: epsilon is the per-document budget for both methods."""
         return f"{self.params.method}-eps{self.params.epsilon:g}"
 
     def _seeds(self, texts: Sequence[str], seed: int) -> list[int]:
@@ -341,7 +353,7 @@ class DPStrategy(Strategy):
                                                         add_generation_prompt=True)
             prompts.append(content)
             flags.append(truncated)
-        eps_token = dp_prompt_epsilon(self.temperature, p.b_min, p.b_max)
+        eps_token = self.epsilon_token
         outs: list[Output] = []
         for start in range(0, len(texts), p.batch_size):
             chunk = slice(start, start + p.batch_size)
@@ -352,7 +364,7 @@ class DPStrategy(Strategy):
                 outs.extend([exc] * len(prompts[chunk]))
                 continue
             for (text, k), truncated in zip(results, flags[chunk], strict=True):
-                meta: dict[str, Any] = {"epsilon": p.epsilon, "epsilon_token": eps_token, "n_tokens": float(k), "epsilon_doc": eps_token * k,
+                meta: dict[str, Any] = {"epsilon_token": eps_token, "n_tokens": float(k), "epsilon_doc": eps_token * k,
                                         "epsilon_doc_bound": eps_token * p.max_tokens, "temperature": self.temperature,
                                         "caveat": CAVEAT}
                 if truncated:

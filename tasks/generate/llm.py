@@ -1,11 +1,21 @@
-"""LLM paraphrasing: an instruct LLM asked for several stylistically diverse paraphrases in one answer.
+"""LLM paraphrasing: an instruct LLM asked for stylistically diverse paraphrases in one answer.
 
 The article (§4.1, Table 1, "LLM Paraphrasing") prompts LLaMA-2-13B-chat with "Write stylistically
-diverse paraphrases." The model answers with several paraphrases per input; the article keeps the
-first and the second (LLaMA-first, LLaMA-second), which drift further from the source the later they
-come. This strategy does the same: one chat request per text asking for ``n_outputs`` paraphrases (the
-default template starts with the article's instruction verbatim and asks for a numbered list so the
-answer parses), then keeps the positions named in ``keep`` as variants (``first``, ``second``, ...).
+diverse paraphrases." and the text; "by default, the model produces multiple paraphrases for the same
+input", and the article keeps the first and the second (LLaMA-first, LLaMA-second), which drift further
+from the source the later they come. This strategy does the same: one chat request per text, the outputs
+split from the model's own list (:func:`parse_paraphrases`), the positions named in ``keep`` kept as
+variants (``first``, ``second``, ...).
+
+Prompt (:func:`prompt_template`): the article's, verbatim (:data:`ARTICLE_TEMPLATE`: the instruction, a
+blank line, the text), unless ``ask_n`` is set: then the instruction is followed by a request for
+``n_outputs`` paraphrases as a numbered list (:data:`ASK_N_TEMPLATE`), for models that otherwise give a
+single paraphrase. ``ask_n`` default (None): asked only of the in-process model (the offline default SmolLM2-135M,
+too small to volunteer a list: given the article's prompt alone, its answers held two or more
+paraphrases for 2 of 12 debate sentences, measured); never of a served model (vLLM: LLaMA, Mixtral), which answers the
+article's prompt with several paraphrases as the article describes. Each row's
+``generation_signature`` column says which prompt was used (``prompt:article`` or ``prompt:article+n|n:2``, or
+``prompt:custom-<sha>`` for a configured ``template``), with the model and sampling parameters.
 
 Choices:
 
@@ -26,6 +36,7 @@ Choices:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -42,11 +53,23 @@ from tasks.generate.base import (
     register_strategy,
     stable_hash,
 )
-from tasks.models.llm import ChatRequest, ChatResult, LLMBackend, llm_backend_for, raise_if_unreachable
+from tasks.metrics.base import make_signature
+from tasks.models.llm import (
+    ChatRequest,
+    ChatResult,
+    LLMBackend,
+    TransformersBackend,
+    llm_backend_for,
+    raise_if_unreachable,
+)
 
 ARTICLE_INSTRUCTION = "Write stylistically diverse paraphrases."
-DEFAULT_TEMPLATE = (ARTICLE_INSTRUCTION + " Write {n} paraphrases of the text below as a numbered list "
-                    "(1., 2., ...), one per line, and nothing else.\n\nText: {text}")
+#: §4.1's prompt: the instruction and the text, nothing else.
+ARTICLE_TEMPLATE = ARTICLE_INSTRUCTION + "\n\n{text}"
+#: The instruction, then n asked for as a numbered list (for models that give one paraphrase otherwise).
+ASK_N_TEMPLATE = (ARTICLE_INSTRUCTION + " Write {n} paraphrases of the text below as a numbered list "
+                  "(1., 2., ...), one per line, and nothing else.\n\nText: {text}")
+DEFAULT_TEMPLATE = ASK_N_TEMPLATE  # kept name: the template used when n is asked for
 RAW_IN_REASON = 200  # characters of the raw answer quoted in a failed row's reason
 
 _ITEM = re.compile(r"^\s*(?:\(?\d{1,2}[.):\]]|[-*•]|(?:paraphrase|version|option|rewrite|variant)\s*#?\d{1,2}"
@@ -65,7 +88,9 @@ class LLMParams(BaseModel):
     n_outputs: int = Field(2, ge=1, le=len(ORDINALS), description="paraphrases asked for per text")
     keep: list[int | str] = Field(default_factory=lambda: ["first", "second"],
                                   description="positions kept as variants: ordinal names or 1-based ints")
-    template: str = Field(DEFAULT_TEMPLATE, description="user message; {text} and {n} are filled in")
+    ask_n: bool | None = Field(None, description="ask for n_outputs paraphrases as a numbered list (default: "
+                                                 "only of the offline in-process model; the article's prompt else)")
+    template: str | None = Field(None, description="user message replacing the prompt; {text} and {n} are filled in")
     system: str | None = Field(None, description="optional system message")
     temperature: float = Field(0.6, ge=0.0)
     top_p: float = Field(0.9, gt=0.0, le=1.0)
@@ -76,7 +101,9 @@ class LLMParams(BaseModel):
 
     @field_validator("template")
     @classmethod
-    def _has_text(cls, value: str) -> str:
+    def _has_text(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         if "{text}" not in value:
             raise ValueError("template must contain {text}")
         try:
@@ -176,13 +203,29 @@ def request_seed(seed: int, text: str, mode: str) -> int:
     return (seed + (stable_hash(text) if mode == "per_text" else 0)) % (2**31 - 1)
 
 
-def build_requests(texts: Sequence[str], params: Any, *, seed: int, n: int) -> tuple[list[ChatRequest], list[bool]]:
-    """One chat request per text (``params`` has template, system, sampling fields) and the truncation flags."""
+def prompt_template(template: str | None, ask_n: bool) -> tuple[str, str]:
+    """(template, its signature label): a configured template (``custom-<sha8>``), else the article's
+    (``article``) or, when n is asked for, :data:`ASK_N_TEMPLATE` (``article+n``)."""
+    if template is not None:
+        return template, "custom-" + hashlib.sha256(template.encode()).hexdigest()[:8]
+    return (ASK_N_TEMPLATE, "article+n") if ask_n else (ARTICLE_TEMPLATE, "article")
+
+
+def asks_n(ask_n: bool | None, backend: LLMBackend) -> bool:
+    """Whether to ask for n: as configured, else only of the offline in-process model (see module doc)."""
+    return isinstance(backend, TransformersBackend) if ask_n is None else ask_n
+
+
+def build_requests(texts: Sequence[str], params: Any, *, seed: int, n: int,
+                   template: str | None = None) -> tuple[list[ChatRequest], list[bool]]:
+    """One chat request per text (``params`` has template, system, sampling fields; ``template`` overrides
+    ``params.template``) and the truncation flags."""
+    template = template if template is not None else params.template
     requests, flags = [], []
     for text in texts:
         cut, truncated = truncate_words(str(text), params.max_input_words)
         messages = [{"role": "system", "content": params.system}] if params.system else []
-        messages.append({"role": "user", "content": params.template.format(text=cut, n=n)})
+        messages.append({"role": "user", "content": template.format(text=cut, n=n)})
         requests.append(ChatRequest(messages=messages, temperature=params.temperature, top_p=params.top_p,
                                     max_tokens=params.max_tokens, seed=request_seed(seed, str(text), params.seed_mode)))
         flags.append(truncated)
@@ -190,14 +233,17 @@ def build_requests(texts: Sequence[str], params: Any, *, seed: int, n: int) -> t
 
 
 def outputs_from_answer(result: ChatResult, positions: Sequence[int], truncated: bool,
-                        n_outputs: int) -> list[Output]:
+                        n_outputs: int, signature: str | None = None) -> list[Output]:
     """One output per kept position from one backend result: a failed request fails every variant; a
-    missing paraphrase fails its variant with the raw answer (one line) in the reason."""
+    missing paraphrase fails its variant with the raw answer (one line) in the reason. ``signature``
+    (how the text was generated) goes into each output's meta."""
     if not result.ok:
         return [RuntimeError(f"LLM request failed: {result.error}")] * len(positions)
     answer = (result.texts or [""])[0]
     found = parse_paraphrases(answer)
-    meta = {TRUNCATED: True} if truncated else {}
+    meta: dict[str, Any] = {TRUNCATED: True} if truncated else {}
+    if signature is not None:
+        meta["generation_signature"] = signature
     outs: list[Output] = []
     for pos in positions:
         if pos <= len(found):
@@ -219,6 +265,11 @@ class LLMStrategy(Strategy):
         super().__init__(params)
         self.positions = [position(k) for k in params.keep]
         self.backend = backend if backend is not None else llm_backend_for(params.role, params.backend)
+        self.ask_n = asks_n(params.ask_n, self.backend)
+        self.template, prompt = prompt_template(params.template, self.ask_n)
+        self.signature = make_signature("llm_paraphrase", model=self.backend.model, prompt=prompt,
+                                        n=params.n_outputs if self.ask_n else None, temperature=params.temperature,
+                                        top_p=params.top_p, max_tokens=params.max_tokens, seed_mode=params.seed_mode)
 
     @property
     def variants(self) -> list[str]:
@@ -230,7 +281,8 @@ class LLMStrategy(Strategy):
 
     def generate(self, batch: pd.DataFrame, *, seed: int) -> list[list[Output]]:
         p = self.params
-        requests, flags = build_requests(batch["text"].tolist(), p, seed=seed, n=p.n_outputs)
+        requests, flags = build_requests(batch["text"].tolist(), p, seed=seed, n=p.n_outputs, template=self.template)
         results = self.backend.complete(requests)
         raise_if_unreachable(results)
-        return [outputs_from_answer(r, self.positions, t, p.n_outputs) for r, t in zip(results, flags, strict=True)]
+        return [outputs_from_answer(r, self.positions, t, p.n_outputs, self.signature)
+                for r, t in zip(results, flags, strict=True)]

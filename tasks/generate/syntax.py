@@ -20,8 +20,9 @@ Here (offline, no AESOP checkpoint):
   normalised by the longer sequence.
 - **Candidates** (:class:`CandidateGenerator`): ``generator: rules`` (default) pools the rule-based
   transforms below and their compositions, lexical swaps (StyMask's synonym table) and apertium
-  back-translation (eng -> pivot -> eng, when apertium is installed) of the source and of each
-  transformed text; ``k`` of them are sampled with a seeded RNG. ``generator: llm`` asks the ``llm``
+  back-translation (eng -> pivot -> eng through each of ``pivots``, backtranslate's measured close
+  and far pivots by default, when apertium is installed) of the source and of each transformed text,
+  so a text no rule applies to still gets rewrites; ``k`` of them are sampled with a seeded RNG. ``generator: llm`` asks the ``llm``
   role's backend (vLLM or in-process) for ``k`` paraphrases instead.
 - **SynSim / SynDiff**: the sampled candidate with the smallest / largest distance to the source.
 - **SynOrig**: the original's parse is the template, so the output is a paraphrase that keeps the
@@ -33,8 +34,11 @@ Here (offline, no AESOP checkpoint):
   output itself (AESOP would rewrite *under* the transformed template; the rules here rewrite the
   sentence directly). Each author draws one direction per family once (voice: to_passive or
   to_active; PP: front_pp or back_pp) with ``Random(seed + stable_hash(author_id))``, so every text of
-  a timeline gets the same transforms: a stable user-level style. A text where nothing applies is
-  returned unchanged (status ok).
+  a timeline gets the same transforms: a stable user-level style. A text where nothing applies keeps
+  its own parse as template, so it is rewritten as SynOrig rewrites (lexical swaps and back-translations
+  through ``pivots``, the one closest in syntax; ``on_no_transform: synorig``, default): measured on 100
+  debate turns, no transform applied to 91% of them, which came back verbatim before. ``keep`` returns
+  such a text as is (flagged ``unchanged``).
 
 Transforms (:data:`TRANSFORMS`) work sentence by sentence on spaCy parses and return None when they
 do not apply to any sentence: ``to_passive`` (finite main verb in simple past/present, one subject,
@@ -62,6 +66,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from tasks.errors import ModelUnavailable
+from tasks.generate.backtranslate import DEFAULT_PIVOTS
 from tasks.generate.base import Strategy, build_strategy, register_strategy, stable_hash
 
 Tree = tuple[str, tuple["Tree", ...]]
@@ -684,7 +689,9 @@ class SynParams(BaseModel):
                              "from the llm role's backend")
     max_steps: int = Field(2, ge=1, le=2, description="rules: most transforms composed per candidate")
     backtranslate: bool = Field(True, description="rules: add apertium back-translations when apertium is installed")
-    pivot: str = Field("spa", description="rules: apertium pivot language")
+    pivots: list[str] = Field(default_factory=lambda: list(DEFAULT_PIVOTS),
+                              description="rules: apertium pivots whose back-translations join the candidates "
+                                          "(backtranslate's close and far pivots by default)")
     lexical: bool = Field(True, description="rules: add StyMask synonym swaps of the source and of the transforms")
     llm: dict[str, Any] = Field(default_factory=dict, description="llm: settings for llm_backend_for('llm', ...)")
     temperature: float = Field(0.9, ge=0, description="llm: sampling temperature")
@@ -707,6 +714,11 @@ class SynTrParams(BaseModel):
                               "(the stochastic ablation)")
     model: str | None = Field(None, description="spaCy pipeline (role pos_tagger) override")
     batch_size: int = Field(64, ge=1, description="texts per nlp.pipe batch")
+    on_no_transform: Literal["synorig", "keep"] = Field(
+        "synorig", description="a text none of its author's transforms applies to: synorig = rewritten as SynOrig "
+                               "does (AESOP paraphrases under the unchanged template), keep = returned as is")
+    pivots: list[str] = Field(default_factory=lambda: list(DEFAULT_PIVOTS),
+                              description="on_no_transform synorig: back-translation pivots of its candidates")
 
 
 def author_plan(author: str, seed: int, families: Sequence[str] = ("voice", "pp")) -> list[str]:
@@ -769,7 +781,7 @@ class _SynCandidates(_SyntaxBase):
         self._bt: Strategy | None = None
         if params.generator == "rules" and params.backtranslate and shutil.which("apertium"):
             try:
-                self._bt = build_strategy("backtranslate", {"pivots": [params.pivot]})
+                self._bt = build_strategy("backtranslate", {"pivots": params.pivots})
             except ModelUnavailable:
                 self._bt = None
         self._nlp()  # a missing parser is a setup problem: fail at construction
@@ -781,11 +793,12 @@ class _SynCandidates(_SyntaxBase):
             self._llm = llm_backend_for("llm", self.params.llm)
         return self._llm
 
-    def _backtranslate(self, texts: list[str]) -> list[str | None]:
+    def _backtranslate(self, texts: list[str]) -> list[list[str]]:
+        """Per text, its back-translations through each pivot (the failed or empty ones left out)."""
         if self._bt is None or not texts:
-            return [None] * len(texts)
+            return [[] for _ in texts]
         out = self._bt.generate(pd.DataFrame({"text": texts}), seed=0)
-        return [o if isinstance(o, str) and o.strip() else None for o in out]
+        return [[o for o in outs if isinstance(o, str) and o.strip()] for outs in out]
 
     def _rule_pools(self, texts: list[str], docs: list[Any], seed: int) -> list[list[Candidate]]:
         from tasks.generate.stymask import rule_lexical
@@ -823,9 +836,8 @@ class _SynCandidates(_SyntaxBase):
                     bt_in.append(base.text)
                     bt_owner.append(i)
                     bt_origin.append("bt" if base.origin == "source" else f"bt({base.origin})")
-            for i, origin, out in zip(bt_owner, bt_origin, self._backtranslate(bt_in), strict=True):
-                if out is not None:
-                    pools[i].append(Candidate(out, origin))
+            for i, origin, outs in zip(bt_owner, bt_origin, self._backtranslate(bt_in), strict=True):
+                pools[i].extend(Candidate(out, origin) for out in outs)
         return pools
 
     def _llm_pools(self, texts: list[str], seed: int) -> list[list[Candidate]]:
@@ -918,6 +930,10 @@ class SynTr(_SyntaxBase):
     def __init__(self, params: SynTrParams) -> None:
         super().__init__(params)
         self._nlp()
+        self._fallback: Strategy | None = None
+        if params.on_no_transform == "synorig":
+            self._fallback = build_strategy("synorig", {"pivots": params.pivots, "model": params.model,
+                                                        "batch_size": params.batch_size})
 
     def plans(self, batch: pd.DataFrame, *, seed: int) -> list[list[str]]:
         """Each row's transform plan: its author's (consistency=author) or its own draw (=text)."""
@@ -929,12 +945,21 @@ class SynTr(_SyntaxBase):
         return [author_plan(k, seed, p.families) for k in keys]
 
     def generate(self, batch: pd.DataFrame, *, seed: int) -> list[str | Exception]:
-        """Apply each row's plan; a text where nothing applies comes back unchanged."""
+        """Apply each row's plan; a text where nothing applies is rewritten as SynOrig does
+        (``on_no_transform: synorig``, the default) or comes back unchanged (``keep``, flagged ``unchanged``)."""
         texts, errors = self._texts(batch)
         todo = [i for i, e in enumerate(errors) if e is None]
         plans = self.plans(batch, seed=seed)
         results = apply_transforms(self._nlp(), [texts[i] for i in todo], [plans[i] for i in todo])
         out: list[str | Exception] = [e if e is not None else "" for e in errors]
-        for i, (text, _applied) in zip(todo, results, strict=True):
+        untouched = []
+        for i, (text, applied) in zip(todo, results, strict=True):
             out[i] = text
+            if not applied:
+                untouched.append(i)
+        if self._fallback is not None and untouched:
+            rewritten = self._fallback.generate(pd.DataFrame({"text": [texts[i] for i in untouched]}), seed=seed)
+            for i, new in zip(untouched, rewritten, strict=True):
+                if isinstance(new, str) and new.strip():
+                    out[i] = new
         return out

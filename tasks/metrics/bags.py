@@ -8,6 +8,9 @@ every function takes ``(reference, generated)``. Choices the article leaves open
 - BLEU-3: sacrebleu sentence BLEU with ``max_ngram_order=3`` (13a tokeniser, exp smoothing, effective
   order, mixed case), hypothesis = generated text, reference = reference text, scaled to 0-1. Computed
   vectorised from cached n-gram counts (:func:`bleu3_matrix`, equal to sacrebleu within 1e-9).
+- CIDEr: CIDEr-D (Vedantam et al. 2015, pycocoevalcap's ``CiderScorer``: n <= 4, sigma 6, x10) of the
+  generated text against one reference text, IDF from the reference bag (:func:`cider_d_matrix`; equal
+  to pycocoevalcap on the same tokens); tokens ``word-punct-lc`` instead of the Java PTB tokeniser.
 - ROUGE-L: F-measure, rouge-score's default tokeniser (lowercase alphanumeric tokens), no stemmer; the LCS
   is bit-parallel (equal to ``rouge_score.rouge_scorer``).
 - SBERT: cosine of the role ``sentence_encoder``'s vectors, each distinct text embedded once.
@@ -16,7 +19,9 @@ every function takes ``(reference, generated)``. Choices the article leaves open
 - Word tokens for CosTF, CosTF-IDF, ClusTF, InvKL and InvPP: lowercased ``\\w+`` runs and single
   punctuation marks (``word-punct-lc``).
 - Inverse metrics (Clus, InvKL) follow the article's ``1 / divergence`` literally, so they are ``inf``
-  when the divergence is 0 (e.g. identical bags); InvPP lies in (0, 1].
+  when the divergence is 0 (e.g. identical bags); InvPP lies in (0, 1]. Aggregated over bags
+  (:func:`aggregate_bags`), one such bag cannot break a strategy's number: the mean is over the finite
+  bags, the infinite ones are counted, and the median is over every defined bag (inf included).
 
 Undefined cases (an empty bag, a bag with no token) raise :class:`DegenerateBag`; :func:`bag_scores`
 turns them into NaN with the reason.
@@ -42,8 +47,8 @@ from tasks.metrics.base import DistributionScore, make_signature
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
-PAIR_METRICS = ("pair_bleu3", "pair_rougeL", "pair_sbert")
-ALIGN_METRICS = ("align_bleu3", "align_rougeL", "align_sbert")
+PAIR_METRICS = ("pair_bleu3", "pair_rougeL", "pair_cider", "pair_sbert")
+ALIGN_METRICS = ("align_bleu3", "align_rougeL", "align_cider", "align_sbert")
 DOC_METRICS = ("cos_tf", "cos_tfidf")
 CLUSTER_METRICS = ("clus_tf", "clus_sbert")
 LM_METRICS = ("inv_kl", "inv_pp")
@@ -177,6 +182,45 @@ def bleu3_matrix(generated: Sequence[str], reference: Sequence[str], max_order: 
     return score / 100.0
 
 
+def cider_d_matrix(generated: Sequence[str], reference: Sequence[str], *, max_order: int = 4,
+                   sigma: float = 6.0) -> np.ndarray:
+    """``S[i, j]`` = CIDEr-D of ``generated[i]`` against the single reference ``reference[j]``, with the
+    document frequencies of the reference bag (each reference text one document, N = |R|).
+
+    Reproduces pycocoevalcap's ``CiderScorer`` run on the pairs ``(g, [r_j]) for r_j in R`` (one row per
+    g): n-grams 1-4 of whitespace tokens (here the ``word-punct-lc`` tokens joined), weights
+    ``tf * (log N - log max(1, df))``, per order the clipped cosine ``sum min(v_g, v_r) v_r / (|v_g| |v_r|)``
+    times the length penalty ``exp(-(l_g - l_r)^2 / (2 sigma^2))`` (pycocoevalcap's length is the number of
+    bigrams), the mean over orders, times 10. One reference text gives 0 everywhere (log 1 = 0)."""
+    gen = [word_tokens(t) for t in generated]
+    ref = [word_tokens(t) for t in reference]
+    n_g, n_r = len(gen), len(ref)
+    log_n = math.log(float(n_r)) if n_r else 0.0
+    total = np.zeros((n_g, n_r), dtype=np.float64)
+    length_g = length_r = None
+    for n in range(1, max_order + 1):
+        cg, cr = _ngram_matrices(gen, ref, n)
+        df = np.asarray((cr > 0).sum(axis=0)).ravel().astype(np.float64)
+        w = log_n - np.log(np.maximum(1.0, df))
+        w2 = sparse.diags(w * w)
+        num = np.zeros((n_g, n_r), dtype=np.float64)
+        top = int(min(cg.max() if cg.nnz else 0, cr.max() if cr.nnz else 0))
+        for t in range(1, top + 1):  # min(a, b) * b = sum_t [a >= t] [b >= t] b
+            num += ((cg >= t).astype(np.float64) @ w2 @ (cr.multiply(cr >= t)).astype(np.float64).T).toarray()
+        norm_g = np.sqrt(np.asarray(cg.astype(np.float64).power(2) @ (w * w)).ravel())
+        norm_r = np.sqrt(np.asarray(cr.astype(np.float64).power(2) @ (w * w)).ravel())
+        denom = norm_g[:, None] * norm_r[None, :]
+        val = np.where(denom != 0, num / np.where(denom != 0, denom, 1.0), num)
+        if n == 2:
+            length_g = np.asarray(cg.sum(axis=1)).ravel().astype(np.float64)
+            length_r = np.asarray(cr.sum(axis=1)).ravel().astype(np.float64)
+        total += val  # the length penalty is the same for every order: applied once below
+    if length_g is None:
+        length_g, length_r = np.zeros(n_g), np.zeros(n_r)
+    penalty = np.exp(-((length_g[:, None] - length_r[None, :]) ** 2) / (2 * sigma ** 2))
+    return total * penalty / max_order * 10.0
+
+
 def _lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
     """Length of the longest common subsequence, bit-parallel (Allison-Dix/Hyyro) over Python ints."""
     if not a or not b:
@@ -293,14 +337,16 @@ def _sim_matrix(kind: str, generated: Sequence[str], reference: Sequence[str], e
         return bleu3_matrix(generated, reference)
     if kind == "rougeL":
         return rouge_l_matrix(generated, reference)
+    if kind == "cider":
+        return cider_d_matrix(generated, reference)
     if kind == "sbert":
         return sbert_matrix(generated, reference, embed or default_embed())
-    raise ValueError(f"unknown sentence similarity {kind!r}: expected bleu3, rougeL or sbert")
+    raise ValueError(f"unknown sentence similarity {kind!r}: expected bleu3, rougeL, cider or sbert")
 
 
 def pair_metric(reference: Sequence[str], generated: Sequence[str], sim: str = "bleu3", *,
                 embed: Embed | None = None) -> float:
-    """Pair_{sim}(G, R) with sim one of ``bleu3``, ``rougeL``, ``sbert``."""
+    """Pair_{sim}(G, R) with sim one of ``bleu3``, ``rougeL``, ``cider``, ``sbert``."""
     _check_bags(reference, generated)
     return pair_score(_sim_matrix(sim, generated, reference, embed))
 
@@ -308,7 +354,7 @@ def pair_metric(reference: Sequence[str], generated: Sequence[str], sim: str = "
 def align_metric(reference: Sequence[str], generated: Sequence[str], sim: str = "bleu3", *,
                  embed: Embed | None = None, resample: Literal["up", "down", "none"] = "up",
                  draws: int = 10, seed: int = 0) -> float:
-    """Align_{sim}(G, R) with sim one of ``bleu3``, ``rougeL``, ``sbert`` (see :func:`align_score`)."""
+    """Align_{sim}(G, R) with sim one of ``bleu3``, ``rougeL``, ``cider``, ``sbert`` (see :func:`align_score`)."""
     _check_bags(reference, generated)
     return align_score(_sim_matrix(sim, generated, reference, embed), resample=resample, draws=draws,
                        seed=seed)
@@ -619,6 +665,9 @@ def bag_signature(metric: str, config: BagConfig = BagConfig(), *, model: str | 
         elif sim == "rougeL":
             fields.update(sim="rougeL-f", tok="rouge_score-default", stem=False, lcs="bitparallel",
                           rouge_score=version("rouge-score"))
+        elif sim == "cider":
+            fields.update(sim="cider-d", order=4, sigma=6.0, tok="word-punct-lc", idf="reference-bag",
+                          length="bigrams", scale="x10", ref="pycocoevalcap-CiderScorer")
         else:
             fields.update(sim="cosine", model=model)
         if family == "align":
@@ -729,25 +778,57 @@ def bag_scores(reference: pd.DataFrame, generated: pd.DataFrame, *, group_col: s
     return pd.DataFrame(rows, columns=columns)
 
 
+@dataclass(frozen=True)
+class BagAggregate:
+    """A metric over a strategy's bags: ``mean``/``std`` over the finite bags (``n``), ``median`` over every
+    defined bag (an ``inf`` bag counts, so the median is robust, not biased, by it), ``n_inf`` bags that
+    scored inf (zero divergence) and ``n_undefined`` that scored NaN (a degenerate bag)."""
+
+    mean: float
+    std: float
+    median: float
+    n: int
+    n_inf: int
+    n_undefined: int
+
+    def reason(self) -> str | None:
+        """What the mean leaves out, in words (None when it covers every bag)."""
+        total = self.n + self.n_inf + self.n_undefined
+        parts = []
+        if self.n_undefined:
+            parts.append(f"{self.n_undefined} of {total} groups undefined (NaN), left out")
+        if self.n_inf:
+            parts.append(f"{self.n_inf} of {total} groups scored inf (zero divergence), left out of the mean; "
+                         f"median over the defined groups {self.median:.6g}")
+        if not self.n and not self.n_inf:
+            parts = ["no group defines this metric"]
+        return "; ".join(parts) or None
+
+
+def aggregate_bags(values: Sequence[float] | np.ndarray) -> BagAggregate:
+    """Mean (finite bags), std, median (defined bags, inf included) and counts of one metric's per-bag values."""
+    v = np.asarray(values, dtype=np.float64)
+    defined = v[~np.isnan(v)]
+    finite = defined[np.isfinite(defined)]
+    return BagAggregate(mean=float(finite.mean()) if len(finite) else math.nan,
+                        std=float(finite.std(ddof=1)) if len(finite) > 1 else math.nan,
+                        median=float(np.median(defined)) if len(defined) else math.nan,
+                        n=len(finite), n_inf=int(np.isinf(defined).sum()), n_undefined=int(len(v) - len(defined)))
+
+
 def summarise_bags(scores: pd.DataFrame, *, group_col: str = "group_id") -> list[DistributionScore]:
-    """Mean over groups per metric (NaN groups left out and counted in ``reason``; an ``inf`` group makes
-    the mean ``inf``, as the article's inverse metrics imply). ``distributions['per_group']`` keeps the
-    per-group values; the signature gains ``agg:mean-over-groups``."""
+    """Per metric, the mean over the groups with a finite value (:func:`aggregate_bags`: NaN and ``inf``
+    groups left out of the mean and counted in ``reason``, so one identical bag does not make a strategy's
+    InvKL/ClusTF ``inf``). ``distributions['per_group']`` keeps every group's value; the signature gains
+    ``agg:mean-over-finite-groups``."""
     out = []
     for metric, part in scores.groupby("metric", sort=False):
         values = part["value"].to_numpy(dtype=np.float64)
-        defined = values[~np.isnan(values)]
         signature = str(part["signature"].iloc[0])
         head, sep, tail = signature.rpartition("|version:")
-        signature = f"{head}|agg:mean-over-groups{sep}{tail}" if sep else f"{signature}|agg:mean-over-groups"
-        reasons = []
-        if len(defined) < len(values):
-            reasons.append(f"{len(values) - len(defined)} of {len(values)} groups undefined (NaN), left out")
-        if np.isinf(defined).any():
-            reasons.append(f"{int(np.isinf(defined).sum())} group(s) scored inf (zero divergence)")
-        value = float(np.mean(defined)) if len(defined) else math.nan
-        if not len(defined):
-            reasons = ["no group defines this metric"]
-        out.append(DistributionScore(str(metric), value, signature, reason="; ".join(reasons) or None,
+        agg = "agg:mean-over-finite-groups"
+        signature = f"{head}|{agg}{sep}{tail}" if sep else f"{signature}|{agg}"
+        summary = aggregate_bags(values)
+        out.append(DistributionScore(str(metric), summary.mean, signature, reason=summary.reason(),
                                      distributions={"per_group": values.tolist()}))
     return out

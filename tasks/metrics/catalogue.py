@@ -239,7 +239,8 @@ def _self_bleu(outputs_by_input: list[list[str]]) -> MetricResult:
 def _fbd(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
     from tasks.metrics.frechet import fbd
 
-    return fbd(real, synthetic, spec=options.token_encoder, layer=options.bertscore_layer, cache=cache)
+    return fbd(real, synthetic, spec=options.token_encoder, layer=options.fbd_layer, pooling=options.fbd_pooling,
+               cache=cache)
 
 
 def _fbd_sbert(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
@@ -318,8 +319,9 @@ register(Metric("self_bleu_diversity", "variant", "diversity", 1, "Self-Div", "d
 register(Metric("self_bleu", "variant", "diversity", -1, "Self-BLEU", "self-BLEU among variants", (),
                 ("avg", "sacrebleu"), _self_bleu))
 # Distribution level, in the order of the article's Table 13 (BFD, IFD, POS, Div), then the rest.
-register(Metric("fbd", "distribution", "meaning", -1, "BFD", "meaning distance", _BSC[:2],
-                (*_FRECHET_SIG, "layer", "tokenizer"), _fbd, closer_is_higher=False))
+register(Metric("fbd", "distribution", "meaning", -1, "BFD", "meaning distance",
+                ("token_encoder", "fbd_layer", "fbd_pooling"), (*_FRECHET_SIG, "layer", "tokenizer"), _fbd,
+                closer_is_higher=False))
 register(Metric("style_frechet", "distribution", "style", -1, "IFD", "style distance",
                 ("style_encoder", "pos_tagger"), ("encoder", "version"), _style_frechet, closer_is_higher=False))
 register(Metric("pos_jsd", "distribution", "style", -1, "POS", "syntax divergence", ("pos_tagger",), _POS_SIG,

@@ -161,25 +161,30 @@ def pooled_token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, *
     return out
 
 
+def last_layer(spec: ModelSpec) -> int:
+    """Index of the token encoder's last hidden layer in ``hidden_states`` (= ``num_hidden_layers``), read
+    from its config alone (the weights are not loaded when every text is cached)."""
+    from tasks.models.loaders import load_model_config
+
+    return int(load_model_config(spec).num_hidden_layers)
+
+
 def fbd(real_texts: Sequence[str], synthetic_texts: Sequence[str], *, spec: ModelSpec | None = None,
-        layer: int | None = None, pooling: str = "mean", shrinkage: float | str | None = None,
+        layer: int | None = None, pooling: str = "cls", shrinkage: float | str | None = None,
         method: str = "eigh", cache: EmbeddingCache | None = None, batch_size: int = 64) -> DistributionScore:
     """Fréchet BERT Distance (seed 000 §4.2, Xiang et al. 2021): the Fréchet distance between Gaussian fits
     of the real and synthetic text vectors, each the pooled ``hidden_states[layer]`` of the token encoder.
 
-    Defaults: ``spec`` = the token_encoder role (MiniLM offline); ``layer`` = ``spec.layer`` (the BERTScore
-    layer, so the token matrices cached by BERTScore are reused; for MiniLM it is the last layer, which is
-    what Xiang et al. use); ``pooling="mean"`` over non-special tokens (see
-    :func:`pooled_token_embeddings`); sample covariance; eigh trace. Lower is better; NaN with a reason
-    when a side has fewer than 2 texts."""
+    Defaults as Xiang et al.: ``layer`` = the last layer and ``pooling="cls"`` (the first token's vector,
+    their ``last_hidden_state[:, 0]``); ``mean`` / ``mean-all`` pooling and another layer are options, and
+    both are in the signature. ``spec`` = the token_encoder role (MiniLM offline). The token matrices come
+    from the shared embedding cache (:func:`token_embeddings`, the same entries BERTScore uses when its
+    layer is the last). Sample covariance; eigh trace. Lower is better; NaN with a reason when a side has
+    fewer than 2 texts."""
     real, synth = list(real_texts), list(synthetic_texts)
     spec = spec or resolve_model("token_encoder")
     if layer is None:
-        layer = spec.layer
-    if layer is None:
-        from tasks.models.loaders import load_token_encoder
-
-        layer = int(load_token_encoder(spec)[1].config.num_hidden_layers)
+        layer = last_layer(spec)
     from tasks.models.loaders import load_tokenizer
 
     tokenizer = load_tokenizer(spec)

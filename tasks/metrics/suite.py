@@ -68,6 +68,8 @@ class MetricOptions:
     style_encoder: str | None = None  # a value for tasks.models.style_encoders.load_style_encoder
     pos_tagger: ModelSpec | None = None
     bertscore_layer: int | None = None
+    fbd_layer: int | None = None  # None: the token encoder's last layer (Xiang et al.)
+    fbd_pooling: str = "cls"
     bertscore_idf: bool = False
     bertscore_baseline: str | None = None
     transfer_classifier: str = "subjectivity"  # subjectivity | vader | a sequence classifier folder or hub id
@@ -265,15 +267,10 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
         n_failed = int((synthetic.loc[synthetic["variant"] == variant, "status"] != STATUS_OK).sum())
         group_col = table.columns[0]
         for score in bag_metrics.summarise_bags(table, group_col=group_col):
-            per_group = np.asarray(score.distributions.get("per_group", []), dtype=float)
-            rows.append({"strategy": strategy, "variant": variant, "level": catalogue.SUMMARY_LEVEL["bag"], "metric": score.metric,
-                         "value": score.value,
-                         "std": float(per_group[np.isfinite(per_group)].std(ddof=1))
-                         if np.isfinite(per_group).sum() > 1 else np.nan,
-                         "median": float(np.median(per_group[np.isfinite(per_group)]))
-                         if np.isfinite(per_group).any() else np.nan,
-                         "n": int(np.isfinite(per_group).sum()), "n_failed": n_failed,
-                         "signature": score.signature, "reason": score.reason})
+            agg = bag_metrics.aggregate_bags(score.distributions.get("per_group", []))
+            rows.append({"strategy": strategy, "variant": variant, "level": catalogue.SUMMARY_LEVEL["bag"],
+                         "metric": score.metric, "value": score.value, "std": agg.std, "median": agg.median,
+                         "n": agg.n, "n_failed": n_failed, "signature": score.signature, "reason": score.reason})
             signatures[score.metric] = score.signature
     pair_names = [n for n in names if n in catalogue.names("pair")]
     for compute in dict.fromkeys(catalogue.lookup(n).compute for n in pair_names):

@@ -112,6 +112,17 @@ def load_tokenizer(spec: ModelSpec) -> Any:
         raise _unavailable(spec, exc) from exc
 
 
+@cache
+def load_model_config(spec: ModelSpec) -> Any:
+    """The model's transformers config alone (cheap: no weights), e.g. for its number of layers."""
+    try:
+        from transformers import AutoConfig
+
+        return AutoConfig.from_pretrained(spec.path, local_files_only=_offline(spec))
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+
+
 def _hf_model(spec: ModelSpec, auto_class: str) -> Any:
     """``transformers.<auto_class>.from_pretrained`` offline unless allowed, in eval mode on the device."""
     try:

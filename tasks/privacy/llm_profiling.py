@@ -83,10 +83,20 @@ POSTS_TEMPLATE = (
     "Posts:\n\n{transcript}\n\n" + _ANSWER_INSTRUCTIONS
 )
 
-#: A.5's note on SwDA's education levels (pass as ``notes=`` for SwDA-style education values).
+#: A.5's note on SwDA's education levels; :func:`default_notes` adds it when the attribute is education.
 SWDA_EDUCATION_NOTE = (" Note that someone who received a highschool diploma is considered less than college, "
                        "someone currently in college is considered less than college, and any postgraduate studies "
                        "are considered more than college.")
+EDUCATION_ATTRIBUTE = "education"
+
+
+def default_notes(attributes: Mapping[str, Sequence[str]]) -> str:
+    """A.5's extra guidance for these attributes: the education note when ``education`` is asked for on a
+    college scale (its values mention college, like SwDA's "less than college" / "college" / "more than
+    college"), since the note tells where diplomas and postgraduate studies fall on that scale; else none
+    (on another scale the note would name values the model may not answer)."""
+    values = attributes.get(EDUCATION_ATTRIBUTE, ())
+    return SWDA_EDUCATION_NOTE if any("college" in str(v).lower() for v in values) else ""
 
 ORIGINAL = "original"  # the ``strategy`` of rows computed on the real transcripts
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
@@ -200,11 +210,13 @@ def _join(items: Sequence[str], last: str) -> str:
 
 
 def build_prompt(transcript: str, speakers: Sequence[str], attributes: Mapping[str, Sequence[str]], *,
-                 template: str | None = None, system: str | None = DEFAULT_SYSTEM, notes: str = "") -> list[dict[str, str]]:
+                 template: str | None = None, system: str | None = DEFAULT_SYSTEM,
+                 notes: str | None = None) -> list[dict[str, str]]:
     """Chat messages asking for every attribute of every speaker at once (A.5).
 
     ``template`` default: :data:`DIALOGUE_TEMPLATE` for two or more speakers, :data:`POSTS_TEMPLATE` for one.
-    ``system`` None puts no system message (for models whose chat template has none)."""
+    ``system`` None puts no system message (for models whose chat template has none). ``notes`` None:
+    :func:`default_notes` (A.5's education note for an education attribute); "" for none."""
     speakers = list(speakers)
     if not speakers:
         raise ValueError("build_prompt: no speakers")
@@ -220,7 +232,7 @@ def build_prompt(transcript: str, speakers: Sequence[str], attributes: Mapping[s
         "attribute_list": _join([f"({i}) {n}" for i, n in enumerate(names, 1)], "and"),
         "top_guesses": _join([f"top guess for {n}" for n in names], "and"),
         "accepted_values": accepted,
-        "notes": notes,
+        "notes": default_notes(attributes) if notes is None else notes,
         "transcript": transcript,
         "speaker_options": _join(speakers, "or"),
         "type_options": _join(names, "or"),
@@ -517,15 +529,18 @@ def llm_profile(corpus: pd.DataFrame, *, backend: LLMBackend,
                 attributes: Sequence[str] | Mapping[str, Sequence[str]] | None = None, seed: int = 0,
                 max_tokens: int = 1024, temperature: float = 0.0, synthetic: pd.DataFrame | None = None,
                 stratify_by: str | None = None, n: int | None = None, dialogues: Sequence[str] | None = None,
-                template: str | None = None, system: str | None = DEFAULT_SYSTEM, notes: str = "") -> LLMProfilingResult:
+                template: str | None = None, system: str | None = DEFAULT_SYSTEM,
+                notes: str | None = None) -> LLMProfilingResult:
     """Run the zero-shot profiling attack on the sampled units of ``corpus`` and, given ``synthetic``, on their
     synthetic versions (per strategy and variant).
 
     Units are sampled with :func:`stratify_dialogues` on ``stratify_by`` (default: the attribute with the most
     values, e.g. education in SwDA; ties: the first) unless ``dialogues`` names them. ``max_tokens`` must
     leave room for the reasoning the prompt asks for (1024 by default). See the module docstring for the
-    choices; backend failures are wrong guesses with their error, never an exception."""
+    choices; backend failures are wrong guesses with their error, never an exception. ``notes`` None:
+    :func:`default_notes` (A.5's education note when education is profiled)."""
     attrs = attribute_values(corpus, attributes)
+    notes = default_notes(attrs) if notes is None else notes
     units_of = unit_ids(corpus)
     if dialogues is not None:
         chosen = [str(d) for d in dict.fromkeys(dialogues)]
