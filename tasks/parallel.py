@@ -4,21 +4,44 @@ cluster, an in-process LocalCluster otherwise.
 The local default uses threads in one process (``processes=False``): models load once and are shared
 through the loaders' process cache, torch and numpy release the GIL, and a 2-core machine does not pay
 for a second copy of every model. Against a real cluster each worker loads its own models.
+
+Shards of one stage run at the same time on threads that share every lazily loaded resource, so each
+such resource is either loaded before the fan-out (:func:`prepare_workers`, once per worker process) or
+guarded on first use (the loaders' lock, :func:`resource_lock` for objects that are not thread-safe).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+_RESOURCE_LOCKS_GUARD = threading.Lock()
+_RESOURCE_LOCK_ATTR = "_synthugc_resource_lock"
+
+
+def resource_lock(resource: Any) -> threading.RLock:
+    """The process-wide lock of one shared object that is not safe to use from two threads at once (a spaCy
+    pipeline, a fast tokenizer whose truncation settings change between calls); created on first request."""
+    lock = getattr(resource, _RESOURCE_LOCK_ATTR, None)
+    if lock is None:
+        with _RESOURCE_LOCKS_GUARD:
+            lock = getattr(resource, _RESOURCE_LOCK_ATTR, None)
+            if lock is None:
+                lock = threading.RLock()
+                setattr(resource, _RESOURCE_LOCK_ATTR, lock)
+    return lock
+
 
 @contextmanager
-def dask_client(address: str | None = None, *, n_workers: int = 1, threads_per_worker: int | None = None) -> Iterator[Any]:
-    """A ``distributed.Client`` for the given scheduler address, or a LocalCluster of threads."""
+def dask_client(address: str | None = None, *, n_workers: int = 1, threads_per_worker: int | None = None,
+                processes: bool = False) -> Iterator[Any]:
+    """A ``distributed.Client`` for the given scheduler address, or a LocalCluster (threads in this process
+    by default; ``processes=True`` gives each worker its own process, as on a real cluster)."""
     from distributed import Client, LocalCluster
 
     if address:
@@ -29,18 +52,40 @@ def dask_client(address: str | None = None, *, n_workers: int = 1, threads_per_w
             client.close()
         return
     threads = threads_per_worker or max(1, os.cpu_count() or 1)
-    with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=processes,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
         yield client
 
 
-def map_shards(client: Any, func: Callable[..., T], shards: Sequence[Any], **kwargs: Any) -> list[T]:
-    """Run ``func(shard, **kwargs)`` for every shard on the client and gather the results in order.
+def prepare_workers(client: Any, prepare: Callable[[], Any]) -> None:
+    """Run ``prepare()`` once in every process that holds a worker of ``client``, before shards fan out there.
+
+    ``prepare`` loads what the shards will share (models, lexicons, caches), so concurrent shards on one
+    worker's threads find it loaded. Workers in this process (the threaded LocalCluster) are prepared here,
+    once; every other worker runs it as a task on its own thread pool (not on its event loop)."""
+    pids = client.run(os.getpid)
+    if any(pid == os.getpid() for pid in pids.values()):
+        prepare()
+    by_process: dict[int, str] = {}
+    for address, pid in sorted(pids.items()):
+        if pid != os.getpid():
+            by_process.setdefault(pid, address)
+    futures = [client.submit(prepare, workers=[address], allow_other_workers=False, pure=False)
+               for address in by_process.values()]
+    client.gather(futures)
+
+
+def map_shards(client: Any, func: Callable[..., T], shards: Sequence[Any], *,
+               prepare: Callable[[], Any] | None = None, **kwargs: Any) -> list[T]:
+    """Run ``func(shard, **kwargs)`` for every shard on the client and gather the results in order;
+    ``prepare`` (optional) runs first in every worker process (:func:`prepare_workers`).
 
     Exceptions propagate (the first failing shard's), so a stage fails as a whole and is retried as a
     whole; shards are the unit of parallelism, not of caching."""
     if not shards:
         return []
+    if prepare is not None:
+        prepare_workers(client, prepare)
     futures = client.map(func, list(shards), pure=False, **kwargs)
     return client.gather(futures)
 

@@ -15,6 +15,7 @@ embeddings, and FBD-SBERT, FCSD, CPS and the SBERT bag metrics share sentence em
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,7 +35,7 @@ from tasks.metrics.transfer import HFSequenceClassifier, SubjectivityClassifier,
 from tasks.models.embeddings import EmbeddingCache
 from tasks.models.loaders import import_model_libraries
 from tasks.models.registry import ModelSpec
-from tasks.parallel import map_shards, split_even
+from tasks.parallel import map_shards, prepare_workers, split_even
 
 #: Sample-level output columns, grouped by the function that produces them.
 SAMPLE_GROUPS: dict[str, tuple[str, ...]] = {
@@ -135,6 +136,37 @@ def _style_encoder(options: MetricOptions) -> Any:
     from tasks.models.style_encoders import load_style_encoder
 
     return load_style_encoder(options.style_encoder, tagger=options.pos_tagger)
+
+
+#: The shared, lazily loaded resources each metric reads (loaded by :func:`prepare_metrics` before a fan-out).
+_TOKEN_ENCODER_METRICS = frozenset({"bertscore_p", "bertscore_r", "bertscore_f1", "fbd"})
+_SENTENCE_ENCODER_METRICS = frozenset({"cps", "fbd_sbert", "fcsd", "pair_sbert", "align_sbert", "clus_sbert"})
+_STYLE_METRICS = frozenset({"style_cosine", "style_frechet"})
+_POS_METRICS = frozenset({"pos_jaccard", "pos_jsd"})
+
+
+def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: str) -> None:
+    """Load, in this process, every shared resource the named metrics read (models through the loaders'
+    cache, the TextBlob/VADER lexicons, the spaCy tagger, the embedding cache file), so the shards and
+    metric tasks that start together on one worker's threads find them loaded instead of racing to load
+    them. Each worker process runs it once before the fan-out (:func:`tasks.parallel.prepare_workers`)."""
+    from tasks.models.loaders import load_sentence_encoder, load_token_encoder
+    from tasks.models.registry import resolve_model
+    from tasks.models.style_encoders import resolve_tagger
+
+    wanted = set(names)
+    with EmbeddingCache(cache_path) as cache:
+        len(cache)  # creates the file and switches it to WAL once, before concurrent connections
+    if wanted & _TOKEN_ENCODER_METRICS:
+        load_token_encoder(options.token_encoder or resolve_model("token_encoder"))
+    if wanted & _SENTENCE_ENCODER_METRICS:
+        load_sentence_encoder(options.sentence_encoder or resolve_model("sentence_encoder"))
+    if wanted & _STYLE_METRICS:
+        _style_encoder(options)
+    if wanted & (_STYLE_METRICS | _POS_METRICS):
+        resolve_tagger(options.pos_tagger)
+    if "sti" in wanted or "sti_pct" in wanted or ("cps" in wanted and options.cps_mask):
+        transfer_classifier(options.transfer_classifier)
 
 
 def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
@@ -250,6 +282,7 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     dist_jobs = [(v, m) for v in variants for m in dist_names]
     if client is not None:
         import_model_libraries()
+        prepare_workers(client, functools.partial(prepare_metrics, names, options, cache_path))
         sample_future = client.map(score_sample_shard, shards, names=sample_names, options=options,
                                    cache_path=cache_path, pure=False) if sample_names else []
         dist_futures = [client.submit(score_distribution, m, real, ok_by_variant[v]["text"].astype(str).tolist(),
