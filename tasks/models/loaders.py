@@ -24,6 +24,10 @@ from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec
 POS_COMPONENTS = ("tok2vec", "tagger", "attribute_ruler")
 
 _LOAD_LOCK = threading.RLock()
+#: torch's default RNG and its CPU thread count are process-wide: a seeded torch section (training,
+#: sampling) holds this lock, so two threads never reseed or draw from the same generator at once (runs
+#: side by side would otherwise give different numbers from one at a time).
+TORCH_RNG_LOCK = threading.RLock()
 F = TypeVar("F", bound=Callable[..., Any])
 
 

@@ -28,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import InputError, ModelUnavailable
+from tasks.models.loaders import TORCH_RNG_LOCK
 from tasks.models.registry import ModelSpec, resolve_model
 
 #: Word tokens of one character count too ("i", "u", "4"): short UGC relies on them.
@@ -310,7 +311,7 @@ class EncoderClassifier:
         y = torch.tensor([index[v] for v in labels.tolist()], dtype=torch.long)
         dev = self._device()
         started = time.perf_counter()
-        with self._threads(), torch.random.fork_rng(devices=[] if dev == "cpu" else None):
+        with TORCH_RNG_LOCK, self._threads(), torch.random.fork_rng(devices=[] if dev == "cpu" else None):
             torch.manual_seed(self.seed)
             self.tokenizer_, model = self._load(len(self.classes_))
             model.to(dev).train()
