@@ -98,6 +98,8 @@ def run_one_size(size: int, config_path: Path) -> dict[str, Any]:
     os.environ["SYNTHUGC_CACHE_DIR"] = str(work / "cache")
     os.environ.setdefault("PREFECT_HOME", str(work / "prefect"))
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # the temporary Prefect server takes minutes to start on a machine loaded well past its cores
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")
     apply_environment_defaults()
     from flows import progress
     from flows.experiment import experiment_from_mapping
