@@ -14,26 +14,30 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+_RESOURCE_LOCKS: dict[int, threading.RLock] = {}
 _RESOURCE_LOCKS_GUARD = threading.Lock()
-_RESOURCE_LOCK_ATTR = "_synthugc_resource_lock"
 
 
 def resource_lock(resource: Any) -> threading.RLock:
     """The process-wide lock of one shared object that is not safe to use from two threads at once (a spaCy
-    pipeline, a fast tokenizer whose truncation settings change between calls); created on first request."""
-    lock = getattr(resource, _RESOURCE_LOCK_ATTR, None)
-    if lock is None:
-        with _RESOURCE_LOCKS_GUARD:
-            lock = getattr(resource, _RESOURCE_LOCK_ATTR, None)
-            if lock is None:
-                lock = threading.RLock()
-                setattr(resource, _RESOURCE_LOCK_ATTR, lock)
+    pipeline, a fast tokenizer whose truncation settings change between calls); created on first request.
+
+    Kept beside the object, not on it (an object carrying a lock could no longer be pickled or copied), and
+    dropped when the object is collected."""
+    key = id(resource)
+    with _RESOURCE_LOCKS_GUARD:
+        lock = _RESOURCE_LOCKS.get(key)
+        if lock is None:
+            lock = _RESOURCE_LOCKS[key] = threading.RLock()
+            with suppress(TypeError):  # not weak-referenceable: kept for the life of the process
+                weakref.finalize(resource, _RESOURCE_LOCKS.pop, key, None)
     return lock
 
 

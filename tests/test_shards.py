@@ -10,6 +10,8 @@ on worker processes are compared with one process in tests/test_reidentify.py.
 
 from __future__ import annotations
 
+import gc
+import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -147,10 +149,11 @@ def test_prepare_workers_runs_once_per_worker_process(processes):
     assert calls == [1]
 
 
-def test_resource_lock_is_one_lock_per_object():
-    class Shared:
-        pass
+class Shared:
+    """A stand-in for a shared, non-thread-safe object (a spaCy pipeline, a tokenizer)."""
 
+
+def test_resource_lock_is_one_lock_per_object():
     a, b = Shared(), Shared()
     seen = []
     barrier = threading.Barrier(4)
@@ -166,6 +169,13 @@ def test_resource_lock_is_one_lock_per_object():
         w.join()
     assert len({id(lock) for lock in seen}) == 2
     assert resource_lock(a) is resource_lock(a) and resource_lock(a) is not resource_lock(b)
+    assert pickle.loads(pickle.dumps(a)).__dict__ == {}  # the lock is kept beside the object, not on it
+    from tasks import parallel
+
+    before = len(parallel._RESOURCE_LOCKS)
+    del a
+    gc.collect()
+    assert len(parallel._RESOURCE_LOCKS) == before - 1  # dropped with its object
 
 
 def test_seeded_torch_training_side_by_side_equals_one_at_a_time(corpus):

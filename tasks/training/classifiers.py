@@ -30,6 +30,7 @@ import pandas as pd
 from tasks.errors import InputError, ModelUnavailable
 from tasks.models.loaders import TORCH_RNG_LOCK
 from tasks.models.registry import ModelSpec, resolve_model
+from tasks.parallel import resource_lock
 
 #: Word tokens of one character count too ("i", "u", "4"): short UGC relies on them.
 TOKEN_PATTERN = r"(?u)\b\w+\b"
@@ -299,7 +300,8 @@ class EncoderClassifier:
             yield idx, {k: v.to(self._device()) for k, v in batch.items()}
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
-        return self.tokenizer_(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        with resource_lock(self.tokenizer_):  # the cached tokenizer is shared; its truncation setting is state
+            return self.tokenizer_(texts, truncation=True, max_length=self.max_length)["input_ids"]
 
     def fit(self, texts: Any, labels: Any) -> EncoderClassifier:
         """Fine-tune on the rows with a label (missing labels skipped, counted in ``n_skipped_``)."""
