@@ -100,6 +100,7 @@ def run_one_size(size: int, config_path: Path) -> dict[str, Any]:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     # the temporary Prefect server takes minutes to start on a machine loaded well past its cores
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "600")
+    os.environ.setdefault("PREFECT_API_REQUEST_TIMEOUT", "600")  # and answers slowly there
     apply_environment_defaults()
     from flows import progress
     from flows.experiment import experiment_from_mapping
