@@ -13,6 +13,7 @@ guarded on first use (the loaders' lock, :func:`resource_lock` for objects that 
 from __future__ import annotations
 
 import os
+import socket
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -61,21 +62,27 @@ def dask_client(address: str | None = None, *, n_workers: int = 1, threads_per_w
         yield client
 
 
+def _process_identity() -> tuple[str, int]:
+    """(host name, process id): what tells worker processes apart across machines."""
+    return socket.gethostname(), os.getpid()
+
+
 def prepare_workers(client: Any, prepare: Callable[[], Any]) -> None:
     """Run ``prepare()`` once in every process that holds a worker of ``client``, before shards fan out there.
 
     ``prepare`` loads what the shards will share (models, lexicons, caches), so concurrent shards on one
     worker's threads find it loaded. Workers in this process (the threaded LocalCluster) are prepared here,
-    once; every other worker runs it as a task on its own thread pool (not on its event loop)."""
-    pids = client.run(os.getpid)
-    if any(pid == os.getpid() for pid in pids.values()):
+    once; every other worker process runs it as a task on its own thread pool (not on its event loop)."""
+    here = _process_identity()
+    identities = {address: tuple(identity) for address, identity in client.run(_process_identity).items()}
+    if here in identities.values():
         prepare()
-    by_process: dict[int, str] = {}
-    for address, pid in sorted(pids.items()):
-        if pid != os.getpid():
-            by_process.setdefault(pid, address)
+    one_worker_each: dict[tuple, str] = {}
+    for address, identity in sorted(identities.items()):
+        if identity != here:
+            one_worker_each.setdefault(identity, address)
     futures = [client.submit(prepare, workers=[address], allow_other_workers=False, pure=False)
-               for address in by_process.values()]
+               for address in one_worker_each.values()]
     client.gather(futures)
 
 

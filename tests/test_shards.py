@@ -138,15 +138,23 @@ def test_utility_runs_side_by_side_equal_one_at_a_time(corpus, stymasked):
                                       b.drop(columns=["seconds"], errors="ignore"))
 
 
-@pytest.mark.slow
-def test_prepare_workers_runs_once_per_worker_process(processes):
-    pids = processes.run(lambda: __import__("os").getpid())
+def test_prepare_workers_runs_once_for_workers_in_this_process():
     calls = []
-    prepare_workers(processes, lambda: calls.append(1))  # remote calls append in the workers, not here
-    assert not calls and len(set(pids.values())) == 2
-    with dask_client(threads_per_worker=2) as local:
+    with dask_client(n_workers=2, threads_per_worker=1) as local:
+        assert len(local.scheduler_info()["workers"]) == 2
         prepare_workers(local, lambda: calls.append(1))
     assert calls == [1]
+
+
+@pytest.mark.slow
+def test_prepare_workers_runs_in_each_worker_process(processes, tmp_path):
+    import os
+
+    pids = processes.run(os.getpid)
+    folder = str(tmp_path)
+    prepare_workers(processes, lambda: Path(folder, str(os.getpid())).touch())
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(str(pid) for pid in set(pids.values()))
+    assert str(os.getpid()) not in {p.name for p in tmp_path.iterdir()} and len(set(pids.values())) == 2
 
 
 class Shared:
