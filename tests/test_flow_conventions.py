@@ -65,7 +65,9 @@ def test_conventions_whole_flow_accounts_for_every_document(tmp_path, monkeypatc
             assert scored.notna().mean() > 0.9
         dist = pd.read_parquet(run / "metrics" / label / "distribution_scores.parquet")
         means = dist[dist["level"] == "sample-mean"]
-        assert ((means["n"] + means["n_failed"]) <= len(corpus)).all() and (means["n"] > 0).all()
+        assert ((means["n"] + means["n_failed"]) <= len(corpus)).all()
+        assert ((means["n"] > 0) | means["reason"].notna()).all()  # e.g. self-BLEU needs several variants
+        assert (means.set_index("metric").loc[["bertscore_f1", "sti", "pos_jaccard", "cps"], "n"] > 0).all()
         assert {"fbd", "fcsd", "pos_jsd", "char_jsd"} <= set(dist["metric"])
 
         privacy = run / "privacy" / label
