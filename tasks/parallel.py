@@ -86,17 +86,14 @@ def prepare_workers(client: Any, prepare: Callable[[], Any]) -> None:
     client.gather(futures)
 
 
-def map_shards(client: Any, func: Callable[..., T], shards: Sequence[Any], *,
-               prepare: Callable[[], Any] | None = None, **kwargs: Any) -> list[T]:
-    """Run ``func(shard, **kwargs)`` for every shard on the client and gather the results in order;
-    ``prepare`` (optional) runs first in every worker process (:func:`prepare_workers`).
+def map_shards(client: Any, func: Callable[..., T], shards: Sequence[Any], **kwargs: Any) -> list[T]:
+    """Run ``func(shard, **kwargs)`` for every shard on the client and gather the results in order.
 
     Exceptions propagate (the first failing shard's), so a stage fails as a whole and is retried as a
-    whole; shards are the unit of parallelism, not of caching."""
+    whole; shards are the unit of parallelism, not of caching. What the shards share is loaded first with
+    :func:`prepare_workers`."""
     if not shards:
         return []
-    if prepare is not None:
-        prepare_workers(client, prepare)
     futures = client.map(func, list(shards), pure=False, **kwargs)
     return client.gather(futures)
 
