@@ -4,21 +4,49 @@ cluster, an in-process LocalCluster otherwise.
 The local default uses threads in one process (``processes=False``): models load once and are shared
 through the loaders' process cache, torch and numpy release the GIL, and a 2-core machine does not pay
 for a second copy of every model. Against a real cluster each worker loads its own models.
+
+Shards of one stage run at the same time on threads that share every lazily loaded resource, so each
+such resource is either loaded before the fan-out (:func:`prepare_workers`, once per worker process) or
+guarded on first use (the loaders' lock, :func:`resource_lock` for objects that are not thread-safe).
 """
 
 from __future__ import annotations
 
 import os
+import socket
+import threading
+import weakref
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+_RESOURCE_LOCKS: dict[int, threading.RLock] = {}
+_RESOURCE_LOCKS_GUARD = threading.Lock()
+
+
+def resource_lock(resource: Any) -> threading.RLock:
+    """The process-wide lock of one shared object that is not safe to use from two threads at once (a spaCy
+    pipeline, a fast tokenizer whose truncation settings change between calls); created on first request.
+
+    Kept beside the object, not on it (an object carrying a lock could no longer be pickled or copied), and
+    dropped when the object is collected."""
+    key = id(resource)
+    with _RESOURCE_LOCKS_GUARD:
+        lock = _RESOURCE_LOCKS.get(key)
+        if lock is None:
+            lock = _RESOURCE_LOCKS[key] = threading.RLock()
+            with suppress(TypeError):  # not weak-referenceable: kept for the life of the process
+                weakref.finalize(resource, _RESOURCE_LOCKS.pop, key, None)
+    return lock
+
 
 @contextmanager
-def dask_client(address: str | None = None, *, n_workers: int = 1, threads_per_worker: int | None = None) -> Iterator[Any]:
-    """A ``distributed.Client`` for the given scheduler address, or a LocalCluster of threads."""
+def dask_client(address: str | None = None, *, n_workers: int = 1, threads_per_worker: int | None = None,
+                processes: bool = False) -> Iterator[Any]:
+    """A ``distributed.Client`` for the given scheduler address, or a LocalCluster (threads in this process
+    by default; ``processes=True`` gives each worker its own process, as on a real cluster)."""
     from distributed import Client, LocalCluster
 
     if address:
@@ -29,16 +57,41 @@ def dask_client(address: str | None = None, *, n_workers: int = 1, threads_per_w
             client.close()
         return
     threads = threads_per_worker or max(1, os.cpu_count() or 1)
-    with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=False, dashboard_address=None) as cluster, \
-            Client(cluster) as client:
+    with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=processes,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
         yield client
+
+
+def _process_identity() -> tuple[str, int]:
+    """(host name, process id): what tells worker processes apart across machines."""
+    return socket.gethostname(), os.getpid()
+
+
+def prepare_workers(client: Any, prepare: Callable[[], Any]) -> None:
+    """Run ``prepare()`` once in every process that holds a worker of ``client``, before shards fan out there.
+
+    ``prepare`` loads what the shards will share (models, lexicons, caches), so concurrent shards on one
+    worker's threads find it loaded. Workers in this process (the threaded LocalCluster) are prepared here,
+    once; every other worker process runs it as a task on its own thread pool (not on its event loop)."""
+    here = _process_identity()
+    identities = {address: tuple(identity) for address, identity in client.run(_process_identity).items()}
+    if here in identities.values():
+        prepare()
+    one_worker_each: dict[tuple, str] = {}
+    for address, identity in sorted(identities.items()):
+        if identity != here:
+            one_worker_each.setdefault(identity, address)
+    futures = [client.submit(prepare, workers=[address], allow_other_workers=False, pure=False)
+               for address in one_worker_each.values()]
+    client.gather(futures)
 
 
 def map_shards(client: Any, func: Callable[..., T], shards: Sequence[Any], **kwargs: Any) -> list[T]:
     """Run ``func(shard, **kwargs)`` for every shard on the client and gather the results in order.
 
     Exceptions propagate (the first failing shard's), so a stage fails as a whole and is retried as a
-    whole; shards are the unit of parallelism, not of caching."""
+    whole; shards are the unit of parallelism, not of caching. What the shards share is loaded first with
+    :func:`prepare_workers`."""
     if not shards:
         return []
     futures = client.map(func, list(shards), pure=False, **kwargs)

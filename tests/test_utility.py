@@ -241,9 +241,10 @@ def test_seeds_vary_the_subsets_and_a_deterministic_cell_says_so(corpus):
     assert summary.loc[0.5, "score_std"] > 0
     note = deterministic_note(results)
     assert note is not None and "baseline 100%" in note and "baseline 50%" not in note and "3 seeds" in note
-    rows = utility_summary_rows(results, "sig").set_index("metric")
-    assert rows.loc["baseline[100%] score", "reason"] == "deterministic: identical over 3 seeds"
-    assert pd.isna(rows.loc["baseline[50%] score", "reason"]) and rows.loc["baseline[50%] score", "n_distinct"] == 3
+    rows = utility_summary_rows(results, "sig").set_index(["setting", "fraction", "metric"])
+    assert rows.loc[("baseline", 1.0, "score"), "reason"] == "deterministic: identical over 3 seeds"
+    assert pd.isna(rows.loc[("baseline", 1.0, "score"), "std"])  # not 0: no spread to report
+    assert pd.isna(rows.loc[("baseline", 0.5, "score"), "reason"]) and rows.loc[("baseline", 0.5, "score"), "std"] > 0
     assert deterministic_note(results[results["fraction"] == 0.5]) is None
 
 

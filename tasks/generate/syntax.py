@@ -54,7 +54,6 @@ article's table (``- name: synsim``) and the table's ``strategy`` column names t
 
 from __future__ import annotations
 
-import functools
 import random
 import re
 import shutil
@@ -68,6 +67,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from tasks.errors import ModelUnavailable
 from tasks.generate.backtranslate import DEFAULT_PIVOTS
 from tasks.generate.base import Strategy, build_strategy, register_strategy, stable_hash
+from tasks.models import loaders
+from tasks.parallel import resource_lock
 
 Tree = tuple[str, tuple["Tree", ...]]
 TransformName = Literal["to_passive", "to_active", "front_pp", "back_pp"]
@@ -237,7 +238,7 @@ def syntactic_distance(a: Any, b: Any, kind: Literal["tree", "pos"] = "tree") ->
 # ---------------------------------------------------------------- spaCy
 
 
-@functools.lru_cache(maxsize=4)
+@loaders.cache
 def load_parser(model: str | None = None) -> Any:
     """The full spaCy pipeline of the ``pos_tagger`` role (parser and lemmatizer included, NER off)."""
     from tasks.models.registry import resolve_model
@@ -257,8 +258,9 @@ def load_parser(model: str | None = None) -> Any:
 
 
 def parse(nlp: Any, texts: Sequence[str], batch_size: int = 64) -> list[Any]:
-    """Parse texts in one batched ``nlp.pipe`` call."""
-    return list(nlp.pipe(texts, batch_size=batch_size))
+    """Parse texts in one batched ``nlp.pipe`` call (one thread at a time per shared pipeline)."""
+    with resource_lock(nlp):
+        return list(nlp.pipe(texts, batch_size=batch_size))
 
 
 # ---------------------------------------------------------------- verb morphology

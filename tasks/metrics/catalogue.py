@@ -340,7 +340,8 @@ _BAG_SIG: dict[str, tuple[str, ...]] = {
     "inv": ("tok", "div", "lm", "order", "smooth", "discount", "inv", "agg")}
 for _name in bag_metrics.ALL_METRICS:
     register(Metric(_name, "bag", "meaning" if _name.endswith("sbert") else "similarity", 1, _name,
-                    "bag similarity to the real bag", ("bag_group", "sentence_encoder", "seed"),
+                    "bag similarity to the real bag",
+                    ("bag_group", "seed", *(("sentence_encoder",) if _name.endswith("sbert") else ())),
                     _BAG_SIG[_name.split("_")[0]], bag_metrics.bag_scores, closer_is_higher=True))
 # Utility: the downstream task metrics (seed 000 §5) the utility runs record, one column each.
 register(Metric("macro_f1", "utility", "utility", 1, "macro_f1", "macro-F1 of post classification"))

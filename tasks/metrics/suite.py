@@ -15,6 +15,7 @@ embeddings, and FBD-SBERT, FCSD, CPS and the SBERT bag metrics share sentence em
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +31,7 @@ from tasks.metrics.base import DistributionScore, reason_column
 from tasks.models.embeddings import EmbeddingCache
 from tasks.models.loaders import import_model_libraries
 from tasks.models.registry import ModelSpec
-from tasks.parallel import map_shards, split_even
+from tasks.parallel import map_shards, prepare_workers, split_even
 from tasks.scores import (
     DISTRIBUTIONS,
     METAEVAL_ROWS,
@@ -103,6 +104,31 @@ def sample_groups(names: Sequence[str]) -> list[tuple[Callable[..., Any], list[s
         if metric.name in names:
             groups.setdefault(metric.compute, []).append(metric.name)  # type: ignore[arg-type]
     return list(groups.items())
+
+
+#: The shared, lazily loaded resources each metric reads (loaded by :func:`prepare_metrics` before a fan-out).
+def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: str) -> None:
+    """Load, in this process, every shared resource the named metrics read (models through the loaders'
+    cache, the TextBlob/VADER lexicons, the spaCy tagger, the embedding cache file), so the shards and
+    metric tasks that start together on one worker's threads find them loaded instead of racing to load
+    them. Each worker process runs it once before the fan-out (:func:`tasks.parallel.prepare_workers`)."""
+    from tasks.models.loaders import load_sentence_encoder, load_token_encoder
+    from tasks.models.registry import resolve_model
+    from tasks.models.style_encoders import resolve_tagger
+
+    reads = {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
+    with EmbeddingCache(cache_path) as cache:
+        len(cache)  # creates the file and switches it to WAL once, before concurrent connections
+    if "token_encoder" in reads:
+        load_token_encoder(options.token_encoder or resolve_model("token_encoder"))
+    if "sentence_encoder" in reads:
+        load_sentence_encoder(options.sentence_encoder or resolve_model("sentence_encoder"))
+    if "style_encoder" in reads:
+        catalogue.style_encoder(options)
+    if reads & {"style_encoder", "pos_tagger"}:
+        resolve_tagger(options.pos_tagger)
+    if "transfer_classifier" in reads:
+        catalogue.transfer_classifier(options.transfer_classifier)
 
 
 def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
@@ -214,6 +240,7 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     dist_jobs = [(v, m) for v in variants for m in dist_names]
     if client is not None:
         import_model_libraries()
+        prepare_workers(client, functools.partial(prepare_metrics, names, options, cache_path))
         sample_future = client.map(score_sample_shard, shards, names=sample_names, options=options,
                                    cache_path=cache_path, pure=False) if sample_names else []
         dist_futures = [client.submit(score_distribution, m, real, ok_by_variant[v]["text"].astype(str).tolist(),

@@ -40,19 +40,20 @@ included and at least one token is masked when any attribution is positive). Cho
 
 from __future__ import annotations
 
-import functools
 import importlib.metadata
 import re
 from collections.abc import Sequence
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import pandas as pd
 
 from tasks.errors import ModelUnavailable
 from tasks.metrics.base import MetricResult, make_signature, reason_column
+from tasks.models import loaders
 from tasks.models.embeddings import EmbeddingCache, sentence_embeddings
 from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec, model_id, resolve_model
+from tasks.parallel import resource_lock
 
 _WORD = re.compile(r"\w+(?:'\w+)*")
 _ATOL = 1e-12
@@ -78,6 +79,26 @@ class StyleClassifier(Protocol):
         ...
 
 
+@loaders.cache
+def load_textblob_lexicon() -> int:
+    """Load TextBlob's pattern sentiment lexicon (once per process, under the loaders' lock); returns its size.
+
+    TextBlob fills the lexicon lazily on first use and decides by "is the dict still empty": two threads
+    scoring at once either crash (``dictionary changed size during iteration``) or one of them scores with a
+    half-filled lexicon and returns wrong subjectivities without an error."""
+    from textblob.en import sentiment
+
+    return len(sentiment)
+
+
+@loaders.cache
+def load_vader() -> Any:
+    """One VADER SentimentIntensityAnalyzer per process (its lexicon is read-only once built)."""
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+    return SentimentIntensityAnalyzer()
+
+
 class SubjectivityClassifier:
     """TextBlob's PatternAnalyzer subjectivity s (bundled lexicon, offline) as ``[1 - s, s]`` for the
     classes (objective, subjective)."""
@@ -87,6 +108,7 @@ class SubjectivityClassifier:
     def __init__(self) -> None:
         from textblob.en.sentiments import PatternAnalyzer
 
+        load_textblob_lexicon()
         self._analyzer = PatternAnalyzer()
         self.id = f"textblob-{_version('textblob')}-pattern-subjectivity"
 
@@ -104,9 +126,7 @@ class VaderClassifier:
     classes: tuple[str, ...] = ("negative", "neutral", "positive")
 
     def __init__(self) -> None:
-        from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
-
-        self._analyzer = SentimentIntensityAnalyzer()
+        self._analyzer = load_vader()
         self.id = f"vader-{_version('vaderSentiment')}"
 
     @property
@@ -126,7 +146,7 @@ class VaderClassifier:
         return out / total
 
 
-@functools.cache
+@loaders.cache
 def _load_sequence_classifier(spec: ModelSpec) -> tuple[object, object]:
     local = not spec.allow_downloads
     try:
@@ -170,8 +190,9 @@ class HFSequenceClassifier:
         dev = next(net.parameters()).device
         for start in range(0, len(order), self.batch_size):
             idx = order[start:start + self.batch_size]
-            enc = tokenizer([texts[i] for i in idx], padding=True, truncation=True, max_length=self.max_length,
-                            return_tensors="pt")
+            with resource_lock(tokenizer):  # a fast tokenizer's truncation setting is shared mutable state
+                enc = tokenizer([texts[i] for i in idx], padding=True, truncation=True,
+                                max_length=self.max_length, return_tensors="pt")
             with torch.inference_mode():
                 logits = net(**{k: v.to(dev) for k, v in enc.items()}).logits
             out[idx] = torch.softmax(logits.float(), dim=-1).cpu().numpy()

@@ -17,9 +17,11 @@ from typing import Any
 import numpy as np
 
 from tasks.models.registry import ModelSpec, model_id
+from tasks.parallel import resource_lock
 from tasks.store import sha256_bytes
 
 _CHUNK = 1024  # texts computed (and written to the cache) per step, so a crash loses little work
+_SETUP_LOCK = threading.Lock()
 
 
 class EmbeddingCache:
@@ -39,21 +41,26 @@ class EmbeddingCache:
     @property
     def conn(self) -> sqlite3.Connection:
         if self._conn is None:
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(self.path, timeout=120, check_same_thread=False)
-            conn.execute("PRAGMA page_size=65536")  # large pages: rows are 10-100 KB blobs (only applies to a new file)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            # A rowid table with a unique index, not WITHOUT ROWID: SQLite keeps large rows poorly in a
-            # clustered index (measured: writes 2-3x slower for token matrices).
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, text_sha TEXT NOT NULL, "
-                "shape TEXT NOT NULL, data BLOB NOT NULL)"
-            )
-            conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS embeddings_key ON embeddings (model, text_sha)")
-            conn.commit()
-            self._conn = conn
+            with _SETUP_LOCK:  # creating the file and switching it to WAL are not safe to race on in a process
+                if self._conn is None:
+                    self._conn = self._connect()
         return self._conn
+
+    def _connect(self) -> sqlite3.Connection:
+        Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(self.path, timeout=120, check_same_thread=False)
+        conn.execute("PRAGMA page_size=65536")  # large pages: rows are 10-100 KB blobs (only applies to a new file)
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        # A rowid table with a unique index, not WITHOUT ROWID: SQLite keeps large rows poorly in a
+        # clustered index (measured: writes 2-3x slower for token matrices).
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS embeddings (model TEXT NOT NULL, text_sha TEXT NOT NULL, "
+            "shape TEXT NOT NULL, data BLOB NOT NULL)"
+        )
+        conn.execute("CREATE UNIQUE INDEX IF NOT EXISTS embeddings_key ON embeddings (model, text_sha)")
+        conn.commit()
+        return conn
 
     def close(self) -> None:
         if self._conn is not None:
@@ -166,10 +173,13 @@ def bert_score_encode(tokenizer: Any, text: str) -> list[int]:
     kwargs: dict[str, Any] = {}
     if isinstance(tokenizer, GPT2Tokenizer | RobertaTokenizer):
         kwargs["add_prefix_space"] = True
-    if not text:
-        return list(tokenizer.encode("", add_special_tokens=True))
-    return list(tokenizer.encode(text, add_special_tokens=True, max_length=tokenizer.model_max_length,
-                                 truncation=True, **kwargs))
+    # The empty text switches a fast tokenizer's truncation off and the next text on again: shared mutable
+    # state of the one cached tokenizer ("Already borrowed" when two threads do it at once).
+    with resource_lock(tokenizer):
+        if not text:
+            return list(tokenizer.encode("", add_special_tokens=True))
+        return list(tokenizer.encode(text, add_special_tokens=True, max_length=tokenizer.model_max_length,
+                                     truncation=True, **kwargs))
 
 
 def token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, cache: EmbeddingCache | None = None,

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, ModelUnavailable
+from tasks.models.loaders import TORCH_RNG_LOCK
 from tasks.models.registry import ModelSpec, model_id, production_models, resolve_model
 
 ENDPOINT_ENV = "SYNTHUGC_LLM_ENDPOINT_{role}"  # e.g. SYNTHUGC_LLM_ENDPOINT_PROFILING_LLM=http://gpu1:8000/v1
@@ -308,7 +309,7 @@ def _first_line(value: object, limit: int = 160) -> str:
 
 # ---------------------------------------------------------------- in-process transformers backend
 
-_GENERATE_LOCK = threading.Lock()  # the torch RNG is process-global: one seeded generate at a time
+_GENERATE_LOCK = TORCH_RNG_LOCK  # the torch RNG is process-global: one seeded generate at a time
 
 
 class TransformersBackend(LLMBackend):

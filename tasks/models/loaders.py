@@ -24,6 +24,10 @@ from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec
 POS_COMPONENTS = ("tok2vec", "tagger", "attribute_ruler")
 
 _LOAD_LOCK = threading.RLock()
+#: torch's default RNG and its CPU thread count are process-wide: a seeded torch section (training,
+#: sampling) holds this lock, so two threads never reseed or draw from the same generator at once (runs
+#: side by side would otherwise give different numbers from one at a time).
+TORCH_RNG_LOCK = threading.RLock()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -89,15 +93,19 @@ def _check_kind(spec: ModelSpec, *kinds: str) -> None:
 
 @cache
 def load_sentence_encoder(spec: ModelSpec) -> Any:
-    """A SentenceTransformer on cuda when available, else cpu."""
+    """A SentenceTransformer on cuda when available, else cpu, warmed up by one encode."""
     _check_kind(spec, "sentence-transformers", "hf-encoder")
     local = _offline(spec)
     try:
         from sentence_transformers import SentenceTransformer
 
-        return SentenceTransformer(spec.path, device=device(), local_files_only=local)
+        model = SentenceTransformer(spec.path, device=device(), local_files_only=local)
     except (OSError, ValueError, ImportError) as exc:
         raise _unavailable(spec, exc) from exc
+    # The first encode sets the fast tokenizer's padding and truncation (a mutation); done here, under the
+    # load lock, threads that share the model afterwards only read them.
+    model.encode(["warm-up"], show_progress_bar=False)
+    return model
 
 
 @cache

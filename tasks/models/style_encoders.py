@@ -31,6 +31,7 @@ import numpy as np
 from tasks.errors import ModelUnavailable
 from tasks.models.embeddings import EmbeddingCache, sentence_embeddings, text_sha
 from tasks.models.registry import ModelSpec, model_id, resolve_model
+from tasks.parallel import resource_lock
 
 # ---------------------------------------------------------------- POS tagging
 
@@ -84,7 +85,9 @@ def pos_tags(texts: Sequence[str], tagger: Any = None, *, tagset: str = "upos", 
     missing = {sha: t for sha, t in zip(shas, texts, strict=True) if sha not in found}
     if missing:
         enable = [p for p in ("tok2vec", "tagger", "attribute_ruler") if p in nlp.pipe_names]
-        with nlp.select_pipes(enable=enable):
+        # One pipeline is shared by every thread of the process; select_pipes changes it for everyone, and
+        # spaCy does not promise thread-safe calls, so one thread tags with it at a time.
+        with resource_lock(nlp), nlp.select_pipes(enable=enable):
             docs = nlp.pipe(list(missing.values()), batch_size=batch_size)
             new = {}
             for sha, doc in zip(missing, docs, strict=True):

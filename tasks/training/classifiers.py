@@ -33,7 +33,9 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import InputError, ModelUnavailable
+from tasks.models.loaders import TORCH_RNG_LOCK
 from tasks.models.registry import ModelSpec, resolve_model
+from tasks.parallel import resource_lock
 from tasks.training.task_metrics import macro_f1
 
 #: Word tokens of one character count too ("i", "u", "4"): short UGC relies on them.
@@ -411,7 +413,8 @@ class EncoderClassifier:
             yield idx, {k: v.to(self._device()) for k, v in batch.items()}
 
     def _encode(self, texts: list[str]) -> list[list[int]]:
-        return self.tokenizer_(texts, truncation=True, max_length=self.max_length)["input_ids"]
+        with resource_lock(self.tokenizer_):  # the cached tokenizer is shared; its truncation setting is state
+            return self.tokenizer_(texts, truncation=True, max_length=self.max_length)["input_ids"]
 
     def fit(self, texts: Any, labels: Any, *, val_texts: Any = None, val_labels: Any = None) -> EncoderClassifier:
         """Fine-tune on the rows with a label (missing labels skipped, counted in ``n_skipped_``).
@@ -434,7 +437,7 @@ class EncoderClassifier:
             val = ([t for t, _ in kept], [v for _, v in kept]) if kept else None
         dev = self._device()
         started = time.perf_counter()
-        with self._threads(), torch.random.fork_rng(devices=[] if dev == "cpu" else None):
+        with TORCH_RNG_LOCK, self._threads(), torch.random.fork_rng(devices=[] if dev == "cpu" else None):
             torch.manual_seed(self.seed)
             self.tokenizer_, model = self._load(len(self.classes_))
             model.to(dev).train()

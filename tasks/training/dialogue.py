@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.models.loaders import TORCH_RNG_LOCK
 from tasks.training.task_metrics import INSIDE, dialogue_act_errors, segment_tags
 
 Embedder = Callable[[list[str]], np.ndarray]
@@ -263,7 +264,7 @@ class DialogueActTagger:
         items = self._windows(convs, sents, with_tags=True)
         sent_in = None if sents[0] is None else int(sents[0].shape[1])
         val_convs = conversations(val) if val is not None and len(val) else []
-        with torch_threads(self.num_threads), torch.random.fork_rng():
+        with TORCH_RNG_LOCK, torch_threads(self.num_threads), torch.random.fork_rng():
             torch.manual_seed(self.seed)
             rng = np.random.default_rng(self.seed)
             self.model_ = self._build(sent_in)

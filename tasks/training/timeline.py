@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.models.loaders import TORCH_RNG_LOCK
 from tasks.training.dialogue import Embedder, sentence_embedder, sequence_step, state_snapshot, torch_threads
 from tasks.training.task_metrics import COVERAGE_AVERAGES, coverage
 
@@ -161,7 +162,7 @@ class MomentsOfChangeModel:
             raise ValueError(f"need posts of at least two of {self.classes} to train the moments-of-change model")
         vectors = self._embed(lines)
         val_lines = timelines(val) if val is not None and len(val) else []
-        with torch_threads(self.num_threads), torch.random.fork_rng():
+        with TORCH_RNG_LOCK, torch_threads(self.num_threads), torch.random.fork_rng():
             torch.manual_seed(self.seed)
             rng = np.random.default_rng(self.seed)
             self.post_model_, self.seq_model_ = self._build(int(vectors[0].shape[1]))
