@@ -9,10 +9,17 @@ that kind ran, then the growth exponent of each kind's seconds against the corpu
 least-squares line through log seconds vs log N): 1 is linear, above ~1.2 is superlinear. The reference
 is the smallest size of the same run: each figure is also printed as a ratio to it.
 
-Peak RSS is sampled every 50 ms in the flow's process (the local Dask cluster is threads in it); the
-stages run one after another, so each peak includes what earlier stages left loaded (models stay cached).
+Peak RSS is sampled every 50 ms in the flow's process (the local Dask cluster is threads in it); stages
+may run side by side (the executor), so a peak includes what other stages hold at the time and what
+earlier ones left loaded (models stay cached).
 
-Run: ``.venv/bin/python benchmarks/flow.py --sizes 500 2000 8862`` (see benchmarks/README.md).
+Mode ``--executor``: 3 LLM-bound strategies x 4 shards against a local OpenAI-compatible server that
+answers after a fixed delay, run with the sequential executor (the reference, one stage at a time) and with
+up to ``--parallel`` stages at once in the same run; prints the speedup, whether the artifacts are
+byte-identical, and the executor's overhead per stage on the same run with every stage cached.
+
+Run: ``.venv/bin/python benchmarks/flow.py --sizes 500 2000 8862`` or ``benchmarks/flow.py --executor``
+(see benchmarks/README.md).
 """
 
 from __future__ import annotations
@@ -202,16 +209,92 @@ def scaling(sizes: list[int], config: Path) -> None:
     ]))
 
 
+def _executor_corpus(path: Path, n_docs: int) -> None:
+    import pandas as pd
+
+    texts = [f"Speaker {i % 7} said we must rebuild road number {i} before the winter comes." for i in range(n_docs)]
+    pd.DataFrame({"doc_id": [f"d{i:04d}" for i in range(n_docs)], "text": texts,
+                  "author_id": [f"a{i % 7}" for i in range(n_docs)]}).to_parquet(path)
+
+
+def _executor_config(corpus: Path, root: Path, experiment: str, shard_size: int) -> dict:
+    llm_settings = {"concurrency": 8, "max_retries": 1}
+    return {"experiment": experiment, "seed": 1, "storage_root": str(root), "data": {"path": str(corpus)},
+            "generate": {"shard_size": shard_size, "strategies": [
+                {"name": "llm", "params": {"backend": llm_settings}},
+                {"name": "paraphrase", "params": {"backend": llm_settings}},
+                {"name": "synsim", "params": {"generator": "llm", "k": 2, "llm": llm_settings}}]},
+            "privacy": {"enabled": False}, "utility": {"enabled": False}}
+
+
+def executor_speedup(docs_per_shard: int, delay: float, parallel: int) -> None:
+    """Mode ``--executor``: 3 LLM-bound strategies x 4 generation shards against a local OpenAI-compatible
+    server answering after a fixed ``delay``, with the sequential executor (the reference) and with up to
+    ``parallel`` stages at once, same run; then again with every stage cached (executor overhead per stage)."""
+    from tasks.models.simulated_server import fixed_delay_server
+    from tasks.settings import apply_environment_defaults
+
+    apply_environment_defaults()
+    tmp = Path(tempfile.mkdtemp(prefix="synthugc-executor-bench-"))
+    os.environ["SYNTHUGC_CACHE_DIR"] = str(tmp / "cache")
+    os.environ.setdefault("PREFECT_HOME", str(tmp / "prefect"))
+    os.environ["SYNTHUGC_STAGE_LIMITS"] = f"cpu=2,llm={parallel},gpu=1"
+    from prefect import flow
+
+    from flows.config import parse_config
+    from flows.experiment import run_experiment
+
+    corpus = tmp / "corpus.parquet"
+    _executor_corpus(corpus, 4 * docs_per_shard)
+
+    @flow(name="executor-benchmark")
+    def bench(experiment: str, parallel: int):
+        cfg = parse_config(_executor_config(corpus, tmp / "runs", experiment, docs_per_shard))
+        started = time.perf_counter()
+        summary = run_experiment(cfg, families=(), max_parallel=parallel)
+        return time.perf_counter() - started, summary
+
+    load = os.getloadavg()[0]
+    with fixed_delay_server(delay) as endpoint:
+        os.environ["SYNTHUGC_LLM_ENDPOINT_LLM"] = endpoint
+        print(f"executor benchmark ({os.cpu_count()} cpus, load {load:.2f}): 3 LLM strategies x 4 shards of "
+              f"{docs_per_shard} docs, server delay {delay} s per request")
+        sequential, seq_summary = bench("sequential", 1)
+        concurrent, con_summary = bench("concurrent", parallel)
+        cached, cached_summary = bench("concurrent", parallel)
+    same = all((tmp / "runs" / "sequential" / "generate" / label / f"shard-{i:05d}.parquet").read_bytes()
+               == (tmp / "runs" / "concurrent" / "generate" / label / f"shard-{i:05d}.parquet").read_bytes()
+               for label in ("llm", "paraphrase", "synsim") for i in range(4))
+    n_stages = len(cached_summary.stages)
+    assert set(cached_summary.stages.values()) == {"Cached"}, cached_summary.stages
+    print(f"{'executor':<34} {'seconds':>8} {'stages':>7} {'peak parallel':>14}")
+    print(f"{'sequential (reference)':<34} {sequential:>8.2f} {len(seq_summary.stages):>7} {seq_summary.peak_parallel:>14}")
+    print(f"{'concurrent':<34} {concurrent:>8.2f} {len(con_summary.stages):>7} {con_summary.peak_parallel:>14}")
+    print(f"{'concurrent, every stage cached':<34} {cached:>8.2f} {n_stages:>7} {cached_summary.peak_parallel:>14}")
+    print(f"speedup {sequential / concurrent:.2f}x; cached overhead {1000 * cached / n_stages:.0f} ms per stage; "
+          f"artifacts byte-identical: {same}; load now {os.getloadavg()[0]:.2f}")
+    print(f"RESULT speedup={sequential / concurrent:.2f} sequential_s={sequential:.2f} concurrent_s={concurrent:.2f} "
+          f"cached_ms_per_stage={1000 * cached / n_stages:.0f} identical={same} load={load:.2f}")
+
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--sizes", type=int, nargs="+", metavar="N",
                       help="scaling mode: run the flow at each corpus size (documents of conventions)")
-    # (room for further modes, e.g. the executor speedup of issue 12, as another option of this group)
+    mode.add_argument("--executor", action="store_true",
+                      help="executor mode: sequential vs concurrent stages against a fixed-delay LLM server")
     mode.add_argument("--child-size", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--config", type=Path, default=CONFIG, help="experiment config (default: %(default)s)")
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--docs-per-shard", type=int, default=24, help="executor mode: documents per shard")
+    parser.add_argument("--delay", type=float, default=0.25, help="executor mode: server seconds per request")
+    parser.add_argument("--parallel", type=int, default=4, help="executor mode: stages at once")
     args = parser.parse_args(argv)
+    if args.executor:
+        executor_speedup(args.docs_per_shard, args.delay, args.parallel)
+        return
     if args.child_size is not None:
         result = run_one_size(args.child_size, args.config)
         args.child_out.write_text(json.dumps(result))
