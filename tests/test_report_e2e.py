@@ -230,8 +230,9 @@ def test_human_evaluation_round_trip_reaches_the_report(finished_run, tmp_path):
                               capture_output=True, text=True, timeout=120)
     assert exported.returncode == 0, exported.stderr
     sheet = pd.read_csv(run / "human_eval" / "sheet.csv", dtype=str, keep_default_na=False)
-    assert len(sheet) == 6 * len(STRATEGIES)
     key = pd.read_parquet(run / "human_eval" / "key.parquet").set_index("item_id")
+    # 6 items per strategy variant (backtranslate has one per pivot)
+    assert set(key["strategy"]) == set(STRATEGIES) and len(sheet) == 6 * key.groupby(["strategy", "variant"]).ngroups
     rng = np.random.default_rng(0)
     sheets = []
     for annotator in ("ann1", "ann2", "ann3"):
