@@ -269,11 +269,15 @@ def main(argv: list[str] | None = None) -> None:
                 rows.append({"strategy": name, "error": " ".join(f"{type(exc).__name__}: {exc}".split())[:200]})
             print(f"  {name} done ({load_average()})", flush=True)
         print_strategy_table(rows)
+        result = " ".join(f"{r['strategy']}_texts_per_s={r['texts_per_s']:.2f}" for r in rows if "texts_per_s" in r)
+    else:
+        result = ""
     if args.client:
         client_overhead(args.requests, args.rounds, args.threads)
     if args.backend:
         backend_tokens_per_s(args.backend_tokens, 4, args.threads)
     print(f"\nload average at end {load_average()}")
+    print(f"RESULT {result} load={os.getloadavg()[0]:.2f}".replace("  ", " "))
 
 
 if __name__ == "__main__":

@@ -265,6 +265,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         agree = cmp.max_abs_f1 <= 1e-4 and not math.isnan(cmp.max_abs_f1)
         print(f"  agreement  max |F1 ours - bert_score| = {cmp.max_abs_f1:.2e} "
               f"({'within' if agree else 'NOT within'} 1e-4)")
+    result = f"pairs={args.pairs} suite_s=nan"  # no metric selected: nothing timed
     with contextlib.ExitStack() as stack:
         client = None
         if args.dask:
@@ -277,8 +278,11 @@ def main(argv: Sequence[str] | None = None) -> None:
             print("timing the whole suite, then each metric alone, each on a fresh embedding cache:")
             timings, whole = time_suite(corpus, synthetic, selected, options, client)
             print_table(args.pairs, timings, whole)
+            result = (f"pairs={args.pairs} suite_s={whole.seconds:.2f} suite_pairs_per_s={args.pairs / whole.seconds:.1f} "
+                      f"separate_sum_s={sum(t.seconds for t in timings):.2f}")
 
     print(f"\nload average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"RESULT {result} load={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

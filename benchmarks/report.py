@@ -81,6 +81,9 @@ def main() -> None:
     for name, seconds in timings.items():
         print(f"{name:<62} {seconds:8.3f} {seconds / reference:12.1f}")
     print(f"load at end {os.getloadavg()[0]:.2f}")
+    rebuild = timings["synthugc report RUN_DIR (all of it, with integrity checks)"]
+    print(f"RESULT artifacts={len(artifacts)} reference_s={reference:.3f} rebuild_s={rebuild:.3f} "
+          f"rebuild_ratio={rebuild / reference:.1f} load={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

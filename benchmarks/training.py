@@ -71,6 +71,9 @@ def main() -> None:
     print(f"ratio encoder / linear training throughput (reference: the linear baseline, same texts, same run): "
           f"{encoder['train_ex_per_s'] / linear['train_ex_per_s']:.4f}")
     print(f"load at end {os.getloadavg()[0]:.2f}")
+    print(f"RESULT linear_train_ex_per_s={linear['train_ex_per_s']:.1f} encoder_train_ex_per_s="
+          f"{encoder['train_ex_per_s']:.1f} ratio={encoder['train_ex_per_s'] / linear['train_ex_per_s']:.4f} "
+          f"linear_f1={linear['macro_f1']:.3f} encoder_f1={encoder['macro_f1']:.3f} load={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
