@@ -267,6 +267,8 @@ def report_options(cfg: ExperimentConfig, facts: Mapping[str, str]) -> stages.Re
 
 def report_params(cfg: ExperimentConfig, results: Mapping[str, StageResult], failed: Mapping[str, str],
                   ingested: StageResult, human_eval: list[ArtifactRef]) -> dict[str, Any]:
-    """The report call's inputs once every other stage has ended: what succeeded, what failed and why."""
-    return {"results": [r for name, r in results.items() if r.kind != "report"], "human_eval": human_eval,
-            "failed_stages": dict(failed), "options": report_options(cfg, report_facts(cfg, results, ingested))}
+    """The report call's inputs once every other stage has ended: what succeeded, what failed and why.
+    Ordered by stage name, not by completion order, so a rerun of the same stages has the same cache key."""
+    done = [results[name] for name in sorted(results) if results[name].kind != "report"]
+    return {"results": done, "human_eval": human_eval, "failed_stages": dict(sorted(failed.items())),
+            "options": report_options(cfg, report_facts(cfg, results, ingested))}

@@ -85,7 +85,7 @@ def test_minhash_full_and_disjoint_settings() -> None:
     assert per_disj.loc["u_cyr", "in_history"]  # the other Cyrillic post is still there
     assert full.summary["accuracy"] == full.summary["accuracy_at_1"]
     assert full.summary["mrr"] >= full.summary["accuracy_at_1"] > disj.summary["accuracy_at_1"]
-    assert full.summary["baseline"] == pytest.approx(1 / hist["author_id"].nunique())
+    assert full.summary["chance"] == pytest.approx(1 / hist["author_id"].nunique())
 
 
 def test_disjoint_needs_doc_ids() -> None:

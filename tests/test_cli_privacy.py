@@ -50,7 +50,7 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     assert proc.returncode == 0, proc.stderr
     [summary] = json.loads((tmp_path / "reid" / "summary.json").read_text())
     assert summary["accuracy"] == 1.0 and summary["n_timelines"] == 6
-    assert summary["baseline"] == pytest.approx(1 / 6)
+    assert summary["chance"] == pytest.approx(1 / 6)
     assert len(pd.read_parquet(tmp_path / "reid" / "reidentification.parquet")) == 6
 
     released = tmp_path / "released.parquet"  # the test-split posts only: the others stay the adversary's

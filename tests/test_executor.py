@@ -256,3 +256,30 @@ def test_the_same_plan_runs_on_a_dask_task_runner(toy_plan, tmp_path, monkeypatc
     spans = _intervals(plan, ["d0", "d1", "d2", "last"])
     assert _max_overlap([spans[f"d{i}"] for i in range(3)]) >= 2  # side by side on the Dask workers' threads
     assert pd.read_parquet(Path(plan.place.root) / "x" / "toy" / "last" / "times.parquet")["inputs"].iloc[0] == "d0,d1,d2"
+
+
+def test_report_cache_key_does_not_depend_on_the_order_stages_finished(tmp_path):
+    """Side by side, stages finish in a different order on every run; the report's inputs (and so its
+    cache key) must not, or a fully cached rerun recomputes the report."""
+    from flows.caching import stage_cache_key
+    from flows.plan import report_params
+    from tasks.store import ArtifactRef
+
+    cfg = parse_config(_config(tmp_path / "c.parquet", tmp_path, "x", [{"name": "stymask"}, {"name": "syntr"}]))
+
+    def result(kind: str, label: str, output: str) -> StageResult:
+        return StageResult(kind, {"label": label} if label else {},
+                           {output: ArtifactRef(str(tmp_path / kind / label / f"{output}.parquet"), kind + label, 3)})
+
+    ingested = result("ingest", "", "failures")
+    stages = [result("split", "", "corpus"), result("metrics", "stymask", "scores"),
+              result("metrics", "syntr", "scores"), result("privacy", "syntr", "scores")]
+    forward = {r.name: r for r in stages}
+    backward = {r.name: r for r in reversed(stages)}
+    failed = {"generate[a][0]": "boom", "generate[b][0]": "bang"}
+    keys = {stage_cache_key("report", report_params(cfg, done, dict(sorted(failed.items(), reverse=reverse)),
+                                                    ingested, []))
+            for done, reverse in ((forward, False), (backward, True))}
+    assert len(keys) == 1
+    changed = {**forward, "metrics[syntr]": result("metrics", "syntr", "other")}
+    assert stage_cache_key("report", report_params(cfg, changed, failed, ingested, [])) not in keys

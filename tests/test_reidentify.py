@@ -62,7 +62,7 @@ def test_verbatim_timelines_are_reidentified(sim: tuple[str, pd.DataFrame]) -> N
     res = reidentify(path, syn, chunk_rows=3_000)
     s = res.summary
     assert s["accuracy"] == 1.0 and s["candidate_recall"] == 1.0 and s["n_timelines_no_candidates"] == 0
-    assert s["n_history_users"] == 300 and s["n_history_posts"] == 20_000 and s["baseline"] == 1 / 300
+    assert s["n_history_users"] == 300 and s["n_history_posts"] == 20_000 and s["chance"] == 1 / 300
     assert math.isclose(s["s_curve_threshold"], (1 / 16) ** (1 / 8))
     per = res.per_timeline
     assert len(per) == 20 and (per["predicted_author"] == per["author_id"]).all() and per["n_posts"].sum() == 600
@@ -164,10 +164,10 @@ def test_empty_history(tmp_path: Path) -> None:
     pq.write_table(pa.table({"author_id": pa.array([], pa.string()), "text": pa.array([], pa.string())}), path)
     for hist in (empty, str(path)):
         s = reidentify(hist, syn).summary
-        assert s["accuracy"] == 0.0 and math.isnan(s["baseline"]) and "empty" in s["reason"]
+        assert s["accuracy"] == 0.0 and math.isnan(s["chance"]) and "empty" in s["reason"]
         assert s["n_timelines_no_candidates"] == 2 and s["n_history_users"] == 0
     signed = sign_histories(path, tmp_path / "signed.parquet")
-    assert math.isnan(reidentify_signed(signed, syn).summary["baseline"])
+    assert math.isnan(reidentify_signed(signed, syn).summary["chance"])
 
 
 def test_bad_inputs(tmp_path: Path) -> None:

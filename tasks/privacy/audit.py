@@ -171,7 +171,7 @@ def reidentification_rows(summary: dict, strategy: str, variant: str, signature:
                  **how, epsilon=eps),
             _row(strategy, variant, "reid_candidate_recall", float(summary.get("candidate_recall", np.nan)), n,
                  signature, reason, **how, epsilon=eps),
-            _row("chance", "", "reid_accuracy", float(summary.get("baseline", np.nan)), n, signature,
+            _row("chance", "", "reid_accuracy", float(summary.get("chance", np.nan)), n, signature,
                  reason if reason else None, **how)]
 
 

@@ -22,7 +22,7 @@ threshold near (1/b)^(1/r) = (1/16)^(1/8) ~= 0.71 ("near duplicates"); J=0.5 is 
 per post, J=0.9 with p ~= 1. ``bands*rows`` may be less than k (the first bands*rows values are banded;
 all k are used by the Jaccard filter).
 
-Report. ``accuracy`` = share of timelines attributed to their true author; ``baseline`` = 1/N, N the
+Report. ``accuracy`` = share of timelines attributed to their true author; ``chance`` = 1/N, N the
 number of distinct history authors (nan with a ``reason`` when the history is empty);
 ``candidate_recall`` = share of synthetic posts whose true author is among their candidate authors;
 ``n_timelines_no_candidates``; plus the attribution output every attack shares
@@ -85,7 +85,7 @@ class LSHParams:
 
 @dataclass
 class ReidResult:
-    """Per-timeline attributions and the summary (accuracy, baseline, recall, counts, parameters)."""
+    """Per-timeline attributions and the summary (accuracy, chance, recall, counts, parameters)."""
 
     per_timeline: pd.DataFrame
     summary: dict[str, Any]
@@ -361,7 +361,6 @@ def attribute(index: SyntheticIndex, votes: _Votes, jaccard_threshold: float | N
         "n_correct": int(per["correct"].sum()),
         "n_history_users": int(n_users),
         "n_history_posts": int(votes.n_posts),
-        "baseline": 1.0 / n_users if n_users else math.nan,
         "n_synthetic_posts": int(index.n_posts),
         "candidate_recall": len(recall_posts) / index.n_posts if index.n_posts else math.nan,
         "n_timelines_no_candidates": int((per["n_candidate_authors"] == 0).sum()),
