@@ -11,11 +11,13 @@ child profiles the histories once and attacks every strength with those profiles
 for every strategy); its time per attack is the profiling plus one strength's attack. numba kernels are
 cached on disk, so compilation is not timed after the first run.
 
-Reference, measured in the same run: scikit-learn ``TfidfVectorizer(analyzer="char", ngram_range=(2, 4),
-sublinear_tf=True, lowercase=False)`` fitted on a subsample of the history posts, author centroids and
-cosine with the timeline centroids; its time per history post is extrapolated linearly to the full
-history and divided by the stylometric attack's time. On the same subsample the sketch's cosines are
-compared with the exact mode's (mean and max absolute error, top-1 agreement).
+Reference, measured in the same run: scikit-learn's ``TfidfVectorizer`` over the same features
+(character 2-4-grams and word 1-2-grams, sublinear TF, smooth IDF: ``reference_vectorizer``) fitted on a
+subsample of the history posts, author centroids and cosine with the timeline centroids; its time per
+history post is extrapolated linearly to the full history and divided by the stylometric attack's time.
+On the same subsample the sketch's cosines are compared with the exact mode's (mean and max absolute
+error, top-1 agreement), and document frequencies from a sample at the full run's sampling rate with
+those from every post.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from tasks.privacy.reidentify import reidentify
 from tasks.privacy.stylometric import (
     StyloParams,
     profile_histories,
+    reference_vectorizer,
     similarity,
     stylometric_attack,
     timeline_profiles,
@@ -83,15 +86,13 @@ def run_child(attack: str, setting: str, hist: str, syn_paths: dict[float, str],
     return out
 
 
-def sklearn_reference(hist: str, syn: pd.DataFrame, sample: int, stylo: dict) -> dict:
+def sklearn_reference(hist: str, syn: pd.DataFrame, sample: int, stylo: dict, n_posts: int) -> dict:
     """Seconds per history post of the scikit-learn attack on the first ``sample`` posts, and the
     sketch's error against the exact mode there."""
-    from sklearn.feature_extraction.text import TfidfVectorizer
-
     table = next(pq.ParquetFile(hist).iter_batches(batch_size=sample, columns=["author_id", "text"])).to_pandas()
+    params = StyloParams(**stylo)
     t0 = time.perf_counter()
-    vec = TfidfVectorizer(analyzer="char", ngram_range=(stylo["ngram_min"], stylo["ngram_max"]), sublinear_tf=True,
-                          lowercase=False)
+    vec = reference_vectorizer(params)
     x = vec.fit_transform(table["text"])
     codes, authors = pd.factorize(table["author_id"])
     import scipy.sparse as sp
@@ -106,12 +107,18 @@ def sklearn_reference(hist: str, syn: pd.DataFrame, sample: int, stylo: dict) ->
     cosine_similarity(t, a)
     per_post = (time.perf_counter() - t0) / len(table)
     exact = profile_histories(table, StyloParams(**{**stylo, "mode": "exact"}))
-    sketch = profile_histories(table, StyloParams(**stylo))
+    sketch = profile_histories(table, StyloParams(**{**stylo, "df_sample": len(table)}))
     ref = similarity(timeline_profiles(exact, syn)[0], exact)
     got = similarity(timeline_profiles(sketch, syn)[0], sketch)
     err = np.abs(got - ref)
+    # document frequencies from a sample at the full run's sampling rate, against all of them
+    rate = min(1.0, params.df_sample / n_posts)
+    sampled = profile_histories(table, StyloParams(**{**stylo, "df_sample": max(1, int(len(table) * rate))}))
+    got_sampled = similarity(timeline_profiles(sampled, syn)[0], sampled)
+    err_df = np.abs(got_sampled - got)
     return {"per_post": per_post, "n": len(table), "err_mean": float(err.mean()), "err_max": float(err.max()),
-            "top1": float((got.argmax(1) == ref.argmax(1)).mean())}
+            "top1": float((got.argmax(1) == ref.argmax(1)).mean()), "df_rate": rate,
+            "df_err_mean": float(err_df.mean()), "df_top1": float((got_sampled.argmax(1) == got.argmax(1)).mean())}
 
 
 def public_corpora(data_dir: Path) -> None:
@@ -153,6 +160,9 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", default=["full", "disjoint"], choices=["full", "disjoint"])
     ap.add_argument("--width", type=int, default=4096, help="stylometric count-sketch width")
     ap.add_argument("--hash-bits", type=int, default=20, help="stylometric document-frequency buckets (log2)")
+    ap.add_argument("--df-sample", type=int, default=StyloParams.df_sample,
+                    help="stylometric: posts the document frequencies are estimated from")
+    ap.add_argument("--no-words", dest="words", action="store_false", help="stylometric: character n-grams only")
     ap.add_argument("--sklearn-sample", type=int, default=None, help="history posts for the scikit-learn reference")
     ap.add_argument("--public", default=None, metavar="DATA_DIR",
                     help="also run every attack on the shipped debates and conventions corpora in DATA_DIR")
@@ -164,7 +174,9 @@ def main() -> None:
     if args.scale:
         n_users, n_posts = int(n_users * args.scale), int(n_posts * args.scale)
     sample = args.sklearn_sample or (100_000 if args.full else 20_000)
-    stylo = {"ngram_min": 2, "ngram_max": 4, "width": args.width, "hash_bits": args.hash_bits}
+    stylo = {"width": args.width, "hash_bits": args.hash_bits, "df_sample": args.df_sample,
+             "word_max": 2 if args.words else 0}
+    features = StyloParams(**stylo).features
     data = Path(args.data_dir)
     data.mkdir(parents=True, exist_ok=True)
     hist = str(data / f"histories_{n_users}_{n_posts}_s0_v2.parquet")
@@ -186,13 +198,14 @@ def main() -> None:
         for setting in args.settings:
             out, rss = run_child(attack, setting, hist, syn_paths, stylo)
             rows += [(attack, setting, strength, wall, prof, rss, s) for strength, wall, prof, s in out]
-    ref = sklearn_reference(hist, pd.read_parquet(syn_paths[args.strengths[0]]), sample, stylo)
+    ref = sklearn_reference(hist, pd.read_parquet(syn_paths[args.strengths[0]]), sample, stylo, n_posts)
     load_after = os.getloadavg()
 
     sk_full = ref["per_post"] * n_posts
     print(f"\nre-identification: {n_posts:,} history posts of {n_users:,} users, {n_syn:,} synthetic posts in "
-          f"{n_tl} timelines; stylometric char {stylo['ngram_min']}-{stylo['ngram_max']}-grams, sketch width "
-          f"{args.width}, 2^{args.hash_bits} IDF buckets; minhash k=128, 16x8 bands")
+          f"{n_tl} timelines; stylometric {features} n-grams, sketch width "
+          f"{args.width}, 2^{args.hash_bits} IDF buckets, IDF from {min(n_posts, args.df_sample):,} posts; "
+          "minhash k=128, 16x8 bands")
     print(f"load average (1/5/15 min) before {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}, after "
           f"{load_after[0]:.1f}/{load_after[1]:.1f}/{load_after[2]:.1f} on {os.cpu_count()} cores "
           "(the machine is shared with other agents: wall times are inflated by their load)")
@@ -209,11 +222,13 @@ def main() -> None:
     print(f"\nscikit-learn reference on {ref['n']:,} posts: {ref['per_post'] * 1e6:.0f} us per history post, "
           f"extrapolated to {n_posts:,} posts: {sk_full:.0f} s (single process; its memory grows with the "
           f"vocabulary x posts); stylometric sketch vs exact cosine on that sample: mean |err| "
-          f"{ref['err_mean']:.4f}, max {ref['err_max']:.4f}, top-1 agreement {ref['top1']:.3f}")
+          f"{ref['err_mean']:.4f}, max {ref['err_max']:.4f}, top-1 agreement {ref['top1']:.3f}; IDF from "
+          f"{ref['df_rate']:.1%} of the posts vs all: mean |err| {ref['df_err_mean']:.4f}, top-1 agreement "
+          f"{ref['df_top1']:.3f}")
     worst = max(rows, key=lambda r: r[3])
     print(f"RESULT scale_posts={n_posts} users={n_users} timelines={n_tl} "
           f"slowest_attack_s={worst[3]:.1f} slowest={worst[0]}/{worst[1]} peak_rss_gb={max(r[5] for r in rows):.2f} "
-          f"sklearn_ratio={ratio:.1f} sketch_err_mean={ref['err_mean']:.4f} "
+          f"sklearn_ratio={ratio:.1f} sketch_err_mean={ref['err_mean']:.4f} df_sample_top1={ref['df_top1']:.3f} "
           + " ".join(f"acc_{a}_{st}_{s_:g}={x['accuracy_at_1']:.3f}" for a, st, s_, _, _, _, x in rows)
           + f" load1={load_after[0]:.1f}")
 

@@ -258,7 +258,7 @@ def sign_adversary_histories(histories: ArtifactRef, place: RunPlace, options: R
     Written under the local cache folder (the signer streams to a local file), named by the content
     fingerprint of the histories and the LSH parameters."""
     frame = place.store().read_table(histories)
-    frame = frame.loc[frame["author_id"].notna(), ["author_id", "text"]]
+    frame = frame.loc[frame["author_id"].notna(), [c for c in ("author_id", "text", "doc_id") if c in frame.columns]]
     lsh = options.lsh()
     out = place.writer("sign-histories")
     name = f"{histories.fingerprint[:16]}-{fingerprint_config(lsh)[:12]}"
@@ -274,8 +274,8 @@ def reidentify(signed: ArtifactRef, histories: ArtifactRef, shards: list[Artifac
     """Every configured re-identification attack (MinHash near-duplicates, stylometric author profiles,
     embeddings) under every adversary setting (full: the histories hold the rewritten originals; disjoint:
     only the users' other posts) against one strategy's synthetic timelines: one row set per (attack,
-    adversary), so the verdicts can take the worst case. MinHash in the full setting reuses the signed
-    histories."""
+    adversary), so the verdicts can take the worst case. MinHash reuses the signed histories in both
+    settings (disjoint skips the signed rows of the rewritten documents)."""
     from tasks.privacy.attacks import minhash_signature, run_attacks
     from tasks.privacy.reidentify import LSHParams
 
@@ -288,10 +288,11 @@ def reidentify(signed: ArtifactRef, histories: ArtifactRef, shards: list[Artifac
         results = []
         for attack in options.attacks:
             for adversary in options.adversaries:
-                if attack == "minhash" and adversary == "full":
-                    result = reidentify_signed(signed.path, timelines, jaccard_threshold=options.jaccard_threshold)
+                if attack == "minhash":
+                    result = reidentify_signed(signed.path, timelines, jaccard_threshold=options.jaccard_threshold,
+                                               setting=adversary)
                     params = LSHParams(**{k: v for k, v in lsh.items() if k in LSHParams.__dataclass_fields__})
-                    result.summary.update(attack="minhash", adversary="full",
+                    result.summary.update(attack="minhash", adversary=adversary,
                                           signature=minhash_signature(params, options.jaccard_threshold))
                     results.append(result)
                     continue

@@ -92,6 +92,25 @@ def test_signed_histories_are_reused(sim: tuple[str, pd.DataFrame], tmp_path: Pa
         reidentify_signed(bare, syn, jaccard_threshold=0.4)
 
 
+def test_signed_histories_serve_the_disjoint_adversary(sim: tuple[str, pd.DataFrame], tmp_path: Path) -> None:
+    """The signed histories keep doc_id, so the disjoint setting skips the rewritten documents' rows and
+    equals streaming the histories without them; histories signed without doc_id say so."""
+    path, syn = sim
+    signed = sign_histories(path, tmp_path / "signed.parquet", chunk_rows=4_000)
+    ref, got = reidentify(path, syn, setting="disjoint"), reidentify_signed(signed, syn, setting="disjoint")
+    pd.testing.assert_frame_equal(ref.per_timeline, got.per_timeline)
+    assert ref.summary == got.summary and got.summary["adversary"] == "disjoint"
+    assert got.summary["n_history_posts"] == 20_000 - len(syn)
+    full = reidentify_signed(signed, syn)
+    assert full.summary["accuracy"] > got.summary["accuracy"]  # the near-duplicates were the evidence
+    nameless = pq.read_table(path).drop(["doc_id"])
+    pq.write_table(nameless, tmp_path / "nameless.parquet")
+    unnamed = sign_histories(str(tmp_path / "nameless.parquet"), tmp_path / "unnamed.parquet")
+    assert reidentify_signed(unnamed, syn).summary == full.summary
+    with pytest.raises(InputError, match="disjoint setting needs doc_id"):
+        reidentify_signed(unnamed, syn, setting="disjoint")
+
+
 def _shards(path: str, tmp_path: Path, n: int) -> list[str]:
     table = pq.read_table(path)
     bounds = np.linspace(0, table.num_rows, n + 1).astype(int)

@@ -10,7 +10,6 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
-from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics.pairwise import cosine_similarity
 
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
@@ -22,6 +21,7 @@ from tasks.privacy.stylometric import (
     StyloParams,
     profile_histories,
     profile_histories_dask,
+    reference_vectorizer,
     reidentify_stylometric,
     similarity,
     stylometric_attack,
@@ -31,10 +31,9 @@ from tasks.privacy.stylometric import (
 DEBATES = Path(__file__).resolve().parent.parent / "data" / "debates.parquet"
 
 
-def sklearn_reference(hist: pd.DataFrame, syn: pd.DataFrame, ngram_range: tuple[int, int],
-                      lowercase: bool) -> tuple[np.ndarray, list, list]:
+def sklearn_reference(hist: pd.DataFrame, syn: pd.DataFrame, params: StyloParams) -> tuple[np.ndarray, list, list]:
     """The 15-line attack: TF-IDF over history posts, author and timeline centroids, cosine."""
-    vec = TfidfVectorizer(analyzer="char", ngram_range=ngram_range, sublinear_tf=True, lowercase=lowercase)
+    vec = reference_vectorizer(params)
     x = vec.fit_transform(hist["text"])
     authors = list(dict.fromkeys(hist["author_id"]))
     a = np.vstack([np.asarray(x[(hist["author_id"] == au).to_numpy()].mean(axis=0)) for au in authors])
@@ -55,14 +54,16 @@ def debates() -> tuple[pd.DataFrame, pd.DataFrame]:
     return corpus[["doc_id", "author_id", "text"]], attack_timelines(released)
 
 
-@pytest.mark.parametrize(("ngram_range", "lowercase"), [((2, 4), False), ((3, 3), True)])
-def test_exact_mode_equals_scikit_learn_on_debates(debates, ngram_range, lowercase) -> None:
+@pytest.mark.parametrize(("ngram_range", "words", "lowercase"),
+                         [((2, 4), (1, 2), False), ((3, 3), (0, 0), True), ((2, 2), (2, 3), True)])
+def test_exact_mode_equals_scikit_learn_on_debates(debates, ngram_range, words, lowercase) -> None:
     hist, syn = debates
-    params = StyloParams(ngram_min=ngram_range[0], ngram_max=ngram_range[1], lowercase=lowercase, mode="exact")
+    params = StyloParams(ngram_min=ngram_range[0], ngram_max=ngram_range[1], word_min=words[0], word_max=words[1],
+                         lowercase=lowercase, mode="exact")
     for setting in ("full", "disjoint"):
         held = held_out_doc_ids(syn, setting)
         visible = hist if held is None else hist[~hist["doc_id"].isin(held)]
-        ref, groups, authors = sklearn_reference(visible, syn, ngram_range, lowercase)
+        ref, groups, authors = sklearn_reference(visible, syn, params)
         profiles = profile_histories(hist, params, held_out=held)
         timelines, got_groups, _, _ = timeline_profiles(profiles, syn)
         got = similarity(timelines, profiles)
@@ -165,3 +166,53 @@ def test_edge_cases_lose_nothing() -> None:
         reidentify_stylometric(hist, syn.assign(group_id="g"))
     with pytest.raises(ValueError, match="power of two"):
         StyloParams(width=1000)
+
+
+def test_exact_mode_equals_scikit_learn_on_mixed_scripts() -> None:
+    """Word tokens follow Python's \\w on any script (Cyrillic, CJK, Arabic, digits, underscore), emoji
+    and punctuation are characters only, as in scikit-learn."""
+    texts = ["Привет, мир! как дела_2024?", "東京タワー は 高い 東京 です", "مرحبا بالعالم 123 !!", "ok 👍 ok…  fine",
+             "Ünïcödé wörds   and  ÉCOLE", "a b c d e", "x_y z9 ٣٤ 𝔘𝔫𝔦", "Привет мир", "東京 です", "fine ok 👍"]
+    hist = pd.DataFrame({"doc_id": [f"d{i}" for i in range(len(texts))], "author_id": [f"u{i % 4}" for i in range(len(texts))],
+                         "text": texts})
+    syn = pd.DataFrame({"group_id": ["g0", "g0", "g1", "g2"], "author_id": ["u0", "u0", "u1", "u2"],
+                        "text": ["Привет мир ok", "дела_2024 東京", "مرحبا 123", "wörds ÉCOLE 👍"]})
+    params = StyloParams(mode="exact", word_min=1, word_max=2)
+    ref, groups, authors = sklearn_reference(hist, syn, params)
+    profiles = profile_histories(hist, params)
+    timelines, got_groups, _, _ = timeline_profiles(profiles, syn)
+    got = similarity(timelines, profiles)
+    assert list(profiles.authors) == authors and list(got_groups) == groups
+    np.testing.assert_allclose(got, ref, rtol=0, atol=1e-12)
+
+
+def test_sampled_document_frequencies_hold_the_ranking(sim) -> None:
+    """At the article's scale document frequencies come from a hashed sample of the posts; on a tenth of
+    the posts the attack keeps its ranking and the cosines move little."""
+    path, syn = sim
+    full = profile_histories(path, StyloParams(width=1024, hash_bits=18))
+    part = profile_histories(path, StyloParams(width=1024, hash_bits=18, df_sample=3_000))
+    assert part.n_posts == full.n_posts == 30_000
+    a = similarity(timeline_profiles(full, syn)[0], full)
+    b = similarity(timeline_profiles(part, syn)[0], part)
+    assert np.abs(a - b).mean() < 0.02 and (a.argmax(1) == b.argmax(1)).mean() >= 0.9
+    assert not np.array_equal(full.idf, part.idf)  # the sample really is a sample
+
+
+def test_histories_are_profiled_once_per_setting(sim, monkeypatch) -> None:
+    """Every strategy of a run attacks the same histories: the profiles are computed once per (file,
+    parameters, held-out documents) and reused; another setting or changed parameters profile again."""
+    import tasks.privacy.stylometric as stylometric
+    from tasks.privacy.attacks import run_attacks
+
+    path, syn = sim
+    calls = []
+    real = stylometric.profile_histories
+    monkeypatch.setattr(stylometric, "profile_histories", lambda *a, **k: calls.append(k.get("held_out")) or real(*a, **k))
+    first = run_attacks(path, syn, attack="stylometric", setting="both", stylometric={"width": 1024, "hash_bits": 18})
+    again = run_attacks(path, syn.assign(text=syn["text"].str.upper()), attack="stylometric", setting="both",
+                        stylometric={"width": 1024, "hash_bits": 18})
+    assert len(calls) == 2 and calls[0] is None and len(calls[1]) == len(syn)  # full, then disjoint: once each
+    assert [r.summary["adversary"] for r in first] == [r.summary["adversary"] for r in again] == ["full", "disjoint"]
+    run_attacks(path, syn, attack="stylometric", setting="full", stylometric={"width": 2048, "hash_bits": 18})
+    assert len(calls) == 3

@@ -2,13 +2,18 @@
 case a privacy verdict must use.
 
 Attacks: ``minhash`` (near-duplicate posts, :mod:`tasks.privacy.reidentify`), ``stylometric``
-(character n-gram author profiles, :mod:`tasks.privacy.stylometric`), ``embedding`` (mean sentence
+(character and word n-gram author profiles, :mod:`tasks.privacy.stylometric`; the histories are
+profiled once per process for each setting and reused by every strategy, :func:`history_profiles`), ``embedding`` (mean sentence
 embeddings, :mod:`tasks.privacy.embedding_attack`; a GPU attack, in ``all`` only when CUDA is present).
 Settings: ``full`` and ``disjoint`` (:mod:`tasks.privacy.attribution`).
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -54,12 +59,40 @@ def minhash_signature(params: LSHParams, jaccard_threshold: float | None) -> str
     return make_signature("reid_minhash", **asdict(params), jaccard=jaccard_threshold)
 
 
+_PROFILES: OrderedDict[tuple, Any] = OrderedDict()
+_PROFILES_LOCK = threading.Lock()
+_PROFILES_KEPT = 2  # full and disjoint: every strategy of a run attacks the same two
+
+
+def history_profiles(histories: HistorySource, params: Any, held_out: frozenset[str] | None) -> Any:
+    """The stylometric profiles of a history file, computed once per process for each (file contents,
+    parameters, held-out documents) and reused by every strategy and variant of a run. DataFrames are not
+    remembered."""
+    from tasks.privacy.stylometric import profile_histories
+
+    if isinstance(histories, pd.DataFrame):
+        return profile_histories(histories, params, held_out=held_out)
+    path = os.fspath(histories)
+    stat = os.stat(path)
+    held = hashlib.sha256("\n".join(sorted(held_out)).encode()).hexdigest() if held_out is not None else None
+    key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns, params, held)
+    with _PROFILES_LOCK:  # one thread profiles; the others wait for its result instead of redoing it
+        if key in _PROFILES:
+            _PROFILES.move_to_end(key)
+            return _PROFILES[key]
+        profiles = profile_histories(path, params, held_out=held_out)
+        _PROFILES[key] = profiles
+        while len(_PROFILES) > _PROFILES_KEPT:
+            _PROFILES.popitem(last=False)
+        return profiles
+
+
 def run_attacks(histories: HistorySource, synthetic: pd.DataFrame, *, attack: str = "all", setting: str = "both",
                 minhash: dict[str, Any] | None = None, stylometric: dict[str, Any] | None = None,
                 embedding: dict[str, Any] | None = None) -> list[ReidResult]:
     """One result per (attack, setting); each summary names its ``attack``, ``adversary`` and signature."""
     from tasks.privacy.attribution import held_out_doc_ids
-    from tasks.privacy.stylometric import StyloParams, profile_histories, stylometric_attack
+    from tasks.privacy.stylometric import StyloParams, stylometric_attack
 
     names, settings = attack_names(attack), setting_names(setting)
     mh = dict(minhash or {})
@@ -72,8 +105,8 @@ def run_attacks(histories: HistorySource, synthetic: pd.DataFrame, *, attack: st
                 res.summary["signature"] = minhash_signature(lsh, mh.get("jaccard_threshold"))
             elif name == "stylometric":
                 params = StyloParams(**(stylometric or {}))
-                profiles = profile_histories(histories, params, held_out=held_out_doc_ids(synthetic, adv))
-                res = stylometric_attack(profiles, synthetic, adv)
+                res = stylometric_attack(history_profiles(histories, params, held_out_doc_ids(synthetic, adv)),
+                                         synthetic, adv)
             else:
                 from tasks.privacy.embedding_attack import reidentify_embedding
 

@@ -244,11 +244,20 @@ def _batch_pairs(index: SyntheticIndex, authors: pa.Array, keys: np.ndarray, his
     return pd.DataFrame({"post": posts, "author": author}).drop_duplicates()
 
 
-def text_batches(source: HistorySource, chunk_rows: int,
-                 held_out: frozenset[str] | None = None) -> Iterator[pa.RecordBatch]:
-    """(author_id, text) batches of a history parquet file or DataFrame, without the documents whose
-    ``doc_id`` is in ``held_out`` (the disjoint adversary's view; needs a doc_id column)."""
-    columns = ["author_id", "text"] + (["doc_id"] if held_out is not None else [])
+def has_doc_ids(source: HistorySource) -> bool:
+    """Whether a history source names its documents (what the disjoint setting holds out by)."""
+    if isinstance(source, pd.DataFrame):
+        return "doc_id" in source.columns
+    path = os.fspath(source)
+    return Path(path).exists() and "doc_id" in pq.ParquetFile(path).schema_arrow.names
+
+
+def text_batches(source: HistorySource, chunk_rows: int, held_out: frozenset[str] | None = None, *,
+                 keep_doc_id: bool = False) -> Iterator[pa.RecordBatch]:
+    """(author_id, text[, doc_id when ``keep_doc_id``]) batches of a history parquet file or DataFrame,
+    without the documents whose ``doc_id`` is in ``held_out`` (the disjoint adversary's view; needs a
+    doc_id column)."""
+    columns = ["author_id", "text"] + (["doc_id"] if held_out is not None or keep_doc_id else [])
     if isinstance(source, pd.DataFrame):
         _check_columns(source, columns, "history data")
         df = source[columns]
@@ -268,12 +277,16 @@ def text_batches(source: HistorySource, chunk_rows: int,
     if held_out is None:
         yield from batches
         return
-    drop = pa.array(sorted(held_out), pa.string())
     for batch in batches:
-        doc = batch.column("doc_id")
-        keep = pc.invert(pc.fill_null(pc.is_in(pc.cast(doc, pa.string()), drop), False))
-        yield pa.RecordBatch.from_arrays([batch.column("author_id"), batch.column("text")],
-                                         names=["author_id", "text"]).filter(keep)
+        kept = batch if keep_doc_id else pa.RecordBatch.from_arrays([batch.column("author_id"), batch.column("text")],
+                                                                    names=["author_id", "text"])
+        yield kept.filter(_not_held_out(batch.column("doc_id"), held_out))
+
+
+def _not_held_out(doc: pa.Array, held_out: frozenset[str]) -> pa.Array:
+    """Mask of the rows whose doc_id is not held out (a null doc_id is never held out)."""
+    drop = pa.array(sorted(held_out), pa.string())
+    return pc.invert(pc.fill_null(pc.is_in(pc.cast(doc, pa.string()), drop), False))
 
 
 def _as_text(col: pa.Array) -> pa.Array:
@@ -425,12 +438,15 @@ def sign_histories(histories: HistorySource, out_path: str | os.PathLike, *, n: 
     fields = [pa.field("author_id", pa.string()), pa.field("band_keys", pa.list_(pa.uint64(), bands))]
     if with_signatures:
         fields.append(pa.field("signature", pa.list_(pa.uint32(), k)))
+    with_doc_ids = has_doc_ids(histories)
+    if with_doc_ids:  # so the disjoint setting can hold documents out of the signed histories
+        fields.append(pa.field("doc_id", pa.string()))
     meta = {**asdict(params), "with_signatures": with_signatures}
     schema = pa.schema(fields, metadata={_META_KEY: json.dumps(meta).encode()})
     author_type: pa.DataType | None = None
     writer: pq.ParquetWriter | None = None
     try:
-        for batch in text_batches(histories, chunk_rows):
+        for batch in text_batches(histories, chunk_rows, keep_doc_id=with_doc_ids):
             author = batch.column("author_id")
             if author_type is None:
                 author_type = author.type if not pa.types.is_null(author.type) else pa.string()
@@ -441,6 +457,8 @@ def sign_histories(histories: HistorySource, out_path: str | os.PathLike, *, n: 
             cols = [author.cast(author_type), pa.FixedSizeListArray.from_arrays(pa.array(keys.ravel()), bands)]
             if with_signatures:
                 cols.append(pa.FixedSizeListArray.from_arrays(pa.array(sig.ravel()), k))
+            if with_doc_ids:
+                cols.append(pc.cast(batch.column("doc_id"), pa.string()))
             writer.write_batch(pa.record_batch(cols, schema=schema))  # type: ignore[union-attr]
         if writer is None:
             writer = pq.ParquetWriter(tmp, schema)
@@ -463,7 +481,7 @@ def signed_params(signed_path: str | os.PathLike) -> tuple[LSHParams, bool]:
 
 
 def _signed_votes(signed_path: str | os.PathLike, index: SyntheticIndex, *, jaccard_threshold: float | None,
-                  chunk_rows: int) -> _Votes:
+                  chunk_rows: int, held_out: frozenset[str] | None = None) -> _Votes:
     params, with_sig = signed_params(signed_path)
     if params != index.params:
         raise InputError(f"signature artifact made with {params}, index with {index.params}",
@@ -472,8 +490,15 @@ def _signed_votes(signed_path: str | os.PathLike, index: SyntheticIndex, *, jacc
         raise InputError("the Jaccard filter needs signatures: sign with with_signatures=True",
                          file=os.fspath(signed_path))
     cols = ["author_id", "band_keys"] + (["signature"] if jaccard_threshold is not None else [])
+    if held_out is not None:
+        if "doc_id" not in pq.read_schema(os.fspath(signed_path)).names:
+            raise InputError("the disjoint setting needs doc_id in the histories; sign them again with doc_id",
+                             file=os.fspath(signed_path))
+        cols.append("doc_id")
     parts, authors, n_posts = [], set(), 0
     for batch in pq.ParquetFile(os.fspath(signed_path)).iter_batches(batch_size=chunk_rows, columns=cols):
+        if held_out is not None:
+            batch = batch.filter(_not_held_out(batch.column("doc_id"), held_out))
         kcol = batch.column("band_keys")
         keys = kcol.flatten().to_numpy().reshape(-1, params.bands)
 
@@ -490,12 +515,15 @@ def _signed_votes(signed_path: str | os.PathLike, index: SyntheticIndex, *, jacc
 
 
 def reidentify_signed(signed_path: str | os.PathLike, synthetic: pd.DataFrame, *,
-                      jaccard_threshold: float | None = None, chunk_rows: int = 1_000_000) -> ReidResult:
-    """The attack against histories signed by :func:`sign_histories` (parameters come from the artifact)."""
+                      jaccard_threshold: float | None = None, chunk_rows: int = 1_000_000,
+                      setting: Setting = "full") -> ReidResult:
+    """The attack against histories signed by :func:`sign_histories` (parameters come from the artifact);
+    ``disjoint`` skips the signed rows of the synthetic posts' source documents, as :func:`reidentify` does."""
     params, _ = signed_params(signed_path)
     index = build_index(synthetic, params, with_signatures=jaccard_threshold is not None)
-    return attribute(index, _signed_votes(signed_path, index, jaccard_threshold=jaccard_threshold,
-                                          chunk_rows=chunk_rows), jaccard_threshold)
+    votes = _signed_votes(signed_path, index, jaccard_threshold=jaccard_threshold, chunk_rows=chunk_rows,
+                          held_out=held_out_doc_ids(synthetic, setting))
+    return attribute(index, votes, jaccard_threshold, setting)
 
 
 def reidentify_dask(client: Any, history_shards: Sequence[HistorySource], synthetic: pd.DataFrame, *, n: int = 3,

@@ -1,5 +1,5 @@
-"""Stylometric re-identification: character n-gram author profiles, compared by cosine with each
-synthetic timeline's profile.
+"""Stylometric re-identification: character and word n-gram author profiles, compared by cosine with
+each synthetic timeline's profile.
 
 Follows authorship attribution with character n-grams (Keselj et al. 2003, "N-gram-based author
 profiles for authorship attribution"; Stamatatos 2009, "A survey of modern authorship attribution
@@ -7,9 +7,11 @@ methods"; the stylometric linkage attacks of seed 000 §5.3.2): an author's habi
 punctuation, favourite words) survive a rewrite that changes the words, and they are in the users'
 other posts, which is what a realistic adversary holds (the ``disjoint`` setting).
 
-Definition (the scikit-learn reference, ``exact`` mode reproduces it): every history post is a
-document; its features are the character n-grams of ``ngram_range`` of its text (lowercased when
-``lowercase``; runs of two or more whitespace characters replaced by one space; no padding), weighted by
+Definition (the scikit-learn reference :func:`reference_vectorizer`, ``exact`` mode reproduces it): every
+history post is a document; its features are the character n-grams of ``ngram_min..ngram_max`` of its text
+(lowercased when ``lowercase``; runs of two or more whitespace characters replaced by one space; no
+padding) and its word n-grams of ``word_min..word_max`` (scikit-learn's tokens: runs of two or more ``\\w``
+characters of any script, joined by one space; none when ``word_max`` is 0), weighted by
 sublinear TF ``1 + ln(count)`` times the smooth IDF of the histories ``ln((1 + n) / (1 + df)) + 1`` and
 L2-normalised (``TfidfVectorizer(analyzer="char", ngram_range, sublinear_tf=True, lowercase)``). An
 author's profile is the mean of its posts' vectors; a timeline's profile the mean of its posts'
@@ -31,6 +33,12 @@ Modes:
   4 B x width per author (37.9k authors x 4096: 0.62 GB). The measured error against ``exact`` is
   tested (``tests/test_stylometric.py``) and printed by ``benchmarks/reidentify.py``.
 
+Above ``df_sample`` posts pass 1 counts document frequencies on the posts whose text hash is 0 modulo
+``ceil(posts / df_sample)`` only (the same posts whichever shard holds them) and scales them up
+(:func:`estimated_idf`), so pass 1 costs a tenth of pass 2 at the article's scale; the cosines moved by
+~0.003 and the top-1 author stayed the same for >= 0.99 of the timelines at that sampling rate (printed
+by ``benchmarks/reidentify.py``; tested on a tenth).
+
 Histories are profiled once (:func:`profile_histories`, or :func:`profile_histories_dask` over shards,
 which sums per-shard document frequencies and per-shard author sketches) and the profiles are reused by
 every strategy's :func:`stylometric_attack`.
@@ -38,7 +46,9 @@ every strategy's :func:`stylometric_attack`.
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
@@ -48,6 +58,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from tasks.errors import InputError
@@ -67,15 +78,23 @@ class StyloParams:
 
     ngram_min: int = 2
     ngram_max: int = 4
+    word_min: int = 1        # word n-grams (scikit-learn's word tokens); word_max 0 = characters only
+    word_max: int = 2
     lowercase: bool = False  # casing is style; scikit-learn's default is True
     mode: Mode = "sketch"
-    hash_bits: int = 20      # sketch: document-frequency buckets (2**20 x 8 B = 8 MB of IDF)
+    hash_bits: int = 20      # sketch: document-frequency buckets (2**20 x 4 B = 4 MB of IDF)
     width: int = 4096        # sketch: signed buckets per profile (power of two)
+    df_sample: int = 1_000_000  # sketch: posts the document frequencies are estimated from (all, when fewer)
     seed: int = 1
 
     def __post_init__(self) -> None:
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"need 1 <= ngram_min <= ngram_max; got ({self.ngram_min}, {self.ngram_max})")
+        if self.word_max and not 1 <= self.word_min <= self.word_max <= 4:
+            raise ValueError(f"need 1 <= word_min <= word_max <= 4 (or word_max 0); got ({self.word_min}, "
+                             f"{self.word_max})")
+        if self.df_sample < 1:
+            raise ValueError(f"df_sample must be >= 1; got {self.df_sample}")
         if self.mode not in ("exact", "sketch"):
             raise ValueError(f"mode must be 'exact' or 'sketch'; got {self.mode!r}")
         if self.width < 2 or self.width & (self.width - 1):
@@ -86,11 +105,22 @@ class StyloParams:
     @property
     def signature(self) -> str:
         sketch = self.mode == "sketch"
-        return make_signature("reid_stylometric", features=f"char{self.ngram_min}-{self.ngram_max}",
+        return make_signature("reid_stylometric", features=self.features,
                               tf="sublinear", idf="smooth-histories", norm="l2", profile="mean", sim="cosine",
                               lowercase=self.lowercase, mode=self.mode,
                               buckets=f"2^{self.hash_bits}" if sketch else None,
-                              width=self.width if sketch else None, seed=self.seed if sketch else None)
+                              width=self.width if sketch else None, seed=self.seed if sketch else None,
+                              df_sample=self.df_sample if sketch else None)
+
+    @property
+    def features(self) -> str:
+        """The n-grams profiled, e.g. ``char2-4+word1-2``."""
+        words = f"+word{self.word_min}-{self.word_max}" if self.word_max else ""
+        return f"char{self.ngram_min}-{self.ngram_max}{words}"
+
+    def ngram_args(self) -> tuple[int, int, int, int]:
+        """(char lo, char hi, word lo, word hi) as the kernels take them (word hi 0 = no word n-grams)."""
+        return self.ngram_min, self.ngram_max, self.word_min if self.word_max else 0, self.word_max
 
 
 @dataclass
@@ -100,7 +130,7 @@ class HistoryProfiles:
 
     params: StyloParams
     authors: np.ndarray      # object ids, one per profile row
-    idf: np.ndarray          # float64 per vocabulary entry (exact) or per bucket (sketch; 0 = unseen)
+    idf: np.ndarray          # float64 per vocabulary entry (exact) or float32 per bucket (sketch; 0 = unseen)
     vocab: np.ndarray | None  # exact: sorted uint64 n-gram keys
     profiles: Any            # exact: csr (authors x vocab); sketch: float32 (authors x width)
     n_posts: int
@@ -145,8 +175,11 @@ def _code_points(data: np.ndarray, start: int, end: int, cps: np.ndarray) -> int
 
 
 @nb.njit(inline="always")
-def _doc_ngrams(data, start, end, lo, hi, cps, out) -> int:
-    """64-bit keys of the doc's n-grams, lo <= n <= hi, into ``out``; returns their count."""
+def _doc_ngrams(data, start, end, lo, hi, wlo, whi, isword, cps, tok, out) -> int:
+    """64-bit keys of the doc's character n-grams (lo <= n <= hi) and, when ``whi`` > 0, word n-grams
+    (wlo <= n <= whi) into ``out``; returns their count. Words are scikit-learn's tokens (maximal runs of
+    two or more ``\\w`` characters, ``isword`` per code point), joined by one space; word keys are in a
+    domain of their own, so a word never shares a key with a character n-gram."""
     m = _code_points(data, start, end, cps)
     g = 0
     for i in range(m - lo + 1):
@@ -158,26 +191,64 @@ def _doc_ngrams(data, start, end, lo, hi, cps, out) -> int:
             if t + 1 >= lo:
                 out[g] = _fmix64(h ^ np.uint64(t + 1))
                 g += 1
+    if whi == 0:
+        return g
+    n_tok = 0
+    i = 0
+    while i < m:
+        if cps[i] >= isword.shape[0] or not isword[cps[i]]:
+            i += 1
+            continue
+        j = i
+        while j < m and cps[j] < isword.shape[0] and isword[cps[j]]:
+            j += 1
+        if j - i >= 2:
+            tok[2 * n_tok] = i
+            tok[2 * n_tok + 1] = j
+            n_tok += 1
+            for n in range(wlo, whi + 1):
+                if n_tok < n:
+                    break
+                h = np.uint64(0xCBF29CE484222325)
+                for q in range(n_tok - n, n_tok):
+                    if q > n_tok - n:
+                        h = (h ^ np.uint64(0x20)) * np.uint64(0x100000001B3)
+                    for c in range(tok[2 * q], tok[2 * q + 1]):
+                        h = (h ^ np.uint64(cps[c])) * np.uint64(0x100000001B3)
+                out[g] = _fmix64(h ^ np.uint64(0x100 + n))
+                g += 1
+        i = j
     return g
 
 
+@nb.njit(inline="always")
+def _doc_hash(data, start, end) -> np.uint64:
+    """A 64-bit hash of the doc's bytes: which docs the document-frequency sample holds, the same in any shard."""
+    h = np.uint64(0xCBF29CE484222325)
+    for i in range(start, end):
+        h = (h ^ np.uint64(data[i])) * np.uint64(0x100000001B3)
+    return _fmix64(h)
+
+
 @nb.njit(cache=True)
-def _all_ngrams(offsets, data, lo, hi):
+def _all_ngrams(offsets, data, lo, hi, wlo, whi, isword):
     """(doc index, n-gram key) of every n-gram of every doc (exact mode)."""
     n = offsets.shape[0] - 1
+    per = (hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)
     total = 0
     for d in range(n):
-        total += (offsets[d + 1] - offsets[d]) * (hi - lo + 1)
+        total += (offsets[d + 1] - offsets[d]) * per
     docs = np.empty(total, np.int64)
     keys = np.empty(total, np.uint64)
     maxlen = 1
     for d in range(n):
         maxlen = max(maxlen, offsets[d + 1] - offsets[d])
     cps = np.empty(maxlen, np.uint32)
-    buf = np.empty(maxlen * (hi - lo + 1) + 1, np.uint64)
+    tok = np.empty(maxlen + 2, np.int64)
+    buf = np.empty(maxlen * per + 1, np.uint64)
     p = 0
     for d in range(n):
-        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, cps, buf)
+        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, isword, cps, tok, buf)
         for j in range(g):
             docs[p] = d
             keys[p] = buf[j]
@@ -220,46 +291,56 @@ def _distinct_buckets(buf, g, shift, keys, cnt, touched) -> int:
 
 
 @nb.njit(inline="always")
-def _scratch(offsets, lo, hi):
+def _scratch(offsets, lo, hi, wlo, whi):
     """Per-thread buffers sized for the batch's longest doc."""
     maxlen = _maxlen(offsets)
-    n_grams = maxlen * (hi - lo + 1) + 1
+    n_grams = maxlen * ((hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)) + 1
     size = 64
     while size < 2 * n_grams:
         size <<= 1
-    return (np.empty(maxlen, np.uint32), np.empty(n_grams, np.uint64), np.full(size, -1, np.int64),
-            np.zeros(size, np.int32), np.empty(n_grams, np.int64), np.empty(n_grams, np.float64))
+    return (np.empty(maxlen, np.uint32), np.empty(maxlen + 2, np.int64), np.empty(n_grams, np.uint64),
+            np.full(size, -1, np.int64), np.zeros(size, np.int32), np.empty(n_grams, np.int64),
+            np.empty(n_grams, np.float64))
 
 
 @nb.njit(nogil=True)
-def _df_stripe(offsets, data, valid, lo, hi, shift, t, n_threads, df):
-    """Document frequency per bucket of documents t, t + n_threads, ... into ``df`` (sketch pass 1)."""
+def _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, t, n_threads, df) -> int:
+    """Document frequency per bucket of the sampled documents t, t + n_threads, ... into ``df`` (sketch
+    pass 1; a doc is in the sample when its hash is 0 modulo ``stride``); returns how many were sampled."""
     n = offsets.shape[0] - 1
-    cps, buf, keys, cnt, touched, _ = _scratch(offsets, lo, hi)
+    cps, tok, buf, keys, cnt, touched, _ = _scratch(offsets, lo, hi, wlo, whi)
+    sampled = 0
     for d in range(t, n, n_threads):
         if not valid[d]:
             continue
-        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, cps, buf)
+        if stride > 1 and _doc_hash(data, offsets[d], offsets[d + 1]) % np.uint64(stride) != 0:
+            continue
+        sampled += 1
+        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, isword, cps, tok, buf)
         k = _distinct_buckets(buf, g, shift, keys, cnt, touched)
         for j in range(k):
             slot = touched[j]
             df[keys[slot]] += 1
             keys[slot] = -1
+    return sampled
 
 
 @nb.njit(nogil=True)
-def _sketch_stripe(offsets, data, valid, owner, lo, hi, shift, idf, width, seed, t, n_threads, sketch):
+def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed, t,
+                   n_threads, sketch):
     """Add each valid doc's L2-normalised sublinear TF-IDF vector (over hash buckets) to its owner's count
-    sketch row (sketch pass 2), for the owners with owner % n_threads == t: no two stripes write one row."""
+    sketch row (sketch pass 2), for the owners with owner % n_threads == t: no two stripes write one row.
+    Docs go in ``order`` (by owner), so an owner's row stays in cache while its docs are added."""
     n = offsets.shape[0] - 1
     mask = np.uint64(width - 1)
     mix = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-    cps, buf, keys, cnt, touched, weight = _scratch(offsets, lo, hi)
-    for d in range(n):
+    cps, tok, buf, keys, cnt, touched, weight = _scratch(offsets, lo, hi, wlo, whi)
+    for i in range(n):
+        d = order[i]
         a = owner[d]
         if a < 0 or a % n_threads != t or not valid[d]:
             continue
-        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, cps, buf)
+        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, isword, cps, tok, buf)
         k = _distinct_buckets(buf, g, shift, keys, cnt, touched)
         norm2 = 0.0
         for j in range(k):
@@ -279,39 +360,58 @@ def _sketch_stripe(offsets, data, valid, owner, lo, hi, shift, idf, width, seed,
 
 
 @nb.njit(parallel=True, cache=True)
-def _bucket_df_parallel(offsets, data, valid, lo, hi, shift, n_buckets, n_threads):
-    df = np.zeros((n_threads, n_buckets), np.int64)
+def _bucket_df_parallel(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, n_buckets, n_threads):
+    df = np.zeros((n_threads, n_buckets), np.int32)
+    sampled = np.zeros(n_threads, np.int64)
     for t in nb.prange(n_threads):
-        _df_stripe(offsets, data, valid, lo, hi, shift, t, n_threads, df[t])
-    return df.sum(axis=0)
+        sampled[t] = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, t, n_threads, df[t])
+    return df.sum(axis=0, dtype=np.int64), sampled.sum()
 
 
 @nb.njit(nogil=True, cache=True)
-def _bucket_df_serial(offsets, data, valid, lo, hi, shift, n_buckets, n_threads):
+def _bucket_df_serial(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, n_buckets, n_threads):
     df = np.zeros(n_buckets, np.int64)
-    _df_stripe(offsets, data, valid, lo, hi, shift, 0, 1, df)
-    return df
+    sampled = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, 0, 1, df)
+    return df, sampled
 
 
 @nb.njit(parallel=True, cache=True)
-def _sketch_add_parallel(offsets, data, valid, owner, lo, hi, shift, idf, width, seed, n_threads, sketch):
+def _sketch_add_parallel(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed,
+                         n_threads, sketch):
     for t in nb.prange(n_threads):
-        _sketch_stripe(offsets, data, valid, owner, lo, hi, shift, idf, width, seed, t, n_threads, sketch)
+        _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed, t,
+                       n_threads, sketch)
 
 
 @nb.njit(nogil=True, cache=True)
-def _sketch_add_serial(offsets, data, valid, owner, lo, hi, shift, idf, width, seed, n_threads, sketch):
-    _sketch_stripe(offsets, data, valid, owner, lo, hi, shift, idf, width, seed, 0, 1, sketch)
+def _sketch_add_serial(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed,
+                       n_threads, sketch):
+    _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed, 0, 1,
+                   sketch)
 
 
-def _bucket_df(offsets, data, valid, lo, hi, shift, n_buckets, parallel: bool) -> np.ndarray:
+def _bucket_df(offsets, data, valid, params: StyloParams, stride: int, parallel: bool) -> tuple[np.ndarray, int]:
+    """(document frequency per bucket, docs sampled) of one batch."""
     kernel = _bucket_df_parallel if parallel else _bucket_df_serial
-    return kernel(offsets, data, valid, lo, hi, shift, n_buckets, _threads())
+    df, sampled = kernel(offsets, data, valid, *params.ngram_args(), word_characters(),
+                         np.uint64(64 - params.hash_bits), stride, 1 << params.hash_bits, _threads())
+    return df, int(sampled)
 
 
-def _sketch_add(offsets, data, valid, owner, lo, hi, shift, idf, width, seed, sketch, parallel: bool) -> None:
+def _sketch_add(offsets, data, valid, owner, params: StyloParams, idf, sketch, parallel: bool) -> None:
     kernel = _sketch_add_parallel if parallel else _sketch_add_serial
-    kernel(offsets, data, valid, owner, lo, hi, shift, idf, width, seed, _threads(), sketch)
+    order = np.argsort(owner, kind="stable")
+    kernel(offsets, data, valid, owner, order, *params.ngram_args(), word_characters(),
+           np.uint64(64 - params.hash_bits), idf, params.width, params.seed, _threads(), sketch)
+
+
+@functools.cache
+def word_characters() -> np.ndarray:
+    """Per code point, whether Python's ``\\w`` matches it (``str.isalnum()`` or ``_``): scikit-learn's
+    word tokens are runs of these."""
+    table = np.fromiter((chr(c).isalnum() for c in range(0x110000)), dtype=np.bool_, count=0x110000)
+    table[ord("_")] = True
+    return table
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -353,6 +453,13 @@ def _l2_rows(m: Any) -> Any:
     return m / np.where(norms > 0, norms, 1.0)[:, None]
 
 
+def _l2_rows_in_place(m: np.ndarray) -> np.ndarray:
+    """:func:`_l2_rows` of a dense array without a second copy (a 37.9k-author sketch is 0.62 GB)."""
+    norms = np.linalg.norm(m, axis=1)
+    m /= np.where(norms > 0, norms, 1.0).astype(m.dtype)[:, None]
+    return m
+
+
 def _mean_rows(m: Any, owner: np.ndarray, n_owners: int) -> Any:
     """Mean row per owner (owner -1 rows left out) as a csr matrix."""
     keep = owner >= 0
@@ -364,12 +471,29 @@ def _mean_rows(m: Any, owner: np.ndarray, n_owners: int) -> Any:
 
 # ------------------------------------------------------------------------------------------ exact mode
 
+def reference_vectorizer(params: StyloParams) -> Any:
+    """The scikit-learn definition ``exact`` mode reproduces: one ``TfidfVectorizer`` (sublinear TF, smooth
+    IDF, L2) over the character n-grams and, when ``word_max``, the word n-grams of each text (words keyed
+    apart from characters), scikit-learn's own analyzers doing the splitting."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    chars = TfidfVectorizer(analyzer="char", ngram_range=(params.ngram_min, params.ngram_max),
+                            lowercase=params.lowercase).build_analyzer()
+    words = TfidfVectorizer(analyzer="word", ngram_range=(params.word_min, params.word_max),
+                            lowercase=params.lowercase).build_analyzer() if params.word_max else None
+
+    def analyzer(text: str) -> list[str]:
+        return chars(text) + ([] if words is None else ["\x00" + w for w in words(text)])
+
+    return TfidfVectorizer(analyzer=analyzer, sublinear_tf=True)
+
+
 def _exact_tfidf(texts: pa.Array, params: StyloParams, vocab: np.ndarray | None,
                  idf: np.ndarray | None) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
     """(L2-normalised TF-IDF rows, vocab, idf): fit vocab and IDF when not given, else transform."""
     offsets, data, _ = _views(texts)
     n_docs = len(texts)
-    docs, keys = _all_ngrams(offsets, data, params.ngram_min, params.ngram_max)
+    docs, keys = _all_ngrams(offsets, data, *params.ngram_args(), word_characters())
     if vocab is None:
         vocab = np.unique(keys)
     col = np.searchsorted(vocab, keys)
@@ -407,21 +531,46 @@ def _batches(histories: HistorySource, chunk_rows: int, held_out: frozenset[str]
         yield batch.filter(keep) if batch.column("author_id").null_count else batch
 
 
-def _sketch_df(histories: HistorySource, params: StyloParams, chunk_rows: int,
-               held_out: frozenset[str] | None, parallel: bool = True) -> tuple[np.ndarray, int, dict[Any, int]]:
-    """Pass 1 over one history source: bucket document frequencies, post count, author index."""
-    n_buckets = 1 << params.hash_bits
-    shift = np.uint64(64 - params.hash_bits)
-    df = np.zeros(n_buckets, np.int64)
+def history_rows(histories: HistorySource) -> int:
+    """Rows of a history source before any filtering (0 when the file is missing: reading it says so)."""
+    if isinstance(histories, pd.DataFrame):
+        return len(histories)
+    path = os.fspath(histories)
+    return pq.ParquetFile(path).metadata.num_rows if os.path.exists(path) else 0
+
+
+def df_stride(rows: int, params: StyloParams) -> int:
+    """One doc in ``stride`` (by hash) goes into the document-frequency sample: about ``df_sample`` docs."""
+    return max(1, -(-rows // params.df_sample))
+
+
+def _sketch_df(histories: HistorySource, params: StyloParams, chunk_rows: int, held_out: frozenset[str] | None,
+               stride: int, parallel: bool = True) -> tuple[np.ndarray, int, int, dict[Any, int]]:
+    """Pass 1 over one history source: bucket document frequencies of the sampled posts, post count,
+    sampled post count, author index."""
+    df = np.zeros(1 << params.hash_bits, np.int64)
     authors: dict[Any, int] = {}
-    n_posts = 0
+    n_posts = n_sampled = 0
     for batch in _batches(histories, chunk_rows, held_out):
         _author_codes(batch.column("author_id"), authors, grow=True)
         offsets, data, valid = _views(normalize_texts(batch.column("text"), params.lowercase))
         if len(batch):
-            df += _bucket_df(offsets, data, valid, params.ngram_min, params.ngram_max, shift, n_buckets, parallel)
+            part, sampled = _bucket_df(offsets, data, valid, params, stride, parallel)
+            df += part
+            n_sampled += sampled
         n_posts += batch.num_rows
-    return df, n_posts, authors
+    return df, n_posts, n_sampled, authors
+
+
+def estimated_idf(df: np.ndarray, n_sampled: int, n_posts: int) -> np.ndarray:
+    """Smooth IDF per bucket (float32, as the sketch kernel reads it) from the sample's document frequencies.
+    With every post sampled it is :func:`_smooth_idf` exactly; otherwise df is scaled by n_posts / n_sampled
+    and a bucket the sample never saw gets df = half of that scale (its true df is below it)."""
+    if n_sampled >= n_posts:
+        return _smooth_idf(df, n_posts).astype(np.float32)
+    scale = n_posts / max(n_sampled, 1)
+    estimate = np.where(df > 0, df * scale, 0.5 * scale)
+    return (np.log((1.0 + n_posts) / (1.0 + estimate)) + 1.0).astype(np.float32)
 
 
 def _sketch_rows(histories: HistorySource, params: StyloParams, idf: np.ndarray, authors: dict[Any, int],
@@ -430,16 +579,14 @@ def _sketch_rows(histories: HistorySource, params: StyloParams, idf: np.ndarray,
     """Pass 2 over one history source: (author codes present, their summed sketch rows)."""
     sketch = np.zeros((len(authors), params.width), np.float32)
     posts = np.zeros(len(authors), np.int64)
-    shift = np.uint64(64 - params.hash_bits)
     for batch in _batches(histories, chunk_rows, held_out):
         owner = _author_codes(batch.column("author_id"), authors, grow=False)
         offsets, data, valid = _views(normalize_texts(batch.column("text"), params.lowercase))
         if len(batch):
-            _sketch_add(offsets, data, valid, owner, params.ngram_min, params.ngram_max, shift, idf, params.width,
-                        params.seed, sketch, parallel)
+            _sketch_add(offsets, data, valid, owner, params, idf, sketch, parallel)
         posts += np.bincount(owner[owner >= 0], minlength=len(authors))
     present = np.flatnonzero(posts)
-    return present, sketch[present]
+    return present, sketch if len(present) == len(authors) else sketch[present]
 
 
 def _ordered_authors(authors: dict[Any, int]) -> np.ndarray:
@@ -464,12 +611,16 @@ def profile_histories(histories: HistorySource, params: StyloParams = StyloParam
         rows, vocab, idf = _exact_tfidf(normalize_texts(table.column("text"), params.lowercase), params, None, None)
         profiles = _l2_rows(_mean_rows(rows, owner, len(authors))).tocsr()
         return HistoryProfiles(params, _ordered_authors(authors), idf, vocab, profiles, table.num_rows)
-    df, n_posts, authors = _sketch_df(histories, params, chunk_rows, held_out)
-    idf = _smooth_idf(df, n_posts)
+    df, n_posts, n_sampled, authors = _sketch_df(histories, params, chunk_rows, held_out,
+                                                 df_stride(history_rows(histories), params))
+    idf = estimated_idf(df, n_sampled, n_posts)
     present, rows = _sketch_rows(histories, params, idf, authors, chunk_rows, held_out)
-    sketch = np.zeros((len(authors), params.width), np.float32)
-    sketch[present] = rows
-    return HistoryProfiles(params, _ordered_authors(authors), idf, None, _l2_rows(sketch), n_posts)
+    if len(present) == len(authors):
+        sketch = rows
+    else:
+        sketch = np.zeros((len(authors), params.width), np.float32)
+        sketch[present] = rows
+    return HistoryProfiles(params, _ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts)
 
 
 def profile_histories_dask(client: Any, shards: Sequence[HistorySource], params: StyloParams = StyloParams(), *,
@@ -481,19 +632,20 @@ def profile_histories_dask(client: Any, shards: Sequence[HistorySource], params:
 
     if params.mode != "sketch":
         raise ValueError("the Dask path profiles in sketch mode")
+    stride = df_stride(sum(history_rows(shard) for shard in shards), params)  # one sample across shards
     parts = map_shards(client, _sketch_df, list(shards), params=params, chunk_rows=chunk_rows, held_out=held_out,
-                       parallel=False)
+                       stride=stride, parallel=False)
     df = np.sum([p[0] for p in parts], axis=0) if parts else np.zeros(1 << params.hash_bits, np.int64)
-    n_posts = sum(p[1] for p in parts)
-    names = sorted({name for p in parts for name in p[2]}, key=str)
+    n_posts, n_sampled = sum(p[1] for p in parts), sum(p[2] for p in parts)
+    names = sorted({name for p in parts for name in p[3]}, key=str)
     authors = {name: i for i, name in enumerate(names)}
-    idf = _smooth_idf(df, n_posts)
+    idf = estimated_idf(df, n_sampled, n_posts)
     sketch = np.zeros((len(authors), params.width), np.float32)
     idf_future, authors_future = client.scatter([idf, authors], broadcast=True)
     for present, rows in map_shards(client, _sketch_rows, list(shards), params=params, idf=idf_future,
                                     authors=authors_future, chunk_rows=chunk_rows, held_out=held_out, parallel=False):
         sketch[present] += rows
-    return HistoryProfiles(params, _ordered_authors(authors), idf, None, _l2_rows(sketch), n_posts)
+    return HistoryProfiles(params, _ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts)
 
 
 # ------------------------------------------------------------------------------------------- the attack
@@ -521,8 +673,7 @@ def timeline_profiles(profiles: HistoryProfiles, synthetic: pd.DataFrame) -> tup
     sketch = np.zeros((len(groups), params.width), np.float32)
     offsets, data, valid = _views(texts)
     if len(texts):
-        _sketch_add(offsets, data, valid, codes, params.ngram_min, params.ngram_max, np.uint64(64 - params.hash_bits),
-                    profiles.idf, params.width, params.seed, sketch, True)
+        _sketch_add(offsets, data, valid, codes, params, profiles.idf, sketch, True)
     counts = np.maximum(n_posts, 1).astype(np.float32)
     return _l2_rows(sketch / counts[:, None]), groups, true_author, n_posts
 
