@@ -270,8 +270,10 @@ class ContinuousBatchingServer:
         path, method = scope["path"].rstrip("/"), scope["method"]
         if method == "GET" and path == "/v1/models":
             status, payload = 200, {"object": "list", "data": [{"id": self.model, "object": "model"}]}
-        elif method == "GET" and path == "/stats":
+        elif method in ("GET", "DELETE") and path == "/stats":  # DELETE: start counting afresh
             status, payload = 200, {"params": asdict(self.params), "stats": asdict(self.stats)}
+            if method == "DELETE":
+                self.stats = ServerStats()
         elif method == "POST" and path == "/v1/chat/completions":
             chunks = []
             while True:
@@ -333,5 +335,31 @@ def saturation_line(params: ServerParams, prompt: float, max_tokens: float) -> s
             f"({cap.seqs_per_step:.0f} sequences per step of {cap.step_s * 1000:.1f} ms, bound by {cap.bound}; "
             f"max_num_seqs {params.max_num_seqs}, max_num_batched_tokens {params.max_num_batched_tokens}, "
             f"step {params.step_base_s * 1000:g} ms + {params.step_per_seq_s * 1000:g} ms/seq, "
-            f"prompt {prompt:g} tokens, max_tokens {max_tokens:g})")
+            f"prompt {prompt:.1f} tokens, max_tokens {max_tokens:g})")
 
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tasks.models.simulated_server [--port P] [--max-num-seqs ...]``: serve until interrupted;
+    prints its base URL on the first line (``GET /stats`` says what it saw, ``DELETE /stats`` resets it)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description="simulated continuous-batching OpenAI-compatible server")
+    defaults = ServerParams()
+    for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len"):
+        parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
+    parser.add_argument("--step-base-ms", type=float, default=defaults.step_base_s * 1000)
+    parser.add_argument("--step-per-seq-ms", type=float, default=defaults.step_per_seq_s * 1000)
+    parser.add_argument("--model", default="simulated")
+    args = parser.parse_args(argv)
+    params = ServerParams(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
+                          max_model_len=args.max_model_len, step_base_s=args.step_base_ms / 1000,
+                          step_per_seq_s=args.step_per_seq_ms / 1000)
+    with continuous_batching_server(params, args.model) as server:
+        print(server.url, flush=True)
+        with contextlib.suppress(KeyboardInterrupt):
+            threading.Event().wait()
+
+
+if __name__ == "__main__":
+    main()
