@@ -12,6 +12,7 @@ from tasks.generate.base import generate_synthetic
 from tasks.generate.llm import LLMParams, LLMStrategy
 from tasks.models.llm import (
     DEFAULT_MAX_NUM_SEQS,
+    MAX_NUM_SEQS_ENV,
     ChatRequest,
     OpenAICompatibleClient,
     RequestCache,
@@ -138,3 +139,5 @@ def test_factory_sizes_in_flight_from_max_num_seqs() -> None:
     assert isinstance(sized, OpenAICompatibleClient) and isinstance(fixed, OpenAICompatibleClient)
     assert sized.concurrency == in_flight_for(64) and 64 <= sized.concurrency < default.concurrency
     assert fixed.concurrency == 8
+    from_env = llm_backend_for("llm", {"endpoint": "http://x:1/v1", "model": "m"}, env={MAX_NUM_SEQS_ENV: "128"})
+    assert isinstance(from_env, OpenAICompatibleClient) and from_env.concurrency == in_flight_for(128)

@@ -39,6 +39,7 @@ ENDPOINT_ENV = "SYNTHUGC_LLM_ENDPOINT_{role}"  # e.g. SYNTHUGC_LLM_ENDPOINT_PROF
 MODEL_ENV = "SYNTHUGC_LLM_MODEL_{role}"  # the served model name; default: the role's production model
 API_KEY_ENV = "SYNTHUGC_LLM_API_KEY"
 CACHE_ENV = "SYNTHUGC_LLM_CACHE"  # path of the SQLite request cache
+MAX_NUM_SEQS_ENV = "SYNTHUGC_LLM_MAX_NUM_SEQS"  # the served engine's --max-num-seqs: sizes the requests in flight
 
 
 @dataclass(frozen=True)
@@ -495,7 +496,8 @@ def llm_backend_for(role: str, settings: Mapping[str, Any] | None = None,
     role's production model, as vLLM serves it); otherwise a :class:`TransformersBackend` for
     ``settings['model']`` or the role's offline default. ``settings`` may also set api_key, timeout_s,
     max_retries, backoff_s, concurrency (requests in flight; default from max_num_seqs, the server's sequences per
-    step, default vLLM's 256), batch_size, num_threads and cache_path (or ``SYNTHUGC_LLM_CACHE``)."""
+    step: ``SYNTHUGC_LLM_MAX_NUM_SEQS``, else vLLM's default 256), batch_size, num_threads and cache_path (or
+    ``SYNTHUGC_LLM_CACHE``)."""
     if role not in ("llm", "profiling_llm"):
         raise ConfigError(f"llm backend: role must be 'llm' or 'profiling_llm', not {role!r}")
     settings = dict(settings or {})
@@ -511,7 +513,7 @@ def llm_backend_for(role: str, settings: Mapping[str, Any] | None = None,
             timeout_s=float(settings.get("timeout_s", 120.0)), max_retries=int(settings.get("max_retries", 3)),
             backoff_s=float(settings.get("backoff_s", 0.5)),
             concurrency=int(settings["concurrency"]) if settings.get("concurrency") else None, cache=cache,
-            max_num_seqs=int(settings.get("max_num_seqs", DEFAULT_MAX_NUM_SEQS)),
+            max_num_seqs=int(settings.get("max_num_seqs") or env.get(MAX_NUM_SEQS_ENV) or DEFAULT_MAX_NUM_SEQS),
         )
     spec = resolve_model(role, settings.get("model"))
     threads = settings.get("num_threads")
