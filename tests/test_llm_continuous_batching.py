@@ -5,6 +5,8 @@ server saw (sequences running at once, requests received) is counted by the serv
 
 from __future__ import annotations
 
+import time
+
 import pandas as pd
 import pytest
 
@@ -141,3 +143,19 @@ def test_factory_sizes_in_flight_from_max_num_seqs() -> None:
     assert fixed.concurrency == 8
     from_env = llm_backend_for("llm", {"endpoint": "http://x:1/v1", "model": "m"}, env={MAX_NUM_SEQS_ENV: "128"})
     assert isinstance(from_env, OpenAICompatibleClient) and from_env.concurrency == in_flight_for(128)
+
+
+def test_closing_the_stream_early_does_not_wait_for_the_rest() -> None:
+    with continuous_batching_server(ServerParams(max_num_seqs=4, step_base_s=0.002)) as srv:
+        requests = [chat(0, max_tokens=2)] + [chat(i, max_tokens=2000) for i in range(1, 4)]
+        with OpenAICompatibleClient(srv.url, "simulated", max_retries=0) as client:
+            for i, result in client.stream(requests):
+                assert i == 0 and result.ok
+                break
+            assert srv.stats.requests_received == 4 and srv.stats.requests_answered == 1  # 3 still decoding
+            assert client.complete([chat(5, max_tokens=2)])[0].ok  # the client still works afterwards
+        for _ in range(500):  # the server notices the closed connections on its own loop
+            if srv.stats.requests_aborted == 3:
+                break
+            time.sleep(0.01)
+        assert srv.stats.requests_aborted == 3  # the server dropped what the client gave up on

@@ -8,9 +8,10 @@
   running sequences decode one token each, then waiting requests are admitted (FIFO) and prefill their prompt
   (chunked when the budget runs out). The prefill step yields a request's first token, each later step one
   more, until ``max_tokens``; then it is answered. A step lasts ``step_base_s + step_per_seq_s * n_seqs``.
-  Requests beyond ``max_num_seqs`` wait in the queue. A prompt longer than ``max_model_len - max_tokens`` is
-  refused with 400, as vLLM does. Prompt tokens are counted as whitespace-separated words of the messages.
-  Its capacity at saturation follows from these parameters (:meth:`ServerParams.capacity`).
+  Requests beyond ``max_num_seqs`` wait in the queue; a client that disconnects has its sequences dropped. A
+  prompt longer than ``max_model_len - max_tokens`` is refused with 400, as vLLM does. Prompt tokens are
+  counted as whitespace-separated words of the messages. Its capacity at saturation follows from these
+  parameters (:meth:`ServerParams.capacity`).
 
 Both answer with a two-item numbered list built from the last user message, which the LLM strategies parse.
 """
@@ -155,12 +156,13 @@ class _Sequence:
 
 @dataclass
 class ServerStats:
-    """What the server saw: requests received/answered/refused, steps run, the most sequences running in one
+    """What the server saw: requests received/answered/refused/aborted, steps run, the most sequences running in one
     step and the most sequences in flight (running + waiting), generated tokens, busy seconds."""
 
     requests_received: int = 0
     requests_answered: int = 0
     requests_refused: int = 0
+    requests_aborted: int = 0  # the client disconnected before the answer: its sequences were dropped
     steps: int = 0
     peak_running: int = 0
     peak_in_flight: int = 0
@@ -234,7 +236,12 @@ class ContinuousBatchingServer:
             emits.append(seq)  # the prefill step yields the first token
         return chunk
 
-    async def _complete(self, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    @staticmethod
+    async def _disconnected(receive: Any) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    async def _complete(self, body: dict[str, Any], receive: Any) -> tuple[int, dict[str, Any]]:
         if not isinstance(body.get("messages"), list) or not body["messages"]:
             return 400, {"error": {"message": "messages: a non-empty list is required", "type": "BadRequestError"}}
         p = self.params
@@ -256,7 +263,17 @@ class ContinuousBatchingServer:
         self.stats.peak_in_flight = max(self.stats.peak_in_flight, in_flight)
         assert self._wakeup is not None
         self._wakeup.set()
-        await asyncio.gather(*(s.done for s in seqs))
+        finished = asyncio.gather(*(s.done for s in seqs))
+        gone = loop.create_task(self._disconnected(receive))
+        await asyncio.wait([finished, gone], return_when=asyncio.FIRST_COMPLETED)
+        if not finished.done():  # the client went away: abort its sequences, as vLLM does
+            finished.cancel()
+            mine = {id(s) for s in seqs}
+            self._waiting = deque(s for s in self._waiting if id(s) not in mine)
+            self._running = [s for s in self._running if id(s) not in mine]
+            self.stats.requests_aborted += 1
+            return 499, {"error": {"message": "client disconnected", "type": "Aborted"}}
+        gone.cancel()
         self.stats.requests_answered += 1
         usage = {"prompt_tokens": n_prompt, "completion_tokens": n * max_tokens,
                  "total_tokens": n_prompt + n * max_tokens}
@@ -288,7 +305,7 @@ class ContinuousBatchingServer:
             else:
                 self.stats.requests_received += 1
                 self.stats.models.append(str(body.get("model")))
-                status, payload = await self._complete(body)
+                status, payload = await self._complete(body, receive)
         else:
             status, payload = 404, {"error": {"message": f"no route {method} {path}", "type": "NotFoundError"}}
         data = json.dumps(payload).encode()
@@ -310,7 +327,8 @@ def continuous_batching_server(params: ServerParams | None = None,
     sock.bind(("127.0.0.1", 0))
     app.url = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", loop="asyncio",
-                            http="h11", backlog=4096, timeout_keep_alive=60)
+                            http="h11", backlog=4096, timeout_keep_alive=60,
+                            timeout_graceful_shutdown=5)
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
