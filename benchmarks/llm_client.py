@@ -58,7 +58,8 @@ def server_process(params: ServerParams) -> Iterator[str]:
     steps); yields its base URL, stops it at the end."""
     command = [sys.executable, "-m", "tasks.models.simulated_server",
                "--max-num-seqs", str(params.max_num_seqs), "--max-num-batched-tokens", str(params.max_num_batched_tokens),
-               "--step-base-ms", repr(params.step_base_s * 1000), "--step-per-seq-ms", repr(params.step_per_seq_s * 1000)]
+               "--step-base-ms", repr(params.step_base_s * 1000), "--step-per-seq-ms", repr(params.step_per_seq_s * 1000),
+               "--catch-up-s", repr(params.catch_up_s)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     try:
@@ -103,11 +104,14 @@ def main() -> None:
     parser.add_argument("--max-num-batched-tokens", type=int, default=8192, help="server's token budget per step")
     parser.add_argument("--step-base-ms", type=float, default=10.0, help="step cost with no sequence")
     parser.add_argument("--step-per-seq-ms", type=float, default=0.1, help="added step cost per sequence")
+    parser.add_argument("--catch-up-s", type=float, default=1.0,
+                        help="server steps late by up to this much (busy CPU) are made up; 0: lateness is lost")
     parser.add_argument("--data-dir", default=str(ROOT / "data"))
     args = parser.parse_args()
 
     params = ServerParams(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
-                          step_base_s=args.step_base_ms / 1000, step_per_seq_s=args.step_per_seq_ms / 1000)
+                          step_base_s=args.step_base_ms / 1000, step_per_seq_s=args.step_per_seq_ms / 1000,
+                          catch_up_s=args.catch_up_s)
     requests = workload(max(args.requests, args.reference_requests), args.max_tokens, args.data_dir)
     mean_prompt = statistics.fmean(prompt_tokens({"messages": r.messages}) for r in requests[:args.requests])
     capacity = params.capacity(mean_prompt, args.max_tokens)

@@ -118,6 +118,7 @@ class ServerParams:
     max_model_len: int = 4096
     step_base_s: float = 0.010
     step_per_seq_s: float = 0.0001
+    catch_up_s: float = 1.0  # steps running late by up to this much are made up (see ContinuousBatchingServer)
 
     def step_s(self, n_seqs: int | float) -> float:
         """Duration of one scheduler step with ``n_seqs`` sequences in it."""
@@ -172,7 +173,11 @@ class ServerStats:
 
 
 class ContinuousBatchingServer:
-    """The ASGI app and its scheduler (see the module doc); :func:`continuous_batching_server` serves it."""
+    """The ASGI app and its scheduler (see the module doc); :func:`continuous_batching_server` serves it.
+
+    Steps follow an engine clock: each starts when the previous one ended, so time this process loses to a busy
+    CPU (HTTP parsing, other processes) is made up by running the late steps back to back, up to
+    ``catch_up_s`` behind; what the client did not send in time still leaves those steps short of sequences."""
 
     def __init__(self, params: ServerParams, model: str = "simulated") -> None:
         self.params = params
@@ -213,7 +218,9 @@ class ContinuousBatchingServer:
             n_seqs = len(self._running)
             self.stats.peak_running = max(self.stats.peak_running, n_seqs)
             now = loop.time()
-            start = now if last_end is None or now - last_end > p.step_base_s else last_end  # lateness is lost
+            # The engine clock: a step starts when the last one ended, even if this loop got the CPU late (a GPU
+            # engine does not wait for its API process); lateness beyond catch_up_s is lost.
+            start = now if last_end is None or now - last_end > max(p.catch_up_s, p.step_base_s) else last_end
             last_end = start + p.step_s(n_seqs)
             await asyncio.sleep(max(0.0, last_end - loop.time()))
             self.stats.steps += 1
@@ -368,11 +375,12 @@ def main(argv: list[str] | None = None) -> None:
         parser.add_argument("--" + name.replace("_", "-"), type=int, default=getattr(defaults, name))
     parser.add_argument("--step-base-ms", type=float, default=defaults.step_base_s * 1000)
     parser.add_argument("--step-per-seq-ms", type=float, default=defaults.step_per_seq_s * 1000)
+    parser.add_argument("--catch-up-s", type=float, default=defaults.catch_up_s)
     parser.add_argument("--model", default="simulated")
     args = parser.parse_args(argv)
     params = ServerParams(max_num_seqs=args.max_num_seqs, max_num_batched_tokens=args.max_num_batched_tokens,
                           max_model_len=args.max_model_len, step_base_s=args.step_base_ms / 1000,
-                          step_per_seq_s=args.step_per_seq_ms / 1000)
+                          step_per_seq_s=args.step_per_seq_ms / 1000, catch_up_s=args.catch_up_s)
     with continuous_batching_server(params, args.model) as server:
         print(server.url, flush=True)
         with contextlib.suppress(KeyboardInterrupt):
