@@ -33,11 +33,11 @@ Modes:
   4 B x width per author (37.9k authors x 4096: 0.62 GB). The measured error against ``exact`` is
   tested (``tests/test_stylometric.py``) and printed by ``benchmarks/reidentify.py``.
 
-Above ``df_sample`` posts pass 1 counts document frequencies on the posts whose text hash is 0 modulo
+Above ``df_sample`` posts pass 1 counts document frequencies on the posts whose raw text hash is 0 modulo
 ``ceil(posts / df_sample)`` only (the same posts whichever shard holds them) and scales them up
-(:func:`estimated_idf`), so pass 1 costs a tenth of pass 2 at the article's scale; the cosines moved by
-~0.003 and the top-1 author stayed the same for >= 0.99 of the timelines at that sampling rate (printed
-by ``benchmarks/reidentify.py``; tested on a tenth).
+(:func:`estimated_idf`), so pass 1 costs a fraction of pass 2 at the article's scale. At that sampling
+rate (11.5%) the cosines moved by 0.0019 on average and the top-1 author stayed the same for 0.98 of the
+timelines (on a 100k-post subsample, printed by ``benchmarks/reidentify.py --full``; tested on a tenth).
 
 Histories are profiled once (:func:`profile_histories`, or :func:`profile_histories_dask` over shards,
 which sums per-shard document frequencies and per-shard author sketches) and the profiles are reused by
@@ -303,17 +303,25 @@ def _scratch(offsets, lo, hi, wlo, whi):
             np.empty(n_grams, np.float64))
 
 
+@nb.njit(cache=True)
+def _in_sample(offsets, data, stride):
+    """Whether each doc is in the document-frequency sample: its hash is 0 modulo ``stride``."""
+    n = offsets.shape[0] - 1
+    out = np.zeros(n, np.bool_)
+    for d in range(n):
+        out[d] = _doc_hash(data, offsets[d], offsets[d + 1]) % np.uint64(stride) == 0
+    return out
+
+
 @nb.njit(nogil=True)
-def _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, t, n_threads, df) -> int:
-    """Document frequency per bucket of the sampled documents t, t + n_threads, ... into ``df`` (sketch
-    pass 1; a doc is in the sample when its hash is 0 modulo ``stride``); returns how many were sampled."""
+def _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, t, n_threads, df) -> int:
+    """Document frequency per bucket of the valid documents t, t + n_threads, ... into ``df`` (sketch
+    pass 1); returns how many there were."""
     n = offsets.shape[0] - 1
     cps, tok, buf, keys, cnt, touched, _ = _scratch(offsets, lo, hi, wlo, whi)
     sampled = 0
     for d in range(t, n, n_threads):
         if not valid[d]:
-            continue
-        if stride > 1 and _doc_hash(data, offsets[d], offsets[d + 1]) % np.uint64(stride) != 0:
             continue
         sampled += 1
         g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, isword, cps, tok, buf)
@@ -360,19 +368,19 @@ def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword,
 
 
 @nb.njit(parallel=True, cache=True)
-def _bucket_df_parallel(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, n_buckets, n_threads):
+def _bucket_df_parallel(offsets, data, valid, lo, hi, wlo, whi, isword, shift, n_buckets, n_threads):
     df = np.zeros((n_threads, n_buckets), np.int32)
-    sampled = np.zeros(n_threads, np.int64)
+    counted = np.zeros(n_threads, np.int64)
     for t in nb.prange(n_threads):
-        sampled[t] = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, t, n_threads, df[t])
-    return df.sum(axis=0, dtype=np.int64), sampled.sum()
+        counted[t] = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, t, n_threads, df[t])
+    return df.sum(axis=0, dtype=np.int64), counted.sum()
 
 
 @nb.njit(nogil=True, cache=True)
-def _bucket_df_serial(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, n_buckets, n_threads):
+def _bucket_df_serial(offsets, data, valid, lo, hi, wlo, whi, isword, shift, n_buckets, n_threads):
     df = np.zeros(n_buckets, np.int64)
-    sampled = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, stride, 0, 1, df)
-    return df, sampled
+    counted = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, 0, 1, df)
+    return df, counted
 
 
 @nb.njit(parallel=True, cache=True)
@@ -390,12 +398,24 @@ def _sketch_add_serial(offsets, data, valid, owner, order, lo, hi, wlo, whi, isw
                    sketch)
 
 
-def _bucket_df(offsets, data, valid, params: StyloParams, stride: int, parallel: bool) -> tuple[np.ndarray, int]:
-    """(document frequency per bucket, docs sampled) of one batch."""
+def _bucket_df(offsets, data, valid, params: StyloParams, parallel: bool) -> tuple[np.ndarray, int]:
+    """(document frequency per bucket, docs counted) of one batch."""
     kernel = _bucket_df_parallel if parallel else _bucket_df_serial
-    df, sampled = kernel(offsets, data, valid, *params.ngram_args(), word_characters(),
-                         np.uint64(64 - params.hash_bits), stride, 1 << params.hash_bits, _threads())
-    return df, int(sampled)
+    df, counted = kernel(offsets, data, valid, *params.ngram_args(), word_characters(),
+                         np.uint64(64 - params.hash_bits), 1 << params.hash_bits, _threads())
+    return df, int(counted)
+
+
+def _sample(texts: pa.Array | pa.ChunkedArray, stride: int) -> pa.Array | pa.ChunkedArray:
+    """The texts in the document-frequency sample (by a hash of their raw bytes, so the same texts in any
+    shard); all of them when ``stride`` is 1. Only the sample is normalised and counted."""
+    if stride <= 1:
+        return texts
+    raw = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    if not (pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type)):
+        raw = pc.fill_null(raw.cast(pa.large_string()), "")
+    offsets, data, _ = _views(raw)
+    return raw.filter(pa.array(_in_sample(offsets, data, stride)))
 
 
 def _sketch_add(offsets, data, valid, owner, params: StyloParams, idf, sketch, parallel: bool) -> None:
@@ -553,9 +573,10 @@ def _sketch_df(histories: HistorySource, params: StyloParams, chunk_rows: int, h
     n_posts = n_sampled = 0
     for batch in _batches(histories, chunk_rows, held_out):
         _author_codes(batch.column("author_id"), authors, grow=True)
-        offsets, data, valid = _views(normalize_texts(batch.column("text"), params.lowercase))
-        if len(batch):
-            part, sampled = _bucket_df(offsets, data, valid, params, stride, parallel)
+        texts = _sample(batch.column("text"), stride)
+        offsets, data, valid = _views(normalize_texts(texts, params.lowercase))
+        if len(texts):
+            part, sampled = _bucket_df(offsets, data, valid, params, parallel)
             df += part
             n_sampled += sampled
         n_posts += batch.num_rows
