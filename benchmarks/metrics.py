@@ -198,7 +198,7 @@ def compare_bertscore(cands: list[str], refs: list[str]) -> BertScoreComparison:
         warm_s, _ = timed(lambda: bertscore(cands, refs, spec=spec, layer=6, cache=cache, batch_size=64))
         cache.close()
     with fresh_cache() as path, EmbeddingCache(path) as cache:
-        token_embeddings(refs, spec, 6, cache=cache, batch_size=64)
+        token_embeddings(refs, spec, 6, cache=cache)
         sources_s, _ = timed(lambda: bertscore(cands, refs, spec=spec, layer=6, cache=cache, batch_size=64))
     ref_s, (_, _, f_ref) = timed(lambda: bert_score.score(cands, refs, model_type=spec.path, num_layers=6,
                                                           batch_size=64))
