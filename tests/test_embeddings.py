@@ -145,3 +145,37 @@ def test_different_models_fall_back_to_one_pass_per_role(tmp_path, spec) -> None
     cache = EmbeddingCache(tmp_path / "emb.sqlite")
     assert embed_once(TEXTS, token_spec=spec, layers=[6], sentence_spec=other, cache=cache) == 0
     assert len(cache) == 2 * len(set(TEXTS))
+
+
+def test_metric_suite_runs_each_text_through_minilm_once(tmp_path, spec) -> None:
+    """BERTScore, FBD, CPS, FBD-SBERT, FCSD and Pair-SBERT in one suite call: every distinct text goes through
+    the MiniLM weights once (the token encoder's model and the SentenceTransformer's copy together)."""
+    import pandas as pd
+
+    from tasks.metrics.suite import MetricOptions, score_strategy
+    from tasks.models.loaders import load_sentence_encoder, load_token_encoder
+
+    sources = ["We will bring jobs back.", "Taxes go down for the middle class.", "Thank you all.",
+               "The record shows it is not true."]
+    outputs = ["We will bring work back.", sources[1], "Thanks, all.", "The record shows it is false."]
+    corpus = pd.DataFrame({"doc_id": ["a", "b", "c", "d"], "text": sources, "group_id": ["g", "g", "h", "h"]})
+    synthetic = pd.DataFrame({"doc_id": corpus["doc_id"], "strategy": "toy", "variant": "v", "text": outputs,
+                              "group_id": corpus["group_id"], "status": "ok"})
+    st_spec = resolve_model("sentence_encoder")
+    models = [load_token_encoder(spec)[1], load_sentence_encoder(st_spec)[0].auto_model]
+    rows: list[int] = []
+
+    def count(_module: object, args: tuple, kwargs: dict, _out: object) -> None:
+        rows.append(int((args[0] if args else kwargs["input_ids"]).shape[0]))
+
+    hooks = [m.register_forward_hook(count, with_kwargs=True) for m in models]
+    try:
+        result = score_strategy(corpus, synthetic, ["bertscore_f1", "fbd", "cps", "fbd_sbert", "fcsd", "pair_sbert"],
+                                MetricOptions(token_encoder=spec, sentence_encoder=st_spec), tmp_path / "emb.sqlite")
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert sum(rows) == len(set(sources + outputs))
+    scores = result.sample_scores.set_index("doc_id")
+    assert scores.loc["b", "bertscore_f1"] == pytest.approx(1.0, abs=1e-5)  # unchanged text
+    assert scores.loc["b", "cps"] == pytest.approx(1.0, abs=1e-5)

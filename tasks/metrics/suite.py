@@ -142,15 +142,18 @@ def prefetch_embeddings(texts: Sequence[str], names: Sequence[str], options: Met
     from tasks.models.registry import resolve_model
 
     reads = {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
-    token_spec = options.token_encoder or resolve_model("token_encoder")
-    layers = [*([bertscore_layer(token_spec, options.bertscore_layer)] if "bertscore_layer" in reads else []),
-              *([options.fbd_layer if options.fbd_layer is not None else last_layer(token_spec)]
-                if "fbd_layer" in reads else [])]
+    token_spec = None
+    layers: list[int] = []
+    if reads & {"bertscore_layer", "fbd_layer"}:  # resolved only when a token metric runs
+        token_spec = options.token_encoder or resolve_model("token_encoder")
+        layers = [*([bertscore_layer(token_spec, options.bertscore_layer)] if "bertscore_layer" in reads else []),
+                  *([options.fbd_layer if options.fbd_layer is not None else last_layer(token_spec)]
+                    if "fbd_layer" in reads else [])]
     sentence_spec = (options.sentence_encoder or resolve_model("sentence_encoder")) if "sentence_encoder" in reads else None
     if not texts or (not layers and sentence_spec is None):
         return 0
     with EmbeddingCache(cache_path) as cache:
-        return embed_once(texts, token_spec=token_spec if layers else None, layers=layers,
+        return embed_once(texts, token_spec=token_spec, layers=layers,
                           sentence_spec=sentence_spec, cache=cache)
 
 
