@@ -6,8 +6,15 @@ Rotten Tomatoes snippets (group = movie, taken from the doc id) to reach N; the 
 
 1. each metric (or the metrics that come out of one computation, e.g. bertscore_p/r/f1) alone on a fresh
    embedding cache, and the whole suite in one call on a fresh cache (shared embeddings);
-2. our ``bertscore`` against ``bert_score.score`` (same MiniLM folder, layer 6, batch 64, texts, machine,
+2. the reference for the whole suite: one plain forward pass of the encoder (MiniLM, already loaded) over the
+   same distinct texts the suite embeds (tokenizer padding, batches of 64 sorted by length, inference mode,
+   nothing cached or pooled), in the same run; the ratio suite / forward (target <= 1.5);
+3. our ``bertscore`` against ``bert_score.score`` (same MiniLM folder, layer 6, batch 64, texts, machine,
    run), with the max |F1 difference|, and our warm-cache time.
+
+``--pairs 500 2000 10000`` is the scale curve: each size runs in its own process (the whole suite and the
+forward reference; peak RSS is that process's), then the exponent of seconds vs pairs is fitted on log-log
+(1 = linear). The ratios and pairs/s of the RESULT line are those of the smallest size.
 
 Run: ``.venv/bin/python benchmarks/metrics.py --pairs 500`` (see benchmarks/README.md).
 """
@@ -19,6 +26,8 @@ import contextlib
 import math
 import os
 import platform
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -147,13 +156,9 @@ def warm_up(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence[st
     return seconds
 
 
-def time_suite(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence[str],
-               options: suite.MetricOptions, client: Any) -> tuple[list[Timing], Timing]:
-    """Everything in one call on a fresh cache, then each unit alone on a fresh cache."""
-    with fresh_cache() as path:
-        seconds, _ = timed(lambda: suite.score_strategy(corpus, synthetic, selected, options, path, client=client))
-    whole = Timing("whole suite", tuple(selected), "all", seconds)
-    print(f"  {'whole suite':<20} {seconds:9.2f} s", flush=True)
+def time_each_metric(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence[str],
+                     options: suite.MetricOptions, client: Any) -> list[Timing]:
+    """Each timing unit alone, each on a fresh cache."""
     timings = []
     for label, metrics in timing_units(selected):
         with fresh_cache() as path:
@@ -161,7 +166,7 @@ def time_suite(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence
                                                                                client=client))
         timings.append(Timing(label, metrics, level_of(metrics[0]), seconds))
         print(f"  {label:<20} {seconds:9.2f} s", flush=True)
-    return timings, whole
+    return timings
 
 
 @dataclass
@@ -198,12 +203,83 @@ def compare_bertscore(cands: list[str], refs: list[str]) -> BertScoreComparison:
         warm_s, _ = timed(lambda: bertscore(cands, refs, spec=spec, layer=6, cache=cache, batch_size=64))
         cache.close()
     with fresh_cache() as path, EmbeddingCache(path) as cache:
-        token_embeddings(refs, spec, 6, cache=cache, batch_size=64)
+        token_embeddings(refs, spec, 6, cache=cache)
         sources_s, _ = timed(lambda: bertscore(cands, refs, spec=spec, layer=6, cache=cache, batch_size=64))
     ref_s, (_, _, f_ref) = timed(lambda: bert_score.score(cands, refs, model_type=spec.path, num_layers=6,
                                                           batch_size=64))
     diff = np.abs(ours.scores["bertscore_f1"].to_numpy() - f_ref.numpy().astype(np.float64))
     return BertScoreComparison(ref_s, ours_s, warm_s, sources_s, float(diff.max()))
+
+
+def suite_texts(corpus: pd.DataFrame, synthetic: pd.DataFrame) -> list[str]:
+    """The distinct texts the suite embeds: every corpus text and every ok synthetic text."""
+    ok = synthetic.loc[synthetic["status"] == STATUS_OK, "text"].fillna("").astype(str)
+    return list(dict.fromkeys([*corpus["text"].astype(str), *ok]))
+
+
+def plain_forward(texts: Sequence[str], batch_size: int = 64) -> float:
+    """Seconds of the reference: the token encoder (loaded beforehand, untimed) over ``texts`` with its
+    tokenizer's padding, batches of ``batch_size`` sorted by length, inference mode; nothing kept."""
+    import torch
+
+    from tasks.models.loaders import load_token_encoder
+
+    tokenizer, model = load_token_encoder(resolve_model("token_encoder"))
+    ordered = sorted(texts, key=len, reverse=True)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        for b in range(0, len(ordered), batch_size):
+            batch = tokenizer(ordered[b:b + batch_size], padding=True, truncation=True, return_tensors="pt")
+            model(**batch)
+    return time.perf_counter() - start
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set size in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def time_whole(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence[str],
+               options: suite.MetricOptions, client: Any) -> tuple[float, float]:
+    """(whole suite on a fresh cache, plain forward reference) seconds, measured back to back."""
+    with fresh_cache() as path:
+        suite_s, _ = timed(lambda: suite.score_strategy(corpus, synthetic, selected, options, path, client=client))
+    return suite_s, plain_forward(suite_texts(corpus, synthetic))
+
+
+def scale_point(n: int, data_dir: Path, selected: Sequence[str]) -> None:
+    """One size of the scale curve (run in a child process): prints ``POINT pairs= suite_s= forward_s=
+    peak_rss_mb=``."""
+    corpus, synthetic = build_pairs(n, data_dir)
+    options = metric_options()
+    warm_up(corpus, synthetic, selected, options, None)
+    suite_s, forward_s = time_whole(corpus, synthetic, selected, options, None)
+    print(f"POINT pairs={n} suite_s={suite_s:.3f} forward_s={forward_s:.3f} peak_rss_mb={peak_rss_mb():.0f}",
+          flush=True)
+
+
+def scale_curve(sizes: Sequence[int], data_dir: Path, metrics: Sequence[str]) -> list[dict[str, float]]:
+    """Run :func:`scale_point` for each size in a fresh process; prints a row per size and returns them."""
+    points = []
+    print("\nscale curve (each size in its own process; suite and forward reference back to back):")
+    print(f"{'pairs':>7} {'suite s':>9} {'pairs/s':>9} {'forward s':>10} {'suite/fwd':>10} {'peak RSS MiB':>13}")
+    for n in sizes:
+        cmd = [sys.executable, __file__, "--scale-point", "--pairs", str(n), "--data-dir", str(data_dir),
+               "--metrics", *metrics]
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        line = next((x for x in out.stdout.splitlines() if x.startswith("POINT ")), None)
+        if out.returncode != 0 or line is None:
+            raise SystemExit(f"--pairs {n}: the scale point failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
+        point = {k: float(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+        points.append(point)
+        print(f"{n:>7} {point['suite_s']:9.2f} {n / point['suite_s']:9.1f} {point['forward_s']:10.2f} "
+              f"{point['suite_s'] / point['forward_s']:10.2f} {point['peak_rss_mb']:13.0f}", flush=True)
+    return points
+
+
+def fitted_exponent(sizes: Sequence[float], seconds: Sequence[float]) -> float:
+    """Slope of log(seconds) against log(size): 1 = linear, 2 = quadratic."""
+    return float(np.polyfit(np.log(sizes), np.log(seconds), 1)[0])
 
 
 def print_table(n: int, timings: list[Timing], whole: Timing) -> None:
@@ -224,7 +300,8 @@ def print_table(n: int, timings: list[Timing], whole: Timing) -> None:
 def main(argv: Sequence[str] | None = None) -> None:
     """Parse the arguments, build the pairs, run the timings and print the tables."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=10_000, help="number of (source, synthetic) pairs")
+    parser.add_argument("--pairs", type=int, nargs="+", default=[500],
+                        help="number of (source, synthetic) pairs; several sizes = the scale curve")
     parser.add_argument("--metrics", nargs="+", default=list(suite.ALL_METRICS),
                         help="metric names (default: all); 'none' skips the suite timings")
     parser.add_argument("--data-dir", type=Path, default=ROOT / "data", help="where the datasets are")
@@ -232,8 +309,16 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="score on an in-process Dask LocalCluster (default: sequential)")
     parser.add_argument("--no-bertscore-ratio", dest="ratio", action="store_false",
                         help="skip the bert_score comparison")
+    parser.add_argument("--per-metric", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time each metric alone (single size only)")
+    parser.add_argument("--scale-point", action="store_true", help=argparse.SUPPRESS)  # one size, in a child
     args = parser.parse_args(argv)
     selected = [] if args.metrics == ["none"] else suite.check_metric_names(args.metrics)
+    sizes = sorted(set(args.pairs))
+    if args.scale_point:
+        scale_point(sizes[0], args.data_dir, selected)
+        return
+    args.pairs = sizes[0]
 
     import torch
 
@@ -265,24 +350,42 @@ def main(argv: Sequence[str] | None = None) -> None:
         agree = cmp.max_abs_f1 <= 1e-4 and not math.isnan(cmp.max_abs_f1)
         print(f"  agreement  max |F1 ours - bert_score| = {cmp.max_abs_f1:.2e} "
               f"({'within' if agree else 'NOT within'} 1e-4)")
-    result = f"pairs={args.pairs} suite_s=nan"  # no metric selected: nothing timed
-    with contextlib.ExitStack() as stack:
-        client = None
-        if args.dask:
-            from tasks.parallel import dask_client
+    speedup = cmp.reference_s / cmp.ours_s if args.ratio else math.nan
+    pairs_per_s = over_forward = exponent = math.nan
+    if selected and len(sizes) > 1:
+        points = scale_curve(sizes, args.data_dir, selected)
+        exponent = fitted_exponent(sizes, [pt["suite_s"] for pt in points])
+        pairs_per_s = sizes[0] / points[0]["suite_s"]
+        over_forward = points[0]["suite_s"] / points[0]["forward_s"]
+        print(f"fitted exponent of suite seconds vs pairs ({', '.join(map(str, sizes))}): {exponent:.2f} "
+              f"(1 = linear); forward reference alone: "
+              f"{fitted_exponent(sizes, [pt['forward_s'] for pt in points]):.2f}")
+    elif selected:
+        with contextlib.ExitStack() as stack:
+            client = None
+            if args.dask:
+                from tasks.parallel import dask_client
 
-            client = stack.enter_context(dask_client())
-        if selected:
+                client = stack.enter_context(dask_client())
             options = metric_options()
             print(f"model warm-up: {warm_up(corpus, synthetic, selected, options, client):.1f} s")
-            print("timing the whole suite, then each metric alone, each on a fresh embedding cache:")
-            timings, whole = time_suite(corpus, synthetic, selected, options, client)
-            print_table(args.pairs, timings, whole)
-            result = (f"pairs={args.pairs} suite_s={whole.seconds:.2f} suite_pairs_per_s={args.pairs / whole.seconds:.1f} "
-                      f"separate_sum_s={sum(t.seconds for t in timings):.2f}")
+            suite_s, forward_s = time_whole(corpus, synthetic, selected, options, client)
+            pairs_per_s, over_forward = args.pairs / suite_s, suite_s / forward_s
+            n_texts = len(suite_texts(corpus, synthetic))
+            print(f"\nwhole suite, one call, fresh cache ({len(selected)} metrics): {suite_s:8.2f} s  "
+                  f"{pairs_per_s:8.1f} pairs/s (target >= 60)")
+            print(f"reference  one plain forward pass of MiniLM over the same {n_texts} distinct texts "
+                  f"(batch 64, sorted by length, model loaded): {forward_s:8.2f} s")
+            print(f"ratio      suite / forward = {over_forward:.2f}x (target <= 1.5) "
+                  f"{'OK' if over_forward <= 1.5 else 'ABOVE'}; peak RSS {peak_rss_mb():.0f} MiB")
+            if args.per_metric:
+                print("each metric alone, each on a fresh embedding cache:")
+                timings = time_each_metric(corpus, synthetic, selected, options, client)
+                print_table(args.pairs, timings, Timing("whole suite", tuple(selected), "all", suite_s))
 
     print(f"\nload average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"RESULT {result} load={os.getloadavg()[0]:.2f}")
+    print(f"RESULT pairs={args.pairs} pairs_per_s={pairs_per_s:.1f} suite_over_forward={over_forward:.2f} "
+          f"bertscore_speedup={speedup:.2f} exponent={exponent:.2f} load={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

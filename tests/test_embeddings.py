@@ -5,7 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tasks.models.embeddings import EmbeddingCache, sentence_embeddings, token_embeddings
+from tasks.models.embeddings import (
+    EmbeddingCache,
+    embed_once,
+    inference_batches,
+    sentence_embeddings,
+    sentence_key,
+    text_sha,
+    token_embeddings,
+    token_key,
+)
 from tasks.models.registry import resolve_model
 
 TEXTS = ["hello world", "the cat sat on the mat", "hello world", "  a much longer sentence, with punctuation!  "]
@@ -72,3 +81,101 @@ def test_cache_is_picklable(tmp_path) -> None:
     cache.put_many("m", [("sha", np.ones((2, 3), dtype=np.float32))])
     clone = pickle.loads(pickle.dumps(cache))
     np.testing.assert_array_equal(clone.get_many("m", ["sha"])["sha"], np.ones((2, 3)))
+
+
+# A text past the SentenceTransformer's 256-token limit (BERTScore keeps up to 512 tokens of it).
+LONG = " ".join(f"word{i % 50} and" for i in range(200))
+
+
+def test_inference_batches_cover_every_text_longest_first_within_the_budget() -> None:
+    lengths = [5, 40, 3, 300, 40, 12, 7, 7, 90]
+    batches = inference_batches(lengths, token_budget=100, max_rows=3)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    flat = [lengths[i] for b in batches for i in b]
+    assert flat == sorted(lengths, reverse=True)
+    for batch in batches:
+        assert len(batch) <= 3
+        assert len(batch) == 1 or len(batch) * lengths[batch[0]] <= 100  # 300 alone: over budget by itself
+    assert [len(b) for b in batches][:2] == [1, 1]  # 300 alone, then 90 alone (2 x 90 > 100)
+
+
+def test_one_forward_pass_serves_token_and_sentence_roles(tmp_path, spec) -> None:
+    """embed_once runs each distinct text through the model once (plus the long text's truncated sentence
+    pass) and gives what the separate passes give: sentence-transformers' vectors within 1e-5 and the
+    token matrices of every layer within 1e-5."""
+    from sentence_transformers import SentenceTransformer
+
+    from tasks.models.loaders import load_token_encoder
+
+    st_spec = resolve_model("sentence_encoder")
+    texts = [*TEXTS, LONG, ""]
+    _, model = load_token_encoder(spec)
+    rows: list[int] = []  # texts per forward call of the token model
+
+    def count(_module: object, args: tuple, kwargs: dict, _out: object) -> None:
+        rows.append(int((args[0] if args else kwargs["input_ids"]).shape[0]))
+
+    hook = model.register_forward_hook(count, with_kwargs=True)
+    try:
+        cache = EmbeddingCache(tmp_path / "emb.sqlite")
+        shared = embed_once(texts, token_spec=spec, layers=[6, 3], sentence_spec=st_spec, cache=cache)
+    finally:
+        hook.remove()
+    distinct = len(set(texts))
+    assert shared == distinct and sum(rows) == distinct  # one row per distinct text through the token model
+    assert embed_once(texts, token_spec=spec, layers=[6, 3], sentence_spec=st_spec, cache=cache) == 0
+
+    reference = SentenceTransformer(st_spec.path, device="cpu").encode(texts, convert_to_numpy=True)
+    got = sentence_embeddings(texts, st_spec, cache=cache)
+    np.testing.assert_allclose(got, reference, atol=1e-5)
+    for layer in (6, 3):
+        separate = token_embeddings(texts, spec, layer)  # no cache: its own pass
+        for a, b in zip(token_embeddings(texts, spec, layer, cache=cache), separate, strict=True):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, atol=1e-5)
+    shas = [text_sha(t) for t in set(texts)]
+    assert cache.present(sentence_key(st_spec), shas) == set(shas)
+    assert cache.present(token_key(spec, 3), shas) == set(shas)
+
+
+def test_different_models_fall_back_to_one_pass_per_role(tmp_path, spec) -> None:
+    from dataclasses import replace
+
+    other = replace(resolve_model("sentence_encoder"), path=spec.path + "/")  # another folder string: not shared
+    cache = EmbeddingCache(tmp_path / "emb.sqlite")
+    assert embed_once(TEXTS, token_spec=spec, layers=[6], sentence_spec=other, cache=cache) == 0
+    assert len(cache) == 2 * len(set(TEXTS))
+
+
+def test_metric_suite_runs_each_text_through_minilm_once(tmp_path, spec) -> None:
+    """BERTScore, FBD, CPS, FBD-SBERT, FCSD and Pair-SBERT in one suite call: every distinct text goes through
+    the MiniLM weights once (the token encoder's model and the SentenceTransformer's copy together)."""
+    import pandas as pd
+
+    from tasks.metrics.suite import MetricOptions, score_strategy
+    from tasks.models.loaders import load_sentence_encoder, load_token_encoder
+
+    sources = ["We will bring jobs back.", "Taxes go down for the middle class.", "Thank you all.",
+               "The record shows it is not true."]
+    outputs = ["We will bring work back.", sources[1], "Thanks, all.", "The record shows it is false."]
+    corpus = pd.DataFrame({"doc_id": ["a", "b", "c", "d"], "text": sources, "group_id": ["g", "g", "h", "h"]})
+    synthetic = pd.DataFrame({"doc_id": corpus["doc_id"], "strategy": "toy", "variant": "v", "text": outputs,
+                              "group_id": corpus["group_id"], "status": "ok"})
+    st_spec = resolve_model("sentence_encoder")
+    models = [load_token_encoder(spec)[1], load_sentence_encoder(st_spec)[0].auto_model]
+    rows: list[int] = []
+
+    def count(_module: object, args: tuple, kwargs: dict, _out: object) -> None:
+        rows.append(int((args[0] if args else kwargs["input_ids"]).shape[0]))
+
+    hooks = [m.register_forward_hook(count, with_kwargs=True) for m in models]
+    try:
+        result = score_strategy(corpus, synthetic, ["bertscore_f1", "fbd", "cps", "fbd_sbert", "fcsd", "pair_sbert"],
+                                MetricOptions(token_encoder=spec, sentence_encoder=st_spec), tmp_path / "emb.sqlite")
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert sum(rows) == len(set(sources + outputs))
+    scores = result.sample_scores.set_index("doc_id")
+    assert scores.loc["b", "bertscore_f1"] == pytest.approx(1.0, abs=1e-5)  # unchanged text
+    assert scores.loc["b", "cps"] == pytest.approx(1.0, abs=1e-5)

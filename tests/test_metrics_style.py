@@ -140,7 +140,8 @@ def test_style_vectors_cache(tmp_path) -> None:
     cache = EmbeddingCache(tmp_path / "s.sqlite")
     enc = StylometricEncoder()
     first = style_vectors(TEXTS + TEXTS[:2], enc, cache=cache)
-    assert cache.misses == len(TEXTS)
+    assert cache.misses == 2 * len(TEXTS)  # each distinct text: its style vector, then its POS tags
+    assert len(cache) == 2 * len(TEXTS)
     second = style_vectors(TEXTS, enc, cache=cache)
     assert cache.hits == len(TEXTS)
     np.testing.assert_array_equal(first[:len(TEXTS)], second)
@@ -261,3 +262,15 @@ def test_load_style_encoder_choices() -> None:
     assert isinstance(st, SentenceStyleEncoder) and st.spec.role == "style_encoder"
     vecs = st.encode(["hello", "hello"])
     assert vecs.shape == (2, 384)
+
+
+def test_stylometric_encoder_and_pos_metrics_tag_each_text_once(tmp_path) -> None:
+    """The stylometric vector's POS block and the POS metrics read the same cached tags: after the encoder
+    ran, tagging the same texts for POS Jaccard is all cache hits and gives what fresh tagging gives."""
+    cache = EmbeddingCache(tmp_path / "s.sqlite")
+    style_vectors(TEXTS, StylometricEncoder(), cache=cache)
+    texts = [t.strip() for t in TEXTS]  # the encoder tags the stripped text
+    hits = cache.hits
+    shared = pos_tags(texts, cache=cache)
+    assert cache.hits - hits == len(set(texts))
+    assert shared == pos_tags(texts)

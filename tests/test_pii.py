@@ -297,3 +297,22 @@ def test_config_pseudonymize_section_is_validated() -> None:
         parse_config({**base, "generate": {**base["generate"], "pseudonymize": {"scope": "planet"}}})
     with pytest.raises(ConfigError, match=r"generate\.pseudonymize\.entities.*PASSWORD"):
         parse_config({**base, "generate": {**base["generate"], "pseudonymize": {"entities": ["PASSWORD"]}}})
+
+
+def test_pii_counts_detects_each_distinct_text_once(detector: PiiDetector, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An output equal to its source, or a source shared by two variants, goes through Presidio once; the
+    counts are those of detecting every text (an unchanged output leaks every span of its source)."""
+    from tasks.metrics.pii import pii_counts
+
+    source = "Write to jane.doe@example.com today."
+    pairs = pd.DataFrame({"doc_id": ["d1", "d1", "d2"], "strategy": "s", "variant": ["a", "b", "a"],
+                          "status": "ok", "source": [source, source, "Nothing here."],
+                          "text": [source, "Write to them today.", "Nothing here."]})
+    seen: list[str] = []
+    detect = detector.detect
+    monkeypatch.setattr(detector, "detect", lambda texts: seen.extend(texts) or detect(texts))
+    counts = pii_counts(pairs, detector)
+    assert sorted(seen) == sorted({source, "Write to them today.", "Nothing here."})
+    totals = counts[counts["entity"] == ALL_ENTITIES].reset_index(drop=True)
+    assert totals.loc[0, "source_spans"] >= 1 and totals.loc[0, "leaked"] == totals.loc[0, "source_spans"]
+    assert totals.loc[1, "leaked"] == 0 and totals.loc[2, "source_spans"] == 0

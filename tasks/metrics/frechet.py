@@ -135,7 +135,7 @@ def _too_few(metric: str, signature: str, n_real: int, n_synth: int) -> Distribu
 
 
 def pooled_token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, *, pooling: str = "mean",
-                            cache: EmbeddingCache | None = None, batch_size: int = 64) -> np.ndarray:
+                            cache: EmbeddingCache | None = None) -> np.ndarray:
     """(n, d) float64 text vectors pooled from :func:`token_embeddings` (the BERTScore cache entries).
 
     ``pooling``: ``mean`` = mean over the non-special tokens (an empty text, special tokens only, falls back
@@ -144,7 +144,7 @@ def pooled_token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, *
     if pooling not in POOLINGS:
         raise ValueError(f"pooling must be one of {POOLINGS}, not {pooling!r}")
     texts = list(texts)
-    mats = token_embeddings(texts, spec, layer, cache=cache, batch_size=batch_size)
+    mats = token_embeddings(texts, spec, layer, cache=cache)
     if pooling == "cls":
         return np.stack([m[0] for m in mats]).astype(np.float64)
     if pooling == "mean-all":
@@ -171,7 +171,7 @@ def last_layer(spec: ModelSpec) -> int:
 
 def fbd(real_texts: Sequence[str], synthetic_texts: Sequence[str], *, spec: ModelSpec | None = None,
         layer: int | None = None, pooling: str = "cls", shrinkage: float | str | None = None,
-        method: str = "eigh", cache: EmbeddingCache | None = None, batch_size: int = 64) -> DistributionScore:
+        method: str = "eigh", cache: EmbeddingCache | None = None) -> DistributionScore:
     """Fréchet BERT Distance (seed 000 §4.2, Xiang et al. 2021): the Fréchet distance between Gaussian fits
     of the real and synthetic text vectors, each the pooled ``hidden_states[layer]`` of the token encoder.
 
@@ -192,8 +192,7 @@ def fbd(real_texts: Sequence[str], synthetic_texts: Sequence[str], *, spec: Mode
                                fd=f"squared-{method}", tokenizer=f"{type(tokenizer).__name__}+bert_score-encode")
     if (bad := _too_few("fbd", signature, len(real), len(synth))) is not None:
         return bad
-    vectors = pooled_token_embeddings(real + synth, spec, layer, pooling=pooling, cache=cache,
-                                      batch_size=batch_size)
+    vectors = pooled_token_embeddings(real + synth, spec, layer, pooling=pooling, cache=cache)
     value = frechet_between(vectors[:len(real)], vectors[len(real):], shrinkage=shrinkage, method=method)
     return DistributionScore("fbd", value, signature)
 

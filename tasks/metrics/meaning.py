@@ -96,6 +96,18 @@ def _greedy(cand: list[np.ndarray], ref: list[np.ndarray], wc: list[np.ndarray],
     return p, r
 
 
+def bertscore_layer(spec: ModelSpec, layer: int | None = None) -> int:
+    """The hidden layer BERTScore reads: ``layer``, else the spec's (bert_score's per-model default), else the
+    model's last (read from its config; the weights are not loaded)."""
+    if layer is None:
+        layer = spec.layer
+    if layer is None:
+        from tasks.models.loaders import load_model_config
+
+        layer = int(load_model_config(spec).num_hidden_layers)
+    return layer
+
+
 def bertscore(candidates: Sequence[str], references: Sequence[str], *, spec: ModelSpec | None = None,
               layer: int | None = None, idf: bool = False, idf_sentences: Sequence[str] | None = None,
               baseline_path: str | Path | None = None, cache: EmbeddingCache | None = None,
@@ -110,12 +122,7 @@ def bertscore(candidates: Sequence[str], references: Sequence[str], *, spec: Mod
     from tasks.models.loaders import load_tokenizer
 
     tokenizer = load_tokenizer(spec)
-    if layer is None:
-        layer = spec.layer
-    if layer is None:
-        from tasks.models.loaders import load_token_encoder
-
-        layer = int(load_token_encoder(spec)[1].config.num_hidden_layers)
+    layer = bertscore_layer(spec, layer)
 
     special = {tokenizer.cls_token_id, tokenizer.sep_token_id} - {None}
     if idf:
@@ -135,7 +142,7 @@ def bertscore(candidates: Sequence[str], references: Sequence[str], *, spec: Mod
     for start in range(0, n, chunk):
         cands = candidates[start:start + chunk]
         refs = references[start:start + chunk]
-        embs = token_embeddings(cands + refs, spec, layer, cache=cache, batch_size=batch_size)
+        embs = token_embeddings(cands + refs, spec, layer, cache=cache)  # forward batches by token budget
         c_emb, r_emb = embs[:len(cands)], embs[len(cands):]
         c_w = [weights(t) for t in cands]
         r_w = [weights(t) for t in refs]

@@ -59,7 +59,10 @@ def pii_counts(pairs: pd.DataFrame, detector: PiiDetector) -> pd.DataFrame:
     sources = pairs["source"].astype(str).tolist()
     outputs = pairs["text"].astype("string").fillna("").tolist()
     ok_index = np.flatnonzero(ok)
-    found = detector.detect([sources[i] for i in ok_index] + [outputs[i] for i in ok_index])
+    texts = [sources[i] for i in ok_index] + [outputs[i] for i in ok_index]
+    distinct = list(dict.fromkeys(texts))  # an output equal to its source (or a source shared by variants): once
+    detected = dict(zip(distinct, detector.detect(distinct), strict=True))
+    found = [detected[t] for t in texts]
     by_pair = {i: (found[j], found[len(ok_index) + j]) for j, i in enumerate(ok_index)}
     rows: list[dict[str, Any]] = []
     for i, row in enumerate(pairs[["doc_id", "strategy", "variant", "status"]].itertuples(index=False)):

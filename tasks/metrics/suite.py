@@ -28,7 +28,7 @@ from tasks.corpus.schema import STATUS_OK
 from tasks.metrics import bags as bag_metrics
 from tasks.metrics import catalogue
 from tasks.metrics.base import DistributionScore, reason_column
-from tasks.models.embeddings import EmbeddingCache
+from tasks.models.embeddings import EmbeddingCache, embed_once
 from tasks.models.loaders import import_model_libraries
 from tasks.models.registry import ModelSpec
 from tasks.parallel import map_shards, prepare_workers, split_even
@@ -129,6 +129,32 @@ def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: st
         resolve_tagger(options.pos_tagger)
     if "transfer_classifier" in reads:
         catalogue.transfer_classifier(options.transfer_classifier)
+
+
+def prefetch_embeddings(texts: Sequence[str], names: Sequence[str], options: MetricOptions,
+                        cache_path: str) -> int:
+    """Embed every distinct text the named metrics will read, before they run: the token layers of BERTScore
+    and FBD and the sentence vectors (CPS, FBD-SBERT, FCSD, *_sbert) in one forward pass per text when both
+    roles are one model (:func:`tasks.models.embeddings.embed_once`). The metrics then find them cached.
+    Returns the number of texts embedded by the shared pass."""
+    from tasks.metrics.frechet import last_layer
+    from tasks.metrics.meaning import bertscore_layer
+    from tasks.models.registry import resolve_model
+
+    reads = {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
+    token_spec = None
+    layers: list[int] = []
+    if reads & {"bertscore_layer", "fbd_layer"}:  # resolved only when a token metric runs
+        token_spec = options.token_encoder or resolve_model("token_encoder")
+        layers = [*([bertscore_layer(token_spec, options.bertscore_layer)] if "bertscore_layer" in reads else []),
+                  *([options.fbd_layer if options.fbd_layer is not None else last_layer(token_spec)]
+                    if "fbd_layer" in reads else [])]
+    sentence_spec = (options.sentence_encoder or resolve_model("sentence_encoder")) if "sentence_encoder" in reads else None
+    if not texts or (not layers and sentence_spec is None):
+        return 0
+    with EmbeddingCache(cache_path) as cache:
+        return embed_once(texts, token_spec=token_spec, layers=layers,
+                          sentence_spec=sentence_spec, cache=cache)
 
 
 def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
@@ -236,6 +262,8 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     variants = list(dict.fromkeys(synthetic["variant"]))
     ok_by_variant = {v: synthetic[(synthetic["variant"] == v) & (synthetic["status"] == STATUS_OK)] for v in variants}
 
+    ok_outputs = synthetic.loc[synthetic["status"] == STATUS_OK, "text"].fillna("").astype(str).tolist()
+    prefetch_embeddings([*real, *ok_outputs], names, options, cache_path)
     shards = [pairs.iloc[s] for s in split_even(len(pairs), max(1, -(-len(pairs) // options.shard_size)))]
     dist_jobs = [(v, m) for v in variants for m in dist_names]
     if client is not None:

@@ -4,6 +4,12 @@
 float32 arrays as blobs with their shape, keyed by (model key, sha256 of the UTF-8 text). The model key is
 ``model_id(spec)`` plus what the vector depends on (``|sentence`` or ``|tokens|layer=N``), so a different
 layer or pooling never collides. Only texts missing from the cache are computed, each distinct text once.
+
+Forward passes run in :func:`inference_batches` (longest text first, each batch within a token budget, so
+padding stays small) under ``torch.inference_mode``. :func:`embed_once` fills the cache for several roles
+from one pass per text: when the sentence encoder is the token encoder's model (MiniLM by default), the
+sentence vector is the SentenceTransformer's own pooling modules applied to the last layer of the same pass
+that gives the token matrices.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from tasks.parallel import resource_lock
 from tasks.store import sha256_bytes
 
 _CHUNK = 1024  # texts computed (and written to the cache) per step, so a crash loses little work
+#: Padded tokens per forward batch (rows x longest row): large enough for efficient matrix products on a CPU,
+#: small enough that a batch of long texts stays in a few hundred MB of activations.
+TOKEN_BUDGET = 8192
 _SETUP_LOCK = threading.Lock()
 
 
@@ -109,6 +118,18 @@ class EmbeddingCache:
             self.conn.executemany("INSERT OR IGNORE INTO embeddings VALUES (?, ?, ?, ?)", rows)
             self.conn.commit()
 
+    def present(self, model_key: str, text_shas: Sequence[str]) -> set[str]:
+        """The shas among ``text_shas`` that have an entry under ``model_key`` (no array is read)."""
+        unique = list(dict.fromkeys(text_shas))
+        found: set[str] = set()
+        with self._lock:
+            for start in range(0, len(unique), 500):
+                part = unique[start:start + 500]
+                found.update(sha for (sha,) in self.conn.execute(
+                    f"SELECT text_sha FROM embeddings WHERE model = ? AND text_sha IN "
+                    f"({','.join('?' * len(part))})", [model_key, *part]))
+        return found
+
     def __len__(self) -> int:
         with self._lock:
             return self.conn.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
@@ -182,45 +203,168 @@ def bert_score_encode(tokenizer: Any, text: str) -> list[int]:
                                      truncation=True, **kwargs))
 
 
+def inference_batches(lengths: Sequence[int], token_budget: int = TOKEN_BUDGET,
+                      max_rows: int = 256) -> list[list[int]]:
+    """Indices of ``lengths`` in forward batches: longest first, each batch at most ``max_rows`` rows and
+    ``token_budget`` padded tokens (rows x its longest length; a single longer text gets a batch alone)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = lengths[current[0]] if current else lengths[i]  # the first (longest) sets the padded width
+        if current and (len(current) + 1 > max_rows or (len(current) + 1) * width > token_budget):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _padded(rows: Sequence[Sequence[int]], pad: int) -> tuple[Any, Any]:
+    """(input_ids, attention_mask) long tensors, right-padded to the longest row."""
+    import torch
+
+    width = max(len(r) for r in rows)
+    input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, row in enumerate(rows):
+        input_ids[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[i, :len(row)] = 1
+    return input_ids, mask
+
+
+def _load_checked(spec: ModelSpec, layers: Sequence[int]) -> tuple[Any, Any]:
+    """(tokenizer, model) of the token encoder; ValueError for a layer outside 0..num_hidden_layers."""
+    from tasks.models.loaders import load_token_encoder
+
+    tokenizer, model = load_token_encoder(spec)
+    n_layers = int(getattr(model.config, "num_hidden_layers", max(layers, default=0)))
+    for layer in layers:
+        if not 0 <= layer <= n_layers:
+            raise ValueError(f"layer {layer} is out of range 0..{n_layers} for {spec.name}")
+    return tokenizer, model
+
+
+def _forward(model: Any, rows: Sequence[Sequence[int]], pad: int, layers: Sequence[int],
+             pool: Any = None) -> tuple[dict[int, list[np.ndarray]], list[np.ndarray]]:
+    """One forward pass over ``rows`` (token ids): the (tokens, d) matrix of each text at each of ``layers``
+    (``hidden_states`` index) and, when ``pool`` (SentenceTransformer modules after its Transformer) is given,
+    each text's sentence vector pooled from the last layer of the same pass."""
+    import torch
+
+    dev = next(model.parameters()).device
+    input_ids, mask = _padded(rows, pad)
+    n_layers = int(model.config.num_hidden_layers)
+    with torch.inference_mode():
+        out = model(input_ids.to(dev), attention_mask=mask.to(dev),
+                    output_hidden_states=any(layer != n_layers for layer in layers))
+        by_layer = {}
+        for layer in layers:
+            hidden = (out.last_hidden_state if layer == n_layers else out.hidden_states[layer]).float().cpu().numpy()
+            by_layer[layer] = [hidden[i, :len(r)].copy() for i, r in enumerate(rows)]
+        vectors: list[np.ndarray] = []
+        if pool is not None:
+            features = {"token_embeddings": out.last_hidden_state, "attention_mask": mask.to(dev)}
+            for module in pool:
+                features = module(features)
+            vectors = list(features["sentence_embedding"].float().cpu().numpy())
+    return by_layer, vectors
+
+
 def token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, cache: EmbeddingCache | None = None,
-                     batch_size: int = 64) -> list[np.ndarray]:
+                     batch_size: int = 256, token_budget: int = TOKEN_BUDGET) -> list[np.ndarray]:
     """One (tokens, d) float32 matrix per text: ``hidden_states[layer]`` (0 = embedding layer) for every
-    token including the special ones, tokenised by :func:`bert_score_encode`. Uncached texts run in batches
-    sorted by length (little padding)."""
+    token including the special ones, tokenised by :func:`bert_score_encode`. Uncached texts run in
+    :func:`inference_batches` (at most ``batch_size`` texts and ``token_budget`` padded tokens each)."""
     texts = list(texts)
     key = token_key(spec, layer)
     shas, found, missing = _lookup(texts, key, cache)
     if missing:
-        import torch
-
-        from tasks.models.loaders import load_token_encoder
-
-        tokenizer, model = load_token_encoder(spec)
-        n_layers = int(getattr(model.config, "num_hidden_layers", layer))
-        if not 0 <= layer <= n_layers:
-            raise ValueError(f"layer {layer} is out of range 0..{n_layers} for {spec.name}")
-        ids = {t: bert_score_encode(tokenizer, t) for t in missing}
-        order = sorted(missing, key=lambda t: len(ids[t]), reverse=True)
+        tokenizer, model = _load_checked(spec, [layer])
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        dev = next(model.parameters()).device
-        for chunk_start in range(0, len(order), _CHUNK):
+        for chunk_start in range(0, len(missing), _CHUNK):
+            chunk = missing[chunk_start:chunk_start + _CHUNK]
+            ids = [bert_score_encode(tokenizer, t) for t in chunk]
             new: dict[str, np.ndarray] = {}
-            chunk = order[chunk_start:chunk_start + _CHUNK]
-            for start in range(0, len(chunk), batch_size):
-                batch = chunk[start:start + batch_size]
-                lens = [len(ids[t]) for t in batch]
-                width = max(lens)
-                input_ids = torch.full((len(batch), width), pad, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for i, t in enumerate(batch):
-                    input_ids[i, :lens[i]] = torch.tensor(ids[t], dtype=torch.long)
-                    mask[i, :lens[i]] = 1
-                with torch.inference_mode():
-                    out = model(input_ids.to(dev), attention_mask=mask.to(dev), output_hidden_states=True)
-                hidden = out.hidden_states[layer].float().cpu().numpy()
-                for i, t in enumerate(batch):
-                    new[text_sha(t)] = hidden[i, :lens[i]].copy()
+            for batch in inference_batches([len(r) for r in ids], token_budget, batch_size):
+                by_layer, _ = _forward(model, [ids[i] for i in batch], pad, [layer])
+                new.update((text_sha(chunk[i]), m) for i, m in zip(batch, by_layer[layer], strict=True))
             found.update(new)
             if cache is not None:
                 cache.put_many(key, new.items())
     return [found[s] for s in shas]
+
+
+def sentence_pooling(token_spec: ModelSpec, sentence_spec: ModelSpec) -> Any:
+    """The sentence encoder's modules after its Transformer (Pooling, Normalize, ...) when that Transformer is
+    the token encoder's model (same folder and file), so one forward pass can serve both roles; else None."""
+    if (token_spec.path, token_spec.gguf_file) != (sentence_spec.path, sentence_spec.gguf_file):
+        return None
+    from tasks.models.loaders import load_sentence_encoder
+
+    encoder = load_sentence_encoder(sentence_spec)
+    modules = list(encoder)
+    if not modules or type(modules[0]).__name__ != "Transformer":
+        return None
+    return modules[1:]
+
+
+def _sentence_ids(encoder: Any, texts: Sequence[str]) -> list[list[int]]:
+    """The token ids the SentenceTransformer itself feeds its model for each text (its own truncation)."""
+    tokenize = getattr(encoder, "preprocess", None) or encoder.tokenize
+    features = tokenize(list(texts))
+    lengths = features["attention_mask"].sum(dim=1).tolist()
+    return [row[:n] for row, n in zip(features["input_ids"].tolist(), lengths, strict=True)]
+
+
+def embed_once(texts: Sequence[str], *, token_spec: ModelSpec | None = None, layers: Sequence[int] = (),
+               sentence_spec: ModelSpec | None = None, cache: EmbeddingCache,
+               token_budget: int = TOKEN_BUDGET) -> int:
+    """Fill ``cache`` with the token matrices at each of ``layers`` and the sentence vectors of every distinct
+    text not cached yet, one forward pass per text where the two roles share a model
+    (:func:`sentence_pooling`) and the SentenceTransformer tokenises the text as BERTScore does (a text
+    longer than its ``max_seq_length`` is encoded again, truncated, for its sentence vector). Otherwise each
+    role runs its own pass. Returns the number of texts that went through the shared pass."""
+    texts = list(dict.fromkeys(texts))
+    layers = list(dict.fromkeys(layers)) if token_spec is not None else []
+    pool = sentence_pooling(token_spec, sentence_spec) if token_spec is not None and sentence_spec else None
+    if pool is None or not layers:
+        for layer in layers:
+            token_embeddings(texts, token_spec, layer, cache=cache, token_budget=token_budget)  # type: ignore[arg-type]
+        if sentence_spec is not None:
+            sentence_embeddings(texts, sentence_spec, cache=cache)
+        return 0
+    from tasks.models.loaders import load_sentence_encoder
+
+    keys = [token_key(token_spec, layer) for layer in layers]  # type: ignore[arg-type]
+    s_key = sentence_key(sentence_spec)  # type: ignore[arg-type]
+    shas = [text_sha(t) for t in texts]
+    complete = set(shas)
+    for key in (*keys, s_key):
+        complete &= cache.present(key, shas)
+    todo = [t for t, sha in zip(texts, shas, strict=True) if sha not in complete]
+    if not todo:
+        return 0
+    tokenizer, model = _load_checked(token_spec, layers)  # type: ignore[arg-type]
+    encoder = load_sentence_encoder(sentence_spec)  # type: ignore[arg-type]
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    truncated: list[str] = []
+    for chunk_start in range(0, len(todo), _CHUNK):
+        chunk = todo[chunk_start:chunk_start + _CHUNK]
+        ids = [bert_score_encode(tokenizer, t) for t in chunk]
+        same = [a == b for a, b in zip(ids, _sentence_ids(encoder, chunk), strict=True)]
+        truncated += [t for t, ok in zip(chunk, same, strict=True) if not ok]
+        new_tokens: dict[int, dict[str, np.ndarray]] = {layer: {} for layer in layers}
+        new_vectors: dict[str, np.ndarray] = {}
+        for batch in inference_batches([len(r) for r in ids], token_budget):
+            by_layer, vectors = _forward(model, [ids[i] for i in batch], pad, layers, pool)
+            for layer in layers:
+                new_tokens[layer].update((text_sha(chunk[i]), m) for i, m in zip(batch, by_layer[layer], strict=True))
+            new_vectors.update((text_sha(chunk[i]), v) for i, v in zip(batch, vectors, strict=True) if same[i])
+        for key, layer in zip(keys, layers, strict=True):
+            cache.put_many(key, new_tokens[layer].items())
+        cache.put_many(s_key, new_vectors.items())
+    if truncated:
+        sentence_embeddings(truncated, sentence_spec, cache=cache)  # type: ignore[arg-type]
+    return len(todo)

@@ -17,6 +17,7 @@ Three encoders share one small interface (``name``, ``dims``, ``model_id``, ``ca
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -194,8 +195,8 @@ class StylometricEncoder:
         return {"model": self.model_id, "dims": self.dims}
 
     # encoding -----------------------------------------------------------------------------------
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """(n, dims) float64 style vectors."""
+    def encode(self, texts: Sequence[str], cache: EmbeddingCache | None = None) -> np.ndarray:
+        """(n, dims) float64 style vectors; ``cache`` keeps the POS tags (shared with the POS metrics)."""
         from sklearn.feature_extraction.text import CountVectorizer, HashingVectorizer
 
         texts = [t.replace("’", "'").strip() for t in texts]
@@ -227,7 +228,8 @@ class StylometricEncoder:
         if self.use_pos:
             pos = np.zeros((n, len(UPOS)))
             col = {t: j for j, t in enumerate(UPOS)}
-            for i, tags in enumerate(pos_tags(texts, self.tagger, tagset="upos", batch_size=self.batch_size)):
+            tags_of = pos_tags(texts, self.tagger, tagset="upos", batch_size=self.batch_size, cache=cache)
+            for i, tags in enumerate(tags_of):
                 for tag in tags:
                     if tag in col:
                         pos[i, col[tag]] += 1
@@ -481,11 +483,13 @@ def style_vectors(texts: Sequence[str], encoder: StyleEncoder, cache: EmbeddingC
     texts = list(texts)
     if isinstance(encoder, SentenceStyleEncoder):
         return encoder.encode(texts, cache=cache)
+    # The stylometric encoder tags through the cache too, so the POS metrics find its tags (and vice versa).
+    encode = functools.partial(encoder.encode, cache=cache) if isinstance(encoder, StylometricEncoder) else encoder.encode
     shas = [text_sha(t) for t in texts]
     found = cache.get_many(encoder.cache_key, shas) if cache is not None else {}
     missing = {sha: t for sha, t in zip(shas, texts, strict=True) if sha not in found}
     if missing:
-        vectors = encoder.encode(list(missing.values()))
+        vectors = encode(list(missing.values()))
         new = {sha: np.asarray(v, dtype=np.float32) for sha, v in zip(missing, vectors, strict=True)}
         found.update(new)
         if cache is not None:
