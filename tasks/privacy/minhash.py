@@ -135,7 +135,7 @@ def signatures_datasketch_compatible(texts: Iterable[str | None], k: int = 128, 
 # ----------------------------------------------------------------------------------------------- kernel
 
 @nb.njit(inline="always")
-def _fmix64(h: np.uint64) -> np.uint64:
+def fmix64(h: np.uint64) -> np.uint64:
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
     h ^= h >> np.uint64(33)
@@ -145,26 +145,28 @@ def _fmix64(h: np.uint64) -> np.uint64:
 
 
 @nb.njit(inline="always")
+def utf8_at(data: np.ndarray, i: int) -> tuple[np.uint32, int]:
+    """The code point starting at byte ``i`` of valid UTF-8 ``data`` and its width in bytes."""
+    c = np.uint32(data[i])
+    if c < 0x80:
+        return c, 1
+    if c >= 0xF0:
+        return ((c & np.uint32(0x07)) << np.uint32(18)) | ((np.uint32(data[i + 1]) & np.uint32(0x3F)) << np.uint32(12)) \
+            | ((np.uint32(data[i + 2]) & np.uint32(0x3F)) << np.uint32(6)) | (np.uint32(data[i + 3]) & np.uint32(0x3F)), 4
+    if c >= 0xE0:
+        return ((c & np.uint32(0x0F)) << np.uint32(12)) | ((np.uint32(data[i + 1]) & np.uint32(0x3F)) << np.uint32(6)) \
+            | (np.uint32(data[i + 2]) & np.uint32(0x3F)), 3
+    return ((c & np.uint32(0x1F)) << np.uint32(6)) | (np.uint32(data[i + 1]) & np.uint32(0x3F)), 2
+
+
+@nb.njit(inline="always")
 def _decode(data: np.ndarray, start: int, end: int, lower: bool, cps: np.ndarray) -> int:
     """UTF-8 bytes -> normalised code points in ``cps``; returns their count."""
     m = 0
     pending_space = False
     i = start
     while i < end:
-        c = np.uint32(data[i])
-        if c < 0x80:
-            w = 1
-        elif c >= 0xF0:
-            c = ((c & np.uint32(0x07)) << np.uint32(18)) | ((np.uint32(data[i + 1]) & np.uint32(0x3F)) << np.uint32(12)) \
-                | ((np.uint32(data[i + 2]) & np.uint32(0x3F)) << np.uint32(6)) | (np.uint32(data[i + 3]) & np.uint32(0x3F))
-            w = 4
-        elif c >= 0xE0:
-            c = ((c & np.uint32(0x0F)) << np.uint32(12)) | ((np.uint32(data[i + 1]) & np.uint32(0x3F)) << np.uint32(6)) \
-                | (np.uint32(data[i + 2]) & np.uint32(0x3F))
-            w = 3
-        else:
-            c = ((c & np.uint32(0x1F)) << np.uint32(6)) | (np.uint32(data[i + 1]) & np.uint32(0x3F))
-            w = 2
+        c, w = utf8_at(data, i)
         i += w
         if c == 32 or (9 <= c <= 13):
             pending_space = m > 0
@@ -190,7 +192,7 @@ def _ngram_hashes(cps: np.ndarray, m: int, n: int, legacy: bool, hv: np.ndarray)
         h = np.uint64(0xCBF29CE484222325)
         for t in range(w):
             h = (h ^ np.uint64(cps[i + t])) * np.uint64(0x100000001B3)
-        x = np.uint32(_fmix64(h) & np.uint64(0xFFFFFFFF))
+        x = np.uint32(fmix64(h) & np.uint64(0xFFFFFFFF))
         if not legacy:
             x ^= x >> np.uint32(16)
             x *= np.uint32(0x85EBCA6B)
@@ -254,7 +256,7 @@ def _band_keys_row(sig: np.ndarray, bands: int, rows: int, out: np.ndarray) -> N
             h = (h ^ y) * np.uint64(0xBF58476D1CE4E5B9)
             h ^= h >> np.uint64(31)
             u += 2
-        h = _fmix64(h)
+        h = fmix64(h)
         out[t] = h if h != 0 else np.uint64(1)
 
 

@@ -64,6 +64,7 @@ import scipy.sparse as sp
 from tasks.errors import InputError
 from tasks.metrics.base import make_signature
 from tasks.privacy.attribution import Setting, attribute_scores, held_out_doc_ids, timeline_codes
+from tasks.privacy.minhash import fmix64, utf8_at
 from tasks.privacy.reidentify import HistorySource, ReidResult, text_batches
 
 Mode = Literal["exact", "sketch"]
@@ -139,35 +140,12 @@ class HistoryProfiles:
 # ------------------------------------------------------------------------------------------- kernels
 
 @nb.njit(inline="always")
-def _fmix64(h: np.uint64) -> np.uint64:
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xFF51AFD7ED558CCD)
-    h ^= h >> np.uint64(33)
-    h *= np.uint64(0xC4CEB9FE1A85EC53)
-    h ^= h >> np.uint64(33)
-    return h
-
-
-@nb.njit(inline="always")
-def _code_points(data: np.ndarray, start: int, end: int, cps: np.ndarray) -> int:
+def _code_points(data, start, end, cps) -> int:
     """UTF-8 bytes -> code points in ``cps``; returns their count."""
     m = 0
     i = start
     while i < end:
-        c = np.uint32(data[i])
-        if c < 0x80:
-            w = 1
-        elif c >= 0xF0:
-            c = ((c & np.uint32(0x07)) << np.uint32(18)) | ((np.uint32(data[i + 1]) & np.uint32(0x3F)) << np.uint32(12)) \
-                | ((np.uint32(data[i + 2]) & np.uint32(0x3F)) << np.uint32(6)) | (np.uint32(data[i + 3]) & np.uint32(0x3F))
-            w = 4
-        elif c >= 0xE0:
-            c = ((c & np.uint32(0x0F)) << np.uint32(12)) | ((np.uint32(data[i + 1]) & np.uint32(0x3F)) << np.uint32(6)) \
-                | (np.uint32(data[i + 2]) & np.uint32(0x3F))
-            w = 3
-        else:
-            c = ((c & np.uint32(0x1F)) << np.uint32(6)) | (np.uint32(data[i + 1]) & np.uint32(0x3F))
-            w = 2
+        c, w = utf8_at(data, i)
         cps[m] = c
         m += 1
         i += w
@@ -189,7 +167,7 @@ def _doc_ngrams(data, start, end, lo, hi, wlo, whi, isword, cps, tok, out) -> in
                 break
             h = (h ^ np.uint64(cps[i + t])) * np.uint64(0x100000001B3)
             if t + 1 >= lo:
-                out[g] = _fmix64(h ^ np.uint64(t + 1))
+                out[g] = fmix64(h ^ np.uint64(t + 1))
                 g += 1
     if whi == 0:
         return g
@@ -215,7 +193,7 @@ def _doc_ngrams(data, start, end, lo, hi, wlo, whi, isword, cps, tok, out) -> in
                         h = (h ^ np.uint64(0x20)) * np.uint64(0x100000001B3)
                     for c in range(tok[2 * q], tok[2 * q + 1]):
                         h = (h ^ np.uint64(cps[c])) * np.uint64(0x100000001B3)
-                out[g] = _fmix64(h ^ np.uint64(0x100 + n))
+                out[g] = fmix64(h ^ np.uint64(0x100 + n))
                 g += 1
         i = j
     return g
@@ -227,7 +205,7 @@ def _doc_hash(data, start, end) -> np.uint64:
     h = np.uint64(0xCBF29CE484222325)
     for i in range(start, end):
         h = (h ^ np.uint64(data[i])) * np.uint64(0x100000001B3)
-    return _fmix64(h)
+    return fmix64(h)
 
 
 @nb.njit(cache=True)
@@ -360,7 +338,7 @@ def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword,
         if norm2 > 0.0:
             inv = 1.0 / math.sqrt(norm2)
             for j in range(k):
-                h = _fmix64((np.uint64(keys[touched[j]]) + np.uint64(1)) ^ mix)
+                h = fmix64((np.uint64(keys[touched[j]]) + np.uint64(1)) ^ mix)
                 w = weight[j] * inv
                 sketch[a, np.int64(h & mask)] += np.float32(w if (h >> np.uint64(63)) == 0 else -w)
         for j in range(k):
