@@ -380,14 +380,15 @@ class TransformersBackend(LLMBackend):
         rows = [(i, k) for i in range(len(requests)) for k in range(params.n)]
         prompts = [tokenizer.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
                    for r in requests]
-        batch = tokenizer([prompts[i] for i, _ in rows], return_tensors="pt", padding=True, padding_side="left",
-                          add_special_tokens=False).to(model.device)
+        ids = tokenizer([prompts[i] for i, _ in rows], add_special_tokens=False)["input_ids"]
+        prefix, input_ids, attention_mask = split_shared_prefix(ids, pad_id=tokenizer.pad_token_id or 0)
         generators = None
         if params.temperature > 0:
             generators = [_row_generator(requests[i].seed, k) for i, k in rows]
         stop = list(params.stop) if params.stop else None
         with torch.inference_mode():
-            new = decode_batch(model, batch["input_ids"], batch["attention_mask"], max_new_tokens=params.max_tokens,
+            new = decode_batch(model, input_ids.to(model.device), attention_mask.to(model.device),
+                               prefix_ids=prefix.to(model.device), max_new_tokens=params.max_tokens,
                                eos_ids=_eos_ids(tokenizer, model),
                                temperature=params.temperature, top_p=params.top_p, generators=generators,
                                stop_seen=(lambda ids: any(s in tokenizer.decode(ids, skip_special_tokens=True)
@@ -444,14 +445,32 @@ def nucleus_scores(logits: Any, *, temperature: float, top_p: float) -> Any:
     return scores
 
 
+def split_shared_prefix(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any, Any]:
+    """(prefix, suffixes, mask) of token id lists: the leading tokens all rows share (the chat template and the
+    instruction; at least one token of each row is left out of it) as a 1 x P tensor, the rest of each row
+    left-padded to B x S, and the B x (P + S) attention mask of prefix + suffix (pads in the middle)."""
+    import torch
+
+    shortest = min(len(row) for row in ids)
+    shared = 0
+    while shared < shortest - 1 and all(row[shared] == ids[0][shared] for row in ids):
+        shared += 1
+    tails = [list(row[shared:]) for row in ids]
+    width = max(len(t) for t in tails)
+    suffixes = torch.tensor([[pad_id] * (width - len(t)) + t for t in tails], dtype=torch.long)
+    mask = torch.tensor([[1] * shared + [0] * (width - len(t)) + [1] * len(t) for t in tails], dtype=torch.long)
+    return torch.tensor([list(ids[0][:shared])], dtype=torch.long), suffixes, mask
+
+
 def decode_batch(model: Any, input_ids: Any, attention_mask: Any, *, max_new_tokens: int, eos_ids: Sequence[int],
-                 temperature: float = 0.0, top_p: float = 1.0, generators: Sequence[Any] | None = None,
-                 stop_seen: Any = None) -> list[list[int]]:
+                 prefix_ids: Any = None, temperature: float = 0.0, top_p: float = 1.0,
+                 generators: Sequence[Any] | None = None, stop_seen: Any = None) -> list[list[int]]:
     """The new token ids of each row of a left-padded batch: prefill once, then one token per step with the
-    KV cache. A row ends at an EOS id (not returned), when ``stop_seen(ids)`` says its text holds a stop
-    string, or at ``max_new_tokens``; ended rows leave the batch (their cache rows are dropped), so the
-    last long answer does not drag finished ones through every step. Greedy unless ``generators`` (one
-    ``torch.Generator`` per row) is given."""
+    KV cache. ``prefix_ids`` (1 x P, the tokens every row starts with; ``attention_mask`` then covers prefix
+    and rows) is prefilled once for all rows. A row ends at an EOS id (not returned), when ``stop_seen(ids)``
+    says its text holds a stop string, or at ``max_new_tokens``; ended rows leave the batch (their cache rows
+    are dropped), so the last long answer does not drag finished ones through every step. Greedy unless
+    ``generators`` (one ``torch.Generator`` per row) is given. Only the last position's logits are computed."""
     import torch
 
     n_rows = input_ids.shape[0]
@@ -460,10 +479,16 @@ def decode_batch(model: Any, input_ids: Any, attention_mask: Any, *, max_new_tok
     gens = list(generators) if generators is not None else None
     eos = torch.tensor(list(eos_ids), dtype=torch.long)
     positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-    step_ids, step_positions, mask, cache = input_ids, positions, attention_mask, None
+    shared = 0 if prefix_ids is None else prefix_ids.shape[1]
+    cache = None
+    if shared:
+        cache = model(input_ids=prefix_ids, position_ids=positions[:1, :shared], use_cache=True,
+                      logits_to_keep=1).past_key_values
+        cache.batch_repeat_interleave(n_rows)
+    step_ids, step_positions, mask = input_ids, positions[:, shared:], attention_mask
     for _ in range(max_new_tokens):
         out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=cache,
-                    use_cache=True)
+                    use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         tokens = sample_next(out.logits[:, -1, :].float(), temperature=temperature, top_p=top_p, generators=gens)
         ended = torch.isin(tokens, eos).tolist()
