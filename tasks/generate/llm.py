@@ -25,8 +25,8 @@ Choices:
 - Sampling defaults: temperature 0.6, top_p 0.9 (LLaMA-2-chat's shipped generation config).
 - Seeds: ``seed_mode="per_text"`` gives each request ``seed + stable_hash(text)``, so an output does not
   depend on how the corpus was sharded and the request cache hits across reshards (the in-process
-  backend then generates request by request, since it batches only equal sampling params);
-  ``per_batch`` uses the run seed for all (batched in process, reproducible per batch only).
+  backend still batches them: each row samples with its own seeded generator);
+  ``per_batch`` uses the run seed for all.
 - Parsing (:func:`parse_paraphrases`): numbered (``1.``, ``1)``, ``(1)``), bulleted (``-``, ``*``, ``•``)
   or labelled (``Paraphrase 1:``) lists, else blank-line-separated paragraphs; a preamble line ending
   with ``:`` ("Here are two paraphrases:") and surrounding quotes are dropped. An answer with fewer

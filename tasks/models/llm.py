@@ -386,12 +386,16 @@ _GENERATE_LOCK = TORCH_RNG_LOCK  # the torch RNG is process-global: one seeded g
 
 
 class TransformersBackend(LLMBackend):
-    """In-process generation with transformers (CPU by default). Requests with the same sampling parameters
-    are generated together in batches of ``batch_size`` (left padding); each batch is seeded with the
-    requests' seed, so results are reproducible for the same batch (a request's sampled texts can differ
-    when it is batched with other prompts; greedy ones do not)."""
+    """In-process generation with transformers (CPU by default).
 
-    def __init__(self, spec: ModelSpec, *, cache: RequestCache | None = None, batch_size: int = 8,
+    Requests that share sampling parameters (their seeds may differ) are generated together, up to
+    ``batch_size`` at a time: prompts sorted by length (less padding), left padding, one KV-cached decode
+    loop (:func:`decode_batch`) in inference mode; rows that end (EOS or a stop string) leave the batch.
+    Each row samples from its own ``torch.Generator`` seeded with its request's seed, so a request's texts do
+    not depend on which requests share its batch (nor does a greedy one), and ``seed_mode="per_text"``
+    requests batch too. Batching used to need equal seeds: per-text seeds ran one request at a time."""
+
+    def __init__(self, spec: ModelSpec, *, cache: RequestCache | None = None, batch_size: int = 16,
                  num_threads: int | None = None) -> None:
         self.spec = spec
         self.model = model_id(spec)
@@ -407,29 +411,38 @@ class TransformersBackend(LLMBackend):
 
     def _complete_uncached(self, requests: Sequence[ChatRequest]) -> list[ChatResult]:
         results: list[ChatResult | None] = [None] * len(requests)
-        groups: dict[str, list[int]] = {}
-        for i, request in enumerate(requests):
-            groups.setdefault(json.dumps(request.sampling(), sort_keys=True), []).append(i)
-        for indices in groups.values():
-            for start in range(0, len(indices), self.batch_size):
-                chunk = indices[start:start + self.batch_size]
-                t0 = time.perf_counter()
-                try:
-                    outputs = self.generate([requests[i] for i in chunk])
-                except Exception as exc:  # one bad batch fails its requests, not the call
-                    error = f"{self.model}: generation failed ({type(exc).__name__}: {_first_line(exc)})"
-                    for i in chunk:
-                        results[i] = ChatResult(texts=None, error=error)
-                    continue
-                per_request = (time.perf_counter() - t0) / len(chunk)
-                for i, texts in zip(chunk, outputs, strict=True):
-                    results[i] = ChatResult(texts=texts, latency_s=per_request)
+        for chunk in self.batches(requests):
+            t0 = time.perf_counter()
+            try:
+                outputs = self.generate([requests[i] for i in chunk])
+            except Exception as exc:  # one bad batch fails its requests, not the call
+                error = f"{self.model}: generation failed ({type(exc).__name__}: {_first_line(exc)})"
+                for i in chunk:
+                    results[i] = ChatResult(texts=None, error=error)
+                continue
+            per_request = (time.perf_counter() - t0) / len(chunk)
+            for i, texts in zip(chunk, outputs, strict=True):
+                results[i] = ChatResult(texts=texts, latency_s=per_request)
         return [r for r in results if r is not None]
 
+    def batches(self, requests: Sequence[ChatRequest]) -> list[list[int]]:
+        """Indices of ``requests`` in generation batches: grouped by sampling parameters other than the seed,
+        sorted by prompt length within a group (neighbours pad little), at most ``batch_size`` rows each."""
+        groups: dict[str, list[int]] = {}
+        for i, request in enumerate(requests):
+            params = {k: v for k, v in request.sampling().items() if k != "seed"}
+            groups.setdefault(json.dumps(params, sort_keys=True), []).append(i)
+        out: list[list[int]] = []
+        for indices in groups.values():
+            per_batch = max(1, self.batch_size // max(1, requests[indices[0]].n))  # rows = requests x n
+            indices = sorted(indices, key=lambda i: sum(len(str(m.get("content") or "")) for m in requests[i].messages))
+            out.extend(indices[s:s + per_batch] for s in range(0, len(indices), per_batch))
+        return out
+
     def generate(self, requests: Sequence[ChatRequest]) -> list[list[str]]:
-        """Generate one batch of requests that share sampling parameters; ``n`` texts per request."""
+        """Generate one batch of requests that share sampling parameters (seeds may differ); ``n`` texts per
+        request, in request order."""
         import torch
-        from transformers import set_seed
 
         from tasks.models.loaders import load_causal_lm
 
@@ -437,27 +450,139 @@ class TransformersBackend(LLMBackend):
             torch.set_num_threads(self.num_threads)
         tokenizer, model = load_causal_lm(self.spec)
         params = requests[0]
+        rows = [(i, k) for i in range(len(requests)) for k in range(params.n)]
         prompts = [tokenizer.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True)
                    for r in requests]
-        batch = tokenizer(prompts, return_tensors="pt", padding=True, padding_side="left",
-                          add_special_tokens=False).to(model.device)
-        sample = params.temperature > 0
-        kwargs: dict[str, Any] = {"max_new_tokens": params.max_tokens, "num_return_sequences": params.n,
-                                  "do_sample": sample, "pad_token_id": tokenizer.pad_token_id}
-        if sample:
-            kwargs.update(temperature=params.temperature, top_p=params.top_p, top_k=0)
-        else:
-            kwargs.update(temperature=None, top_p=None, top_k=None)
-        if params.stop:
-            kwargs.update(stop_strings=list(params.stop), tokenizer=tokenizer)
-        with _GENERATE_LOCK, torch.inference_mode():
-            if params.seed is not None:
-                set_seed(params.seed)
-            out = model.generate(**batch, **kwargs)
-        new = out[:, batch["input_ids"].shape[1]:]
-        decoded = tokenizer.batch_decode(new, skip_special_tokens=True)
-        decoded = [_cut_at_stop(text, params.stop) for text in decoded]
+        ids = tokenizer([prompts[i] for i, _ in rows], add_special_tokens=False)["input_ids"]
+        prefix, input_ids, attention_mask = split_shared_prefix(ids, pad_id=tokenizer.pad_token_id or 0)
+        generators = None
+        if params.temperature > 0:
+            generators = [_row_generator(requests[i].seed, k) for i, k in rows]
+        stop = list(params.stop) if params.stop else None
+        with torch.inference_mode():
+            new = decode_batch(model, input_ids.to(model.device), attention_mask.to(model.device),
+                               prefix_ids=prefix.to(model.device), max_new_tokens=params.max_tokens,
+                               eos_ids=_eos_ids(tokenizer, model),
+                               temperature=params.temperature, top_p=params.top_p, generators=generators,
+                               stop_seen=(lambda ids: any(s in tokenizer.decode(ids, skip_special_tokens=True)
+                                                          for s in stop)) if stop else None)
+        decoded = [_cut_at_stop(tokenizer.decode(ids, skip_special_tokens=True), stop) for ids in new]
         return [decoded[i * params.n:(i + 1) * params.n] for i in range(len(requests))]
+
+
+def _row_generator(seed: int | None, copy: int) -> Any:
+    """The RNG of one generated row: the request's seed (copy k of n>1 gets its own stream); unseeded
+    requests draw a fresh random seed."""
+    import torch
+
+    generator = torch.Generator()
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed((int(seed) * 1_000_003 + copy) % (2**63 - 1) if copy else int(seed))
+    return generator
+
+
+def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
+    """Token ids that end an answer: the generation config's EOS id(s) and the tokenizer's."""
+    found = model.generation_config.eos_token_id
+    ids = list(found) if isinstance(found, list | tuple) else ([found] if found is not None else [])
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return sorted({int(i) for i in ids})
+
+
+def sample_next(logits: Any, *, temperature: float, top_p: float, generators: Sequence[Any] | None) -> Any:
+    """Next token per row: argmax when ``generators`` is None (greedy), else a draw per row with its own
+    generator from the temperature-scaled distribution cut to the top-p nucleus (as transformers'
+    TemperatureLogitsWarper then TopPLogitsWarper)."""
+    import torch
+
+    if generators is None:
+        return logits.argmax(dim=-1)
+    probs = nucleus_scores(logits, temperature=temperature, top_p=top_p).softmax(dim=-1)
+    return torch.cat([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(generators)])
+
+
+def nucleus_scores(logits: Any, *, temperature: float, top_p: float) -> Any:
+    """``logits / temperature`` with the tokens outside the top-p nucleus set to -inf."""
+    import torch
+
+    scores = logits / temperature
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=False, dim=-1)
+        cumulative = sorted_scores.softmax(dim=-1).cumsum(dim=-1)
+        remove_sorted = cumulative <= (1 - top_p)
+        remove_sorted[..., -1:] = False  # keep at least the most likely token
+        scores = scores.masked_fill(remove_sorted.scatter(1, order, remove_sorted), float("-inf"))
+    return scores
+
+
+def split_shared_prefix(ids: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any, Any]:
+    """(prefix, suffixes, mask) of token id lists: the leading tokens all rows share (the chat template and the
+    instruction; at least one token of each row is left out of it) as a 1 x P tensor, the rest of each row
+    left-padded to B x S, and the B x (P + S) attention mask of prefix + suffix (pads in the middle)."""
+    import torch
+
+    shortest = min(len(row) for row in ids)
+    shared = 0
+    while shared < shortest - 1 and all(row[shared] == ids[0][shared] for row in ids):
+        shared += 1
+    tails = [list(row[shared:]) for row in ids]
+    width = max(len(t) for t in tails)
+    suffixes = torch.tensor([[pad_id] * (width - len(t)) + t for t in tails], dtype=torch.long)
+    mask = torch.tensor([[1] * shared + [0] * (width - len(t)) + [1] * len(t) for t in tails], dtype=torch.long)
+    return torch.tensor([list(ids[0][:shared])], dtype=torch.long), suffixes, mask
+
+
+def decode_batch(model: Any, input_ids: Any, attention_mask: Any, *, max_new_tokens: int, eos_ids: Sequence[int],
+                 prefix_ids: Any = None, temperature: float = 0.0, top_p: float = 1.0,
+                 generators: Sequence[Any] | None = None, stop_seen: Any = None) -> list[list[int]]:
+    """The new token ids of each row of a left-padded batch: prefill once, then one token per step with the
+    KV cache. ``prefix_ids`` (1 x P, the tokens every row starts with; ``attention_mask`` then covers prefix
+    and rows) is prefilled once for all rows. A row ends at an EOS id (not returned), when ``stop_seen(ids)``
+    says its text holds a stop string, or at ``max_new_tokens``; ended rows leave the batch (their cache rows
+    are dropped), so the last long answer does not drag finished ones through every step. Greedy unless
+    ``generators`` (one ``torch.Generator`` per row) is given. Only the last position's logits are computed."""
+    import torch
+
+    n_rows = input_ids.shape[0]
+    new: list[list[int]] = [[] for _ in range(n_rows)]
+    active = list(range(n_rows))  # original row of each batch row
+    gens = list(generators) if generators is not None else None
+    eos = torch.tensor(list(eos_ids), dtype=torch.long)
+    positions = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    shared = 0 if prefix_ids is None else prefix_ids.shape[1]
+    cache = None
+    if shared:
+        cache = model(input_ids=prefix_ids, position_ids=positions[:1, :shared], use_cache=True,
+                      logits_to_keep=1).past_key_values
+        cache.batch_repeat_interleave(n_rows)
+    step_ids, step_positions, mask = input_ids, positions[:, shared:], attention_mask
+    for _ in range(max_new_tokens):
+        out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_positions, past_key_values=cache,
+                    use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        tokens = sample_next(out.logits[:, -1, :].float(), temperature=temperature, top_p=top_p, generators=gens)
+        ended = torch.isin(tokens, eos).tolist()
+        for b, token in enumerate(tokens.tolist()):
+            if not ended[b]:
+                new[active[b]].append(token)
+                if stop_seen is not None and stop_seen(new[active[b]]):
+                    ended[b] = True
+        keep = [b for b in range(len(active)) if not ended[b]]
+        if not keep:
+            break
+        step_positions = step_positions[:, -1:] + 1
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+        step_ids = tokens[:, None]
+        if len(keep) < len(active):
+            index = torch.tensor(keep, dtype=torch.long)
+            cache.batch_select_indices(index)
+            step_ids, step_positions, mask = step_ids[index], step_positions[index], mask[index]
+            active = [active[b] for b in keep]
+            gens = [gens[b] for b in keep] if gens is not None else None
+    return new
 
 
 def _cut_at_stop(text: str, stop: Sequence[str] | None) -> str:
@@ -517,5 +642,5 @@ def llm_backend_for(role: str, settings: Mapping[str, Any] | None = None,
         )
     spec = resolve_model(role, settings.get("model"))
     threads = settings.get("num_threads")
-    return TransformersBackend(spec, cache=cache, batch_size=int(settings.get("batch_size", 8)),
+    return TransformersBackend(spec, cache=cache, batch_size=int(settings.get("batch_size", 16)),
                                num_threads=int(threads) if threads else None)

@@ -1,0 +1,104 @@
+"""In-process batched generation (TransformersBackend, decode_batch) on the real offline SmolLM2-135M."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tasks.models.llm import ChatRequest, TransformersBackend, decode_batch, nucleus_scores
+from tasks.models.registry import resolve_model
+
+PROMPTS = ["Name a colour.", "Say hello to my friend from the city of Chicago, please.", "Count to three.",
+           "Give one word for happy, and explain why in one short sentence."]
+
+
+def greedy(prompt: str, max_tokens: int = 12, **kw: object) -> ChatRequest:
+    return ChatRequest(messages=[{"role": "user", "content": prompt}], temperature=0.0, max_tokens=max_tokens, **kw)
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> tuple[object, object]:
+    from tasks.models.loaders import load_causal_lm
+
+    return load_causal_lm(resolve_model("llm"))
+
+
+def test_nucleus_scores_match_transformers_warpers() -> None:
+    """Temperature then top-p, as transformers' TemperatureLogitsWarper and TopPLogitsWarper (reference)."""
+    from transformers.generation.logits_process import TemperatureLogitsWarper, TopPLogitsWarper
+
+    logits = torch.randn(5, 300, generator=torch.Generator().manual_seed(3)) * 3
+    for temperature, top_p in [(0.6, 0.9), (1.0, 0.5), (1.3, 1.0), (0.7, 0.01)]:
+        expected = TemperatureLogitsWarper(temperature)(None, logits.clone())
+        if top_p < 1.0:
+            expected = TopPLogitsWarper(top_p)(None, expected)
+        got = nucleus_scores(logits, temperature=temperature, top_p=top_p)
+        assert torch.equal(torch.isinf(got), torch.isinf(expected))
+        assert torch.allclose(got[~torch.isinf(got)], expected[~torch.isinf(expected)])
+
+
+@pytest.mark.slow
+def test_greedy_decode_equals_transformers_generate(smollm2: tuple[object, object]) -> None:
+    """decode_batch's greedy tokens are model.generate's (do_sample=False), prompt by prompt."""
+    tokenizer, model = smollm2
+    for prompt in PROMPTS[:2]:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                             add_generation_prompt=True)
+        enc = tokenizer([text], return_tensors="pt", add_special_tokens=False)
+        with torch.inference_mode():
+            ref = model.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+            got = decode_batch(model, enc["input_ids"], enc["attention_mask"], max_new_tokens=12,
+                               eos_ids=[tokenizer.eos_token_id])
+        expected = [t for t in ref[0, enc["input_ids"].shape[1]:].tolist() if t != tokenizer.eos_token_id]
+        assert got == [expected]
+
+
+@pytest.mark.slow
+def test_batched_greedy_equals_unbatched_in_request_order() -> None:
+    """Prompts of different lengths in one left-padded, length-sorted batch give what each gives alone, in
+    request order; one of them stops early on a stop string."""
+    spec = resolve_model("llm")
+    requests = [greedy(p) for p in PROMPTS] + [greedy(PROMPTS[1], stop=[","])]
+    alone = TransformersBackend(spec, batch_size=1, num_threads=2).complete(requests)
+    together_backend = TransformersBackend(spec, batch_size=8, num_threads=2)
+    assert together_backend.batches(requests)[0] != list(range(4))  # sorted by length: order really changes
+    together = together_backend.complete(requests)
+    assert all(r.ok for r in alone + together)
+    assert [r.texts for r in together] == [r.texts for r in alone]
+    assert len({r.texts[0] for r in together[:4]}) == 4  # each answer belongs to its own prompt
+    assert "," not in together[4].texts[0] and together[1].texts[0].startswith(together[4].texts[0])
+
+
+@pytest.mark.slow
+def test_sampled_text_does_not_depend_on_batch_neighbours() -> None:
+    """Per-text seeds batch together: a seeded sampled request gives the same texts alone and in a batch,
+    n=2 gives two texts per request, and another seed gives another text."""
+    spec = resolve_model("llm")
+
+    def sampled(prompt: str, seed: int) -> ChatRequest:
+        return ChatRequest(messages=[{"role": "user", "content": prompt}], temperature=0.6, top_p=0.9,
+                           max_tokens=10, n=2, seed=seed)
+
+    requests = [sampled(p, 10 + i) for i, p in enumerate(PROMPTS[:3])]
+    backend = TransformersBackend(spec, batch_size=6, num_threads=2)
+    assert len(backend.batches(requests)) == 1
+    together = backend.complete(requests)
+    alone = [TransformersBackend(spec, batch_size=2, num_threads=2).complete([r])[0] for r in requests]
+    assert [r.texts for r in together] == [r.texts for r in alone]
+    assert all(len(r.texts) == 2 for r in together)
+    outs = {tuple(r.texts) for r in backend.complete([sampled(PROMPTS[1], s) for s in range(100, 103)])}
+    assert len(outs) > 1
+
+
+@pytest.mark.slow
+def test_failed_batch_records_its_reason_and_others_succeed() -> None:
+    """A message whose content is not a string breaks the chat template for its whole batch: those results
+    carry the reason, the batch with other sampling params succeeds, every request has one result in order."""
+    spec = resolve_model("llm")
+    bad = ChatRequest(messages=[{"role": "user", "content": 5}], temperature=0.0, max_tokens=6)  # type: ignore[dict-item]
+    requests = [greedy(PROMPTS[0], 6), bad, greedy(PROMPTS[2], 8)]
+    results = TransformersBackend(spec, batch_size=4, num_threads=2).complete(requests)
+    assert len(results) == 3
+    assert not results[0].ok and not results[1].ok and results[0].error == results[1].error
+    assert "generation failed" in results[1].error and "\n" not in results[1].error
+    assert results[2].ok and results[2].texts[0]
