@@ -102,3 +102,18 @@ def test_failed_batch_records_its_reason_and_others_succeed() -> None:
     assert not results[0].ok and not results[1].ok and results[0].error == results[1].error
     assert "generation failed" in results[1].error and "\n" not in results[1].error
     assert results[2].ok and results[2].texts[0]
+
+
+def test_a_long_prompt_is_not_padded_into_every_row() -> None:
+    """Batches hold at most ``batch_size`` rows and BATCH_PADDED_CHARS padded characters: a prompt near the
+    model's context gets a batch of its own, the short ones share theirs; every request is in one batch."""
+    from tasks.models.llm import BATCH_PADDED_CHARS
+
+    backend = TransformersBackend(resolve_model("llm"), batch_size=4)
+    long = "word " * (BATCH_PADDED_CHARS // 5)
+    requests = [greedy(p) for p in PROMPTS * 2] + [greedy(long)]
+    batches = backend.batches(requests)
+    assert sorted(i for b in batches for i in b) == list(range(len(requests)))
+    assert [8] in batches and all(len(b) <= 4 for b in batches)
+    assert all(len(b) * max(len(requests[i].messages[0]["content"]) for i in b) <= BATCH_PADDED_CHARS
+               for b in batches if len(b) > 1)

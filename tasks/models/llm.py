@@ -385,6 +385,11 @@ def _first_line(value: object, limit: int = 160) -> str:
 _GENERATE_LOCK = TORCH_RNG_LOCK  # the torch RNG is process-global: one seeded generate at a time
 
 
+#: Padded prompt characters one in-process batch may hold (~4k tokens): a long prompt is generated in a batch
+#: of its own size instead of padding every short one up to it (attention cost grows with the padded length).
+BATCH_PADDED_CHARS = 16_000
+
+
 class TransformersBackend(LLMBackend):
     """In-process generation with transformers (CPU by default).
 
@@ -427,16 +432,27 @@ class TransformersBackend(LLMBackend):
 
     def batches(self, requests: Sequence[ChatRequest]) -> list[list[int]]:
         """Indices of ``requests`` in generation batches: grouped by sampling parameters other than the seed,
-        sorted by prompt length within a group (neighbours pad little), at most ``batch_size`` rows each."""
+        sorted by prompt length within a group (neighbours pad little), at most ``batch_size`` rows and
+        :data:`BATCH_PADDED_CHARS` padded prompt characters each."""
         groups: dict[str, list[int]] = {}
         for i, request in enumerate(requests):
             params = {k: v for k, v in request.sampling().items() if k != "seed"}
             groups.setdefault(json.dumps(params, sort_keys=True), []).append(i)
+        def length(i: int) -> int:
+            return sum(len(str(m.get("content") or "")) for m in requests[i].messages)
+
         out: list[list[int]] = []
         for indices in groups.values():
-            per_batch = max(1, self.batch_size // max(1, requests[indices[0]].n))  # rows = requests x n
-            indices = sorted(indices, key=lambda i: sum(len(str(m.get("content") or "")) for m in requests[i].messages))
-            out.extend(indices[s:s + per_batch] for s in range(0, len(indices), per_batch))
+            rows = max(1, requests[indices[0]].n)  # rows = requests x n
+            per_batch = max(1, self.batch_size // rows)
+            batch: list[int] = []
+            for i in sorted(indices, key=length):  # ascending: the newcomer is the longest of its batch
+                if batch and (len(batch) == per_batch or (len(batch) + 1) * rows * length(i) > BATCH_PADDED_CHARS):
+                    out.append(batch)
+                    batch = []
+                batch.append(i)
+            if batch:
+                out.append(batch)
         return out
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[list[str]]:
