@@ -62,8 +62,7 @@ def seq2seq_paraphrase(spec: ModelSpec, texts: list[str], params: ParaphrasePara
     """Nucleus-sampled paraphrases from a seq2seq model, one per text (truncated inputs flagged)."""
     import torch
 
-    from tasks.models.llm import _GENERATE_LOCK
-    from tasks.models.loaders import load_seq2seq
+    from tasks.models.loaders import TORCH_RNG_LOCK, load_seq2seq
 
     tokenizer, model = load_seq2seq(spec)
     limit = min(params.max_input_tokens, getattr(model.config, "max_position_embeddings", None) or 10**9)
@@ -78,7 +77,7 @@ def seq2seq_paraphrase(spec: ModelSpec, texts: list[str], params: ParaphrasePara
         enc = tokenizer([cut[i][0] for i in chunk], return_tensors="pt", padding=True, truncation=True,
                         max_length=limit).to(model.device)
         try:
-            with _GENERATE_LOCK, torch.inference_mode():
+            with TORCH_RNG_LOCK, torch.inference_mode():
                 torch.manual_seed(chunk_seed)
                 ids = model.generate(**enc, do_sample=True, top_p=params.top_p, top_k=0,
                                      temperature=params.temperature, max_new_tokens=params.max_tokens)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.errors import ConfigError, ModelUnavailable
-from tasks.models.loaders import TORCH_RNG_LOCK
+from tasks.models.embeddings import inference_batches
 from tasks.models.registry import ModelSpec, model_id, production_models, resolve_model
 
 ENDPOINT_ENV = "SYNTHUGC_LLM_ENDPOINT_{role}"  # e.g. SYNTHUGC_LLM_ENDPOINT_PROFILING_LLM=http://gpu1:8000/v1
@@ -382,9 +382,6 @@ def _first_line(value: object, limit: int = 160) -> str:
 
 # ---------------------------------------------------------------- in-process transformers backend
 
-_GENERATE_LOCK = TORCH_RNG_LOCK  # the torch RNG is process-global: one seeded generate at a time
-
-
 #: Padded prompt characters one in-process batch may hold (~4k tokens): a long prompt is generated in a batch
 #: of its own size instead of padding every short one up to it (attention cost grows with the padded length).
 BATCH_PADDED_CHARS = 16_000
@@ -432,27 +429,22 @@ class TransformersBackend(LLMBackend):
 
     def batches(self, requests: Sequence[ChatRequest]) -> list[list[int]]:
         """Indices of ``requests`` in generation batches: grouped by sampling parameters other than the seed,
-        sorted by prompt length within a group (neighbours pad little), at most ``batch_size`` rows and
-        :data:`BATCH_PADDED_CHARS` padded prompt characters each."""
+        longest prompt first within a group (neighbours pad little), at most ``batch_size`` rows and
+        :data:`BATCH_PADDED_CHARS` padded prompt characters each (:func:`tasks.models.embeddings.inference_batches`)."""
         groups: dict[str, list[int]] = {}
         for i, request in enumerate(requests):
             params = {k: v for k, v in request.sampling().items() if k != "seed"}
             groups.setdefault(json.dumps(params, sort_keys=True), []).append(i)
+
         def length(i: int) -> int:
             return sum(len(str(m.get("content") or "")) for m in requests[i].messages)
 
         out: list[list[int]] = []
         for indices in groups.values():
             rows = max(1, requests[indices[0]].n)  # rows = requests x n
-            per_batch = max(1, self.batch_size // rows)
-            batch: list[int] = []
-            for i in sorted(indices, key=length):  # ascending: the newcomer is the longest of its batch
-                if batch and (len(batch) == per_batch or (len(batch) + 1) * rows * length(i) > BATCH_PADDED_CHARS):
-                    out.append(batch)
-                    batch = []
-                batch.append(i)
-            if batch:
-                out.append(batch)
+            padded = [rows * length(i) for i in indices]  # a request's share of a batch's padded characters
+            out.extend([indices[j] for j in batch]
+                       for batch in inference_batches(padded, BATCH_PADDED_CHARS, max(1, self.batch_size // rows)))
         return out
 
     def generate(self, requests: Sequence[ChatRequest]) -> list[list[str]]:
