@@ -67,7 +67,8 @@ _PROFILES_KEPT = 2  # full and disjoint: every strategy of a run attacks the sam
 def history_profiles(histories: HistorySource, params: Any, held_out: frozenset[str] | None) -> Any:
     """The stylometric profiles of a history file, computed once per process for each (file contents,
     parameters, held-out documents) and reused by every strategy and variant of a run. DataFrames are not
-    remembered."""
+    remembered. The last two stay in memory (full and disjoint): 2 x authors x width x 4 B, 1.2 GB at the
+    article's 37.9k authors."""
     from tasks.privacy.stylometric import profile_histories
 
     if isinstance(histories, pd.DataFrame):
