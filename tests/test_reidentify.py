@@ -24,6 +24,7 @@ from tasks.privacy.reidentify import (
     reidentify_dask,
     reidentify_signed,
     sign_histories,
+    text_batches,
 )
 
 
@@ -78,6 +79,20 @@ def test_chunking_dataframe_and_filter_consistency(sim: tuple[str, pd.DataFrame]
     filt = reidentify(path, syn, jaccard_threshold=0.5)
     assert filt.summary["n_candidate_pairs"] <= ref.summary["n_candidate_pairs"]
     assert 0.0 < ref.summary["accuracy"] <= 1.0
+
+
+@pytest.mark.parametrize("chunk_rows", [777, 2_500, 5_000, 50_000])
+def test_text_batches_read_every_row_once_in_order_within_the_batch_size(sim: tuple[str, pd.DataFrame],
+                                                                          chunk_rows: int) -> None:
+    """Row groups of 5,000 rows: read whole when at most twice the batch size (777: streamed), split into
+    batches of at most ``chunk_rows``; every row once, in file order, without doc_id unless asked."""
+    path, _ = sim
+    batches = list(text_batches(path, chunk_rows))
+    assert all(b.num_rows <= chunk_rows for b in batches) and all(b.schema.names == ["author_id", "text"]
+                                                                  for b in batches)
+    got = pa.Table.from_batches(batches)
+    want = pq.read_table(path, columns=["author_id", "text"])
+    assert got.num_rows == want.num_rows == 20_000 and got.equals(want)
 
 
 def test_signed_histories_are_reused(sim: tuple[str, pd.DataFrame], tmp_path: Path) -> None:

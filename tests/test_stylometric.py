@@ -170,9 +170,11 @@ def test_edge_cases_lose_nothing() -> None:
 
 def test_exact_mode_equals_scikit_learn_on_mixed_scripts() -> None:
     """Word tokens follow Python's \\w on any script (Cyrillic, CJK, Arabic, digits, underscore), emoji
-    and punctuation are characters only, as in scikit-learn."""
+    and punctuation are characters only, and runs of any Unicode whitespace collapse to one space while a
+    single one stays as it is, as in scikit-learn."""
     texts = ["Привет, мир! как дела_2024?", "東京タワー は 高い 東京 です", "مرحبا بالعالم 123 !!", "ok 👍 ok…  fine",
-             "Ünïcödé wörds   and  ÉCOLE", "a b c d e", "x_y z9 ٣٤ 𝔘𝔫𝔦", "Привет мир", "東京 です", "fine ok 👍"]
+             "Ünïcödé wörds   and  ÉCOLE", "a b c d e", "x_y z9 ٣٤ 𝔘𝔫𝔦", "Привет мир", "東京 です", "fine ok 👍",
+             "tabs\t\tand\nnew\r\nlines \u3000\u2003 wide  ", "single\ttab\nline\x0bvt\x1c sep\xa0nbsp\u2028end\n"]
     hist = pd.DataFrame({"doc_id": [f"d{i}" for i in range(len(texts))], "author_id": [f"u{i % 4}" for i in range(len(texts))],
                          "text": texts})
     syn = pd.DataFrame({"group_id": ["g0", "g0", "g1", "g2"], "author_id": ["u0", "u0", "u1", "u2"],

@@ -273,7 +273,7 @@ def text_batches(source: HistorySource, chunk_rows: int, held_out: frozenset[str
         for col in columns:
             if col not in names:
                 raise InputError("history data lacks required column", file=path, column=col)
-        batches = pf.iter_batches(batch_size=chunk_rows, columns=columns)
+        batches = _row_group_batches(pf, chunk_rows, columns)
     if held_out is None:
         yield from batches
         return
@@ -281,6 +281,17 @@ def text_batches(source: HistorySource, chunk_rows: int, held_out: frozenset[str
         kept = batch if keep_doc_id else pa.RecordBatch.from_arrays([batch.column("author_id"), batch.column("text")],
                                                                     names=["author_id", "text"])
         yield kept.filter(_not_held_out(batch.column("doc_id"), held_out))
+
+
+def _row_group_batches(pf: pq.ParquetFile, chunk_rows: int, columns: list[str]) -> Iterator[pa.RecordBatch]:
+    """Batches of at most ``chunk_rows`` rows, a row group at a time: reading a whole row group decodes its
+    columns on Arrow's threads (about twice as fast as ``iter_batches`` on 2 cores); a row group over
+    twice ``chunk_rows`` is streamed instead, so memory stays bounded by the batch size."""
+    for i in range(pf.metadata.num_row_groups):
+        if pf.metadata.row_group(i).num_rows > 2 * chunk_rows:
+            yield from pf.iter_batches(batch_size=chunk_rows, row_groups=[i], columns=columns)
+        else:
+            yield from pf.read_row_group(i, columns=columns, use_threads=True).to_batches(max_chunksize=chunk_rows)
 
 
 def _not_held_out(doc: pa.Array, held_out: frozenset[str]) -> pa.Array:

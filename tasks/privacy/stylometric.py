@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+import llvmlite.ir as llvm_ir
 import numba as nb
 import numpy as np
 import pandas as pd
@@ -60,6 +61,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import scipy.sparse as sp
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from tasks.errors import InputError
 from tasks.metrics.base import make_signature
@@ -68,9 +71,7 @@ from tasks.privacy.minhash import fmix64, utf8_at
 from tasks.privacy.reidentify import HistorySource, ReidResult, text_batches
 
 Mode = Literal["exact", "sketch"]
-# Python's ``\s`` (str.isspace) as an RE2 class, so runs of whitespace collapse as in scikit-learn.
-_WHITESPACE_RUN = (r"[\x{9}-\x{d}\x{1c}-\x{20}\x{85}\x{a0}\x{1680}\x{2000}-\x{200a}\x{2028}\x{2029}\x{202f}"
-                   r"\x{205f}\x{3000}]{2,}")
+_WORD, _SPACE = 1, 2  # character_classes() flags
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,8 @@ class StyloParams:
             raise ValueError(f"df_sample must be >= 1; got {self.df_sample}")
         if self.mode not in ("exact", "sketch"):
             raise ValueError(f"mode must be 'exact' or 'sketch'; got {self.mode!r}")
-        if self.width < 2 or self.width & (self.width - 1):
-            raise ValueError(f"width must be a power of two >= 2; got {self.width}")
+        if self.width < 2 or self.width > 1 << 24 or self.width & (self.width - 1):
+            raise ValueError(f"width must be a power of two in [2, 2**24]; got {self.width}")
         if not 8 <= self.hash_bits <= 30:
             raise ValueError(f"hash_bits must be in [8, 30]; got {self.hash_bits}")
 
@@ -140,25 +141,36 @@ class HistoryProfiles:
 # ------------------------------------------------------------------------------------------- kernels
 
 @nb.njit(inline="always")
-def _code_points(data, start, end, cps) -> int:
-    """UTF-8 bytes -> code points in ``cps``; returns their count."""
+def _code_points(data, start, end, classes, cps) -> int:
+    """UTF-8 bytes -> code points in ``cps``, each run of two or more whitespace characters replaced by one
+    space (scikit-learn's char preprocessing); returns their count."""
     m = 0
     i = start
     while i < end:
         c, w = utf8_at(data, i)
+        i += w
+        if classes[c] & _SPACE and i < end:
+            c2, w2 = utf8_at(data, i)
+            if classes[c2] & _SPACE:
+                i += w2
+                while i < end:
+                    c2, w2 = utf8_at(data, i)
+                    if not classes[c2] & _SPACE:
+                        break
+                    i += w2
+                c = np.uint32(32)
         cps[m] = c
         m += 1
-        i += w
     return m
 
 
 @nb.njit(inline="always")
-def _doc_ngrams(data, start, end, lo, hi, wlo, whi, isword, cps, tok, out) -> int:
+def _doc_ngrams(data, start, end, lo, hi, wlo, whi, classes, cps, tok, out) -> int:
     """64-bit keys of the doc's character n-grams (lo <= n <= hi) and, when ``whi`` > 0, word n-grams
     (wlo <= n <= whi) into ``out``; returns their count. Words are scikit-learn's tokens (maximal runs of
-    two or more ``\\w`` characters, ``isword`` per code point), joined by one space; word keys are in a
+    two or more ``\\w`` characters, :func:`character_classes`), joined by one space; word keys are in a
     domain of their own, so a word never shares a key with a character n-gram."""
-    m = _code_points(data, start, end, cps)
+    m = _code_points(data, start, end, classes, cps)
     g = 0
     for i in range(m - lo + 1):
         h = np.uint64(0xCBF29CE484222325)
@@ -174,11 +186,11 @@ def _doc_ngrams(data, start, end, lo, hi, wlo, whi, isword, cps, tok, out) -> in
     n_tok = 0
     i = 0
     while i < m:
-        if cps[i] >= isword.shape[0] or not isword[cps[i]]:
+        if not classes[cps[i]] & _WORD:
             i += 1
             continue
         j = i
-        while j < m and cps[j] < isword.shape[0] and isword[cps[j]]:
+        while j < m and classes[cps[j]] & _WORD:
             j += 1
         if j - i >= 2:
             tok[2 * n_tok] = i
@@ -209,7 +221,7 @@ def _doc_hash(data, start, end) -> np.uint64:
 
 
 @nb.njit(cache=True)
-def _all_ngrams(offsets, data, lo, hi, wlo, whi, isword):
+def _all_ngrams(offsets, data, lo, hi, wlo, whi, classes):
     """(doc index, n-gram key) of every n-gram of every doc (exact mode)."""
     n = offsets.shape[0] - 1
     per = (hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)
@@ -226,7 +238,7 @@ def _all_ngrams(offsets, data, lo, hi, wlo, whi, isword):
     buf = np.empty(maxlen * per + 1, np.uint64)
     p = 0
     for d in range(n):
-        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, isword, cps, tok, buf)
+        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
         for j in range(g):
             docs[p] = d
             keys[p] = buf[j]
@@ -243,9 +255,10 @@ def _maxlen(offsets) -> int:
 
 
 @nb.njit(inline="always")
-def _distinct_buckets(buf, g, shift, keys, cnt, touched) -> int:
-    """Count the doc's n-grams per bucket in a small open-addressing table (``keys`` -1 = free, sized
-    to the doc so it stays in L1); ``touched`` gets the used slots. The caller frees them."""
+def _distinct_buckets(buf, g, shift, table, slots, buckets, counts) -> int:
+    """The doc's n-gram count per bucket: ``buckets`` and ``counts`` get them in first-seen order; returns
+    how many. ``table`` is a scratch open-addressing table of ``bucket << 32 | count`` words (-1 = free,
+    sized to the doc so it stays in L1: one load per n-gram), left free again."""
     size = 64
     while size < 2 * g:
         size <<= 1
@@ -255,131 +268,163 @@ def _distinct_buckets(buf, g, shift, keys, cnt, touched) -> int:
         b = np.int64(buf[j] >> shift)
         slot = b & mask
         while True:
-            if keys[slot] == b:
-                cnt[slot] += 1
+            v = table[slot]
+            if (v >> 32) == b:
+                table[slot] = v + 1
                 break
-            if keys[slot] == -1:
-                keys[slot] = b
-                cnt[slot] = 1
-                touched[k] = slot
+            if v == -1:
+                table[slot] = (b << 32) | 1
+                slots[k] = slot
                 k += 1
                 break
             slot = (slot + 1) & mask
+    for j in range(k):
+        v = table[slots[j]]
+        buckets[j] = np.int32(v >> 32)
+        counts[j] = np.int32(v & 0xFFFFFFFF)
+        table[slots[j]] = -1
     return k
+
+
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """LLVM's prefetch of ``arr[idx]`` (read, keep in all cache levels): the IDF table is larger than L2,
+    so each doc's bucket rows are requested while its n-grams are still being counted."""
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p = llvm_ir.IntType(8).as_pointer()
+        i32 = llvm_ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(ptr, i8p), llvm_ir.Constant(i32, 0), llvm_ir.Constant(i32, 3),
+                          llvm_ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return nb.types.void(arr, idx), codegen
 
 
 @nb.njit(inline="always")
 def _scratch(offsets, lo, hi, wlo, whi):
-    """Per-thread buffers sized for the batch's longest doc."""
+    """Per-thread buffers sized for the batch's longest doc: code points, word bounds, n-gram keys, the
+    distinct-bucket table, its used slots, the doc's buckets and counts, weights."""
     maxlen = _maxlen(offsets)
     n_grams = maxlen * ((hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)) + 1
     size = 64
     while size < 2 * n_grams:
         size <<= 1
     return (np.empty(maxlen, np.uint32), np.empty(maxlen + 2, np.int64), np.empty(n_grams, np.uint64),
-            np.full(size, -1, np.int64), np.zeros(size, np.int32), np.empty(n_grams, np.int64),
-            np.empty(n_grams, np.float64))
+            np.full(size, -1, np.int64), np.empty(n_grams, np.int64), np.empty(n_grams, np.int32),
+            np.empty(n_grams, np.int32), np.empty(n_grams, np.float64))
 
 
-@nb.njit(cache=True)
+@nb.njit(parallel=True, cache=True)
 def _in_sample(offsets, data, stride):
     """Whether each doc is in the document-frequency sample: its hash is 0 modulo ``stride``."""
     n = offsets.shape[0] - 1
     out = np.zeros(n, np.bool_)
-    for d in range(n):
+    for d in nb.prange(n):
         out[d] = _doc_hash(data, offsets[d], offsets[d + 1]) % np.uint64(stride) == 0
     return out
 
 
 @nb.njit(nogil=True)
-def _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, t, n_threads, df) -> int:
+def _df_stripe(offsets, data, valid, lo, hi, wlo, whi, classes, shift, t, n_threads, df) -> int:
     """Document frequency per bucket of the valid documents t, t + n_threads, ... into ``df`` (sketch
     pass 1); returns how many there were."""
     n = offsets.shape[0] - 1
-    cps, tok, buf, keys, cnt, touched, _ = _scratch(offsets, lo, hi, wlo, whi)
+    cps, tok, buf, table, slots, buckets, counts, _ = _scratch(offsets, lo, hi, wlo, whi)
     sampled = 0
     for d in range(t, n, n_threads):
         if not valid[d]:
             continue
         sampled += 1
-        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, isword, cps, tok, buf)
-        k = _distinct_buckets(buf, g, shift, keys, cnt, touched)
+        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
+        k = _distinct_buckets(buf, g, shift, table, slots, buckets, counts)
         for j in range(k):
-            slot = touched[j]
-            df[keys[slot]] += 1
-            keys[slot] = -1
+            df[buckets[j]] += 1
     return sampled
 
 
-@nb.njit(nogil=True)
-def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed, t,
-                   n_threads, sketch):
-    """Add each valid doc's L2-normalised sublinear TF-IDF vector (over hash buckets) to its owner's count
-    sketch row (sketch pass 2), for the owners with owner % n_threads == t: no two stripes write one row.
-    Docs go in ``order`` (by owner), so an owner's row stays in cache while its docs are added."""
-    n = offsets.shape[0] - 1
+@nb.njit(cache=True)
+def _bucket_table(idf, width, seed):
+    """Per bucket (IDF carrying the count sketch's sign, the bucket's sketch column): one 8-byte row
+    holds all a doc's bucket needs, so a bucket costs one cache miss, not two lookups and a hash."""
     mask = np.uint64(width - 1)
     mix = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
-    cps, tok, buf, keys, cnt, touched, weight = _scratch(offsets, lo, hi, wlo, whi)
+    out = np.empty((idf.shape[0], 2), np.float32)
+    for b in range(idf.shape[0]):
+        h = fmix64((np.uint64(b) + np.uint64(1)) ^ mix)
+        out[b, 0] = idf[b] if (h >> np.uint64(63)) == 0 else -idf[b]
+        out[b, 1] = np.float32(h & mask)
+    return out
+
+
+@nb.njit(nogil=True)
+def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, t, n_threads,
+                   sketch):
+    """Add each valid doc's L2-normalised sublinear TF-IDF vector (over hash buckets) to its owner's count
+    sketch row (sketch pass 2), for the owners with owner % n_threads == t: no two stripes write one row.
+    Docs go in ``order`` (by owner), so an owner's row stays in cache while its docs are added. ``table``
+    is :func:`_bucket_table`."""
+    n = offsets.shape[0] - 1
+    flat = table.reshape(-1)
+    cps, tok, buf, scratch, slots, buckets, counts, weight = _scratch(offsets, lo, hi, wlo, whi)
     for i in range(n):
         d = order[i]
         a = owner[d]
         if a < 0 or a % n_threads != t or not valid[d]:
             continue
-        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, isword, cps, tok, buf)
-        k = _distinct_buckets(buf, g, shift, keys, cnt, touched)
+        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
+        for j in range(g):
+            _prefetch(flat, np.int64(buf[j] >> shift) * 2)
+        k = _distinct_buckets(buf, g, shift, scratch, slots, buckets, counts)
         norm2 = 0.0
         for j in range(k):
-            slot = touched[j]
-            c = cnt[slot]
-            w = idf[keys[slot]] * (1.0 + math.log(c) if c > 1 else 1.0)
+            c = counts[j]
+            w = table[buckets[j], 0] * (1.0 + math.log(c) if c > 1 else 1.0)
             weight[j] = w
             norm2 += w * w
         if norm2 > 0.0:
             inv = 1.0 / math.sqrt(norm2)
             for j in range(k):
-                h = fmix64((np.uint64(keys[touched[j]]) + np.uint64(1)) ^ mix)
-                w = weight[j] * inv
-                sketch[a, np.int64(h & mask)] += np.float32(w if (h >> np.uint64(63)) == 0 else -w)
-        for j in range(k):
-            keys[touched[j]] = -1
+                sketch[a, np.int64(table[buckets[j], 1])] += np.float32(weight[j] * inv)
 
 
 @nb.njit(parallel=True, cache=True)
-def _bucket_df_parallel(offsets, data, valid, lo, hi, wlo, whi, isword, shift, n_buckets, n_threads):
+def _bucket_df_parallel(offsets, data, valid, lo, hi, wlo, whi, classes, shift, n_buckets, n_threads):
     df = np.zeros((n_threads, n_buckets), np.int32)
     counted = np.zeros(n_threads, np.int64)
     for t in nb.prange(n_threads):
-        counted[t] = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, t, n_threads, df[t])
+        counted[t] = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, classes, shift, t, n_threads, df[t])
     return df.sum(axis=0, dtype=np.int64), counted.sum()
 
 
 @nb.njit(nogil=True, cache=True)
-def _bucket_df_serial(offsets, data, valid, lo, hi, wlo, whi, isword, shift, n_buckets, n_threads):
+def _bucket_df_serial(offsets, data, valid, lo, hi, wlo, whi, classes, shift, n_buckets, n_threads):
     df = np.zeros(n_buckets, np.int64)
-    counted = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, isword, shift, 0, 1, df)
+    counted = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, classes, shift, 0, 1, df)
     return df, counted
 
 
 @nb.njit(parallel=True, cache=True)
-def _sketch_add_parallel(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed,
-                         n_threads, sketch):
+def _sketch_add_parallel(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, n_threads,
+                         sketch):
     for t in nb.prange(n_threads):
-        _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed, t,
-                       n_threads, sketch)
+        _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, t, n_threads,
+                       sketch)
 
 
 @nb.njit(nogil=True, cache=True)
-def _sketch_add_serial(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed,
-                       n_threads, sketch):
-    _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, isword, shift, idf, width, seed, 0, 1,
-                   sketch)
+def _sketch_add_serial(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, n_threads,
+                       sketch):
+    _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, 0, 1, sketch)
 
 
 def _bucket_df(offsets, data, valid, params: StyloParams, parallel: bool) -> tuple[np.ndarray, int]:
     """(document frequency per bucket, docs counted) of one batch."""
     kernel = _bucket_df_parallel if parallel else _bucket_df_serial
-    df, counted = kernel(offsets, data, valid, *params.ngram_args(), word_characters(),
+    df, counted = kernel(offsets, data, valid, *params.ngram_args(), character_classes(),
                          np.uint64(64 - params.hash_bits), 1 << params.hash_bits, _threads())
     return df, int(counted)
 
@@ -396,35 +441,38 @@ def _sample(texts: pa.Array | pa.ChunkedArray, stride: int) -> pa.Array | pa.Chu
     return raw.filter(pa.array(_in_sample(offsets, data, stride)))
 
 
-def _sketch_add(offsets, data, valid, owner, params: StyloParams, idf, sketch, parallel: bool) -> None:
+def _sketch_add(offsets, data, valid, owner, params: StyloParams, table, sketch, parallel: bool) -> None:
+    """Add one batch's docs to their owners' sketch rows; ``table`` is :func:`_bucket_table` of the IDF."""
     kernel = _sketch_add_parallel if parallel else _sketch_add_serial
     order = np.argsort(owner, kind="stable")
-    kernel(offsets, data, valid, owner, order, *params.ngram_args(), word_characters(),
-           np.uint64(64 - params.hash_bits), idf, params.width, params.seed, _threads(), sketch)
+    kernel(offsets, data, valid, owner, order, *params.ngram_args(), character_classes(),
+           np.uint64(64 - params.hash_bits), table, _threads(), sketch)
 
 
 @functools.cache
-def word_characters() -> np.ndarray:
-    """Per code point, whether Python's ``\\w`` matches it (``str.isalnum()`` or ``_``): scikit-learn's
-    word tokens are runs of these."""
-    table = np.fromiter((chr(c).isalnum() for c in range(0x110000)), dtype=np.bool_, count=0x110000)
-    table[ord("_")] = True
+def character_classes() -> np.ndarray:
+    """Per code point, bit flags: ``_WORD`` where Python's ``\\w`` matches (``str.isalnum()`` or ``_``:
+    scikit-learn's word tokens are runs of these) and ``_SPACE`` where ``\\s`` does (``str.isspace()``:
+    runs of these collapse to one space)."""
+    chars = [chr(c) for c in range(0x110000)]
+    table = np.fromiter((c.isalnum() for c in chars), dtype=np.uint8, count=0x110000) * np.uint8(_WORD)
+    table |= np.fromiter((c.isspace() for c in chars), dtype=np.uint8, count=0x110000) * np.uint8(_SPACE)
+    table[ord("_")] |= _WORD
     return table
 
 
 # ------------------------------------------------------------------------------------------- helpers
 
 def normalize_texts(texts: pa.Array | pa.ChunkedArray, lowercase: bool) -> pa.Array:
-    """scikit-learn's char analyzer preprocessing: lowercase (optional), runs of >= 2 whitespace -> one
-    space; nulls become empty texts."""
+    """scikit-learn's char analyzer preprocessing up to what the kernels do themselves (whitespace runs):
+    lowercase (optional); nulls become empty texts."""
     if isinstance(texts, pa.ChunkedArray):
         texts = texts.combine_chunks()
     if pa.types.is_null(texts.type):
         texts = pa.array([""] * len(texts), pa.large_string())
-    texts = pc.fill_null(texts.cast(pa.large_string()), "")
-    if lowercase:
-        texts = pc.utf8_lower(texts)
-    return pc.replace_substring_regex(texts, _WHITESPACE_RUN, " ")
+    if texts.null_count or not pa.types.is_large_string(texts.type):
+        texts = pc.fill_null(texts.cast(pa.large_string()), "")
+    return pc.utf8_lower(texts) if lowercase else texts
 
 
 def _views(texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -491,7 +539,7 @@ def _exact_tfidf(texts: pa.Array, params: StyloParams, vocab: np.ndarray | None,
     """(L2-normalised TF-IDF rows, vocab, idf): fit vocab and IDF when not given, else transform."""
     offsets, data, _ = _views(texts)
     n_docs = len(texts)
-    docs, keys = _all_ngrams(offsets, data, *params.ngram_args(), word_characters())
+    docs, keys = _all_ngrams(offsets, data, *params.ngram_args(), character_classes())
     if vocab is None:
         vocab = np.unique(keys)
     col = np.searchsorted(vocab, keys)
@@ -578,11 +626,12 @@ def _sketch_rows(histories: HistorySource, params: StyloParams, idf: np.ndarray,
     """Pass 2 over one history source: (author codes present, their summed sketch rows)."""
     sketch = np.zeros((len(authors), params.width), np.float32)
     posts = np.zeros(len(authors), np.int64)
+    table = _bucket_table(idf, params.width, params.seed)
     for batch in _batches(histories, chunk_rows, held_out):
         owner = _author_codes(batch.column("author_id"), authors, grow=False)
         offsets, data, valid = _views(normalize_texts(batch.column("text"), params.lowercase))
         if len(batch):
-            _sketch_add(offsets, data, valid, owner, params, idf, sketch, parallel)
+            _sketch_add(offsets, data, valid, owner, params, table, sketch, parallel)
         posts += np.bincount(owner[owner >= 0], minlength=len(authors))
     present = np.flatnonzero(posts)
     return present, sketch if len(present) == len(authors) else sketch[present]
@@ -672,7 +721,8 @@ def timeline_profiles(profiles: HistoryProfiles, synthetic: pd.DataFrame) -> tup
     sketch = np.zeros((len(groups), params.width), np.float32)
     offsets, data, valid = _views(texts)
     if len(texts):
-        _sketch_add(offsets, data, valid, codes, params, profiles.idf, sketch, True)
+        _sketch_add(offsets, data, valid, codes, params, _bucket_table(profiles.idf, params.width, params.seed),
+                    sketch, True)
     counts = np.maximum(n_posts, 1).astype(np.float32)
     return _l2_rows(sketch / counts[:, None]), groups, true_author, n_posts
 
