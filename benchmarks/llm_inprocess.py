@@ -15,7 +15,7 @@ Both run in the same process on the same texts, one after the other (model loade
 Prints texts/s and generated tokens/s of each and the ratio; ends with
 ``RESULT speedup=... texts_per_s=... reference_texts_per_s=...``. The machine is shared: quote the load.
 
-Run: ``.venv/bin/python benchmarks/llm_inprocess.py [--texts 16] [--max-tokens 64] [--threads 2]``.
+Run: ``.venv/bin/python benchmarks/llm_inprocess.py [--texts 64] [--max-tokens 64] [--threads 2]``.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from generate import load_average, real_sentences  # noqa: E402
 
 from tasks.generate.llm import ASK_N_TEMPLATE, LLMParams, build_requests  # noqa: E402
 from tasks.generate.paraphrase import ParaphraseParams  # noqa: E402
-from tasks.models.llm import ChatRequest, TransformersBackend, _cut_at_stop  # noqa: E402
+from tasks.models.llm import BATCH_ROWS, ChatRequest, TransformersBackend, _cut_at_stop  # noqa: E402
 from tasks.models.loaders import load_causal_lm  # noqa: E402
 from tasks.models.registry import resolve_model  # noqa: E402
 
@@ -85,9 +85,10 @@ def count_tokens(tokenizer: Any, answers: Sequence[Sequence[str]]) -> int:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--texts", type=int, default=16, help="real texts per strategy")
+    parser.add_argument("--texts", type=int, default=64, help="real texts per strategy")
     parser.add_argument("--max-tokens", type=int, default=64, help="max new tokens, both paths")
-    parser.add_argument("--batch-size", type=int, default=16, help="rows per batch on the new path")
+    parser.add_argument("--batch-size", type=int, default=BATCH_ROWS, help="rows per batch on the new path "
+                        "(default: the backend's)")
     parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads, both paths")
     parser.add_argument("--strategies", default="llm,paraphrase")
     parser.add_argument("--data-dir", default=str(ROOT / "data"))

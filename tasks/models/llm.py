@@ -385,6 +385,9 @@ def _first_line(value: object, limit: int = 160) -> str:
 #: Padded prompt characters one in-process batch may hold (~4k tokens): a long prompt is generated in a batch
 #: of its own size instead of padding every short one up to it (attention cost grows with the padded length).
 BATCH_PADDED_CHARS = 16_000
+#: Rows one in-process batch may hold by default. On 2 CPU cores texts/s stops growing near 32 rows (SmolLM2,
+#: paraphrase prompts, max_tokens 64: 1.91 texts/s at 32 rows, 1.93 at 64; benchmarks/llm_inprocess.py).
+BATCH_ROWS = 32
 
 
 class TransformersBackend(LLMBackend):
@@ -397,7 +400,7 @@ class TransformersBackend(LLMBackend):
     not depend on which requests share its batch (nor does a greedy one), and ``seed_mode="per_text"``
     requests batch too. Batching used to need equal seeds: per-text seeds ran one request at a time."""
 
-    def __init__(self, spec: ModelSpec, *, cache: RequestCache | None = None, batch_size: int = 16,
+    def __init__(self, spec: ModelSpec, *, cache: RequestCache | None = None, batch_size: int = BATCH_ROWS,
                  num_threads: int | None = None) -> None:
         self.spec = spec
         self.model = model_id(spec)
@@ -650,5 +653,5 @@ def llm_backend_for(role: str, settings: Mapping[str, Any] | None = None,
         )
     spec = resolve_model(role, settings.get("model"))
     threads = settings.get("num_threads")
-    return TransformersBackend(spec, cache=cache, batch_size=int(settings.get("batch_size", 16)),
+    return TransformersBackend(spec, cache=cache, batch_size=int(settings.get("batch_size", BATCH_ROWS)),
                                num_threads=int(threads) if threads else None)
