@@ -5,7 +5,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tasks.models.llm import ChatRequest, TransformersBackend, decode_batch, nucleus_scores
+from tasks.models.llm import (
+    ChatRequest,
+    TransformersBackend,
+    decode_batch,
+    nucleus_probs,
+    nucleus_scores,
+    sample_next,
+)
 from tasks.models.registry import resolve_model
 
 PROMPTS = ["Name a colour.", "Say hello to my friend from the city of Chicago, please.", "Count to three.",
@@ -35,6 +42,37 @@ def test_nucleus_scores_match_transformers_warpers() -> None:
         got = nucleus_scores(logits, temperature=temperature, top_p=top_p)
         assert torch.equal(torch.isinf(got), torch.isinf(expected))
         assert torch.allclose(got[~torch.isinf(got)], expected[~torch.isinf(expected)])
+
+
+def test_nucleus_probs_are_the_nucleus_distribution() -> None:
+    """The sampler's sorted top-k nucleus is softmax(nucleus_scores), also when the nucleus is wider than the
+    first top-k (a flat distribution over 5,000 tokens) and with no cut (top_p 1)."""
+    peaked = torch.randn(5, 300, generator=torch.Generator().manual_seed(3)) * 3
+    flat = torch.randn(3, 5000, generator=torch.Generator().manual_seed(4)) * 0.1
+    for logits, temperature, top_p in [(peaked, 0.6, 0.9), (peaked, 1.0, 0.5), (peaked, 1.3, 1.0),
+                                       (peaked, 0.7, 0.01), (flat, 1.0, 0.9)]:
+        probs, tokens = nucleus_probs(logits, temperature=temperature, top_p=top_p)
+        dense = torch.zeros_like(logits).scatter_(1, tokens, probs)
+        expected = nucleus_scores(logits, temperature=temperature, top_p=top_p).softmax(dim=-1)
+        assert torch.equal(dense > 0, expected > 0)
+        assert torch.allclose(dense / dense.sum(dim=-1, keepdim=True), expected, atol=1e-6)
+    assert (nucleus_probs(flat, temperature=1.0, top_p=0.9)[0] > 0).sum(dim=-1).min() > 256  # widened
+
+
+def test_sampled_tokens_follow_the_nucleus_distribution() -> None:
+    """40,000 draws from one row: token frequencies within 0.01 of softmax(nucleus_scores); each row's draw
+    comes from its own generator."""
+    logits = torch.randn(1, 20, generator=torch.Generator().manual_seed(5)) * 2
+    g = torch.Generator().manual_seed(6)
+    draws = sample_next(logits.expand(40_000, 20), temperature=0.8, top_p=0.9, generators=[g] * 40_000)
+    freq = torch.bincount(draws, minlength=20).double() / 40_000
+    expected = nucleus_scores(logits, temperature=0.8, top_p=0.9).softmax(dim=-1)[0].double()
+    assert (freq - expected).abs().max() < 0.01 and torch.equal(freq > 0, expected > 0)
+    one = [sample_next(logits, temperature=0.8, top_p=0.9, generators=[torch.Generator().manual_seed(s)]).item()
+           for s in range(8)]
+    two = sample_next(logits.expand(8, 20), temperature=0.8, top_p=0.9,
+                      generators=[torch.Generator().manual_seed(s) for s in range(8)]).tolist()
+    assert one == two
 
 
 @pytest.mark.slow

@@ -505,14 +505,35 @@ def _eos_ids(tokenizer: Any, model: Any) -> list[int]:
 
 def sample_next(logits: Any, *, temperature: float, top_p: float, generators: Sequence[Any] | None) -> Any:
     """Next token per row: argmax when ``generators`` is None (greedy), else a draw per row with its own
-    generator from the temperature-scaled distribution cut to the top-p nucleus (as transformers'
-    TemperatureLogitsWarper then TopPLogitsWarper)."""
+    generator from the temperature-scaled distribution cut to the top-p nucleus (the distribution of
+    :func:`nucleus_scores`, drawn by inverse CDF over the nucleus alone: one uniform per row)."""
     import torch
 
     if generators is None:
         return logits.argmax(dim=-1)
-    probs = nucleus_scores(logits, temperature=temperature, top_p=top_p).softmax(dim=-1)
-    return torch.cat([torch.multinomial(probs[r], 1, generator=g) for r, g in enumerate(generators)])
+    probs, tokens = nucleus_probs(logits, temperature=temperature, top_p=top_p)
+    cdf = probs.cumsum(dim=-1)
+    u = torch.cat([torch.rand(1, generator=g, dtype=cdf.dtype) for g in generators]) * cdf[:, -1]
+    pos = torch.searchsorted(cdf, u[:, None]).clamp(max=cdf.shape[-1] - 1)
+    return tokens.gather(1, pos).squeeze(1)
+
+
+def nucleus_probs(logits: Any, *, temperature: float, top_p: float) -> tuple[Any, Any]:
+    """(probabilities, token ids) of each row's most likely tokens in descending order, 0 past the top-p
+    nucleus: a token stays while the mass of the tokens above it is below ``top_p`` (the rule of
+    :func:`nucleus_scores`). Only as many tokens as the widest nucleus needs are sorted (a top-k, widened
+    until it holds every row's nucleus), not the whole vocabulary."""
+    probs = (logits / temperature).softmax(dim=-1)
+    vocab = probs.shape[-1]
+    k = min(vocab, 256) if top_p < 1.0 else vocab
+    while True:
+        top, tokens = probs.topk(k, dim=-1) if k < vocab else probs.sort(dim=-1, descending=True)
+        if k == vocab or bool((top.sum(dim=-1) >= top_p).all()):
+            break
+        k = min(vocab, k * 8)
+    if top_p < 1.0:
+        top = top.masked_fill(top.cumsum(dim=-1) - top >= top_p, 0.0)
+    return top, tokens
 
 
 def nucleus_scores(logits: Any, *, temperature: float, top_p: float) -> Any:
