@@ -23,6 +23,7 @@ from tasks.metrics.suite import (
     check_metric_names,
     comparison_metrics,
     metric_correlation_matrix,
+    prefetch_embeddings,
     score_strategy,
 )
 from tasks.parallel import dask_client
@@ -133,6 +134,21 @@ def test_variants_give_self_bleu_and_degenerate_sets_give_reasons(tmp_path, opti
                             tmp_path / "d.sqlite")
     rows = lonely.distribution_scores.set_index("metric")
     assert np.isnan(rows.loc["fbd", "value"]) and rows.loc["fbd", "reason"]
+
+
+def test_strategies_scored_side_by_side_embed_the_real_texts_once(tmp_path, options):
+    """Two strategies' prefetches started together on one run's cache: every distinct text goes through the
+    encoder once in all (the second waits for the first and embeds only its own outputs)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    real = SOURCES * 3 + [f"{t} Again." for t in SOURCES]  # enough real text that the two overlap
+    outputs = [[t.upper() for t in SOURCES], [t.lower() + "!" for t in SOURCES]]
+    cache = tmp_path / "cache" / "embeddings.sqlite"
+    with ThreadPoolExecutor(2) as pool:
+        counts = list(pool.map(lambda out: prefetch_embeddings([*real, *out], ["bertscore_f1", "cps"], options,
+                                                               str(cache)), outputs))
+    assert sum(counts) == len(set(real) | set(outputs[0]) | set(outputs[1]))
+    assert min(counts) == len(SOURCES)  # the later one: its own outputs only
 
 
 def test_unknown_metric_names_are_rejected():

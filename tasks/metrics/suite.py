@@ -152,7 +152,12 @@ def prefetch_embeddings(texts: Sequence[str], names: Sequence[str], options: Met
     sentence_spec = (options.sentence_encoder or resolve_model("sentence_encoder")) if "sentence_encoder" in reads else None
     if not texts or (not layers and sentence_spec is None):
         return 0
-    with EmbeddingCache(cache_path) as cache:
+    from filelock import FileLock
+
+    Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
+    # Strategies scored side by side share the real texts: the first embeds them, the others wait on the
+    # cache's lock and embed only their own outputs, instead of all of them computing the same vectors.
+    with FileLock(f"{cache_path}.prefetch.lock"), EmbeddingCache(cache_path) as cache:
         return embed_once(texts, token_spec=token_spec, layers=layers,
                           sentence_spec=sentence_spec, cache=cache)
 
