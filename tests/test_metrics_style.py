@@ -274,3 +274,20 @@ def test_stylometric_encoder_and_pos_metrics_tag_each_text_once(tmp_path) -> Non
     shared = pos_tags(texts, cache=cache)
     assert cache.hits - hits == len(set(texts))
     assert shared == pos_tags(texts)
+
+
+def test_pos_tags_kept_from_pii_parses_equal_fresh_tagging(tmp_path) -> None:
+    """The POS tags the PII scan's parses yield (its pipeline runs without the parser) are what tagging
+    afresh gives, and once stored under the tagger's id the POS metrics read them instead of tagging."""
+    from tasks.models.style_encoders import PosTagRecorder, resolve_tagger, same_pipeline
+    from tasks.privacy import pii
+
+    tagger, tagger_id = resolve_tagger()
+    assert same_pipeline(tagger, pii.pipeline()) and tagger is not pii.pipeline()
+    recorder = PosTagRecorder(pii.pipeline(), tagger_id)
+    pii.PiiDetector().detect(TEXTS, on_doc=recorder)
+    cache = EmbeddingCache(tmp_path / "p.sqlite")
+    assert recorder.save(cache) == len(set(TEXTS))
+    kept = pos_tags(TEXTS, cache=cache)
+    assert cache.hits == len(set(TEXTS)) and cache.misses == 0
+    assert kept == pos_tags(TEXTS) and any(tags for tags in kept)

@@ -151,6 +151,24 @@ def test_strategies_scored_side_by_side_embed_the_real_texts_once(tmp_path, opti
     assert min(counts) == len(SOURCES)  # the later one: its own outputs only
 
 
+def test_pii_scan_parses_feed_the_pos_metrics_and_change_no_score(tmp_path, options, monkeypatch):
+    """The PII scan's spaCy parses give the POS and style metrics their tags (one parse per text); every
+    score is what the suite gives when each metric parses for itself."""
+    from tasks.metrics import suite
+
+    corpus, synthetic = _corpus(), _synthetic(_corpus())
+    names = ["pii_leakage", "pos_jaccard", "style_cosine", "pos_jsd"]
+    shared = suite.score_strategy(corpus, synthetic, names, options, tmp_path / "a.sqlite")
+    pairs = synthetic.merge(corpus[["doc_id", "text"]].rename(columns={"text": "source"}), on="doc_id")
+    ok = pairs[pairs["status"] == "ok"]
+    kept = suite.prefetch_parses(pairs, names, options, str(tmp_path / "k.sqlite"))
+    assert kept == len(set(ok["source"]) | set(ok["text"]))
+    monkeypatch.setattr(suite, "prefetch_parses", lambda *args: 0)
+    alone = suite.score_strategy(corpus, synthetic, names, options, tmp_path / "b.sqlite")
+    pd.testing.assert_frame_equal(shared.sample_scores, alone.sample_scores)
+    pd.testing.assert_frame_equal(shared.distribution_scores, alone.distribution_scores)
+
+
 def test_unknown_metric_names_are_rejected():
     with pytest.raises(ValueError, match="unknown metric 'bleurt'"):
         check_metric_names(["bertscore_f1", "bleurt"])

@@ -310,9 +310,51 @@ def test_pii_counts_detects_each_distinct_text_once(detector: PiiDetector, monke
                           "text": [source, "Write to them today.", "Nothing here."]})
     seen: list[str] = []
     detect = detector.detect
-    monkeypatch.setattr(detector, "detect", lambda texts: seen.extend(texts) or detect(texts))
+    monkeypatch.setattr(detector, "detect", lambda texts, **kw: seen.extend(texts) or detect(texts, **kw))
     counts = pii_counts(pairs, detector)
     assert sorted(seen) == sorted({source, "Write to them today.", "Nothing here."})
     totals = counts[counts["entity"] == ALL_ENTITIES].reset_index(drop=True)
     assert totals.loc[0, "source_spans"] >= 1 and totals.loc[0, "leaked"] == totals.loc[0, "source_spans"]
     assert totals.loc[1, "leaked"] == 0 and totals.loc[2, "source_spans"] == 0
+
+
+def test_detection_without_the_parser_equals_presidio_batch_analyzer_on_the_full_pipeline(detector: PiiDetector) -> None:
+    """The parser is off (Presidio never reads it) and each text is parsed once through spaCy's pipe; the
+    spans are those Presidio's own BatchAnalyzerEngine finds with every spaCy component on."""
+    from presidio_analyzer import BatchAnalyzerEngine
+
+    from tasks.privacy import pii
+
+    texts = [t for t, _, _ in EXAMPLES] + [json.loads(line)["text"] for line in LABELLED.read_text().splitlines()]
+    texts += ["Je m'appelle Pierre Dupont et mon courriel est pierre@exemple.fr", ""]
+    found = detector.detect(texts)
+    nlp = pii.pipeline()
+    assert "parser" in nlp.disabled
+    nlp.enable_pipe("parser")
+    try:
+        batch = BatchAnalyzerEngine(analyzer_engine=pii._analyzer(detector.model))
+        for text, mine in zip(texts, found, strict=True):
+            entities = detector.entities if mine.english else detector._patterns_only
+            (theirs,) = batch.analyze_iterator([text], language=pii.LANGUAGE, entities=list(entities),
+                                               score_threshold=detector.score_threshold)
+            assert mine.spans == pii._non_overlapping(theirs, text), text
+    finally:
+        nlp.disable_pipe("parser")
+    assert sum(len(d.spans) for d in found) >= len(EXAMPLES)
+
+
+def test_cached_detections_come_back_bit_for_bit_without_parsing(detector: PiiDetector, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.models.embeddings import EmbeddingCache
+    from tasks.privacy import pii
+
+    texts = [t for t, _, _ in EXAMPLES] + ["nothing to see", "Ich habe gestern mit Peter Müller gesprochen, er "
+                                           "wohnt jetzt in Berlin. Schreib ihm an peter.mueller@web.de"]
+    with EmbeddingCache(tmp_path / "c.sqlite") as cache:
+        first = detector.detect(texts, cache=cache)
+        monkeypatch.setattr(pii, "_analyzer", lambda model: pytest.fail("a cached text was parsed again"))
+        again = detector.detect(texts, cache=cache)
+        assert cache.hits == len(set(texts))
+    assert again == first
+    assert any(d.spans for d in again) and not again[-1].english and again[-1].spans
+    assert [s.score for d in again for s in d.spans] == [s.score for d in first for s in d.spans]

@@ -13,7 +13,7 @@ Adding a metric = one :func:`register` call plus its function. Compute conventio
 - ``variant``: ``compute(outputs_by_input) -> MetricResult`` (diversity among the variants of one input);
 - ``distribution``: ``compute(real, synthetic, options, cache) -> DistributionScore``;
 - ``bag``: one shared function, ``tasks.metrics.bags.bag_scores`` (corpus-level IDF needs one call);
-- ``pair``: ``compute(pairs, names) -> (per-pair frame, long rows)`` over a strategy's aligned (source, output)
+- ``pair``: ``compute(pairs, names, cache) -> (per-pair frame, long rows)`` over a strategy's aligned (source, output)
   pairs as a whole; its long rows may break the number down by a structure column (PII: ``entity``) and
   land in the privacy table;
 - ``utility`` and ``privacy``: measures the utility and privacy stages write (no compute here); they are
@@ -273,19 +273,24 @@ def _char_jsd(real: list[str], synthetic: list[str], options: Any, cache: Embedd
     return char_jsd(real, synthetic)
 
 
-def _pii(pairs: Any, names: Sequence[str]) -> tuple[Any, Any]:
+def _pii(pairs: Any, names: Sequence[str], cache: EmbeddingCache | None = None) -> tuple[Any, Any]:
     """pii_leakage / pii_invented per pair (entity ``all``) and per strategy, overall and per entity type."""
     from tasks.metrics.base import reason_column
     from tasks.metrics.pii import ALL_ENTITIES, distribution_rows, pii_counts, sample_scores
     from tasks.privacy.pii import PiiDetector
 
     detector = PiiDetector()
-    counts = pii_counts(pairs, detector)
+    counts = pii_counts(pairs, detector, cache)
     per_pair = sample_scores(counts)
     per_pair = per_pair[per_pair["entity"] == ALL_ENTITIES]
     rows = distribution_rows(counts, detector)
     return (per_pair[["doc_id", "variant", *names, *(reason_column(m) for m in names)]],
             rows[rows["metric"].isin(names)])
+
+
+def reads_pii(names: Iterable[str]) -> bool:
+    """Whether any of the named metrics scans texts for PII (the pair-level PII metrics)."""
+    return any((metric := lookup(n)) is not None and metric.compute is _pii for n in names)
 
 
 # ------------------------------------------------------------------------------------- registrations

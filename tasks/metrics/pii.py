@@ -22,6 +22,7 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.metrics.base import make_signature
+from tasks.models.embeddings import EmbeddingCache
 from tasks.privacy.pii import DetectedText, PiiDetector, occurs
 
 ALL_ENTITIES = "all"
@@ -51,17 +52,27 @@ def pair_counts(source: str, source_found: DetectedText, synthetic: str,
     return {entity: (a, b, c) for entity, (a, b, c) in counts.items()}
 
 
-def pii_counts(pairs: pd.DataFrame, detector: PiiDetector) -> pd.DataFrame:
+def _pair_texts(pairs: pd.DataFrame) -> tuple[list[str], list[str], np.ndarray]:
+    """(sources, outputs, positions of the ok pairs) as the counts read them."""
+    ok = (pairs["status"] == STATUS_OK).to_numpy()
+    return (pairs["source"].astype(str).tolist(), pairs["text"].astype("string").fillna("").tolist(),
+            np.flatnonzero(ok))
+
+
+def scanned_texts(pairs: pd.DataFrame) -> list[str]:
+    """The distinct texts :func:`pii_counts` scans: the sources and outputs of the ok pairs."""
+    sources, outputs, ok_index = _pair_texts(pairs)
+    return list(dict.fromkeys([*(sources[i] for i in ok_index), *(outputs[i] for i in ok_index)]))
+
+
+def pii_counts(pairs: pd.DataFrame, detector: PiiDetector, cache: EmbeddingCache | None = None) -> pd.DataFrame:
     """COUNT_COLUMNS for every pair (columns doc_id, strategy, variant, status, source, text): one row per
     pair with entity ``all`` (the totals; zeros included) and one per entity type present. Failed pairs
-    get an ``all`` row with null counts."""
-    ok = (pairs["status"] == STATUS_OK).to_numpy()
-    sources = pairs["source"].astype(str).tolist()
-    outputs = pairs["text"].astype("string").fillna("").tolist()
-    ok_index = np.flatnonzero(ok)
+    get an ``all`` row with null counts. With a ``cache``, texts scanned before are not scanned again."""
+    sources, outputs, ok_index = _pair_texts(pairs)
     texts = [sources[i] for i in ok_index] + [outputs[i] for i in ok_index]
     distinct = list(dict.fromkeys(texts))  # an output equal to its source (or a source shared by variants): once
-    detected = dict(zip(distinct, detector.detect(distinct), strict=True))
+    detected = dict(zip(distinct, detector.detect(distinct, cache=cache), strict=True))
     found = [detected[t] for t in texts]
     by_pair = {i: (found[j], found[len(ok_index) + j]) for j, i in enumerate(ok_index)}
     rows: list[dict[str, Any]] = []

@@ -129,6 +129,10 @@ def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: st
         resolve_tagger(options.pos_tagger)
     if "transfer_classifier" in reads:
         catalogue.transfer_classifier(options.transfer_classifier)
+    if catalogue.reads_pii(names):
+        from tasks.privacy.pii import prepare
+
+        prepare()
 
 
 def prefetch_embeddings(texts: Sequence[str], names: Sequence[str], options: MetricOptions,
@@ -160,6 +164,27 @@ def prefetch_embeddings(texts: Sequence[str], names: Sequence[str], options: Met
     with FileLock(f"{cache_path}.prefetch.lock"), EmbeddingCache(cache_path) as cache:
         return embed_once(texts, token_spec=token_spec, layers=layers,
                           sentence_spec=sentence_spec, cache=cache)
+
+
+def prefetch_parses(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions, cache_path: str) -> int:
+    """Scan the texts the PII metrics read before the metrics run, and keep the POS tags of those same spaCy
+    parses for the POS and style metrics when they use the same spaCy model (one parse per text instead
+    of two). Returns the number of texts whose tags were kept."""
+    if not catalogue.reads_pii(names):
+        return 0
+    from tasks.metrics.pii import scanned_texts
+    from tasks.models.style_encoders import PosTagRecorder, resolve_tagger, same_pipeline
+    from tasks.privacy import pii
+
+    reads = {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
+    recorder = None
+    if reads & {"pos_tagger", "style_encoder"}:
+        tagger, tagger_id = resolve_tagger(options.pos_tagger)
+        if same_pipeline(tagger, pii.pipeline()):
+            recorder = PosTagRecorder(pii.pipeline(), tagger_id)
+    with EmbeddingCache(cache_path) as cache:
+        pii.PiiDetector().detect(scanned_texts(pairs), cache=cache, on_doc=recorder)
+        return recorder.save(cache) if recorder is not None else 0
 
 
 def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
@@ -269,6 +294,7 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
 
     ok_outputs = synthetic.loc[synthetic["status"] == STATUS_OK, "text"].fillna("").astype(str).tolist()
     prefetch_embeddings([*real, *ok_outputs], names, options, cache_path)
+    prefetch_parses(pairs, names, options, cache_path)
     shards = [pairs.iloc[s] for s in split_even(len(pairs), max(1, -(-len(pairs) // options.shard_size)))]
     dist_jobs = [(v, m) for v in variants for m in dist_names]
     if client is not None:
@@ -335,7 +361,8 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     pair_names = [n for n in names if n in catalogue.names("pair")]
     for compute in dict.fromkeys(catalogue.lookup(n).compute for n in pair_names):
         wanted = [n for n in pair_names if catalogue.lookup(n).compute is compute]
-        pair_samples, pair_rows = compute(pairs, wanted)
+        with EmbeddingCache(cache_path) as cache:
+            pair_samples, pair_rows = compute(pairs, wanted, cache)
         samples = samples.merge(pair_samples, on=["doc_id", "variant"], how="left")
         rows += pair_rows.assign(level=catalogue.SUMMARY_LEVEL["pair"]).to_dict("records")
         signatures.update(dict(zip(pair_rows["metric"], pair_rows["signature"], strict=True)))

