@@ -221,19 +221,23 @@ def cider_d_matrix(generated: Sequence[str], reference: Sequence[str], *, max_or
     return total * penalty / max_order * 10.0
 
 
-def _lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the longest common subsequence, bit-parallel (Allison-Dix/Hyyro) over Python ints."""
-    if not a or not b:
-        return 0
+def _lcs_masks(a: Sequence[str]) -> tuple[dict[str, int], int]:
+    """(token -> bit mask of its positions in ``a``, the all-ones mask): what :func:`_lcs_length` reads of ``a``."""
     masks: dict[str, int] = {}
     for i, tok in enumerate(a):
         masks[tok] = masks.get(tok, 0) | (1 << i)
-    full = (1 << len(a)) - 1
+    return masks, (1 << len(a)) - 1
+
+
+def _lcs_length(a_masks: tuple[dict[str, int], int], n_a: int, b: Sequence[str]) -> int:
+    """Length of the longest common subsequence of ``a`` (given as :func:`_lcs_masks`, ``n_a`` tokens) and
+    ``b``, bit-parallel (Allison-Dix/Hyyro) over Python ints."""
+    masks, full = a_masks
     v = full
     for tok in b:
         u = v & masks.get(tok, 0)
         v = ((v + u) | (v - u)) & full
-    return len(a) - v.bit_count()
+    return n_a - v.bit_count()
 
 
 def rouge_l_matrix(generated: Sequence[str], reference: Sequence[str]) -> np.ndarray:
@@ -242,6 +246,7 @@ def rouge_l_matrix(generated: Sequence[str], reference: Sequence[str]) -> np.nda
     tokenizer = _rouge_tokenizer()
     gen = [tokenizer.tokenize(t) for t in generated]
     ref = [tokenizer.tokenize(t) for t in reference]
+    ref_masks = [_lcs_masks(r) for r in ref]  # built once per reference, not once per pair
     out = np.zeros((len(gen), len(ref)), dtype=np.float64)
     for i, g in enumerate(gen):
         if not g:
@@ -249,7 +254,7 @@ def rouge_l_matrix(generated: Sequence[str], reference: Sequence[str]) -> np.nda
         for j, r in enumerate(ref):
             if not r:
                 continue
-            lcs = _lcs_length(g, r)
+            lcs = _lcs_length(ref_masks[j], len(r), g)
             if lcs:
                 p, rc = lcs / len(g), lcs / len(r)
                 out[i, j] = 2 * p * rc / (p + rc)
