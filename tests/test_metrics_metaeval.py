@@ -169,6 +169,27 @@ def test_run_metaeval_and_summary() -> None:
     assert nti["rho_mean"] == pytest.approx(1.0) and nti["n_defined"] == 2
 
 
+def test_prefetch_sees_every_bag_text_once_before_any_metric() -> None:
+    """The caller's prefetch gets the reference and every manipulated bag's texts, each once, before the
+    first metric call (so a suite can embed them in one pass), and the rows are those without it."""
+    events: list[tuple[str, object]] = []
+
+    def prefetch(texts: list[str]) -> None:
+        events.append(("prefetch", texts))
+
+    def seen_overlap(r: list[str], g: list[str]) -> float:
+        events.append(("metric", tuple(g)))
+        return overlap(r, g)
+
+    kw = {"manipulations": ["eda-delete", "nti", "style"], "seed": 0, "noise_texts": NOISE}
+    rows = validate_metrics(BAG, {"overlap": seen_overlap}, prefetch=prefetch, **kw)
+    (first, texts), *later = events
+    assert first == "prefetch" and all(kind == "metric" for kind, _ in later)
+    assert len(texts) == len(set(texts)) and set(BAG) <= set(texts)
+    assert set(texts) == set(BAG) | {t for _, bag in later for t in bag}
+    pd.testing.assert_frame_equal(rows, validate_metrics(BAG, {"overlap": overlap}, **kw))
+
+
 # ------------------------------------------------------------------------------------------ correlations
 def test_metric_correlations_match_scipy_pairwise() -> None:
     rng = np.random.default_rng(0)

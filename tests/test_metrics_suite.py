@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -192,6 +193,20 @@ def test_comparison_metrics_rank_a_closer_bag_higher(tmp_path, options):
     far = ["Completely unrelated words about gardening tools."] * 6
     assert functions["cos_tf"](reference, near) > functions["cos_tf"](reference, far)
     assert functions["fbd_sbert"](reference, near) < functions["fbd_sbert"](reference, far)
+
+
+def test_comparison_bag_metrics_scored_together_equal_each_alone(tmp_path, options):
+    """The meta-evaluation's bag metrics share one scoring call per bag; each value is what scoring that
+    metric alone gives."""
+    from tasks.metrics.suite import score_bags
+
+    functions = comparison_metrics(BAG_METRICS, options, tmp_path / "f.sqlite")
+    reference, generated = SOURCES[:6], [t.replace("jobs", "work").upper() for t in SOURCES[1:7]]
+    for metric in BAG_METRICS:
+        alone = score_bags(pd.DataFrame({"group_id": "bag", "text": reference}),
+                           pd.DataFrame({"group_id": "bag", "text": generated}), [metric],
+                           replace(options, bag_group="group_id"), str(tmp_path / "g.sqlite"))
+        assert functions[metric](reference, generated) == pytest.approx(float(alone["value"].iloc[0]), abs=1e-6), metric
 
 
 def _run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:

@@ -39,6 +39,7 @@ import re
 import zlib
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -351,7 +352,8 @@ def validate_metrics(reference_bag: Sequence[str], metrics: Mapping[str, Metric]
                      manipulations: Sequence[str] = MANIPULATIONS, levels: Sequence[float] = LEVELS,
                      seed: int = 0, higher_is_better: Mapping[str, bool] | None = None,
                      noise_texts: Sequence[str] | None = None, alpha: float = 0.1,
-                     synonyms: Mapping[str, Sequence[str]] | None = None, head_share: float = 0.1) -> pd.DataFrame:
+                     synonyms: Mapping[str, Sequence[str]] | None = None, head_share: float = 0.1,
+                     prefetch: Callable[[list[str]], Any] | None = None) -> pd.DataFrame:
     """Seed 003 §4.2: per manipulation, bags at every level are scored by each ``metric(reference, bag)``
     and the scores are Spearman-correlated with the level; ``rho`` is sign-corrected so +1 means the metric
     ranks the bags exactly in their true order (``higher_is_better[m]``, default True: a similarity).
@@ -360,22 +362,29 @@ def validate_metrics(reference_bag: Sequence[str], metrics: Mapping[str, Metric]
     n_distinct_bags, reason (why rho is NaN: constant metric, unchanged bags, metric error), scores (one per
     level) and signature (manipulation, levels, seed, bag size and the manipulation's options; the
     metric's own signature is the caller's). Level 0 (the reference against itself) is part of the ranking. ``nti`` is skipped (with a
-    reason) when no ``noise_texts`` are given. A metric that raises gets NaN and the error as reason."""
+    reason) when no ``noise_texts`` are given. A metric that raises gets NaN and the error as reason.
+    ``prefetch``, when given, sees every distinct text of every bag once before any metric runs (so a caller
+    can embed them all in one pass instead of metric by metric)."""
     reference = list(reference_bag)
     levels_arr = np.asarray(levels, dtype=np.float64)
     if len(levels_arr) < 3 or np.any(np.diff(levels_arr) <= 0):
         raise ValueError(f"levels must be at least 3 strictly increasing strengths, got {list(levels)}")
     hib = dict(higher_is_better or {})
-    rows = []
+    planned: list[tuple[str, list[list[str]] | None, str | None]] = []
     for manipulation in manipulations:
         if manipulation == "nti" and not noise_texts:
-            bags = None
-            skip = "nti needs noise_texts (texts outside the reference bag)"
-        else:
-            bags = [manipulate(reference, manipulation, float(s), seed=seed, noise_texts=noise_texts,
-                               alpha=alpha, synonyms=synonyms, head_share=head_share) for s in levels_arr]
-            distinct = len({tuple(b) for b in bags})
-            skip = "manipulation left the bag unchanged at every level" if distinct == 1 else None
+            planned.append((manipulation, None, "nti needs noise_texts (texts outside the reference bag)"))
+            continue
+        bags = [manipulate(reference, manipulation, float(s), seed=seed, noise_texts=noise_texts,
+                           alpha=alpha, synonyms=synonyms, head_share=head_share) for s in levels_arr]
+        unchanged = len({tuple(b) for b in bags}) == 1
+        planned.append((manipulation, bags, "manipulation left the bag unchanged at every level" if unchanged
+                        else None))
+    if prefetch is not None:
+        prefetch(list(dict.fromkeys([*reference, *(t for _, bags, _ in planned for bag in bags or [] for t in bag)])))
+    rows = []
+    for manipulation, bags, skip in planned:
+        distinct = 0 if bags is None else len({tuple(b) for b in bags})
         signature = make_signature(
             "metaeval", manipulation=manipulation, levels=",".join(f"{x:g}" for x in levels_arr), seed=seed,
             n=len(reference), corr="spearman-vs-level",
@@ -387,7 +396,7 @@ def validate_metrics(reference_bag: Sequence[str], metrics: Mapping[str, Metric]
         )
         for name, metric in metrics.items():
             row = {"metric": name, "manipulation": manipulation, "rho": math.nan, "p_value": math.nan,
-                   "n_levels": 0, "n_distinct_bags": 0 if bags is None else distinct, "reason": skip,
+                   "n_levels": 0, "n_distinct_bags": distinct, "reason": skip,
                    "scores": [], "signature": signature}
             if skip is None:
                 try:
@@ -407,7 +416,7 @@ def run_metaeval(corpus_texts: Sequence[str], metrics: Mapping[str, Metric], *, 
                  n_bags: int = 1, seed: int = 0, manipulations: Sequence[str] = MANIPULATIONS,
                  levels: Sequence[float] = LEVELS, higher_is_better: Mapping[str, bool] | None = None,
                  alpha: float = 0.1, synonyms: Mapping[str, Sequence[str]] | None = None,
-                 head_share: float = 0.1) -> pd.DataFrame:
+                 head_share: float = 0.1, prefetch: Callable[[list[str]], Any] | None = None) -> pd.DataFrame:
     """``n_bags`` reference bags of ``bag_size`` texts (100: the seed's cap) sampled without replacement from
     the corpus with ``seed``; each bag's noise pool (for ``nti``) is every corpus text not in it. Returns
     :func:`validate_metrics` rows for every bag with a ``bag`` column (0..n_bags-1); average them with
@@ -424,7 +433,7 @@ def run_metaeval(corpus_texts: Sequence[str], metrics: Mapping[str, Metric], *, 
         noise = [t for t in texts if t not in inside]
         frame = validate_metrics(bag, metrics, manipulations=manipulations, levels=levels, seed=seed + b,
                                  higher_is_better=higher_is_better, noise_texts=noise, alpha=alpha,
-                                 synonyms=synonyms, head_share=head_share)
+                                 synonyms=synonyms, head_share=head_share, prefetch=prefetch)
         frames.append(frame.assign(bag=b, bag_size=size))
     return pd.concat(frames, ignore_index=True)
 

@@ -438,16 +438,20 @@ def comparison_metrics(names: Sequence[str], options: MetricOptions,
     def distribution(metric: str) -> Callable[[Sequence[str], Sequence[str]], float]:
         return lambda ref, gen: score_distribution(metric, list(ref), list(gen), options, cache_path).value
 
+    names = check_metric_names(names)
+    bag_names = [n for n in names if catalogue.CATALOGUE[n].level == "bag"]
+
+    @functools.lru_cache(maxsize=64)  # the metrics ask in turn for the same few bags: one call scores them all
+    def every_bag_metric(ref: tuple[str, ...], gen: tuple[str, ...]) -> dict[str, float]:
+        table = score_bags(pd.DataFrame({"group_id": "bag", "text": list(ref)}),
+                           pd.DataFrame({"group_id": "bag", "text": list(gen)}), bag_names, bag_options, cache_path)
+        return {m: float(v) for m, v in zip(table["metric"], table["value"], strict=True)}
+
     def bag(metric: str) -> Callable[[Sequence[str], Sequence[str]], float]:
-        def one_bag(ref: Sequence[str], gen: Sequence[str]) -> float:
-            table = score_bags(pd.DataFrame({"group_id": "bag", "text": list(ref)}),
-                               pd.DataFrame({"group_id": "bag", "text": list(gen)}), [metric], bag_options,
-                               cache_path)
-            return float(table["value"].iloc[0])
-        return one_bag
+        return lambda ref, gen: every_bag_metric(tuple(ref), tuple(gen))[metric]
 
     out: dict[str, Callable[[Sequence[str], Sequence[str]], float]] = {}
-    for name in check_metric_names(names):
+    for name in names:
         level = catalogue.CATALOGUE[name].level
         if level == "distribution":
             out[name] = distribution(name)
@@ -476,7 +480,9 @@ def metaeval_metrics(texts: Sequence[str], names: Sequence[str], options: Metric
     if not functions:
         raise ValueError("none of these is a distribution- or bag-level metric: " + ", ".join(names))
     rows = run_metaeval(list(texts), functions, bag_size=bag_size, n_bags=bags, seed=seed,
-                        higher_is_better={m: bool(catalogue.CATALOGUE[m].closer_is_higher) for m in functions})
+                        higher_is_better={m: bool(catalogue.CATALOGUE[m].closer_is_higher) for m in functions},
+                        prefetch=lambda bag_texts: prefetch_embeddings(bag_texts, list(functions), options,
+                                                                       str(cache_path)))
     per_level = rows.explode("scores").assign(level=lambda f: f.groupby(["metric", "manipulation", "bag"]).cumcount())
     wide = per_level.pivot_table(index=["bag", "manipulation", "level"], columns="metric", values="scores",
                                  aggfunc="first")
