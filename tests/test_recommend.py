@@ -361,19 +361,26 @@ def _demo_summary(root: Path) -> pd.DataFrame:
 
 
 @pytest.mark.skipif(not (DEMO / "manifest.json").is_file(), reason="no demo run in runs/demo")
-def test_demo_run_gets_one_recommendation_per_strategy_for_every_goal():
+def test_demo_run_gets_one_recommendation_per_strategy_variant_for_every_goal():
     from tasks.report.run_files import RunFiles
 
     run = RunFiles.open(DEMO)
     summary, families = _demo_summary(DEMO), run.strategy_families()
     labels = set(run.strategy_labels())
     assert labels
+    # one recommendation per variant each strategy wrote (backtranslate: one per pivot)
+    scored = summary[(summary["metric"] == "bertscore_f1") & summary["strategy"].isin(labels)]
+    variants = sorted(zip(scored["strategy"], scored["variant"], strict=True))
+    assert {s for s, _ in variants} == labels
     for name, goal in GOALS.items():
         recs = recommend(summary, goal, families)
-        assert sorted(r.strategy for r in recs) == sorted(labels), name
+        assert sorted((r.strategy, r.variant) for r in recs) == variants, name
         for rec in recs:
             assert rec.reasons and all(isinstance(r, str) and r for r in rec.reasons)
             assert rec.cost.startswith("utility: ")
             assert (rec.rank is None) == (not rec.eligible)
-            assert rec.eligible == (not goal.formal_dp or rec.family == "dp")
+            # ineligible only for a formal-DP goal without DP, or for sharing data with PII copied verbatim
+            copies_pii = any(r.startswith("copies ") and "PII" in r for r in rec.reasons)
+            assert rec.eligible == (not (goal.formal_dp and rec.family != "dp")
+                                    and not (goal.use_case == "share_data" and copies_pii)), (name, rec.label)
         assert recommendation_notes(goal, recs)
