@@ -29,12 +29,16 @@ $(STAMP): pyproject.toml Makefile infra/apt-packages.sh
 demo: setup
 	$(VENV)/bin/synthugc demo
 
+# Two pytest workers, each running whole test files (module fixtures load once): 15 min 56 s -> 11 min 48 s
+# on 2 cores. More workers each load their own models; raise it only with the memory to match.
+TEST_WORKERS ?= 2
+
 test: setup
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 test-fast: setup
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -293,8 +294,11 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     ok_by_variant = {v: synthetic[(synthetic["variant"] == v) & (synthetic["status"] == STATUS_OK)] for v in variants}
 
     ok_outputs = synthetic.loc[synthetic["status"] == STATUS_OK, "text"].fillna("").astype(str).tolist()
-    prefetch_embeddings([*real, *ok_outputs], names, options, cache_path)
-    prefetch_parses(pairs, names, options, cache_path)
+    # spaCy's parses (one thread) beside the encoder's forward passes (torch's threads, GIL released)
+    with ThreadPoolExecutor(1) as pool:
+        parses = pool.submit(prefetch_parses, pairs, names, options, cache_path)
+        prefetch_embeddings([*real, *ok_outputs], names, options, cache_path)
+        parses.result()
     shards = [pairs.iloc[s] for s in split_even(len(pairs), max(1, -(-len(pairs) // options.shard_size)))]
     dist_jobs = [(v, m) for v in variants for m in dist_names]
     if client is not None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tasks.errors import ModelUnavailable
+from tasks.parallel import resource_lock
 
 if TYPE_CHECKING:
     from tasks.models.embeddings import EmbeddingCache
@@ -244,15 +245,17 @@ class PiiDetector:
         if missing:
             analyzer = _analyzer(self.model)
             new: dict[str, DetectedText] = {}
-            for text, artifacts in analyzer.nlp_engine.process_batch(missing, LANGUAGE, batch_size=64):
-                if on_doc is not None:
-                    on_doc(text, artifacts.tokens)
-                english = is_english(text)
-                entities = self.entities if english else self._patterns_only
-                results = analyzer.analyze(text=text, language=LANGUAGE, entities=list(entities),
-                                           nlp_artifacts=artifacts, score_threshold=self.score_threshold) \
-                    if entities else []
-                new[text] = DetectedText(_non_overlapping(results, text), english=english)
+            # one spaCy pipeline per process, not promised thread-safe: one thread parses with it at a time
+            with resource_lock(analyzer.nlp_engine.nlp[LANGUAGE]):
+                for text, artifacts in analyzer.nlp_engine.process_batch(missing, LANGUAGE, batch_size=64):
+                    if on_doc is not None:
+                        on_doc(text, artifacts.tokens)
+                    english = is_english(text)
+                    entities = self.entities if english else self._patterns_only
+                    results = analyzer.analyze(text=text, language=LANGUAGE, entities=list(entities),
+                                               nlp_artifacts=artifacts, score_threshold=self.score_threshold) \
+                        if entities else []
+                    new[text] = DetectedText(_non_overlapping(results, text), english=english)
             if cache is not None:
                 cache.put_many(self.cache_key, ((shas[t], _encode(d, self.entities)) for t, d in new.items()))
             found.update(new)
