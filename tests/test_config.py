@@ -22,6 +22,7 @@ def test_demo_config_is_valid():
     assert [s.key for s in cfg.generate.strategies] == ["backtranslate", "stymask", "synsim"]
     assert cfg.report.examples == 0  # example outputs show real text: off unless switched on
     assert cfg.metrics.metaeval.enabled
+    assert len(cfg.utility.seeds) >= 3  # fewer than the article's 5 for speed, still a spread to report
 
 
 @pytest.mark.parametrize(("raw", "path"), [
