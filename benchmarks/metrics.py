@@ -151,10 +151,12 @@ def warm_up(corpus: pd.DataFrame, synthetic: pd.DataFrame, selected: Sequence[st
             options: suite.MetricOptions, client: Any) -> float:
     """Load every model once (as the flow does before scoring, then on 8 pairs, throwaway cache) so no timed
     unit pays a one-off load."""
+    def load_all(path: Path) -> None:
+        suite.prepare_metrics(selected, options, str(path))
+        suite.score_strategy(corpus.iloc[:8], synthetic.iloc[:8], selected, options, path, client=client)
+
     with fresh_cache() as path:
-        seconds, _ = timed(lambda: (suite.prepare_metrics(selected, options, str(path)),
-                                    suite.score_strategy(corpus.iloc[:8], synthetic.iloc[:8], selected, options,
-                                                         path, client=client)))
+        seconds, _ = timed(lambda: load_all(path))
     return seconds
 
 

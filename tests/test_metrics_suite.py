@@ -209,6 +209,23 @@ def test_comparison_bag_metrics_scored_together_equal_each_alone(tmp_path, optio
         assert functions[metric](reference, generated) == pytest.approx(float(alone["value"].iloc[0]), abs=1e-6), metric
 
 
+def test_one_bag_metric_raising_leaves_the_others_scored(tmp_path, options, monkeypatch):
+    """Scoring a bag's metrics together must not let one metric's error take the others down: the failing
+    one raises its own error (the meta-evaluation records it as that metric's reason), the rest score."""
+    from tasks.metrics import bags
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("inv_pp broke")
+
+    monkeypatch.setattr(bags, "inv_pp", broken)
+    functions = comparison_metrics(["inv_pp", "cos_tf", "pair_bleu3"], options, tmp_path / "h.sqlite")
+    reference, generated = SOURCES[:6], [t.replace("jobs", "work") for t in SOURCES[:6]]
+    with pytest.raises(RuntimeError, match="inv_pp broke"):
+        functions["inv_pp"](reference, generated)
+    assert 0 < functions["cos_tf"](reference, generated) <= 1
+    assert 0 < functions["pair_bleu3"](reference, generated) <= 1
+
+
 def _run(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(tmp_path / "cache")}
     return subprocess.run([str(CLI), *args], capture_output=True, text=True, env=env, timeout=600)

@@ -229,15 +229,15 @@ def _lcs_masks(a: Sequence[str]) -> tuple[dict[str, int], int]:
     return masks, (1 << len(a)) - 1
 
 
-def _lcs_length(a_masks: tuple[dict[str, int], int], n_a: int, b: Sequence[str]) -> int:
-    """Length of the longest common subsequence of ``a`` (given as :func:`_lcs_masks`, ``n_a`` tokens) and
-    ``b``, bit-parallel (Allison-Dix/Hyyro) over Python ints."""
+def _lcs_length(a_masks: tuple[dict[str, int], int], b: Sequence[str]) -> int:
+    """Length of the longest common subsequence of ``a`` (given as :func:`_lcs_masks`) and ``b``,
+    bit-parallel (Allison-Dix/Hyyro) over Python ints."""
     masks, full = a_masks
     v = full
     for tok in b:
         u = v & masks.get(tok, 0)
         v = ((v + u) | (v - u)) & full
-    return n_a - v.bit_count()
+    return full.bit_length() - v.bit_count()
 
 
 def rouge_l_matrix(generated: Sequence[str], reference: Sequence[str]) -> np.ndarray:
@@ -254,7 +254,7 @@ def rouge_l_matrix(generated: Sequence[str], reference: Sequence[str]) -> np.nda
         for j, r in enumerate(ref):
             if not r:
                 continue
-            lcs = _lcs_length(ref_masks[j], len(r), g)
+            lcs = _lcs_length(ref_masks[j], g)
             if lcs:
                 p, rc = lcs / len(g), lcs / len(r)
                 out[i, j] = 2 * p * rc / (p + rc)

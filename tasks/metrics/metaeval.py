@@ -370,21 +370,20 @@ def validate_metrics(reference_bag: Sequence[str], metrics: Mapping[str, Metric]
     if len(levels_arr) < 3 or np.any(np.diff(levels_arr) <= 0):
         raise ValueError(f"levels must be at least 3 strictly increasing strengths, got {list(levels)}")
     hib = dict(higher_is_better or {})
-    planned: list[tuple[str, list[list[str]] | None, str | None]] = []
+    planned: list[tuple[str, list[list[str]], int, str | None]] = []  # manipulation, bags, distinct, skip
     for manipulation in manipulations:
         if manipulation == "nti" and not noise_texts:
-            planned.append((manipulation, None, "nti needs noise_texts (texts outside the reference bag)"))
+            planned.append((manipulation, [], 0, "nti needs noise_texts (texts outside the reference bag)"))
             continue
         bags = [manipulate(reference, manipulation, float(s), seed=seed, noise_texts=noise_texts,
                            alpha=alpha, synonyms=synonyms, head_share=head_share) for s in levels_arr]
-        unchanged = len({tuple(b) for b in bags}) == 1
-        planned.append((manipulation, bags, "manipulation left the bag unchanged at every level" if unchanged
-                        else None))
+        distinct = len({tuple(b) for b in bags})
+        planned.append((manipulation, bags, distinct,
+                        "manipulation left the bag unchanged at every level" if distinct == 1 else None))
     if prefetch is not None:
-        prefetch(list(dict.fromkeys([*reference, *(t for _, bags, _ in planned for bag in bags or [] for t in bag)])))
+        prefetch(list(dict.fromkeys([*reference, *(t for _, bags, _, _ in planned for bag in bags for t in bag)])))
     rows = []
-    for manipulation, bags, skip in planned:
-        distinct = 0 if bags is None else len({tuple(b) for b in bags})
+    for manipulation, bags, distinct, skip in planned:
         signature = make_signature(
             "metaeval", manipulation=manipulation, levels=",".join(f"{x:g}" for x in levels_arr), seed=seed,
             n=len(reference), corr="spearman-vs-level",

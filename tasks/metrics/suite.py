@@ -107,6 +107,11 @@ def sample_groups(names: Sequence[str]) -> list[tuple[Callable[..., Any], list[s
     return list(groups.items())
 
 
+def _options_read(names: Sequence[str]) -> set[str]:
+    """The suite options (models, layers, taggers) the named metrics read, from their catalogue entries."""
+    return {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
+
+
 #: The shared, lazily loaded resources each metric reads (loaded by :func:`prepare_metrics` before a fan-out).
 def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: str) -> None:
     """Load, in this process, every shared resource the named metrics read (models through the loaders'
@@ -117,7 +122,7 @@ def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: st
     from tasks.models.registry import resolve_model
     from tasks.models.style_encoders import resolve_tagger
 
-    reads = {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
+    reads = _options_read(names)
     with EmbeddingCache(cache_path) as cache:
         len(cache)  # creates the file and switches it to WAL once, before concurrent connections
     if "token_encoder" in reads:
@@ -146,7 +151,7 @@ def prefetch_embeddings(texts: Sequence[str], names: Sequence[str], options: Met
     from tasks.metrics.meaning import bertscore_layer
     from tasks.models.registry import resolve_model
 
-    reads = {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
+    reads = _options_read(names)
     token_spec = None
     layers: list[int] = []
     if reads & {"bertscore_layer", "fbd_layer"}:  # resolved only when a token metric runs
@@ -177,7 +182,7 @@ def prefetch_parses(pairs: pd.DataFrame, names: Sequence[str], options: MetricOp
     from tasks.models.style_encoders import PosTagRecorder, resolve_tagger, same_pipeline
     from tasks.privacy import pii
 
-    reads = {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
+    reads = _options_read(names)
     recorder = None
     if reads & {"pos_tagger", "style_encoder"}:
         tagger, tagger_id = resolve_tagger(options.pos_tagger)
@@ -445,14 +450,23 @@ def comparison_metrics(names: Sequence[str], options: MetricOptions,
     names = check_metric_names(names)
     bag_names = [n for n in names if catalogue.CATALOGUE[n].level == "bag"]
 
-    @functools.lru_cache(maxsize=64)  # the metrics ask in turn for the same few bags: one call scores them all
-    def every_bag_metric(ref: tuple[str, ...], gen: tuple[str, ...]) -> dict[str, float]:
+    def scored_bags(ref: Sequence[str], gen: Sequence[str], metrics: list[str]) -> dict[str, float]:
         table = score_bags(pd.DataFrame({"group_id": "bag", "text": list(ref)}),
-                           pd.DataFrame({"group_id": "bag", "text": list(gen)}), bag_names, bag_options, cache_path)
+                           pd.DataFrame({"group_id": "bag", "text": list(gen)}), metrics, bag_options, cache_path)
         return {m: float(v) for m, v in zip(table["metric"], table["value"], strict=True)}
 
+    @functools.lru_cache(maxsize=64)  # the metrics ask in turn for the same few bags: one call scores them all
+    def every_bag_metric(ref: tuple[str, ...], gen: tuple[str, ...]) -> dict[str, float] | None:
+        try:
+            return scored_bags(ref, gen, bag_names)
+        except Exception:  # one metric's error stays that metric's: each is then scored (and raises) alone
+            return None
+
     def bag(metric: str) -> Callable[[Sequence[str], Sequence[str]], float]:
-        return lambda ref, gen: every_bag_metric(tuple(ref), tuple(gen))[metric]
+        def one_bag(ref: Sequence[str], gen: Sequence[str]) -> float:
+            together = every_bag_metric(tuple(ref), tuple(gen))
+            return together[metric] if together is not None else scored_bags(ref, gen, [metric])[metric]
+        return one_bag
 
     out: dict[str, Callable[[Sequence[str], Sequence[str]], float]] = {}
     for name in names:

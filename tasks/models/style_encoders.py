@@ -82,11 +82,11 @@ def same_pipeline(a: Any, b: Any) -> bool:
 
 class PosTagRecorder:
     """Collects the POS tags of docs parsed elsewhere (e.g. by PII detection on the same spaCy model) and
-    stores them where :func:`pos_tags` looks for ``tagger_id``'s tags (default: ``nlp``'s own id), so those
-    texts are not tagged a second time."""
+    stores them where :func:`pos_tags` looks for ``tagger_id``'s tags, so those texts are not tagged a second
+    time."""
 
-    def __init__(self, nlp: Any, tagger_id: str | None = None, tagset: str = "upos") -> None:
-        self.tagger_id = tagger_id or resolve_tagger(nlp)[1]
+    def __init__(self, nlp: Any, tagger_id: str, tagset: str = "upos") -> None:
+        self.tagger_id = tagger_id
         self.tagset = tagset
         self.labels = _tag_labels(nlp, tagset)
         self.tags: dict[str, list[str]] = {}

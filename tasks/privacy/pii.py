@@ -219,11 +219,13 @@ class PiiDetector:
         """What a detection depends on, for metric signatures."""
         from importlib.metadata import version
 
-        return {"detector": f"presidio-{version('presidio-analyzer')}", "model": self.model, "entities": "+".join(self.entities), "threshold": self.score_threshold}
+        return {"detector": f"presidio-{version('presidio-analyzer')}", "model": f"{self.model}@{version(self.model)}",
+                "entities": "+".join(self.entities), "threshold": self.score_threshold}
 
     @property
     def cache_key(self) -> str:
-        """The key of this detector's results in an :class:`~tasks.models.embeddings.EmbeddingCache`."""
+        """The key of this detector's results in an :class:`~tasks.models.embeddings.EmbeddingCache` (its
+        signature: a new Presidio or spaCy model version is a new key, never a stale hit)."""
         return "pii|" + "|".join(f"{k}={v}" for k, v in self.signature_fields.items())
 
     def detect(self, texts: Sequence[str], *, cache: EmbeddingCache | None = None,
