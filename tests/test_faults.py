@@ -39,6 +39,21 @@ def _wait_file(path: Path, timeout: float = 120) -> None:
         time.sleep(0.3)
 
 
+def _wait_task_completed(run_id, name: str, timeout: float = 180) -> None:
+    """Poll the server until the run's task run `name` is completed."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    end = time.monotonic() + timeout
+    with get_client(sync_client=True) as client:
+        while True:
+            runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+            if any(t.name == name and t.state is not None and t.state.is_completed() for t in runs):
+                return
+            assert time.monotonic() < end, f"{name} never completed"
+            time.sleep(0.3)
+
+
 def test_worker_killed_mid_run_then_retried(served, tiny_corpus, tmp_path):
     """SIGKILL the serve process and its flow run while a stage runs; crash the run (what Prefect's zombie
     detection does), retry: completes, no completed stage recomputed, no partial artifact."""
@@ -52,6 +67,9 @@ def test_worker_killed_mid_run_then_retried(served, tiny_corpus, tmp_path):
                                                         "started": str(started)})
     run = start_run(config)
     _wait_file(started)
+    # the other strategy's generation runs beside the paused one; on a loaded machine it may not have finished
+    # when flaky starts, so the kill waits for it: what completed before the kill must come back Cached
+    _wait_task_completed(run.id, "generate[stymask][0]", timeout=90)
     served.kill9()
     assert read_run(run.id).state.type.value == "RUNNING"
     with get_client(sync_client=True) as client:
