@@ -6,12 +6,15 @@ import numpy as np
 import pytest
 
 from tasks.models.embeddings import (
+    ACCELERATOR_TOKEN_BUDGET,
+    CPU_TOKEN_BUDGET,
     EmbeddingCache,
     embed_once,
     inference_batches,
     sentence_embeddings,
     sentence_key,
     text_sha,
+    token_budget,
     token_embeddings,
     token_key,
 )
@@ -74,6 +77,26 @@ def test_token_embeddings_match_hidden_states_unbatched(spec) -> None:
     np.testing.assert_allclose(got, want, atol=1e-5)
 
 
+def test_batch_budget_does_not_change_the_matrices(spec) -> None:
+    """The device's small CPU budget (many small batches) gives the matrices of one big batch and of one
+    text per batch."""
+    texts = [*TEXTS, LONG, "short", "a sentence of middling length for the batcher"]
+    one_batch = token_embeddings(texts, spec, layer=6, budget=10**6)
+    small = token_embeddings(texts, spec, layer=6, budget=CPU_TOKEN_BUDGET)
+    alone = token_embeddings(texts, spec, layer=6, budget=1)
+    for a, b, c in zip(one_batch, small, alone, strict=True):
+        assert a.shape == b.shape == c.shape
+        np.testing.assert_allclose(b, a, atol=1e-5)
+        np.testing.assert_allclose(c, a, atol=1e-5)
+
+
+def test_token_budget_follows_the_model_device() -> None:
+    import torch
+
+    assert token_budget(torch.nn.Linear(2, 2)) == CPU_TOKEN_BUDGET
+    assert token_budget(torch.nn.Linear(2, 2, device="meta")) == ACCELERATOR_TOKEN_BUDGET
+
+
 def test_cache_is_picklable(tmp_path) -> None:
     import pickle
 
@@ -89,7 +112,7 @@ LONG = " ".join(f"word{i % 50} and" for i in range(200))
 
 def test_inference_batches_cover_every_text_longest_first_within_the_budget() -> None:
     lengths = [5, 40, 3, 300, 40, 12, 7, 7, 90]
-    batches = inference_batches(lengths, token_budget=100, max_rows=3)
+    batches = inference_batches(lengths, budget=100, max_rows=3)
     assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
     flat = [lengths[i] for b in batches for i in b]
     assert flat == sorted(lengths, reverse=True)
@@ -136,6 +159,44 @@ def test_one_forward_pass_serves_token_and_sentence_roles(tmp_path, spec) -> Non
     shas = [text_sha(t) for t in set(texts)]
     assert cache.present(sentence_key(st_spec), shas) == set(shas)
     assert cache.present(token_key(spec, 3), shas) == set(shas)
+
+
+def test_shared_pass_yields_a_core_while_asked_and_restores_torch_threads(tmp_path, spec) -> None:
+    """While yield_core() is true the shared pass runs on one torch thread fewer (a thread starting meanwhile
+    gets them all); afterwards torch has its threads back, and the vectors are those of a pass that did not
+    yield."""
+    import threading
+
+    import torch
+
+    st_spec = resolve_model("sentence_encoder")
+    texts = [*TEXTS, LONG, "short", "a sentence of middling length for the batcher"]
+    threads = torch.get_num_threads()
+    seen: list[int] = []  # torch's thread count each time the pass asks, i.e. before each batch
+
+    started: list[int] = []  # what a thread that starts using torch while the pass yields gets
+
+    def yield_core() -> bool:
+        seen.append(torch.get_num_threads())
+        if len(seen) == 2:
+            other = threading.Thread(target=lambda: started.append(torch.get_num_threads()))
+            other.start()
+            other.join()
+        return len(seen) < 3  # yields for the first two batches, then takes every core back
+
+    yielded = EmbeddingCache(tmp_path / "yielded.sqlite")
+    embed_once(texts, token_spec=spec, layers=[6], sentence_spec=st_spec, cache=yielded, budget=1,
+               yield_core=yield_core)
+    assert len(seen) == len(set(texts))  # budget 1: one text per batch
+    assert seen[1:3] == [max(1, threads - 1)] * 2 and seen[3] == threads
+    assert torch.get_num_threads() == threads and started == [threads]
+    plain = EmbeddingCache(tmp_path / "plain.sqlite")
+    embed_once(texts, token_spec=spec, layers=[6], sentence_spec=st_spec, cache=plain)
+    np.testing.assert_allclose(sentence_embeddings(texts, st_spec, cache=yielded),
+                               sentence_embeddings(texts, st_spec, cache=plain), atol=1e-5)
+    for a, b in zip(token_embeddings(texts, spec, 6, cache=yielded), token_embeddings(texts, spec, 6, cache=plain),
+                    strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
 
 
 def test_different_models_fall_back_to_one_pass_per_role(tmp_path, spec) -> None:

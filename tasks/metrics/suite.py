@@ -142,11 +142,12 @@ def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: st
 
 
 def prefetch_embeddings(texts: Sequence[str], names: Sequence[str], options: MetricOptions,
-                        cache_path: str) -> int:
+                        cache_path: str, yield_core: Callable[[], bool] | None = None) -> int:
     """Embed every distinct text the named metrics will read, before they run: the token layers of BERTScore
     and FBD and the sentence vectors (CPS, FBD-SBERT, FCSD, *_sbert) in one forward pass per text when both
-    roles are one model (:func:`tasks.models.embeddings.embed_once`). The metrics then find them cached.
-    Returns the number of texts embedded by the shared pass."""
+    roles are one model (:func:`tasks.models.embeddings.embed_once`, which leaves a core free while
+    ``yield_core()`` is true). The metrics then find them cached. Returns the number of texts embedded by
+    the shared pass."""
     from tasks.metrics.frechet import last_layer
     from tasks.metrics.meaning import bertscore_layer
     from tasks.models.registry import resolve_model
@@ -169,7 +170,7 @@ def prefetch_embeddings(texts: Sequence[str], names: Sequence[str], options: Met
     # cache's lock and embed only their own outputs, instead of all of them computing the same vectors.
     with FileLock(f"{cache_path}.prefetch.lock"), EmbeddingCache(cache_path) as cache:
         return embed_once(texts, token_spec=token_spec, layers=layers,
-                          sentence_spec=sentence_spec, cache=cache)
+                          sentence_spec=sentence_spec, cache=cache, yield_core=yield_core)
 
 
 def prefetch_parses(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions, cache_path: str) -> int:
@@ -299,10 +300,12 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
     ok_by_variant = {v: synthetic[(synthetic["variant"] == v) & (synthetic["status"] == STATUS_OK)] for v in variants}
 
     ok_outputs = synthetic.loc[synthetic["status"] == STATUS_OK, "text"].fillna("").astype(str).tolist()
-    # spaCy's parses (one thread) beside the encoder's forward passes (torch's threads, GIL released)
+    # spaCy's parses (one thread) beside the encoder's forward passes (torch's threads, GIL released), which
+    # leave spaCy its core until it is done
     with ThreadPoolExecutor(1) as pool:
         parses = pool.submit(prefetch_parses, pairs, names, options, cache_path)
-        prefetch_embeddings([*real, *ok_outputs], names, options, cache_path)
+        prefetch_embeddings([*real, *ok_outputs], names, options, cache_path,
+                            yield_core=lambda: not parses.done())
         parses.result()
     shards = [pairs.iloc[s] for s in split_even(len(pairs), max(1, -(-len(pairs) // options.shard_size)))]
     dist_jobs = [(v, m) for v in variants for m in dist_names]

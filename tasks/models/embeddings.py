@@ -5,8 +5,9 @@ float32 arrays as blobs with their shape, keyed by (model key, sha256 of the UTF
 ``model_id(spec)`` plus what the vector depends on (``|sentence`` or ``|tokens|layer=N``), so a different
 layer or pooling never collides. Only texts missing from the cache are computed, each distinct text once.
 
-Forward passes run in :func:`inference_batches` (longest text first, each batch within a token budget, so
-padding stays small) under ``torch.inference_mode``. :func:`embed_once` fills the cache for several roles
+Forward passes run in :func:`inference_batches` (longest text first, each batch within the device's token
+budget, :func:`token_budget`, so padding stays small and a CPU batch stays in cache) under
+``torch.inference_mode``. :func:`embed_once` fills the cache for several roles
 from one pass per text: when the sentence encoder is the token encoder's model (MiniLM by default), the
 sentence vector is the SentenceTransformer's own pooling modules applied to the last layer of the same pass
 that gives the token matrices.
@@ -16,7 +17,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,13 @@ from tasks.parallel import resource_lock
 from tasks.store import sha256_bytes
 
 _CHUNK = 1024  # texts computed (and written to the cache) per step, so a crash loses little work
-#: Padded tokens per forward batch (rows x longest row): large enough for efficient matrix products on a CPU,
-#: small enough that a batch of long texts stays in a few hundred MB of activations.
-TOKEN_BUDGET = 8192
+#: Padded tokens per forward batch (rows x longest row) on a CPU. The batch's activations should stay in the
+#: CPU's caches: MiniLM over the metric benchmark's 681 texts on 2 cores ran about 1.7x faster at 1024 tokens
+#: than at 8192, and 512 to 1024 was the fastest for short sentences, for debate turns and for 512-token
+#: texts alike (``benchmarks/metrics.py --token-budgets``).
+CPU_TOKEN_BUDGET = 1024
+#: The same on an accelerator (CUDA, MPS), which wants large batches to fill its cores.
+ACCELERATOR_TOKEN_BUDGET = 8192
 _SETUP_LOCK = threading.Lock()
 
 
@@ -203,16 +209,22 @@ def bert_score_encode(tokenizer: Any, text: str) -> list[int]:
                                      truncation=True, **kwargs))
 
 
-def inference_batches(lengths: Sequence[int], token_budget: int = TOKEN_BUDGET,
-                      max_rows: int = 256) -> list[list[int]]:
+def token_budget(model: Any) -> int:
+    """Padded tokens per forward batch for ``model``'s device: :data:`CPU_TOKEN_BUDGET` on a CPU, else
+    :data:`ACCELERATOR_TOKEN_BUDGET`."""
+    device = next(model.parameters()).device.type
+    return CPU_TOKEN_BUDGET if device == "cpu" else ACCELERATOR_TOKEN_BUDGET
+
+
+def inference_batches(lengths: Sequence[int], budget: int, max_rows: int = 256) -> list[list[int]]:
     """Indices of ``lengths`` in forward batches: longest first, each batch at most ``max_rows`` rows and
-    ``token_budget`` padded tokens (rows x its longest length; a single longer text gets a batch alone)."""
+    ``budget`` padded tokens (rows x its longest length; a single longer text gets a batch alone)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i], reverse=True)
     batches: list[list[int]] = []
     current: list[int] = []
     for i in order:
         width = lengths[current[0]] if current else lengths[i]  # the first (longest) sets the padded width
-        if current and (len(current) + 1 > max_rows or (len(current) + 1) * width > token_budget):
+        if current and (len(current) + 1 > max_rows or (len(current) + 1) * width > budget):
             batches.append(current)
             current = []
         current.append(i)
@@ -273,10 +285,11 @@ def _forward(model: Any, rows: Sequence[Sequence[int]], pad: int, layers: Sequen
 
 
 def token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, cache: EmbeddingCache | None = None,
-                     batch_size: int = 256, token_budget: int = TOKEN_BUDGET) -> list[np.ndarray]:
+                     batch_size: int = 256, budget: int | None = None) -> list[np.ndarray]:
     """One (tokens, d) float32 matrix per text: ``hidden_states[layer]`` (0 = embedding layer) for every
     token including the special ones, tokenised by :func:`bert_score_encode`. Uncached texts run in
-    :func:`inference_batches` (at most ``batch_size`` texts and ``token_budget`` padded tokens each)."""
+    :func:`inference_batches` (at most ``batch_size`` texts and ``budget`` padded tokens each; default: the
+    device's :func:`token_budget`)."""
     texts = list(texts)
     key = token_key(spec, layer)
     shas, found, missing = _lookup(texts, key, cache)
@@ -287,7 +300,7 @@ def token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, cache: E
             chunk = missing[chunk_start:chunk_start + _CHUNK]
             ids = [bert_score_encode(tokenizer, t) for t in chunk]
             new: dict[str, np.ndarray] = {}
-            for batch in inference_batches([len(r) for r in ids], token_budget, batch_size):
+            for batch in inference_batches([len(r) for r in ids], budget or token_budget(model), batch_size):
                 by_layer, _ = _forward(model, [ids[i] for i in batch], pad, [layer])
                 new.update((text_sha(chunk[i]), m) for i, m in zip(batch, by_layer[layer], strict=True))
             found.update(new)
@@ -319,19 +332,22 @@ def _sentence_ids(encoder: Any, texts: Sequence[str]) -> list[list[int]]:
 
 
 def embed_once(texts: Sequence[str], *, token_spec: ModelSpec | None = None, layers: Sequence[int] = (),
-               sentence_spec: ModelSpec | None = None, cache: EmbeddingCache,
-               token_budget: int = TOKEN_BUDGET) -> int:
+               sentence_spec: ModelSpec | None = None, cache: EmbeddingCache, budget: int | None = None,
+               yield_core: Callable[[], bool] | None = None) -> int:
     """Fill ``cache`` with the token matrices at each of ``layers`` and the sentence vectors of every distinct
     text not cached yet, one forward pass per text where the two roles share a model
     (:func:`sentence_pooling`) and the SentenceTransformer tokenises the text as BERTScore does (a text
     longer than its ``max_seq_length`` is encoded again, truncated, for its sentence vector). Otherwise each
-    role runs its own pass. Returns the number of texts that went through the shared pass."""
+    role runs its own pass. While ``yield_core()`` is true (checked between batches) the shared pass runs on
+    one torch thread fewer, leaving that core to work running beside it (two threads wanting both cores
+    of a 2-core machine take longer together than one after the other). Returns the number of texts that
+    went through the shared pass."""
     texts = list(dict.fromkeys(texts))
     layers = list(dict.fromkeys(layers)) if token_spec is not None else []
     pool = sentence_pooling(token_spec, sentence_spec) if token_spec is not None and sentence_spec else None
     if pool is None or not layers:
         for layer in layers:
-            token_embeddings(texts, token_spec, layer, cache=cache, token_budget=token_budget)  # type: ignore[arg-type]
+            token_embeddings(texts, token_spec, layer, cache=cache, budget=budget)  # type: ignore[arg-type]
         if sentence_spec is not None:
             sentence_embeddings(texts, sentence_spec, cache=cache)
         return 0
@@ -350,21 +366,56 @@ def embed_once(texts: Sequence[str], *, token_spec: ModelSpec | None = None, lay
     encoder = load_sentence_encoder(sentence_spec)  # type: ignore[arg-type]
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     truncated: list[str] = []
-    for chunk_start in range(0, len(todo), _CHUNK):
-        chunk = todo[chunk_start:chunk_start + _CHUNK]
-        ids = [bert_score_encode(tokenizer, t) for t in chunk]
-        same = [a == b for a, b in zip(ids, _sentence_ids(encoder, chunk), strict=True)]
-        truncated += [t for t, ok in zip(chunk, same, strict=True) if not ok]
-        new_tokens: dict[int, dict[str, np.ndarray]] = {layer: {} for layer in layers}
-        new_vectors: dict[str, np.ndarray] = {}
-        for batch in inference_batches([len(r) for r in ids], token_budget):
-            by_layer, vectors = _forward(model, [ids[i] for i in batch], pad, layers, pool)
-            for layer in layers:
-                new_tokens[layer].update((text_sha(chunk[i]), m) for i, m in zip(batch, by_layer[layer], strict=True))
-            new_vectors.update((text_sha(chunk[i]), v) for i, v in zip(batch, vectors, strict=True) if same[i])
-        for key, layer in zip(keys, layers, strict=True):
-            cache.put_many(key, new_tokens[layer].items())
-        cache.put_many(s_key, new_vectors.items())
+    with _torch_threads(yield_core) as adjust:
+        for chunk_start in range(0, len(todo), _CHUNK):
+            chunk = todo[chunk_start:chunk_start + _CHUNK]
+            ids = [bert_score_encode(tokenizer, t) for t in chunk]
+            same = [a == b for a, b in zip(ids, _sentence_ids(encoder, chunk), strict=True)]
+            truncated += [t for t, ok in zip(chunk, same, strict=True) if not ok]
+            new_tokens: dict[int, dict[str, np.ndarray]] = {layer: {} for layer in layers}
+            new_vectors: dict[str, np.ndarray] = {}
+            for batch in inference_batches([len(r) for r in ids], budget or token_budget(model)):
+                adjust()
+                by_layer, vectors = _forward(model, [ids[i] for i in batch], pad, layers, pool)
+                for layer in layers:
+                    new_tokens[layer].update((text_sha(chunk[i]), m)
+                                             for i, m in zip(batch, by_layer[layer], strict=True))
+                new_vectors.update((text_sha(chunk[i]), v) for i, v in zip(batch, vectors, strict=True) if same[i])
+            for key, layer in zip(keys, layers, strict=True):
+                cache.put_many(key, new_tokens[layer].items())
+            cache.put_many(s_key, new_vectors.items())
     if truncated:
         sentence_embeddings(truncated, sentence_spec, cache=cache)  # type: ignore[arg-type]
     return len(todo)
+
+
+@contextmanager
+def _torch_threads(yield_core: Callable[[], bool] | None) -> Iterator[Callable[[], None]]:
+    """A function that sets this thread's torch thread count for the next batch: one fewer than at entry
+    while ``yield_core()`` is true, else all of them; the count at entry is restored on exit.
+
+    ``torch.set_num_threads`` also sets the count that threads starting to use torch later pick up, once
+    and for good; a throwaway thread sets that back at once, so a thread that starts meanwhile (another
+    stage's) does not keep one thread fewer for its whole life."""
+    import torch
+
+    threads = torch.get_num_threads()
+    current = threads
+
+    def set_here(count: int) -> None:
+        nonlocal current
+        if count != current:
+            torch.set_num_threads(count)
+            helper = threading.Thread(target=torch.set_num_threads, args=(threads,))
+            helper.start()
+            helper.join()
+            current = count
+
+    def adjust() -> None:
+        if yield_core is not None:
+            set_here(max(1, threads - 1) if yield_core() else threads)
+
+    try:
+        yield adjust
+    finally:
+        set_here(threads)
