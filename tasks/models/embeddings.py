@@ -30,9 +30,9 @@ from tasks.store import sha256_bytes
 
 _CHUNK = 1024  # texts computed (and written to the cache) per step, so a crash loses little work
 #: Padded tokens per forward batch (rows x longest row) on a CPU. The batch's activations should stay in the
-#: CPU's caches: MiniLM over the metric benchmark's 681 texts on 2 cores ran about 1.7x faster at 1024 tokens
-#: than at 8192, and 512 to 1024 was the fastest for short sentences, for debate turns and for 512-token
-#: texts alike (``benchmarks/metrics.py --token-budgets``).
+#: CPU's caches: MiniLM over the metric benchmark's 681 texts on 2 cores ran about 1.6x faster at 1024 tokens
+#: than at 8192 (``benchmarks/metrics.py --token-budgets``), and 512 to 1024 was also the fastest for 2,000
+#: short convention sentences and for 512-token texts.
 CPU_TOKEN_BUDGET = 1024
 #: The same on an accelerator (CUDA, MPS), which wants large batches to fill its cores.
 ACCELERATOR_TOKEN_BUDGET = 8192
