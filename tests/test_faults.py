@@ -7,11 +7,13 @@ from __future__ import annotations
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 import yaml
 from test_deployments import (  # shared session server and serve process
+    _wait,
     api,
     cli_retry,
     manifest,
@@ -33,32 +35,27 @@ pytestmark = pytest.mark.slow
 
 
 def _wait_file(path: Path, timeout: float = 120) -> None:
-    end = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < end, f"{path} never appeared"
-        time.sleep(0.3)
+    _wait(path.exists, timeout, f"{path} to appear", poll=0.3)
 
 
-def _wait_task_completed(run_id, name: str, timeout: float = 180) -> None:
-    """Poll the server until the run's task run `name` is completed."""
+def task_runs(run_id: Any) -> list[Any]:
+    """The task runs of flow run ``run_id``, as the server has them now."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
-    end = time.monotonic() + timeout
     with get_client(sync_client=True) as client:
-        while True:
-            runs = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
-            if any(t.name == name and t.state is not None and t.state.is_completed() for t in runs):
-                return
-            assert time.monotonic() < end, f"{name} never completed"
-            time.sleep(0.3)
+        return client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run_id])))
+
+
+def completed(runs: list[Any]) -> set[str]:
+    """The names of the completed task runs among ``runs``."""
+    return {t.name for t in runs if t.state is not None and t.state.is_completed()}
 
 
 def test_worker_killed_mid_run_then_retried(served, tiny_corpus, tmp_path):
     """SIGKILL the serve process and its flow run while a stage runs; crash the run (what Prefect's zombie
     detection does), retry: completes, no completed stage recomputed, no partial artifact."""
     from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.states import Crashed
 
     pause, started = tmp_path / "pause.flag", tmp_path / "started.flag"
@@ -69,13 +66,12 @@ def test_worker_killed_mid_run_then_retried(served, tiny_corpus, tmp_path):
     _wait_file(started)
     # the other strategy's generation runs beside the paused one; on a loaded machine it may not have finished
     # when flaky starts, so the kill waits for it: what completed before the kill must come back Cached
-    _wait_task_completed(run.id, "generate[stymask][0]", timeout=90)
+    _wait(lambda: "generate[stymask][0]" in completed(task_runs(run.id)), 90, "generate[stymask][0] completed")
     served.kill9()
     assert read_run(run.id).state.type.value == "RUNNING"
+    done_before = completed(task_runs(run.id))
     with get_client(sync_client=True) as client:
-        before = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
         client.set_flow_run_state(run.id, Crashed(message="worker killed (SIGKILL)"), force=True)
-    done_before = {t.name for t in before if t.state is not None and t.state.is_completed()}
     pause.unlink()
     served.start()
     t0 = time.time()
@@ -97,9 +93,6 @@ def test_worker_killed_mid_run_then_retried(served, tiny_corpus, tmp_path):
 def test_server_restarted_mid_run(served, tiny_corpus, tmp_path):
     """Stop and restart the server (same port, same database) while a stage runs: the run finishes, and its
     final state and stages are readable from the restarted server."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
-
     pause, started = tmp_path / "pause.flag", tmp_path / "started.flag"
     pause.touch()
     config = write_config(tmp_path, tiny_corpus, flaky={"pause_if": str(pause), "pause_s": 6,
@@ -111,9 +104,7 @@ def test_server_restarted_mid_run(served, tiny_corpus, tmp_path):
     final = wait_final(run.id, timeout=180)
     assert final.state.type.value == "COMPLETED", final.state
     assert set(states(manifest(config)).values()) == {"Completed"}
-    with get_client(sync_client=True) as client:
-        tasks = client.read_task_runs(flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[run.id])))
-    names = {t.name for t in tasks}
+    names = {t.name for t in task_runs(run.id)}
     assert {"ingest", "split", "generate[flaky][0]", "report"} <= names
 
 
