@@ -187,7 +187,7 @@ def test_shared_pass_yields_a_core_while_asked_and_restores_torch_threads(tmp_pa
     yielded = EmbeddingCache(tmp_path / "yielded.sqlite")
     embed_once(texts, token_spec=spec, layers=[6], sentence_spec=st_spec, cache=yielded, budget=1,
                yield_core=yield_core)
-    assert len(seen) == len(set(texts))  # budget 1: one text per batch
+    assert len(seen) == len(set(texts)) + 1  # budget 1: one text per batch; + LONG's truncated sentence pass
     assert seen[1:3] == [max(1, threads - 1)] * 2 and seen[3] == threads
     assert torch.get_num_threads() == threads and started == [threads]
     plain = EmbeddingCache(tmp_path / "plain.sqlite")
@@ -202,10 +202,23 @@ def test_shared_pass_yields_a_core_while_asked_and_restores_torch_threads(tmp_pa
 def test_different_models_fall_back_to_one_pass_per_role(tmp_path, spec) -> None:
     from dataclasses import replace
 
+    import torch
+
     other = replace(resolve_model("sentence_encoder"), path=spec.path + "/")  # another folder string: not shared
     cache = EmbeddingCache(tmp_path / "emb.sqlite")
-    assert embed_once(TEXTS, token_spec=spec, layers=[6], sentence_spec=other, cache=cache) == 0
+    threads, seen = torch.get_num_threads(), []
+
+    def yield_core() -> bool:  # each pass of its own also leaves the core while asked
+        seen.append(torch.get_num_threads())
+        return True
+
+    assert embed_once(TEXTS, token_spec=spec, layers=[6], sentence_spec=other, cache=cache, budget=1,
+                      yield_core=yield_core) == 0
     assert len(cache) == 2 * len(set(TEXTS))
+    # token pass: one check per text (budget 1), then the sentence pass: one per chunk; each pass starts
+    # with all threads and yields from its second check on
+    assert seen == [threads, *[max(1, threads - 1)] * (len(set(TEXTS)) - 1), threads]
+    assert torch.get_num_threads() == threads
 
 
 def test_metric_suite_runs_each_text_through_minilm_once(tmp_path, spec) -> None:

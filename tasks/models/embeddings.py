@@ -168,9 +168,10 @@ def _lookup(texts: Sequence[str], key: str, cache: EmbeddingCache | None) -> tup
 
 
 def sentence_embeddings(texts: Sequence[str], spec: ModelSpec, cache: EmbeddingCache | None = None,
-                        batch_size: int = 64) -> np.ndarray:
+                        batch_size: int = 64, yield_core: Callable[[], bool] | None = None) -> np.ndarray:
     """(n, d) float32 sentence vectors from the SentenceTransformer of ``spec``; only uncached texts are
-    encoded (the model is not even loaded when all are cached)."""
+    encoded (the model is not even loaded when all are cached). ``yield_core`` as in :func:`embed_once`,
+    checked before each chunk of texts."""
     texts = list(texts)
     key = sentence_key(spec)
     shas, found, missing = _lookup(texts, key, cache)
@@ -178,13 +179,16 @@ def sentence_embeddings(texts: Sequence[str], spec: ModelSpec, cache: EmbeddingC
         from tasks.models.loaders import load_sentence_encoder
 
         model = load_sentence_encoder(spec)
-        for start in range(0, len(missing), _CHUNK):
-            part = missing[start:start + _CHUNK]  # SentenceTransformer sorts each call by length itself
-            vectors = model.encode(part, batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
-            new = {text_sha(t): np.asarray(v, dtype=np.float32) for t, v in zip(part, vectors, strict=True)}
-            found.update(new)
-            if cache is not None:
-                cache.put_many(key, new.items())
+        with _torch_threads(yield_core) as adjust:
+            for start in range(0, len(missing), _CHUNK):
+                part = missing[start:start + _CHUNK]  # SentenceTransformer sorts each call by length itself
+                adjust()
+                vectors = model.encode(part, batch_size=batch_size, convert_to_numpy=True,
+                                       show_progress_bar=False)
+                new = {text_sha(t): np.asarray(v, dtype=np.float32) for t, v in zip(part, vectors, strict=True)}
+                found.update(new)
+                if cache is not None:
+                    cache.put_many(key, new.items())
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
     return np.stack([found[s] for s in shas]).astype(np.float32, copy=False)
@@ -285,27 +289,30 @@ def _forward(model: Any, rows: Sequence[Sequence[int]], pad: int, layers: Sequen
 
 
 def token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, cache: EmbeddingCache | None = None,
-                     batch_size: int = 256, budget: int | None = None) -> list[np.ndarray]:
+                     batch_size: int = 256, budget: int | None = None,
+                     yield_core: Callable[[], bool] | None = None) -> list[np.ndarray]:
     """One (tokens, d) float32 matrix per text: ``hidden_states[layer]`` (0 = embedding layer) for every
     token including the special ones, tokenised by :func:`bert_score_encode`. Uncached texts run in
     :func:`inference_batches` (at most ``batch_size`` texts and ``budget`` padded tokens each; default: the
-    device's :func:`token_budget`)."""
+    device's :func:`token_budget`); ``yield_core`` as in :func:`embed_once`."""
     texts = list(texts)
     key = token_key(spec, layer)
     shas, found, missing = _lookup(texts, key, cache)
     if missing:
         tokenizer, model = _load_checked(spec, [layer])
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        for chunk_start in range(0, len(missing), _CHUNK):
-            chunk = missing[chunk_start:chunk_start + _CHUNK]
-            ids = [bert_score_encode(tokenizer, t) for t in chunk]
-            new: dict[str, np.ndarray] = {}
-            for batch in inference_batches([len(r) for r in ids], budget or token_budget(model), batch_size):
-                by_layer, _ = _forward(model, [ids[i] for i in batch], pad, [layer])
-                new.update((text_sha(chunk[i]), m) for i, m in zip(batch, by_layer[layer], strict=True))
-            found.update(new)
-            if cache is not None:
-                cache.put_many(key, new.items())
+        with _torch_threads(yield_core) as adjust:
+            for chunk_start in range(0, len(missing), _CHUNK):
+                chunk = missing[chunk_start:chunk_start + _CHUNK]
+                ids = [bert_score_encode(tokenizer, t) for t in chunk]
+                new: dict[str, np.ndarray] = {}
+                for batch in inference_batches([len(r) for r in ids], budget or token_budget(model), batch_size):
+                    adjust()
+                    by_layer, _ = _forward(model, [ids[i] for i in batch], pad, [layer])
+                    new.update((text_sha(chunk[i]), m) for i, m in zip(batch, by_layer[layer], strict=True))
+                found.update(new)
+                if cache is not None:
+                    cache.put_many(key, new.items())
     return [found[s] for s in shas]
 
 
@@ -338,18 +345,19 @@ def embed_once(texts: Sequence[str], *, token_spec: ModelSpec | None = None, lay
     text not cached yet, one forward pass per text where the two roles share a model
     (:func:`sentence_pooling`) and the SentenceTransformer tokenises the text as BERTScore does (a text
     longer than its ``max_seq_length`` is encoded again, truncated, for its sentence vector). Otherwise each
-    role runs its own pass. While ``yield_core()`` is true (checked between batches) the shared pass runs on
-    one torch thread fewer, leaving that core to work running beside it (two threads wanting both cores
-    of a 2-core machine take longer together than one after the other). Returns the number of texts that
-    went through the shared pass."""
+    role runs its own pass. While ``yield_core()`` is true (checked between batches) a pass runs on one torch
+    thread fewer, leaving that core to work running beside it (two threads wanting both cores of a 2-core
+    machine take longer together than one after the other). Returns the number of texts that went through
+    the shared pass."""
     texts = list(dict.fromkeys(texts))
     layers = list(dict.fromkeys(layers)) if token_spec is not None else []
     pool = sentence_pooling(token_spec, sentence_spec) if token_spec is not None and sentence_spec else None
     if pool is None or not layers:
         for layer in layers:
-            token_embeddings(texts, token_spec, layer, cache=cache, budget=budget)  # type: ignore[arg-type]
+            token_embeddings(texts, token_spec, layer, cache=cache, budget=budget,  # type: ignore[arg-type]
+                             yield_core=yield_core)
         if sentence_spec is not None:
-            sentence_embeddings(texts, sentence_spec, cache=cache)
+            sentence_embeddings(texts, sentence_spec, cache=cache, yield_core=yield_core)
         return 0
     from tasks.models.loaders import load_sentence_encoder
 
@@ -385,7 +393,7 @@ def embed_once(texts: Sequence[str], *, token_spec: ModelSpec | None = None, lay
                 cache.put_many(key, new_tokens[layer].items())
             cache.put_many(s_key, new_vectors.items())
     if truncated:
-        sentence_embeddings(truncated, sentence_spec, cache=cache)  # type: ignore[arg-type]
+        sentence_embeddings(truncated, sentence_spec, cache=cache, yield_core=yield_core)  # type: ignore[arg-type]
     return len(todo)
 
 
