@@ -124,7 +124,7 @@ def sklearn_reference(hist: str, syn: pd.DataFrame, sample: int, stylo: dict, n_
 def public_corpora(data_dir: Path) -> None:
     """Every attack and setting on the shipped speaker corpora: one timeline of 8 consecutive verbatim
     turns from the middle of each speaker with >= 16 turns (the copy strategy); exact stylometric mode."""
-    from tasks.privacy.attacks import run_attacks, summary_table
+    from tasks.privacy.attacks import attack_names, build_attack, run_attacks, setting_names, summary_table
 
     for name in ("debates", "conventions"):
         path = data_dir / f"{name}.parquet"
@@ -141,8 +141,9 @@ def public_corpora(data_dir: Path) -> None:
         released = pd.concat(parts)
         syn = released[["doc_id", "author_id", "text"]].assign(group_id=released["author_id"])
         t0 = time.perf_counter()
-        results = run_attacks(corpus[["doc_id", "author_id", "text"]], syn, attack="all", setting="both",
-                              stylometric={"mode": "exact"})
+        attacks = [build_attack(name, {"mode": "exact"} if name == "stylometric" else {})
+                   for name in attack_names("all")]
+        results = run_attacks(corpus[["doc_id", "author_id", "text"]], syn, attacks, setting_names("both"))
         table = summary_table([r.summary for r in results])
         print(f"\n{name}: {len(corpus):,} posts of {corpus['author_id'].nunique()} speakers; "
               f"{syn['group_id'].nunique()} timelines of 8 verbatim turns; {time.perf_counter() - t0:.0f} s")

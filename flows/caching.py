@@ -26,7 +26,7 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "metaeval": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/store.py"),
     "privacy": ("tasks/privacy", "tasks/training", "tasks/models", "tasks/corpus/schema.py", "tasks/metrics/base.py",
                 "tasks/scores.py", "tasks/store.py"),
-    "sign-histories": ("tasks/privacy/minhash.py", "tasks/privacy/reidentify.py", "tasks/store.py"),
+    "index-histories": ("tasks/privacy", "tasks/store.py"),
     "reidentify": ("tasks/privacy", "tasks/models", "tasks/metrics/base.py", "tasks/corpus/schema.py",
                    "tasks/scores.py", "tasks/store.py"),
     "llm-profile": ("tasks/privacy/llm_profiling.py", "tasks/privacy/audit.py", "tasks/models", "tasks/corpus/schema.py",

@@ -249,6 +249,22 @@ def _metric_names(metrics: str | None, default: tuple[str, ...]) -> list[str]:
         raise  # unreachable: _fail exits
 
 
+def _assignments(items: list[str] | None, flag: str) -> dict:
+    """``key=value`` options as a mapping, each value read as YAML (``k=64`` is a number, ``mode=exact`` a string)."""
+    import yaml
+
+    params: dict = {}
+    for item in items or []:
+        if "=" not in item:
+            _fail(f"{flag} {item}: expected key=value")
+        key, value = item.split("=", 1)
+        try:
+            params[key] = yaml.safe_load(value) if value else None
+        except yaml.YAMLError:
+            _fail(f"{flag} {item}: the value is not valid YAML")
+    return params
+
+
 @app.command()
 def generate(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema).")],
@@ -259,19 +275,12 @@ def generate(
 ) -> None:
     """Run one generation strategy on a corpus without Prefect: one output row per input row."""
     _environment()
-    import yaml
-
     from tasks.corpus.importers import failures_path, read_corpus, write_parquet_atomic
     from tasks.generate.base import build_strategy, generate_synthetic
     from tasks.paths import check_output_file
     from tasks.store import ArtifactStore
 
-    params: dict = {}
-    for item in set_ or []:
-        if "=" not in item:
-            _fail(f"--set {item}: expected key=value")
-        key, value = item.split("=", 1)
-        params[key] = yaml.safe_load(value) if value else None
+    params = _assignments(set_, "--set")
     try:
         out = check_output_file(out)
         failed_inputs = check_output_file(failures_path(out))
@@ -345,11 +354,11 @@ def score(
     """Score synthetic text against its sources without Prefect: sample and distribution scores."""
     _environment()
     from tasks.corpus.importers import read_synthetic
+    from tasks.layout import folder_writer, stage_kind
     from tasks.metrics.suite import ALL_METRICS, metric_correlation_matrix, score_synthetic
     from tasks.parallel import dask_client
     from tasks.paths import check_output_folder
     from tasks.settings import get_settings
-    from tasks.store import ArtifactStore
 
     names = _metric_names(metrics, ALL_METRICS)
     try:
@@ -362,12 +371,13 @@ def score(
                                      client=client)
     except SynthUGCError as exc:
         _fail(str(exc))
-    store = ArtifactStore(out)
-    with _writing(out):
-        store.write_table(result.sample_scores, "sample_scores.parquet")
-        store.write_table(result.distribution_scores, "distribution_scores.parquet")
-        store.write_table(result.distributions, "distributions.parquet")
-        store.write_table(metric_correlation_matrix(result.distribution_scores), "strategy_metric_correlations.parquet")
+    writer = folder_writer(out, "metrics", label="")
+    correlations = Path(stage_kind("report").output("strategy_metric_correlations").file).name
+    with _writing(out):  # the metrics stage's files, and the report's correlation table beside them
+        writer.table("sample_scores", result.sample_scores)
+        writer.table("distribution_scores", result.distribution_scores)
+        writer.table("distributions", result.distributions)
+        writer.store.write_table(metric_correlation_matrix(result.distribution_scores), correlations)
     typer.echo(f"{len(result.sample_scores)} sample rows, {len(result.distribution_scores)} distribution rows -> {out}")
 
 
@@ -384,10 +394,10 @@ def metaeval(
     """Check the metrics themselves (seed 003 §4.2): Spearman of each metric with the true ranking of
     increasingly manipulated bags, and the correlations between metrics."""
     _environment()
+    from tasks.layout import folder_writer
     from tasks.metrics.suite import BAG_METRICS, DISTRIBUTION_METRICS, metaeval_metrics
     from tasks.paths import check_output_folder
     from tasks.settings import get_settings
-    from tasks.store import ArtifactStore
 
     names = _metric_names(metrics, DISTRIBUTION_METRICS + BAG_METRICS)
     try:
@@ -397,14 +407,21 @@ def metaeval(
                                   bag_size=bag_size, bags=bags, seed=seed)
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc))
-    store = ArtifactStore(out)
+    writer = folder_writer(out, "metaeval")
     summary = result.summary
-    with _writing(out):
-        store.write_table(result.rows, "metaeval.parquet")
-        store.write_table(summary, "metaeval_summary.parquet")
-        store.write_table(result.correlations, "metric_pair_correlations.parquet")
+    with _writing(out):  # the metaeval stage's files
+        writer.table("rows", result.rows)
+        writer.table("summary", summary)
+        writer.table("metric_pair_correlations", result.correlations)
     typer.echo(summary.to_string(index=False))
     typer.echo(f"-> {out}")
+
+
+def _attack_help() -> str:
+    from tasks.privacy.attacks import available_attacks
+
+    return (f"{', '.join(available_attacks())} or all (every attack that needs no GPU, and the GPU ones on a GPU); "
+            "`synthugc attacks` lists them.")
 
 
 @app.command()
@@ -412,50 +429,52 @@ def reidentify(
     histories: Annotated[Path, typer.Option("--histories", help="Adversary's posting histories parquet (author_id, text; doc_id for disjoint).")],
     synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic table (schema) with author_id.")],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")],
-    attack: Annotated[str, typer.Option("--attack", help="minhash, stylometric, embedding or all (embedding joins all on a GPU).")] = "minhash",
+    attack: Annotated[str, typer.Option("--attack", help=_attack_help())] = "minhash",
     setting: Annotated[str, typer.Option("--setting", help="Adversary: full (holds the originals), disjoint (other posts only) or both.")] = "full",
-    n: Annotated[int, typer.Option("--n", help="MinHash character n-gram size.")] = 3,
-    k: Annotated[int, typer.Option("--k", help="MinHash permutations.")] = 128,
-    bands: Annotated[int, typer.Option("--bands", help="LSH bands (rows = k / bands).")] = 16,
-    jaccard_threshold: Annotated[float | None, typer.Option("--jaccard-threshold")] = None,
-    seed: Annotated[int, typer.Option("--seed")] = 1,
-    stylo_mode: Annotated[str, typer.Option("--stylo-mode", help="Stylometric profiles: sketch or exact.")] = "sketch",
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Attack parameter: attack.key=value (YAML value), "
+                                                   "e.g. minhash.k=64 or stylometric.mode=exact.")] = None,
 ) -> None:
-    """Re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user, one
-    summary row per (attack, adversary setting)."""
-    import pandas as pd
-
+    """Re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user. Writes what
+    the flow's reidentify stage writes (the per-timeline attributions and the long score table, one row set
+    per strategy, variant, attack and adversary setting) and summary.json."""
     from tasks.corpus.importers import check_parquet_file, read_synthetic
+    from tasks.layout import folder_writer
     from tasks.paths import check_output_folder
-    from tasks.privacy.attacks import run_attacks, summary_table
-    from tasks.privacy.audit import attack_timelines
-    from tasks.store import ArtifactStore
+    from tasks.privacy.attacks import attack_names, attack_synthetic, build_attack, setting_names
 
-    if k % bands:
-        _fail(f"--k {k} is not a multiple of --bands {bands}")
+    params: dict[str, dict] = {}
+    for key, value in _assignments(set_, "--set").items():
+        name, _, field = key.partition(".")
+        if not field:
+            _fail(f"--set {key}={value}: expected attack.key=value")
+        params.setdefault(name, {})[field] = value
     try:
+        names, settings = attack_names(attack), setting_names(setting)
+        unasked = sorted(set(params) - set(names))
+        if unasked:
+            raise ValueError(f"--set {unasked[0]}.…: attack '{unasked[0]}' is not run (--attack {attack})")
+        attacks = [build_attack(name, params.get(name), root="--set ") for name in names]
         check_output_folder(out)
         check_parquet_file(histories)
         synth = read_synthetic(synthetic)
         if "author_id" not in synth.columns:
             raise InputError("required column is missing", file=str(synthetic), column="author_id")
-        results = run_attacks(str(histories), attack_timelines(synth), attack=attack, setting=setting,
-                              minhash={"n": n, "k": k, "bands": bands, "rows": k // bands, "seed": seed,
-                                       "jaccard_threshold": jaccard_threshold},
-                              stylometric={"mode": stylo_mode})
+        tables = [attack_synthetic(str(histories), part, str(label), attacks, settings)
+                  for label, part in synth.groupby("strategy", sort=True)]
     except (SynthUGCError, FileNotFoundError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
-    store = ArtifactStore(out)
+    import pandas as pd
+
+    writer = folder_writer(out, "reidentify", label="")
+    summaries = [s for t in tables for s in t.summaries]
     with _writing(out):
-        store.write_table(pd.concat([r.per_timeline.assign(attack=r.summary["attack"], adversary=r.summary["adversary"])
-                                     for r in results], ignore_index=True), "reidentification.parquet")
-        table = summary_table([r.summary for r in results])
-        store.write_table(table, "reid_scores.parquet")
-        store.write_text(json.dumps([r.summary for r in results], indent=2, default=str), "summary.json")
-    for r in table.itertuples(index=False):
-        typer.echo(f"{r.attack}/{r.adversary}: accuracy@1 {r.accuracy_at_1:.4f}, @10 {r.accuracy_at_10:.4f}, "
-                   f"MRR {r.mrr:.4f} over {r.n_timelines} timelines (chance {r.chance:.2e})"
-                   + (f"; {r.reason}" if isinstance(r.reason, str) and r.reason else ""))
+        writer.table("per_timeline", pd.concat([t.per_timeline for t in tables], ignore_index=True))
+        writer.table("scores", pd.concat([t.scores for t in tables], ignore_index=True))
+        writer.store.write_text(json.dumps(summaries, indent=2, default=str), "summary.json")
+    for s in summaries:
+        typer.echo(f"{s['strategy']}/{s['variant']} {s['attack']}/{s['adversary']}: accuracy@1 {s['accuracy_at_1']:.4f}, "
+                   f"@10 {s['accuracy_at_10']:.4f}, MRR {s['mrr']:.4f} over {s['n_timelines']} timelines "
+                   f"(chance {s['chance']:.2e})" + (f"; {s['reason']}" if s.get("reason") else ""))
     typer.echo(f"-> {out}")
 
 
@@ -644,12 +663,32 @@ def serve(
         _fail(str(exc))
 
 
-@app.command("metrics")
-def metrics_catalogue() -> None:
-    """Every registered metric, one line each: name, level, aspect, which way is better."""
-    from tasks.metrics.catalogue import catalogue_lines
+def _listing(registry: str, as_json: bool) -> None:
+    from tasks.catalogues import listing_json, listing_lines
 
-    typer.echo("\n".join(catalogue_lines()))
+    typer.echo(listing_json(registry) if as_json else "\n".join(listing_lines(registry)))
+
+
+_JSON = typer.Option("--json", help="One JSON list for scripts instead of the aligned table.")
+
+
+@app.command("metrics")
+def metrics_catalogue(as_json: Annotated[bool, _JSON] = False) -> None:
+    """Every registered metric: name, level, aspect, which way is better, description."""
+    _listing("metrics", as_json)
+
+
+@app.command("strategies")
+def strategies_catalogue(as_json: Annotated[bool, _JSON] = False) -> None:
+    """Every registered generation strategy: name, whether it runs an LLM, parameters with defaults, description."""
+    _listing("strategies", as_json)
+
+
+@app.command("attacks")
+def attacks_catalogue(as_json: Annotated[bool, _JSON] = False) -> None:
+    """Every registered re-identification attack: name, GPU or not, evidence or not, parameters with defaults,
+    description."""
+    _listing("attacks", as_json)
 
 
 def main() -> None:  # pragma: no cover - console entry

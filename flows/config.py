@@ -194,22 +194,28 @@ class ReidentifyConfig(Section):
     adversary setting; the verdicts use the worst case."""
 
     enabled: bool = True
-    attacks: list[Literal["minhash", "stylometric", "embedding"]] = Field(
+    attacks: list[str] = Field(
         default_factory=lambda: ["minhash", "stylometric"], min_length=1,
-        description="minhash (near-duplicate posts), stylometric (character n-gram author profiles), embedding "
-                    "(mean sentence embeddings; slow without a GPU).")
+        description="Registered attacks (`synthugc attacks` lists them with their parameters): minhash "
+                    "(near-duplicate posts), stylometric (writing-style author profiles), embedding (mean sentence "
+                    "embeddings; slow without a GPU).")
     adversaries: list[Literal["full", "disjoint"]] = Field(
         default_factory=lambda: ["full", "disjoint"], min_length=1,
         description="full: the histories hold the rewritten originals (the article's setting); disjoint: only "
                     "the users' other posts.")
-    stylometric_mode: Literal["sketch", "exact"] = Field("sketch", description="Author profiles: count sketch "
-                                                                                "(fits 37.9k users) or exact.")
+    params: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Per-attack parameters, e.g. {stylometric: {mode: exact}, minhash: {k: 64, "
+                                          "bands: 8, rows: 8}}; a seed left out is the run's seed.")
     histories: str | None = Field(None, description="Histories parquet (author_id, text); default: the "
                                                      "corpus's own documents, i.e. the adversary holds the originals.")
-    n: int = Field(3, ge=1, description="Character n-gram size.")
-    k: int = Field(128, ge=8, description="MinHash permutations.")
-    bands: int | None = Field(None, ge=1, description="LSH bands (rows = k / bands); default: the attack's.")
-    jaccard_threshold: float | None = Field(None, gt=0, le=1)
+
+    def attack_params(self, seed: int) -> list[tuple[str, dict[str, Any]]]:
+        """(attack, parameters) per configured attack, the run's seed where the attack takes one and the
+        config does not set it."""
+        from tasks.privacy.attacks import attack_class, param_defaults
+
+        return [(name, {**({"seed": seed} if "seed" in param_defaults(attack_class(name)) else {}),
+                        **self.params.get(name, {})}) for name in self.attacks]
 
 
 class LLMProfilingConfig(Section):
@@ -357,7 +363,24 @@ def parse_config(raw: dict, source: str = "config", overrides: list[str] | None 
             validate_params(strategy.name, strategy.params, root=f"generate.strategies.{i}.params")
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
+    try:
+        _check_attacks(cfg.privacy.reidentify)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return cfg
+
+
+def _check_attacks(reid: ReidentifyConfig) -> None:
+    """Every configured attack is registered and its parameters are the ones it declares."""
+    from tasks.privacy.attacks import attack_class, build_attack
+
+    for i, name in enumerate(reid.attacks):
+        attack_class(name, root=f"privacy.reidentify.attacks.{i}")
+    for name, params in reid.params.items():
+        if name not in reid.attacks:
+            raise ConfigError(f"privacy.reidentify.params.{name}: attack '{name}' is not in "
+                              f"privacy.reidentify.attacks ({', '.join(reid.attacks)})")
+        build_attack(name, params)
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

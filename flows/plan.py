@@ -24,6 +24,7 @@ from tasks.metrics.base import make_signature
 from tasks.metrics.catalogue import names as metric_names
 from tasks.models.llm import llm_role_settings
 from tasks.models.registry import model_id
+from tasks.privacy.attacks import attack_class
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, fingerprint_file
 from tasks.training.utility import utility_design
@@ -190,14 +191,13 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
     reid = cfg.privacy.reidentify
     metric_opts, privacy_opts = metric_options(cfg), privacy_options(cfg)
     llm = llm_role_settings("llm", cfg.models.get("llm"))
-    reid_opts = stages.ReidentifyOptions(n=reid.n, k=reid.k, bands=reid.bands, seed=cfg.seed,
-                                         jaccard_threshold=reid.jaccard_threshold, attacks=tuple(reid.attacks),
-                                         adversaries=tuple(reid.adversaries), stylometric_mode=reid.stylometric_mode)
     histories = histories_ref(reid.histories) if do_privacy and reid.enabled else None
-    if do_privacy and reid.enabled:
-        plan.add("sign-histories", stages.sign_adversary_histories, histories=histories,
-                 options=stages.ReidentifyOptions(n=reid.n, k=reid.k, bands=reid.bands, seed=cfg.seed,
-                                                  jaccard_threshold=reid.jaccard_threshold))
+    attacks = tuple(reid.attack_params(cfg.seed))
+    indexed = tuple(name for name, _ in attacks if attack_class(name).builds_index)
+    reid_opts = stages.ReidentifyOptions(attacks=attacks, adversaries=tuple(reid.adversaries), indexed=indexed)
+    index_calls = [plan.add("index-histories", stages.index_histories, histories=histories, attack=name,
+                            params=params).name
+                   for name, params in attacks if name in indexed and do_privacy and reid.enabled]
     pseudo = cfg.generate.pseudonymize
     if pseudo is not None and any(s.pseudonymize for s in cfg.generate.strategies):
         plan.add("pseudonymize", stages.pseudonymize, corpus=corpus, options=stages.PseudonymizeOptions(
@@ -225,7 +225,8 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
                      options=stages.LLMProfilingOptions(backend=backend, max_tokens=lp.max_tokens, n=lp.n,
                                                         seed=cfg.seed))
         if do_privacy and reid.enabled:
-            plan.add("reidentify", stages.reidentify, signed=Use("sign-histories", "signed"), histories=histories,
+            plan.add("reidentify", stages.reidentify, histories=histories,
+                     indexes=[Use(call, "index") for call in index_calls],
                      shards=shards[label], label=label, options=reid_opts)
 
     comparison_names = tuple(m for m in cfg.metrics.names if m in metric_names("distribution", "bag"))

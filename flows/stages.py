@@ -31,18 +31,15 @@ from tasks.models.llm import llm_backend_for
 from tasks.parallel import dask_client
 from tasks.privacy.audit import (
     PrivacyOptions,
-    attack_timelines,
     audit_strategy,
     llm_profiling_rows,
-    reidentification_rows,
     summary_frame,
 )
 from tasks.privacy.llm_profiling import llm_profile as run_llm_profiling
-from tasks.privacy.reidentify import reidentify_signed, sign_histories
 from tasks.report.build import collect_report_data
 from tasks.report.recommend import parse_goal
 from tasks.report.render import article_table_frames, render_markdown, render_report
-from tasks.scores import METRIC_CORRELATIONS, score_frame, variant_epsilons
+from tasks.scores import METRIC_CORRELATIONS, score_frame
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_config, fingerprint_file
 from tasks.training.dialogue import sentence_embedder
@@ -108,19 +105,12 @@ class GenerateOptions:
 
 @dataclass(frozen=True)
 class ReidentifyOptions:
-    n: int
-    k: int
-    bands: int | None
-    seed: int
-    jaccard_threshold: float | None
-    attacks: tuple[str, ...] = ("minhash",)
-    adversaries: tuple[str, ...] = ("full",)
-    stylometric_mode: str = "sketch"
+    """The attacks (registered name, parameters) and the adversary settings; ``indexed`` names the attacks
+    whose history index the stage receives, in the order of its ``indexes``."""
 
-    def lsh(self) -> dict[str, Any]:
-        return {"n": self.n, "k": self.k, "seed": self.seed,
-                **({"bands": self.bands, "rows": self.k // self.bands} if self.bands else {}),
-                "with_signatures": self.jaccard_threshold is not None}
+    attacks: tuple[tuple[str, dict[str, Any]], ...]
+    adversaries: tuple[str, ...] = ("full",)
+    indexed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -251,64 +241,38 @@ def privacy(corpus: ArtifactRef, shards: list[ArtifactRef], place: RunPlace, lab
     return out.result()
 
 
-@_stage("sign-histories")
-def sign_adversary_histories(histories: ArtifactRef, place: RunPlace, options: ReidentifyOptions) -> StageResult:
-    """Sign the adversary's posting histories once (MinHash band keys); every strategy's attack reuses them.
+@_stage("index-histories")
+def index_histories(histories: ArtifactRef, place: RunPlace, attack: str, params: dict[str, Any]) -> StageResult:
+    """Index the adversary's posting histories once for one attack (MinHash: band keys); every strategy's
+    attack under every setting reuses it. Written under the local cache folder, named by the content
+    fingerprint of the histories and the attack's parameters."""
+    from tasks.privacy.attacks import build_attack
 
-    Written under the local cache folder (the signer streams to a local file), named by the content
-    fingerprint of the histories and the LSH parameters."""
     frame = place.store().read_table(histories)
     frame = frame.loc[frame["author_id"].notna(), [c for c in ("author_id", "text", "doc_id") if c in frame.columns]]
-    lsh = options.lsh()
-    out = place.writer("sign-histories")
-    name = f"{histories.fingerprint[:16]}-{fingerprint_config(lsh)[:12]}"
-    path = Path(place.cache_dir) / out.kind.relative_path("signed", {"fingerprint": name})
-    sign_histories(frame, path, **lsh)
-    out.record("signed", ArtifactRef(path=str(path), fingerprint=fingerprint_file(str(path)), rows=len(frame)))
+    out = place.writer("index-histories", attack=attack)
+    name = f"{histories.fingerprint[:16]}-{fingerprint_config(params)[:12]}"
+    path = Path(place.cache_dir) / out.kind.relative_path("index", {"attack": attack, "fingerprint": name})
+    build_attack(attack, params).build_index(frame, path)
+    out.record("index", ArtifactRef(path=str(path), fingerprint=fingerprint_file(str(path)), rows=len(frame)))
     return out.result()
 
 
 @_stage("reidentify")
-def reidentify(signed: ArtifactRef, histories: ArtifactRef, shards: list[ArtifactRef], place: RunPlace, label: str,
-               options: ReidentifyOptions) -> StageResult:
-    """Every configured re-identification attack (MinHash near-duplicates, stylometric author profiles,
-    embeddings) under every adversary setting (full: the histories hold the rewritten originals; disjoint:
-    only the users' other posts) against one strategy's synthetic timelines: one row set per (attack,
-    adversary), so the verdicts can take the worst case. MinHash reuses the signed histories in both
-    settings (disjoint skips the signed rows of the rewritten documents)."""
-    from tasks.privacy.attacks import minhash_signature, run_attacks
-    from tasks.privacy.reidentify import LSHParams
+def reidentify(indexes: list[ArtifactRef], histories: ArtifactRef, shards: list[ArtifactRef], place: RunPlace,
+               label: str, options: ReidentifyOptions) -> StageResult:
+    """Every configured re-identification attack under every adversary setting (full: the histories hold the
+    rewritten originals; disjoint: only the users' other posts) against one strategy's synthetic timelines:
+    one row set per (attack, adversary), so the verdicts can take the worst case."""
+    from tasks.privacy.attacks import attack_synthetic, build_attack
 
-    synthetic = _synthetic(place.store(), shards)
-    lsh = options.lsh()
-    per_timeline, rows = [], []
-    for variant, part in synthetic.groupby("variant", sort=True):
-        timelines = attack_timelines(part)
-        epsilon = variant_epsilons(part).get(str(variant))
-        results = []
-        for attack in options.attacks:
-            for adversary in options.adversaries:
-                if attack == "minhash":
-                    result = reidentify_signed(signed.path, timelines, jaccard_threshold=options.jaccard_threshold,
-                                               setting=adversary)
-                    params = LSHParams(**{k: v for k, v in lsh.items() if k in LSHParams.__dataclass_fields__})
-                    result.summary.update(attack="minhash", adversary=adversary,
-                                          signature=minhash_signature(params, options.jaccard_threshold))
-                    results.append(result)
-                    continue
-                minhash = {k: v for k, v in lsh.items() if k != "with_signatures"}
-                results += run_attacks(histories.path, timelines, attack=attack, setting=adversary,
-                                       minhash={**minhash, "jaccard_threshold": options.jaccard_threshold},
-                                       stylometric={"mode": options.stylometric_mode, "seed": options.seed})
-        for result in results:
-            summary = result.summary
-            per_timeline.append(result.per_timeline.assign(strategy=label, variant=str(variant),
-                                                           attack=summary["attack"], adversary=summary["adversary"]))
-            rows += reidentification_rows(summary, label, str(variant), str(summary.get("signature", "")),
-                                          attack=summary["attack"], adversary=summary["adversary"], epsilon=epsilon)
+    attacks = [build_attack(name, params) for name, params in options.attacks]
+    index_paths = {name: ref.path for name, ref in zip(options.indexed, indexes, strict=True)}
+    tables = attack_synthetic(histories.path, _synthetic(place.store(), shards), label, attacks, options.adversaries,
+                              indexes=index_paths)
     out = place.writer("reidentify", label=label)
-    out.table("per_timeline", pd.concat(per_timeline, ignore_index=True) if per_timeline else pd.DataFrame())
-    out.table("scores", summary_frame(rows))
+    out.table("per_timeline", tables.per_timeline)
+    out.table("scores", tables.scores)
     return out.result()
 
 

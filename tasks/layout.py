@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tasks.store import ArtifactRef, ArtifactStore
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class StageKind:
     folder: str
     keys: tuple[str, ...]
     outputs: tuple[Output, ...]
-    in_run: bool = True  # False: written outside the run folder (the shared signed-histories cache)
+    in_run: bool = True  # False: written outside the run folder (the shared cache of history indexes)
 
     def output(self, name: str) -> Output:
         for out in self.outputs:
@@ -73,7 +77,8 @@ STAGES: dict[str, StageKind] = {kind.name: kind for kind in (
     StageKind("split", "split", (), (Output("corpus", "corpus.parquet"),)),
     StageKind("pseudonymize", "private/pseudonymize", (), (  # private: never read by the report
         Output("corpus", "corpus.parquet"), Output("mapping", "mapping.parquet"))),
-    StageKind("sign-histories", "signed-histories", (), (Output("signed", "{fingerprint}.parquet"),), in_run=False),
+    StageKind("index-histories", "history-indexes/{attack}", ("attack",), (Output("index", "{fingerprint}.parquet"),),
+              in_run=False),
     StageKind("generate", "generate/{label}", ("label", "shard"), (Output("shard", "shard-{shard:05d}.parquet"),)),
     StageKind("metrics", "metrics/{label}", ("label",), (
         Output("sample_scores", "sample_scores.parquet", table="sample_scores"),
@@ -143,8 +148,8 @@ class StageResult:
 class StageWriter:
     """Writes one stage call's declared outputs under the run folder and builds its :class:`StageResult`."""
 
-    def __init__(self, store: ArtifactStore, experiment: str, kind: str, **keys: Any) -> None:
-        self.store, self.experiment, self.kind = store, experiment, stage_kind(kind)
+    def __init__(self, store: ArtifactStore, experiment: str, kind: str, *, flat: bool = False, **keys: Any) -> None:
+        self.store, self.experiment, self.kind, self.flat = store, experiment, stage_kind(kind), flat
         missing = [k for k in self.kind.keys if k not in keys]
         if missing:
             raise KeyError(f"stage {kind!r} needs keys {missing}")
@@ -152,6 +157,8 @@ class StageWriter:
         self.outputs: dict[str, ArtifactRef] = {}
 
     def _parts(self, output: str, **extra: Any) -> tuple[str, ...]:
+        if self.flat:
+            return (self.kind.output(output).file.format(**self.keys, **extra),)
         if not self.kind.in_run:
             raise ValueError(f"stage {self.kind.name!r} writes outside the run folder: record() its files")
         return (self.experiment, *self.kind.relative_path(output, {**self.keys, **extra}).split("/"))
@@ -183,6 +190,25 @@ class StageWriter:
         if missing:
             raise RuntimeError(f"stage {self.kind.display(self.keys)} did not write {', '.join(missing)}")
         return StageResult(kind=self.kind.name, keys=dict(self.keys), outputs=dict(self.outputs), info=info)
+
+
+def folder_writer(folder: str | Path, kind: str, **keys: Any) -> StageWriter:
+    """A writer of one stage kind's outputs straight into ``folder``, under the names the run layout gives
+    them (what the CLI commands that mirror a stage write: ``synthugc reidentify`` writes ``reidentify``'s)."""
+    return StageWriter(ArtifactStore(folder), "", kind, flat=True, **keys)
+
+
+def read_stage_tables(folder: str | Path, kind: str, **keys: Any) -> dict[str, pd.DataFrame]:
+    """Every parquet output of a stage kind found in ``folder``, by output name: reads a run's stage folder
+    (``runs/<exp>/privacy/<label>``) and the folder of the CLI command that mirrors the stage alike."""
+    import pandas as pd
+
+    found = {}
+    for out in stage_kind(kind).outputs:
+        path = Path(folder) / out.file.format(**keys)
+        if path.suffix == _TABLE and path.is_file():
+            found[out.name] = pd.read_parquet(path)
+    return found
 
 
 @dataclass

@@ -57,7 +57,7 @@ class ScoreTable:
 #: The structure of a score: the columns that say what a number is about. Null where they do not apply.
 #: ``setting`` substitution/augmentation/baseline (utility); ``fraction`` of the real training data;
 #: ``attribute`` the attacked sensitive attribute; ``model`` the attacker's or trainer's model; ``attack``
-#: the attack (minhash-lsh, ...); ``adversary`` full (holds the released originals) / disjoint (only the
+#: the attack (a registered name: minhash, stylometric, ...); ``adversary`` full (holds the released originals) / disjoint (only the
 #: users' other posts); ``epsilon`` the DP budget the strategy variant was generated with.
 STRUCTURE_COLUMNS: dict[str, Kind] = {"setting": "text", "fraction": "float", "attribute": "text", "model": "text",
                                       "attack": "text", "adversary": "text", "epsilon": "float",

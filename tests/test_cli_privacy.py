@@ -13,6 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tasks.layout import read_stage_tables
+from tasks.scores import validate_scores
+
 CLI = Path(sys.executable).parent / "synthugc"
 WORDS = {"blue": "sky sea ocean navy azure cobalt", "red": "fire blood rose ruby crimson cherry"}
 
@@ -57,17 +60,22 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     synth = pd.read_parquet(files["synthetic"])
     synth[synth["split"] == "test"].to_parquet(released)
     proc = _run("reidentify", "--histories", str(files["corpus"]), "--synthetic", str(released),
-                "--out", str(tmp_path / "all"), "--attack", "all", "--setting", "both", "--stylo-mode", "exact")
+                "--out", str(tmp_path / "all"), "--attack", "all", "--setting", "both", "--set", "stylometric.mode=exact")
     assert proc.returncode == 0, proc.stderr
-    scores = pd.read_parquet(tmp_path / "all" / "reid_scores.parquet")
-    assert set(zip(scores["attack"], scores["adversary"], strict=True)) >= {
+    tables = read_stage_tables(tmp_path / "all", "reidentify")  # the flow's file names and long score table
+    scores = tables["scores"]
+    validate_scores(scores)
+    accuracy = scores[scores["metric"] == "reid_accuracy"]
+    assert set(zip(accuracy["attack"], accuracy["adversary"], strict=True)) >= {
         ("minhash", "full"), ("minhash", "disjoint"), ("stylometric", "full"), ("stylometric", "disjoint")}
-    assert not scores["attack"].str.contains("/").any() and scores["chance"].tolist() == pytest.approx([1 / 6] * 4)
-    by = scores.set_index(["attack", "adversary"])
-    assert by.loc[("minhash", "full"), "accuracy_at_1"] == 1.0 and by.loc[("stylometric", "full"), "accuracy_at_1"] == 1.0
-    assert by.loc[("minhash", "disjoint"), "accuracy_at_1"] < 1.0  # the copies are no longer in the history
-    per = pd.read_parquet(tmp_path / "all" / "reidentification.parquet")
-    assert len(per) == 6 * len(scores) and {"attack", "adversary", "rank", "reciprocal_rank"} <= set(per.columns)
+    by = accuracy[accuracy["strategy"] == "copy"].set_index(["attack", "adversary"])["value"]
+    chance = accuracy.loc[accuracy["strategy"] == "chance", "value"]
+    assert chance.tolist() == pytest.approx([1 / 6] * len(by))
+    assert by[("minhash", "full")] == 1.0 and by[("stylometric", "full")] == 1.0
+    assert by[("minhash", "disjoint")] < 1.0  # the copies are no longer in the history
+    assert scores.loc[scores["attack"] == "stylometric", "signature"].str.contains("mode:exact").all()
+    per = tables["per_timeline"]
+    assert len(per) == 6 * len(by) and {"attack", "adversary", "rank", "reciprocal_rank"} <= set(per.columns)
 
     proc = _run("reidentify", "--histories", str(tmp_path / "missing.parquet"), "--synthetic",
                 str(files["synthetic"]), "--out", str(tmp_path / "x"))
@@ -78,6 +86,10 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
                 "--out", str(tmp_path / "x"), "--attack", "ngram")
     assert proc.returncode == 2 and "attack must be one of" in proc.stderr
+    proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
+                "--out", str(tmp_path / "x"), "--set", "minhash.kk=3")
+    assert proc.returncode == 2 and "--set minhash.kk: unknown parameter" in proc.stderr
+    assert "Traceback" not in proc.stderr and not (tmp_path / "x").exists()
 
 
 def test_profile_scores_original_and_synthetic(files, tmp_path):

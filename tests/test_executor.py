@@ -227,7 +227,7 @@ def test_cli_prints_one_line_per_stage_and_a_summary(isolated):
     stage_lines = {line.split()[0]: line.split()[1] for line in err if line.rstrip().endswith(" s")}
     assert stage_lines == dict.fromkeys((
         "ingest", "split", "generate[stymask][0]", "generate[stymask][1]", "metrics[stymask]", "privacy[stymask]",
-        "sign-histories", "reidentify[stymask]", "report"), "Completed")
+        "index-histories[minhash]", "reidentify[stymask]", "report"), "Completed")
     assert any(line.startswith("all ") and "wall" in line for line in err)  # the summary table
     assert "Traceback" not in proc.stderr and "distributed." not in proc.stderr and "INFO" not in proc.stderr
     assert max(len(line) for line in err) < 200

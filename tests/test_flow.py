@@ -69,7 +69,7 @@ def test_end_to_end_then_everything_cached(sample_corpus, isolated):
     first = experiment_from_mapping(_config(sample_corpus, root, metrics=list(ALL_METRICS)))
     expected_stages = {"ingest", "split", "generate[backtranslate][0]", "generate[backtranslate][1]",
                        "generate[stymask][0]", "generate[stymask][1]", "metrics[backtranslate]",
-                       "metrics[stymask]", "privacy[backtranslate]", "privacy[stymask]", "sign-histories",
+                       "metrics[stymask]", "privacy[backtranslate]", "privacy[stymask]", "index-histories[minhash]",
                        "reidentify[backtranslate]", "reidentify[stymask]", "report",
                        *_utility_stages(["backtranslate", "stymask"])}
     assert set(first.stages) == expected_stages

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tasks.layout import read_stage_tables
 from tasks.metrics import catalogue
 from tasks.metrics.base import reason_column
 from tasks.metrics.suite import (
@@ -239,8 +240,8 @@ def test_score_and_metaeval_commands_write_their_files(tmp_path):
                 "--out", str(tmp_path / "scores"), "--metrics", "bertscore_f1,bleu_divergence,char_jsd,cos_tf",
                 tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    samples = pd.read_parquet(tmp_path / "scores" / "sample_scores.parquet")
-    dist = pd.read_parquet(tmp_path / "scores" / "distribution_scores.parquet")
+    scored = read_stage_tables(tmp_path / "scores", "metrics")  # named as the flow's metrics stage names them
+    samples, dist = scored["sample_scores"], scored["distribution_scores"]
     assert len(samples) == 8 and {"bertscore_f1", "bleu_divergence"} <= set(samples.columns)
     assert set(dist["metric"]) == {"bertscore_f1", "bleu_divergence", "char_jsd", "cos_tf"}
 
@@ -254,7 +255,8 @@ def test_score_and_metaeval_commands_write_their_files(tmp_path):
     proc = _run("metaeval", "--corpus", str(tmp_path / "corpus.parquet"), "--out", str(tmp_path / "meta"),
                 "--metrics", "char_jsd,cos_tf", "--bag-size", "6", tmp_path=tmp_path)
     assert proc.returncode == 0, proc.stderr
-    summary = pd.read_parquet(tmp_path / "meta" / "metaeval_summary.parquet")
+    meta = read_stage_tables(tmp_path / "meta", "metaeval")
+    assert set(meta) == {"summary", "rows", "metric_pair_correlations"}
+    summary = meta["summary"]
     assert set(summary["metric"]) == {"char_jsd", "cos_tf"}
     assert summary.loc[(summary["metric"] == "char_jsd") & (summary["manipulation"] == "nti"), "rho_mean"].iloc[0] > 0.8
-    assert (tmp_path / "meta" / "metric_pair_correlations.parquet").exists()

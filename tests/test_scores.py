@@ -106,7 +106,8 @@ def test_every_table_the_tasks_write_has_the_declared_schema(debates, synthetic,
     suite = score_strategy(debates, synthetic, names, MetricOptions(), tmp_path / "emb.sqlite")
     privacy = audit_strategy(debates, synthetic, "stymask", PrivacyOptions(n_bootstrap=20))
     reid = summary_frame(reidentification_rows({"accuracy": 0.25, "candidate_recall": 0.5, "baseline": 0.1,
-                                                "n_timelines": 8}, "stymask", "eps5", "metric:reid", epsilon=5.0))
+                                                "n_timelines": 8}, "stymask", "eps5", "metric:reid", attack="minhash",
+                                               epsilon=5.0))
     runs = run_post_utility(debates, {"stymask": synthetic[synthetic["variant"] == "eps5"]}, fractions=(0.5, 1.0),
                             seeds=(0,))
     meta = metaeval_metrics(debates["text"].tolist(), ["char_jsd", "cos_tf"], MetricOptions(), tmp_path / "m.sqlite",
@@ -129,7 +130,7 @@ def test_every_table_the_tasks_write_has_the_declared_schema(debates, synthetic,
     assert set(profiled["attribute"]) == {"party"} and set(profiled["model"]) == {"linear"}
     assert profiled.loc[profiled["strategy"] == "stymask", "epsilon"].notna().all()
     assert profiled.loc[profiled["strategy"].isin(["original", "chance"]), "epsilon"].isna().all()
-    assert set(reid["attack"]) == {"minhash-lsh"} and reid["adversary"].isna().all()
+    assert set(reid["attack"]) == {"minhash"} and reid["adversary"].isna().all()
     util = utility_summary_rows(runs, "metric:utility")
     assert set(zip(util["setting"], util["fraction"], strict=True)) >= {("substitution", 1.0), ("baseline", 0.5)}
     assert set(util["metric"]) == {"macro_f1"} and catalogue.direction("macro_f1") == 1
@@ -142,7 +143,7 @@ def _ref(path: str, frame: pd.DataFrame) -> ArtifactRef:
 def test_report_summary_is_the_declared_table_and_every_row_knows_its_variants_budget(tmp_path):
     metrics = score_frame([{**ROW, "variant": "eps5", "epsilon": 5.0}])
     reid = summary_frame(reidentification_rows({"accuracy": 0.2, "candidate_recall": 0.3, "baseline": 0.1,
-                                                "n_timelines": 4}, "a", "eps5", "sig"))  # the stage passes no epsilon
+                                                "n_timelines": 4}, "a", "eps5", "sig", attack="minhash"))  # no epsilon passed
     tables = {"metrics/a/distribution_scores": metrics, "privacy/a/reid_scores": reid}
     layout = RunLayout([StageResult("metrics", {"label": "a"}, {"distribution_scores": _ref("metrics/a/distribution_scores", metrics)}),
                         StageResult("reidentify", {"label": "a"}, {"scores": _ref("privacy/a/reid_scores", reid)})])

@@ -204,17 +204,17 @@ def test_sampled_document_frequencies_hold_the_ranking(sim) -> None:
 def test_histories_are_profiled_once_per_setting(sim, monkeypatch) -> None:
     """Every strategy of a run attacks the same histories: the profiles are computed once per (file,
     parameters, held-out documents) and reused; another setting or changed parameters profile again."""
-    import tasks.privacy.stylometric as stylometric
-    from tasks.privacy.attacks import run_attacks
+    import tasks.privacy.attacks.stylometric as registered
+    from tasks.privacy.attacks import build_attack, run_attacks
 
     path, syn = sim
     calls = []
-    real = stylometric.profile_histories
-    monkeypatch.setattr(stylometric, "profile_histories", lambda *a, **k: calls.append(k.get("held_out")) or real(*a, **k))
-    first = run_attacks(path, syn, attack="stylometric", setting="both", stylometric={"width": 1024, "hash_bits": 18})
-    again = run_attacks(path, syn.assign(text=syn["text"].str.upper()), attack="stylometric", setting="both",
-                        stylometric={"width": 1024, "hash_bits": 18})
+    real = registered.profile_histories
+    monkeypatch.setattr(registered, "profile_histories", lambda *a, **k: calls.append(k.get("held_out")) or real(*a, **k))
+    attack = [build_attack("stylometric", {"width": 1024, "hash_bits": 18})]
+    first = run_attacks(path, syn, attack, ["full", "disjoint"])
+    again = run_attacks(path, syn.assign(text=syn["text"].str.upper()), attack, ["full", "disjoint"])
     assert len(calls) == 2 and calls[0] is None and len(calls[1]) == len(syn)  # full, then disjoint: once each
     assert [r.summary["adversary"] for r in first] == [r.summary["adversary"] for r in again] == ["full", "disjoint"]
-    run_attacks(path, syn, attack="stylometric", setting="full", stylometric={"width": 2048, "hash_bits": 18})
+    run_attacks(path, syn, [build_attack("stylometric", {"width": 2048, "hash_bits": 18})], ["full"])
     assert len(calls) == 3

@@ -136,6 +136,11 @@ def strategy_uses_llm(name: str, params: Mapping[str, Any]) -> bool:
     return _REGISTRY[name].uses_llm(validate_params(name, params))
 
 
+def strategy_class(name: str) -> type[Strategy]:
+    """The class registered as ``name`` (KeyError for an unknown one)."""
+    return _REGISTRY[name]
+
+
 def available_strategies() -> list[str]:
     """Names of the registered strategies, sorted."""
     return sorted(_REGISTRY)

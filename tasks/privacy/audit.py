@@ -27,8 +27,6 @@ from tasks.privacy.profiling import profile_attribute
 from tasks.scores import SCORES, score_frame, variant_epsilons
 
 ORIGINAL = "original"
-#: The attack of the MinHash-LSH re-identification rows (seed 000 §5.3.2).
-REID_ATTACK = "minhash-lsh"
 
 
 @dataclass(frozen=True)
@@ -159,7 +157,7 @@ def attack_timelines(synthetic: pd.DataFrame) -> pd.DataFrame:
 
 
 def reidentification_rows(summary: dict, strategy: str, variant: str, signature: str, *,
-                          attack: str = REID_ATTACK, adversary: str | None = None,
+                          attack: str, adversary: str | None = None,
                           epsilon: float | None = None) -> list[dict]:
     """The attack's numbers as privacy summary rows (accuracy, the random baseline 1/N, candidate recall),
     with the attack, the adversary setting (full/disjoint, when known) and the variant's DP epsilon."""

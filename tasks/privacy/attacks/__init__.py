@@ -1,0 +1,257 @@
+"""The re-identification attack registry: every attack under every adversary setting, one summary row
+each, and the worst case a privacy verdict must use.
+
+An attack is one module in this package holding one class registered with :func:`register_attack` (its
+name, its parameters, whether it needs a GPU, whether it returns evidence). The registry is what the CLI
+choices, the config's validation, the flow's plan, the report and ``synthugc attacks`` read, so adding an
+attack is adding one module here. Each attack has two steps:
+
+- ``prepare(histories, setting, held_out)``: the adversary's side (author profiles, signed posts), built
+  once per (histories, parameters, setting) and reused by every strategy and variant; an attack whose
+  histories can be indexed once for every setting (``builds_index``) writes that index as a cached artifact
+  of the flow (``index-histories[<attack>]``) and ``prepare`` reads it;
+- ``run(prepared, timelines)``: attribute each synthetic timeline, returning the shared attribution output
+  (:mod:`tasks.privacy.attribution`) with ``attack``, ``adversary`` and ``signature`` in its summary.
+
+Settings: ``full`` and ``disjoint`` (:mod:`tasks.privacy.attribution`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import MISSING, dataclass, fields, is_dataclass
+from typing import Any, ClassVar, TypeVar, get_type_hints
+
+import pandas as pd
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from tasks.errors import ConfigError
+from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
+from tasks.privacy.reidentify import HistorySource, ReidResult
+
+SUMMARY_FIELDS = ["attack", "adversary", "accuracy_at_1", "accuracy_at_10", "mrr", "chance", "chance_at_10",
+                  "chance_mrr", "n_timelines", "n_no_history", "n_history_users", "n_history_posts", "signature",
+                  "reason"]
+CONFIG_ROOT = "privacy.reidentify.params."  # + the attack's name: where its parameters are set
+
+
+class Attack(ABC):
+    """A re-identification attack with validated parameters: prepare the adversary's side, then run."""
+
+    name: ClassVar[str]
+    params_model: ClassVar[type]
+    needs_gpu: ClassVar[bool] = False
+    returns_evidence: ClassVar[bool] = False
+    #: ``build_index`` writes a setting-free index of the histories once per run (a flow stage of its own).
+    builds_index: ClassVar[bool] = False
+
+    def __init__(self, params: Any) -> None:
+        self.params = params
+
+    @property
+    @abstractmethod
+    def signature(self) -> str:
+        """Everything the attack's numbers depend on (``reid_<attack>|...``)."""
+
+    def build_index(self, histories: HistorySource, out_path: str | os.PathLike) -> None:
+        """Write the setting-free index of the histories to ``out_path`` (only where ``builds_index``)."""
+        raise NotImplementedError(f"attack '{self.name}' builds no index")
+
+    @abstractmethod
+    def prepare(self, histories: HistorySource, setting: Setting, held_out: frozenset[str] | None, *,
+                index: str | None = None) -> Any:
+        """The adversary's side for one setting (``held_out``: the history documents it lacks)."""
+
+    @abstractmethod
+    def run(self, prepared: Any, timelines: pd.DataFrame) -> ReidResult:
+        """Attribute every timeline (group_id, author_id, text, doc_id) against the prepared side."""
+
+    def evidence(self, prepared: Any, timelines: pd.DataFrame, top: int = 20) -> pd.DataFrame:
+        """Per timeline, the features that drove the decision for its true author (``returns_evidence``)."""
+        raise NotImplementedError(f"attack '{self.name}' returns no evidence")
+
+
+A = TypeVar("A", bound=type[Attack])
+_REGISTRY: dict[str, type[Attack]] = {}
+_LOADED = False
+
+
+def register_attack(name: str, *, params: type, needs_gpu: bool = False, returns_evidence: bool = False,
+                    builds_index: bool = False) -> Callable[[A], A]:
+    """Class decorator: register an Attack subclass under ``name`` with its parameters (a dataclass whose
+    fields have defaults) and what it needs and gives."""
+    if not is_dataclass(params):
+        raise TypeError(f"attack '{name}': params must be a dataclass, got {params!r}")
+
+    def decorate(cls: A) -> A:
+        if name in _REGISTRY and _REGISTRY[name] is not cls:
+            raise ValueError(f"attack '{name}' is registered twice ({_REGISTRY[name].__qualname__}, {cls.__qualname__})")
+        if not (cls.__doc__ or "").strip():
+            raise TypeError(f"attack '{name}' needs a docstring: its first line is its description")
+        cls.name, cls.params_model = name, params
+        cls.needs_gpu, cls.returns_evidence, cls.builds_index = needs_gpu, returns_evidence, builds_index
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def _registry() -> dict[str, type[Attack]]:
+    """The registry, with every attack module of this package imported (each registers itself)."""
+    global _LOADED
+    if not _LOADED:
+        for module in pkgutil.iter_modules(__path__):
+            importlib.import_module(f"{__name__}.{module.name}")
+        _LOADED = True
+    return _REGISTRY
+
+
+def available_attacks() -> list[str]:
+    """Names of the registered attacks, sorted."""
+    return sorted(_registry())
+
+
+def attack_class(name: str, *, root: str = CONFIG_ROOT) -> type[Attack]:
+    """The attack registered as ``name``; ConfigError naming the known ones otherwise."""
+    registry = _registry()
+    if name not in registry:
+        raise ConfigError(f"{root.rstrip('. ')}: unknown attack '{name}' (available: {', '.join(sorted(registry))})")
+    return registry[name]
+
+
+def description(cls: type[Attack]) -> str:
+    """The attack's one-line description (its docstring's first line)."""
+    return (cls.__doc__ or "").strip().splitlines()[0]
+
+
+def param_defaults(cls: type[Attack]) -> dict[str, Any]:
+    """The attack's parameters with their defaults."""
+    return {f.name: (f.default if f.default is not MISSING else None) for f in fields(cls.params_model)}
+
+
+def build_attack(name: str, params: Mapping[str, Any] | None = None, *, root: str = CONFIG_ROOT) -> Attack:
+    """Validate ``params`` against the attack's declared parameters and construct it; ConfigError naming
+    the key path on an unknown attack, an unknown parameter or a bad value."""
+    cls = attack_class(name, root=root)
+    prefix = f"{root}{name}"
+    params = dict(params or {})
+    known = {f.name for f in fields(cls.params_model)}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise ConfigError(f"{prefix}.{unknown[0]}: unknown parameter (known: {', '.join(sorted(known))})")
+    hints = get_type_hints(cls.params_model)
+    values = {}
+    for key, value in params.items():  # strict: no "5" for 5 and no true for 1
+        try:
+            values[key] = TypeAdapter(hints[key], config=ConfigDict(strict=True)).validate_python(value)
+        except ValidationError as exc:
+            raise ConfigError(f"{prefix}.{key}: {exc.errors()[0]['msg']} (got {value!r:.80})") from None
+    try:
+        validated = cls.params_model(**values)
+    except ValueError as exc:  # the dataclass's own checks (__post_init__)
+        raise ConfigError(f"{prefix}: {exc}") from None
+    return cls(validated)
+
+
+def _gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except ImportError:  # pragma: no cover - torch is a dependency
+        return False
+
+
+def attack_names(attack: str) -> list[str]:
+    """The attacks ``--attack`` names: a registered attack, or ``all`` (every attack that needs no GPU, plus
+    the GPU attacks when CUDA is present)."""
+    registry = _registry()
+    if attack == "all":
+        gpu = _gpu()
+        return [name for name in sorted(registry) if gpu or not registry[name].needs_gpu]
+    if attack not in registry:
+        raise ValueError(f"attack must be one of {', '.join(sorted(registry))} or all; got {attack!r}")
+    return [attack]
+
+
+def setting_names(setting: str) -> list[Setting]:
+    """The settings ``--setting`` names: full, disjoint or both."""
+    return list(SETTINGS) if setting == "both" else [check_setting(setting)]
+
+
+def run_attacks(histories: HistorySource, timelines: pd.DataFrame, attacks: Sequence[Attack],
+                settings: Sequence[str], *, indexes: Mapping[str, str] | None = None) -> list[ReidResult]:
+    """One result per (attack, setting), in that order; ``indexes`` maps an attack's name to the index
+    its ``build_index`` wrote, where the caller has one."""
+    results = []
+    for attack in attacks:
+        for setting in settings:
+            adversary = check_setting(setting)
+            prepared = attack.prepare(histories, adversary, held_out_doc_ids(timelines, adversary),
+                                      index=(indexes or {}).get(attack.name))
+            result = attack.run(prepared, timelines)
+            result.summary.update(attack=attack.name, adversary=adversary, signature=attack.signature)
+            results.append(result)
+    return results
+
+
+@dataclass
+class AttackTables:
+    """One strategy's attack results: per-timeline attributions, the long score rows, the raw summaries."""
+
+    per_timeline: pd.DataFrame
+    scores: pd.DataFrame
+    summaries: list[dict[str, Any]]
+
+
+def attack_synthetic(histories: HistorySource, synthetic: pd.DataFrame, label: str, attacks: Sequence[Attack],
+                     settings: Sequence[str], *, indexes: Mapping[str, str] | None = None) -> AttackTables:
+    """Every attack under every setting against each variant of one strategy's synthetic table (ok rows
+    with a known author, grouped into timelines); the scores are the declared long score table."""
+    from tasks.privacy.audit import attack_timelines, reidentification_rows, summary_frame
+    from tasks.scores import variant_epsilons
+
+    per_timeline, rows, summaries = [], [], []
+    for variant, part in synthetic.groupby("variant", sort=True):
+        epsilon = variant_epsilons(part).get(str(variant))
+        for result in run_attacks(histories, attack_timelines(part), attacks, settings, indexes=indexes):
+            summary = result.summary
+            per_timeline.append(result.per_timeline.assign(strategy=label, variant=str(variant),
+                                                           attack=summary["attack"], adversary=summary["adversary"]))
+            rows += reidentification_rows(summary, label, str(variant), str(summary.get("signature", "")),
+                                          attack=summary["attack"], adversary=summary["adversary"], epsilon=epsilon)
+            summaries.append({"strategy": label, "variant": str(variant), **summary})
+    return AttackTables(pd.concat(per_timeline, ignore_index=True) if per_timeline else pd.DataFrame(),
+                        summary_frame(rows), summaries)
+
+
+def summary_table(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    """One row per (attack, adversary) with real columns (SUMMARY_FIELDS)."""
+    rows = [{f: s.get(f) for f in SUMMARY_FIELDS} for s in summaries]
+    table = pd.DataFrame(rows, columns=SUMMARY_FIELDS)
+    table["reason"] = table["reason"].astype("string")
+    return table
+
+
+def worst_case(rows: pd.DataFrame, metric: str = "accuracy_at_1", by: Sequence[str] = ("strategy",)) -> pd.DataFrame:
+    """Per ``by`` group, the (attack, adversary) with the highest ``metric`` (the verdict a user must
+    read: the strongest attack wins); rows whose value is nan never win. Ties go to the first in
+    (attack, adversary) order. Columns: by..., attack, adversary, metric value, n_attacks."""
+    keys = list(by)
+    valid = rows[rows[metric].notna()].sort_values([*keys, "attack", "adversary"], kind="stable")
+    if valid.empty:
+        return pd.DataFrame(columns=[*keys, "attack", "adversary", metric, "n_attacks"])
+    best = valid.loc[valid.groupby(keys, sort=True)[metric].idxmax()]
+    counts = valid.groupby(keys, sort=True).size().rename("n_attacks").reset_index()
+    return best[[*keys, "attack", "adversary", metric]].merge(counts, on=keys).reset_index(drop=True)
+
+
+def catalogue_rows() -> list[dict[str, Any]]:
+    """Every registered attack: name, parameters with defaults, GPU or not, evidence or not, description."""
+    return [{"name": name, "params": param_defaults(cls), "needs_gpu": cls.needs_gpu,
+             "returns_evidence": cls.returns_evidence, "description": description(cls)}
+            for name, cls in sorted(_registry().items())]
