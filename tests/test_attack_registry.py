@@ -202,3 +202,14 @@ def test_readme_tables_are_generated_from_the_registries():
     assert update_readme(readme) == readme
     with pytest.raises(ValueError, match="no <!-- registry:strategies -->"):
         update_readme("no blocks here")
+
+
+def test_the_privacy_table_describes_its_attacks_from_the_registry(length_attack):
+    from tasks.report.tables import privacy_table
+
+    rows = [{"strategy": s, "variant": "first", "level": "privacy", "metric": "reid_accuracy", "value": v, "n": 10,
+             "n_failed": 0, "signature": "", "reason": None, "attack": attack, "adversary": "full"}
+            for s, v in (("a", 0.3), ("b", 0.6)) for attack in ("length", "stylometric")]
+    caption = privacy_table(pd.DataFrame(rows)).caption
+    assert "length: Post length: the author whose mean post length is closest" in caption
+    assert "stylometric: Writing style: TF-IDF author profiles" in caption and "minhash" not in caption

@@ -294,6 +294,15 @@ def _privacy_header(metric: catalogue.Metric, structure: Mapping[str, object], v
     return " ".join(p for p in (metric.label, about, f"({how})" if how else "", metric.arrow) if p)
 
 
+def _attacks_caption(keys: Mapping[object, Mapping[str, object]], found: Sequence[object]) -> str:
+    """The re-identification attacks the table shows, each with its registered one-line description."""
+    from tasks.privacy.attacks import attack_class, available_attacks, description
+
+    known = set(available_attacks())
+    names = sorted({str(keys[key]["attack"]) for key in found if keys[key].get("attack") in known})
+    return "".join(f" {name}: {description(attack_class(name))}" for name in names)
+
+
 def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = None,
                   order: Sequence[str] | None = None) -> ArticleTable | None:
     """Table 6: profiling accuracy and re-identified users per strategy, then the random baseline and the
@@ -321,7 +330,7 @@ def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = No
     table = _table("table6", "Privacy attacks (Table 6)",
                    "Author profiling accuracy, membership-inference AUC and share of re-identified users: lower is "
                    "more private (AUC: closer to 0.5). In bold: most privacy-preserving overall; underlined: most "
-                   "privacy-preserving without a differential-privacy guarantee.",
+                   "privacy-preserving without a differential-privacy guarantee." + _attacks_caption(keys, found),
                    columns, wide, rows + chance + original,
                    row_labels={**{k: "Random baseline" for k in chance}, **{k: "Original data" for k in original}})
     families = families or {}
