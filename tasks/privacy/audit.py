@@ -24,9 +24,8 @@ from tasks.errors import InputError
 from tasks.metrics.base import make_signature
 from tasks.privacy.membership import membership_audit
 from tasks.privacy.profiling import profile_attribute
-from tasks.scores import SCORES, score_frame, variant_epsilons
+from tasks.scores import ORIGINAL, SCORES, score_frame, variant_epsilons
 
-ORIGINAL = "original"
 #: The attack of the MinHash-LSH re-identification rows (seed 000 §5.3.2).
 REID_ATTACK = "minhash-lsh"
 

@@ -16,12 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.metrics import catalogue
-from tasks.scores import column_key, column_keys, structure_of
-
-#: Rows that are not generation strategies: the attack on (or training with) the real text, and chance.
-ORIGINAL, CHANCE = "original", "chance"
-BASELINE_ROWS = (ORIGINAL, CHANCE)
-
+from tasks.scores import BASELINE_ROWS, CHANCE, ORIGINAL, column_key, column_keys, structure_of
 
 #: Variants that need no mention in a row label (the only or first output of a strategy; missing values).
 _PLAIN_VARIANTS = ("", "first", "none", "nan", "<na>")
