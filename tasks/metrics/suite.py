@@ -273,9 +273,14 @@ class StrategyInputs:
         """Every source text of the corpus (the real set of the distribution metrics)."""
         return self.corpus["text"].astype(str).tolist()
 
-    @property
+    @functools.cached_property
     def variants(self) -> list[str]:
         return list(dict.fromkeys(self.synthetic["variant"]))
+
+    @functools.cached_property
+    def strategy(self) -> str:
+        """The strategy's name ("" when the table has no rows)."""
+        return str(self.synthetic["strategy"].iloc[0]) if len(self.synthetic) else ""
 
     def ok(self, variant: str) -> pd.DataFrame:
         """The variant's generated rows (status ok)."""
@@ -287,15 +292,10 @@ class StrategyInputs:
     def row(self, variant: str, level: str, score: DistributionScore, n: int, std: float = np.nan,
             median: float = np.nan) -> dict[str, Any]:
         """One long score row of a level's number for a variant."""
-        return {"strategy": strategy_name(self.synthetic), "variant": variant,
+        return {"strategy": self.strategy, "variant": variant,
                 "level": catalogue.SUMMARY_LEVEL[level], "metric": score.metric, "value": score.value, "std": std,
                 "median": median, "n": n, "n_failed": self.n_failed(variant), "signature": score.signature,
                 "reason": score.reason}
-
-
-def strategy_name(synthetic: pd.DataFrame) -> str:
-    """The strategy of a one-strategy synthetic table ("" when it has no rows)."""
-    return str(synthetic["strategy"].iloc[0]) if len(synthetic) else ""
 
 
 @dataclass
@@ -346,7 +346,7 @@ def _distribution_scores(s: StrategyInputs, names: list[str], done: list[tuple[A
     for variant, score in done:
         out.rows.append(s.row(variant, "distribution", score, n=len(s.ok(variant))))
         out.signatures[score.metric] = score.signature
-        out.series += [{"strategy": strategy_name(s.synthetic), "variant": variant, "metric": score.metric,
+        out.series += [{"strategy": s.strategy, "variant": variant, "metric": score.metric,
                         "series": name, "values": [float(x) for x in values]}
                        for name, values in score.distributions.items()]
     return out
@@ -445,14 +445,14 @@ def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequenc
             samples = (samples.merge(frame, on=list(level.on), how="left") if level.on
                        else pd.concat([samples, frame.reset_index(drop=True)], axis=1))
         signatures.update(level.signatures)
-    strategy, mean = strategy_name(synthetic), catalogue.SUMMARY_LEVEL["sample"]
+    mean = catalogue.SUMMARY_LEVEL["sample"]
     means = [n for level, level_names in wanted.items() if catalogue.SUMMARY_LEVEL[level] == mean for n in level_names]
     rows = []
     for variant in s.variants:
         part = samples[samples["variant"] == variant]
         for metric in means:
             reasons = part[reason_column(metric)].dropna()
-            rows.append(_summary_row(strategy, variant, mean, metric, part[metric].to_numpy(dtype=float),
+            rows.append(_summary_row(s.strategy, variant, mean, metric, part[metric].to_numpy(dtype=float),
                                      s.n_failed(variant), signatures.get(metric, ""),
                                      str(reasons.iloc[0]) if len(reasons) else "no scored pairs"))
     rows += [row for level in levels for row in level.rows]
