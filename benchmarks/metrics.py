@@ -61,10 +61,8 @@ from tasks.models.registry import resolve_model  # noqa: E402
 
 #: Metrics that come out of one computation and are timed together (one call).
 SHARED_COMPUTATION: dict[str, tuple[str, ...]] = {
-    **{compute.__name__.lstrip("_"): tuple(cols) for compute, cols in suite.sample_groups(suite.SAMPLE_METRICS)
-       if len(cols) > 1},
-    "self_bleu": suite.VARIANT_METRICS,
-}
+    compute.__name__.lstrip("_"): tuple(cols) for level in ("sample", "variant")
+    for compute, cols in suite.compute_groups(level, catalogue.names(level)) if len(cols) > 1}
 #: Metrics that read the same cached embeddings (they share work only when run in one call).
 SHARED_EMBEDDINGS: dict[str, str] = {
     **dict.fromkeys(("bertscore", "fbd"), "token emb. (MiniLM L6)"),

@@ -54,6 +54,11 @@ class ScoreTable:
         return self.extra
 
 
+#: The ``strategy`` of the baseline rows of a score table: the attack on (or training with) the unchanged
+#: source text, and the chance rate; neither is a generation strategy.
+ORIGINAL, CHANCE = "original", "chance"
+BASELINE_ROWS: tuple[str, ...] = (ORIGINAL, CHANCE)
+
 #: The structure of a score: the columns that say what a number is about. Null where they do not apply.
 #: ``setting`` substitution/augmentation/baseline (utility); ``fraction`` of the real training data;
 #: ``attribute`` the attacked sensitive attribute; ``model`` the attacker's or trainer's model; ``attack``

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from flows.config import MetricsConfig
+from tasks.errors import ConfigError
 from tasks.metrics import catalogue
 from tasks.metrics.base import MetricResult, make_signature
 from tasks.metrics.suite import ALL_METRICS, MetricOptions, check_metric_names, score_synthetic
@@ -38,7 +39,7 @@ def length_change(sources: list[str], outputs: list[str], options: object, cache
 def toy_metric():
     """A sample-level metric registered for one test (one registration plus its function), then removed."""
     metric = catalogue.register(catalogue.Metric("length_change", "sample", "style", -1, "Len Δ",
-                                                 "relative change in length", (), ("unit",), length_change))
+                                                 "relative change in length", (), length_change))
     yield metric
     catalogue.unregister(metric.name)
 
@@ -75,6 +76,89 @@ def test_a_registered_metric_is_computed_shown_and_bolded_by_its_direction(toy_m
     assert "**0.000**" in render_markdown(ReportData(title="t", facts={}, summary=summary))
 
 
+def distinct_outputs(outputs_by_input: list[list[str]], options: object, cache: object) -> MetricResult:
+    """Variant level: how many different texts the variants of one input are."""
+    values = [float(len(set(outputs))) if outputs else np.nan for outputs in outputs_by_input]
+    reasons = [None if outputs else "no ok output" for outputs in outputs_by_input]
+    return MetricResult(pd.DataFrame({"distinct_outputs": values, "distinct_outputs_reason": reasons}),
+                        {"distinct_outputs": make_signature("distinct_outputs", case="exact")})
+
+
+def bag_length_ratio(reference: pd.DataFrame, generated: pd.DataFrame, names: list[str], options, cache: object
+                     ) -> pd.DataFrame:
+    """Bag level: total characters of the generated bag over the reference bag's, per group of options.bag_group."""
+    group = options.bag_group
+    ref = reference.groupby(group)["text"].agg(lambda s: s.str.len().sum())
+    gen = generated.groupby(group)["text"].agg(lambda s: s.str.len().sum())
+    return pd.DataFrame({group: ref.index, "metric": "bag_length_ratio", "value": (gen.reindex(ref.index) / ref).to_numpy(),
+                         "signature": make_signature("bag_length_ratio", unit="char"), "reason": None})
+
+
+def copied_share(pairs: pd.DataFrame, names: list[str], options: object, cache: object
+                 ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Pair level: whether each output is its source verbatim, and the share per variant."""
+    per_pair = pairs[["doc_id", "variant"]].assign(copied_share=(pairs["text"] == pairs["source"]).astype(float),
+                                                   copied_share_reason=None)
+    signature = make_signature("copied_share", match="exact")
+    rows = pd.DataFrame([{"strategy": pairs["strategy"].iloc[0], "variant": v, "metric": "copied_share",
+                          "value": part["copied_share"].mean(), "n": len(part), "n_failed": 0, "signature": signature,
+                          "reason": None} for v, part in per_pair.groupby("variant", sort=False)])
+    return per_pair, rows
+
+
+@pytest.fixture()
+def toy_levels():
+    """A variant-, a bag- and a pair-level metric registered for one test, then removed."""
+    toys = [catalogue.register(catalogue.Metric("distinct_outputs", "variant", "diversity", 1, "Distinct",
+                                                "distinct variants per input", (), distinct_outputs)),
+            catalogue.register(catalogue.Metric("bag_length_ratio", "bag", "similarity", 1, "Bag len",
+                                                "length of the synthetic bag over the real one", ("bag_group",),
+                                                bag_length_ratio, closer_is_higher=True, target=1.0)),
+            catalogue.register(catalogue.Metric("copied_share", "pair", "privacy", -1, "Copied",
+                                                "share of outputs that copy their source", (), copied_share))]
+    yield toys
+    for metric in toys:
+        catalogue.unregister(metric.name)
+
+
+def test_metrics_of_every_level_are_computed_from_their_registration(toy_levels, tmp_path):
+    corpus = pd.DataFrame({"doc_id": [f"d{i}" for i in range(len(SOURCES))], "text": SOURCES,
+                           "group_id": ["g1", "g1", "g2", "g2"]})
+    same, longer, shorter = (_strategy("toy", rewrite) for rewrite in (lambda t: t, lambda t: t + " " + t,
+                                                                        lambda t: t[: len(t) // 2]))
+    synthetic = pd.concat([same, longer.assign(variant="second"), shorter.assign(variant="third")],
+                          ignore_index=True).assign(
+        group_id=lambda f: f["doc_id"].map(dict(zip(corpus["doc_id"], corpus["group_id"], strict=True))))
+    names = ["distinct_outputs", "bag_length_ratio", "copied_share", "self_bleu"]
+    result = score_synthetic(corpus, synthetic, names, MetricOptions(), tmp_path / "emb.sqlite")
+
+    per_doc = result.sample_scores.drop_duplicates("doc_id").set_index("doc_id")
+    assert per_doc["distinct_outputs"].to_dict() == {"d0": 3.0, "d1": 3.0, "d2": 3.0, "d3": 3.0}
+    assert per_doc["self_bleu"].notna().all()  # the built-in variant metric beside the registered one
+    copied = result.sample_scores.set_index(["doc_id", "variant"])["copied_share"]
+    assert copied[("d0", "first")] == 1.0 and copied[("d0", "second")] == 0.0
+    rows = result.distribution_scores.set_index(["metric", "variant"])
+    assert rows.loc[("distinct_outputs", "first"), "level"] == "sample-mean"
+    assert rows.loc[("distinct_outputs", "first"), "value"] == 3.0
+    assert rows.loc[("bag_length_ratio", "first"), "level"] == "bag-mean"
+    assert rows.loc[("bag_length_ratio", "first"), "value"] == pytest.approx(1.0)
+    doubled = [(2 * sum(map(len, SOURCES[:2])) + 2) / sum(map(len, SOURCES[:2])),
+               (2 * sum(map(len, SOURCES[2:])) + 2) / sum(map(len, SOURCES[2:]))]
+    assert rows.loc[("bag_length_ratio", "second"), "value"] == pytest.approx(np.mean(doubled))
+    assert rows.loc[("bag_length_ratio", "second"), "n"] == 2  # two groups
+    assert rows.loc[("copied_share", "second"), "level"] == "privacy"
+    assert rows.loc[("copied_share", "first"), "value"] == 1.0 and rows.loc[("copied_share", "second"), "value"] == 0.0
+    assert result.signatures["distinct_outputs"].startswith("metric:distinct_outputs|case:exact")
+    assert "agg:mean-over-finite-groups" in result.signatures["bag_length_ratio"]
+
+    # the bag metric's target (1.0: as long as the real bag) ranks the intrinsic table, not its direction
+    table = intrinsic_table(result.distribution_scores, "bag-mean")
+    column = next(c for c in table.columns if c.metric == "bag_length_ratio")
+    assert column.header == "Bag len" and column.note.endswith("→1")
+    bold = {table.label(r) for (r, key), marks in table.marks.items() if key == column.key and "best" in marks}
+    assert bold == {"toy"}  # the copy (ratio 1), not the doubled texts (ratio 2, the highest)
+
+
 def test_privacy_marks_follow_the_catalogue_direction_and_target():
     rows = [{"strategy": s, "variant": "first", "level": "privacy", "metric": m, "value": v, "n": 10, "n_failed": 0,
              "signature": "", "reason": None, **extra}
@@ -88,14 +172,19 @@ def test_privacy_marks_follow_the_catalogue_direction_and_target():
     assert [c.header for c in table.columns] == ["Profiling party/linear ↓", "Membership AUC →0.5"]
 
 
-def test_register_refuses_duplicates_and_unknown_levels_aspects_directions():
+def test_register_refuses_duplicates_and_unknown_levels_aspects_directions_options():
     with pytest.raises(ValueError, match="already registered"):
         catalogue.register(catalogue.CATALOGUE["fbd"])
     base = catalogue.Metric("toy", "sample", "style", 1, "T", "toy", compute=length_change)
-    for bad, match in ((dict(level="corpus"), "level"), (dict(aspect="vibes"), "aspect"), (dict(direction=2), "direction"),
-                       (dict(compute=None), "compute")):
+    for bad, match in ((dict(level="corpus"), "level"), (dict(aspect="vibes"), "aspect"),
+                       (dict(direction=2), "direction must be \\+1 or -1, got 2"),
+                       (dict(direction=0), "direction must be \\+1 or -1, got 0"),  # unranked: refused here, not later
+                       (dict(compute=None), "compute"), (dict(compute=("unit",)), "compute")):
         with pytest.raises(ValueError, match=match):
             catalogue.register(catalogue.Metric(**{**base.__dict__, **bad}))
+    # an option the suite does not have (a typo of bertscore_layer) would never load its model: refused
+    with pytest.raises(ConfigError, match="metric 'toy': unknown option 'bert_layer'"):
+        catalogue.register(catalogue.Metric(**{**base.__dict__, "options": ("token_encoder", "bert_layer")}))
     assert "toy" not in catalogue.CATALOGUE
 
 

@@ -228,6 +228,21 @@ def test_llm_profiling_counts_and_an_uninformative_attack_is_not_scored():
     assert rec.aspects["privacy"] == pytest.approx(share)  # the only scored attack
 
 
+def test_membership_is_scored_by_its_distance_to_the_catalogues_target(monkeypatch):
+    from dataclasses import replace
+
+    from tasks.metrics import catalogue
+
+    rows = frame([row("x", "v", "privacy", "membership_auc", 0.62)])
+    rec = recommend(rows, GOALS["share-data"], {"x": "stymask"})[0]
+    assert rec.aspects["privacy"] == pytest.approx(1 - 0.12 / 0.5)  # the only scored attack: blind at 0.5
+    registered = catalogue.CATALOGUE["membership_auc"]
+    monkeypatch.setitem(catalogue.CATALOGUE, "membership_auc", replace(registered, target=0.6))
+    rec = recommend(rows, GOALS["share-data"], {"x": "stymask"})[0]
+    assert rec.aspects["privacy"] == pytest.approx(1 - 0.02 / 0.6)  # read from the registration, not repeated
+    assert f"membership AUC {format_number(0.62)} (0.6 = members indistinguishable)" in rec.reasons
+
+
 def test_error_rate_metrics_count_lower_as_better():
     rows = [*baseline({100: 0.25}, metric="SegWER"), *utility("syn", substitution=0.30, metric="SegWER")]
     rec = recommend(frame(rows), GOALS["share-model"], {"syn": "synsim"})[0]

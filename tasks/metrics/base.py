@@ -1,16 +1,46 @@
-"""What every metric returns: scores and a sacrebleu-style signature string.
+"""What every metric takes (the suite's options) and returns: scores and a sacrebleu-style signature string.
 
 A signature names everything a number depends on (metric, model, layer, n, tokenizer, package
-version and any option), so two numbers are comparable exactly when their signatures are equal.
+version and any option), so two numbers are comparable exactly when their signatures are equal. The
+function that computes a number builds its signature: the fields it names are the ones it used.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
+from tasks.models.registry import ModelSpec
+
 SIGNATURE_VERSION = "synthugc-0.1"
+
+
+@dataclass(frozen=True)
+class MetricOptions:
+    """Every choice the metrics take from the config (models, layers, classifiers, bags). A registered metric
+    declares which of these it reads (:class:`tasks.metrics.catalogue.Metric` ``options``)."""
+
+    token_encoder: ModelSpec | None = None
+    sentence_encoder: ModelSpec | None = None
+    style_encoder: str | None = None  # a value for tasks.models.style_encoders.load_style_encoder
+    pos_tagger: ModelSpec | None = None
+    bertscore_layer: int | None = None
+    fbd_layer: int | None = None  # None: the token encoder's last layer (Xiang et al.)
+    fbd_pooling: str = "cls"
+    bertscore_idf: bool = False
+    bertscore_baseline: str | None = None
+    transfer_classifier: str = "subjectivity"  # subjectivity | vader | a sequence classifier folder or hub id
+    transfer_target: str | None = None  # default: objective (subjectivity), neutral (vader), class 0 (others)
+    cps_mask: str | None = None
+    cps_threshold: float = 0.3
+    bag_group: str = "group_id"
+    seed: int = 0
+    shard_size: int = 2000
+
+
+#: The names a metric may declare as options it reads.
+OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(MetricOptions))
 
 
 def make_signature(metric: str, **fields: object) -> str:

@@ -1,21 +1,29 @@
 """The metric catalogue: every measure a run reports, registered once (like the strategy registry).
 
-A :class:`Metric` says what a measure is (name, level, aspect), which way is better (direction), how the
-report names it (label), which suite options it reads, which fields its signature carries, and the
-function that computes it. The suite's dispatch, ``flows/config.py``'s name check, the report's columns,
-marks and notes and the recommendations' aspects all read this module; nothing else lists metric names
-or directions. ``synthugc metrics`` prints it.
+A :class:`Metric` says what a measure is (name, level, aspect), which way is better (direction, target),
+how the report names it (label), which suite options it reads, and the function that computes it (which
+also builds the number's signature: the signature names what the computation used, nothing else lists
+it). The suite's dispatch, ``flows/config.py``'s name check, the report's columns, marks and notes and
+the recommendations' aspects all read this module; nothing else lists metric names or directions.
+``synthugc metrics`` prints it.
 
-Adding a metric = one :func:`register` call plus its function. Compute conventions per level:
+Adding a metric = one :func:`register` call plus its function. At every level, metrics that share a
+compute function are computed by one call (BERTScore's P/R/F1, the two self-BLEU numbers, the bag
+metrics, whose corpus-level IDF needs one call, the two PII numbers), which returns every one of them;
+``options`` is the suite's :class:`~tasks.metrics.base.MetricOptions` and ``cache`` the shared
+:class:`~tasks.models.embeddings.EmbeddingCache`. Compute conventions per level:
 
-- ``sample``: ``compute(sources, outputs, options, cache) -> MetricResult``; metrics that share a compute
-  function are computed by one call (BERTScore's P/R/F1), the function's result has a column per metric;
-- ``variant``: ``compute(outputs_by_input) -> MetricResult`` (diversity among the variants of one input);
-- ``distribution``: ``compute(real, synthetic, options, cache) -> DistributionScore``;
-- ``bag``: one shared function, ``tasks.metrics.bags.bag_scores`` (corpus-level IDF needs one call);
-- ``pair``: ``compute(pairs, names, cache) -> (per-pair frame, long rows)`` over a strategy's aligned (source, output)
-  pairs as a whole; its long rows may break the number down by a structure column (PII: ``entity``) and
-  land in the privacy table;
+- ``sample``: ``compute(sources, outputs, options, cache) -> MetricResult``, a column per metric of the
+  function, one row per (source, output) pair, and ``<metric>_reason`` or ``<function>_reason`` for NaNs;
+- ``variant``: ``compute(outputs_by_input, options, cache) -> MetricResult``, one row per input (diversity
+  among the variants of one input), reasons as for ``sample``;
+- ``distribution``: ``compute(real, synthetic, options, cache) -> DistributionScore`` (one metric a call);
+- ``bag``: ``compute(reference, generated, names, options, cache) -> frame`` of the two frames' bags (groups
+  of ``options.bag_group``): one row per (group, metric) with ``metric, value, signature, reason``, the
+  group column first;
+- ``pair``: ``compute(pairs, names, options, cache) -> (per-pair frame, long rows)`` over a strategy's aligned
+  (source, output) pairs as a whole; its long rows may break the number down by a structure column (PII:
+  ``entity``) and land in the privacy table;
 - ``utility`` and ``privacy``: measures the utility and privacy stages write (no compute here); they are
   registered for their direction, label and aspect.
 """
@@ -26,14 +34,20 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from tasks.errors import ConfigError
 from tasks.metrics import bags as bag_metrics
+from tasks.metrics.base import OPTION_NAMES
 
 if TYPE_CHECKING:
-    from tasks.metrics.base import DistributionScore, MetricResult
+    import pandas as pd
+
+    from tasks.metrics.base import DistributionScore, MetricOptions, MetricResult
     from tasks.models.embeddings import EmbeddingCache
 
 Level = Literal["sample", "variant", "distribution", "bag", "pair", "utility", "privacy"]
 LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag", "pair", "utility", "privacy")
+#: The levels the metric suite computes (each metric of them registers its compute function).
+COMPUTED_LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag", "pair")
 #: The summary level a catalogue level's numbers carry in the long score table.
 SUMMARY_LEVEL: dict[str, str] = {"sample": "sample-mean", "variant": "sample-mean", "distribution": "distribution",
                                  "bag": "bag-mean", "pair": "privacy", "utility": "utility", "privacy": "privacy"}
@@ -43,10 +57,13 @@ ASPECTS: tuple[str, ...] = ("meaning", "style", "divergence", "diversity", "simi
 @dataclass(frozen=True)
 class Metric:
     """One registered measure. ``direction`` +1: higher is better, -1: lower is better; ``target``: best
-    at this value (membership AUC: 0.5), ranked by distance to it. ``closer_is_higher`` (distribution and
-    bag metrics): does a higher value mean the synthetic set is closer to the real one (the
-    meta-evaluation's sense, which differs from ``direction`` for divergence)? ``in_tables``: shown as a
-    column of the report's article tables."""
+    at this value (membership AUC: 0.5), ranked by distance to it. ``options``: the suite options
+    (:data:`~tasks.metrics.base.OPTION_NAMES`) its compute function reads, so the suite loads their models
+    before a fan-out. ``closer_is_higher`` (distribution and bag metrics): does a higher value mean the
+    synthetic set is closer to the real one (the meta-evaluation's sense, which differs from ``direction``
+    for divergence)? ``scans_pii``: its compute reads the PII detector's spans (the suite loads the detector
+    once per worker and scans the texts before the metrics run). ``in_tables``: shown as a column of the
+    report's article tables."""
 
     name: str
     level: Level
@@ -55,10 +72,10 @@ class Metric:
     label: str
     description: str
     options: tuple[str, ...] = ()
-    signature_fields: tuple[str, ...] = ()
     compute: Callable[..., Any] | None = None
     closer_is_higher: bool | None = None
     target: float | None = None
+    scans_pii: bool = False
     in_tables: bool = True
     suffix: bool = False  # a family of task metrics named ``<class><name>`` (timeline coverage: IE_Cr)
     headline: bool = False  # stands for its aspect in the recommendations (seed 000 §7: BSc, Idio, POS, Div)
@@ -68,14 +85,18 @@ class Metric:
         """``higher is better``, ``lower is better`` or ``closest to X is better``."""
         if self.target is not None:
             return f"closest to {self.target:g} is better"
-        return "higher is better" if self.direction > 0 else "lower is better" if self.direction < 0 else "unranked"
+        return "higher is better" if self.direction > 0 else "lower is better"
 
     @property
     def arrow(self) -> str:
         """The header arrow of the report's tables: ↑, ↓ or →target."""
         if self.target is not None:
             return f"→{self.target:g}"
-        return "↑" if self.direction > 0 else "↓" if self.direction < 0 else ""
+        return "↑" if self.direction > 0 else "↓"
+
+    def rank(self, value: float) -> float:
+        """How good ``value`` is, higher = better: minus its distance to ``target``, else ``direction * value``."""
+        return -abs(value - self.target) if self.target is not None else self.direction * value
 
     @property
     def note(self) -> str:
@@ -91,16 +112,22 @@ CATALOGUE: dict[str, Metric] = {}
 
 
 def register(metric: Metric) -> Metric:
-    """Add ``metric`` to the catalogue (its name must be new; level and aspect known; direction ±1 or 0)."""
+    """Add ``metric`` to the catalogue: its name must be new, its level and aspect known, its direction +1 or
+    -1, its options suite options (ConfigError naming the metric and the option), and a computed level's
+    metric needs its compute function."""
     if metric.name in CATALOGUE:
         raise ValueError(f"metric {metric.name!r} is already registered")
     if metric.level not in LEVELS:
         raise ValueError(f"metric {metric.name!r}: level must be one of {', '.join(LEVELS)}, got {metric.level!r}")
     if metric.aspect not in ASPECTS:
         raise ValueError(f"metric {metric.name!r}: aspect must be one of {', '.join(ASPECTS)}, got {metric.aspect!r}")
-    if metric.direction not in (-1, 0, 1):
-        raise ValueError(f"metric {metric.name!r}: direction must be +1, -1 or 0, got {metric.direction!r}")
-    if metric.level in ("sample", "variant", "distribution", "bag", "pair") and metric.compute is None:
+    if metric.direction not in (-1, 1):
+        raise ValueError(f"metric {metric.name!r}: direction must be +1 or -1, got {metric.direction!r}")
+    unknown = [o for o in metric.options if o not in OPTION_NAMES]
+    if unknown:
+        raise ConfigError(f"metric {metric.name!r}: unknown option {unknown[0]!r}; the suite's options: "
+                          f"{', '.join(OPTION_NAMES)}")
+    if metric.level in COMPUTED_LEVELS and not callable(metric.compute):
         raise ValueError(f"metric {metric.name!r}: a {metric.level}-level metric needs its compute function")
     CATALOGUE[metric.name] = metric
     return metric
@@ -139,6 +166,12 @@ def direction(name: str) -> int:
     return metric.direction if metric is not None else 1
 
 
+def rank(name: str, value: float) -> float:
+    """How good a value of measure ``name`` is, higher = better (:meth:`Metric.rank`; unregistered: the value)."""
+    metric = lookup(name)
+    return metric.rank(value) if metric is not None else value
+
+
 def label(name: str) -> str:
     """The name a table shows for a measure; a suffix family keeps its class (``IS coverage recall``)."""
     metric = lookup(name)
@@ -149,8 +182,7 @@ def label(name: str) -> str:
     return metric.label
 
 
-def check_names(requested: Sequence[str],
-                levels: Iterable[str] = ("sample", "variant", "distribution", "bag", "pair")) -> list[str]:
+def check_names(requested: Sequence[str], levels: Iterable[str] = COMPUTED_LEVELS) -> list[str]:
     """The requested names, deduplicated, each a registered metric of ``levels`` (ValueError naming the
     first unknown one and the known ones)."""
     known = names(*levels)
@@ -158,13 +190,6 @@ def check_names(requested: Sequence[str],
     if unknown:
         raise ValueError(f"unknown metric '{unknown[0]}'; known: {', '.join(known)}")
     return list(dict.fromkeys(requested))
-
-
-def catalogue_lines() -> list[str]:
-    """One line per registered metric: name, level, aspect, which way is better (``synthugc metrics``)."""
-    shown = {m.name: f"<class>{m.name}" if m.suffix else m.name for m in CATALOGUE.values()}
-    width = max((len(n) for n in shown.values()), default=0)
-    return [f"{shown[m.name]:<{width}}  {m.level:<12}  {m.aspect:<10}  {m.better}" for m in CATALOGUE.values()]
 
 
 # ---------------------------------------------------------------------------------- compute functions
@@ -230,7 +255,7 @@ def _cps(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingC
                threshold=options.cps_threshold, classifier=classifier)
 
 
-def _self_bleu(outputs_by_input: list[list[str]]) -> MetricResult:
+def _self_bleu(outputs_by_input: list[list[str]], options: MetricOptions, cache: EmbeddingCache) -> MetricResult:
     from tasks.metrics.divergence import self_bleu
 
     return self_bleu(outputs_by_input)
@@ -273,7 +298,14 @@ def _char_jsd(real: list[str], synthetic: list[str], options: Any, cache: Embedd
     return char_jsd(real, synthetic)
 
 
-def _pii(pairs: Any, names: Sequence[str], cache: EmbeddingCache | None = None) -> tuple[Any, Any]:
+def _bag_scores(reference: pd.DataFrame, generated: pd.DataFrame, names: Sequence[str], options: MetricOptions,
+                cache: EmbeddingCache) -> pd.DataFrame:
+    return bag_metrics.bag_scores(reference, generated, group_col=options.bag_group, metrics=list(names),
+                                  sentence_spec=options.sentence_encoder, cache=cache, seed=options.seed)
+
+
+def _pii(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
+         cache: EmbeddingCache) -> tuple[pd.DataFrame, pd.DataFrame]:
     """pii_leakage / pii_invented per pair (entity ``all``) and per strategy, overall and per entity type."""
     from tasks.metrics.base import reason_column
     from tasks.metrics.pii import ALL_ENTITIES, distribution_rows, pii_counts, sample_scores
@@ -289,65 +321,51 @@ def _pii(pairs: Any, names: Sequence[str], cache: EmbeddingCache | None = None) 
 
 
 def reads_pii(names: Iterable[str]) -> bool:
-    """Whether any of the named metrics scans texts for PII (the pair-level PII metrics)."""
-    return any((metric := lookup(n)) is not None and metric.compute is _pii for n in names)
+    """Whether any of the named metrics scans texts for PII (declared ``scans_pii``)."""
+    return any((metric := lookup(n)) is not None and metric.scans_pii for n in names)
 
 
 # ------------------------------------------------------------------------------------- registrations
 _BSC = ("token_encoder", "bertscore_layer", "bertscore_idf", "bertscore_baseline")
-_BSC_SIG = ("model", "layer", "idf", "idf_corpus", "rescaled", "baseline", "version")
 _STI = ("transfer_classifier", "transfer_target")
-_POS_SIG = ("model", "tagset", "n", "pad", "tokenizer", "ws", "version")
-_FRECHET_SIG = ("model", "pool", "cov", "fd", "version")
 
 # Sample level, in the order of the article's Table 4 (BSc, Idio, POS, Div), then the rest.
-register(Metric("bertscore_f1", "sample", "meaning", 1, "BSc", "BERTScore F1", _BSC, _BSC_SIG, _bertscore,
-                headline=True))
-register(Metric("bertscore_p", "sample", "meaning", 1, "BSc-P", "BERTScore precision", _BSC, _BSC_SIG, _bertscore))
-register(Metric("bertscore_r", "sample", "meaning", 1, "BSc-R", "BERTScore recall", _BSC, _BSC_SIG, _bertscore))
+register(Metric("bertscore_f1", "sample", "meaning", 1, "BSc", "BERTScore F1", _BSC, _bertscore, headline=True))
+register(Metric("bertscore_p", "sample", "meaning", 1, "BSc-P", "BERTScore precision", _BSC, _bertscore))
+register(Metric("bertscore_r", "sample", "meaning", 1, "BSc-R", "BERTScore recall", _BSC, _bertscore))
 register(Metric("style_cosine", "sample", "style", 1, "Style", "style-embedding cosine",
-                ("style_encoder", "pos_tagger"), ("encoder", "version"), _style_cosine, headline=True))
-register(Metric("pos_jaccard", "sample", "style", 1, "POS", "POS Jaccard", ("pos_tagger",), _POS_SIG, _pos_jaccard,
+                ("style_encoder", "pos_tagger"), _style_cosine, headline=True))
+register(Metric("pos_jaccard", "sample", "style", 1, "POS", "POS Jaccard", ("pos_tagger",), _pos_jaccard,
                 headline=True))
 register(Metric("bleu_divergence", "sample", "divergence", 1, "Div", "1 − BLEU against the source", (),
-                ("tokenize", "smooth", "sacrebleu"), _bleu_divergence, headline=True))
+                _bleu_divergence, headline=True))
 register(Metric("cps", "sample", "meaning", 1, "CPS", "content preserved",
-                ("sentence_encoder", "cps_mask", "cps_threshold", "transfer_classifier"),
-                ("model", "similarity", "mask", "threshold", "attribution", "attr_classifier"), _cps))
-register(Metric("sti", "sample", "style", 1, "STI", "style transfer intensity toward target", _STI,
-                ("classifier", "target", "emd"), _sti))
-register(Metric("sti_pct", "sample", "style", 1, "STI %", "% of possible style gain", _STI,
-                ("classifier", "target", "emd", "away"), _sti))
+                ("sentence_encoder", "cps_mask", "cps_threshold", "transfer_classifier"), _cps))
+register(Metric("sti", "sample", "style", 1, "STI", "style transfer intensity toward target", _STI, _sti))
+register(Metric("sti_pct", "sample", "style", 1, "STI %", "% of possible style gain", _STI, _sti))
 # Variant level: diversity among the variants of one input.
 register(Metric("self_bleu_diversity", "variant", "diversity", 1, "Self-Div", "diversity among variants", (),
-                ("avg", "sacrebleu"), _self_bleu))
-register(Metric("self_bleu", "variant", "diversity", -1, "Self-BLEU", "self-BLEU among variants", (),
-                ("avg", "sacrebleu"), _self_bleu))
+                _self_bleu))
+register(Metric("self_bleu", "variant", "diversity", -1, "Self-BLEU", "self-BLEU among variants", (), _self_bleu))
 # Distribution level, in the order of the article's Table 13 (BFD, IFD, POS, Div), then the rest.
 register(Metric("fbd", "distribution", "meaning", -1, "BFD", "meaning distance",
-                ("token_encoder", "fbd_layer", "fbd_pooling"), (*_FRECHET_SIG, "layer", "tokenizer"), _fbd,
-                closer_is_higher=False))
+                ("token_encoder", "fbd_layer", "fbd_pooling"), _fbd, closer_is_higher=False))
 register(Metric("style_frechet", "distribution", "style", -1, "IFD", "style distance",
-                ("style_encoder", "pos_tagger"), ("encoder", "version"), _style_frechet, closer_is_higher=False))
-register(Metric("pos_jsd", "distribution", "style", -1, "POS", "syntax divergence", ("pos_tagger",), _POS_SIG,
-                _pos_jsd, closer_is_higher=False))
-register(Metric("char_jsd", "distribution", "divergence", 1, "Div", "character-trigram divergence", (),
-                ("n", "case", "ws", "pad", "base", "scipy"), _char_jsd, closer_is_higher=False))
+                ("style_encoder", "pos_tagger"), _style_frechet, closer_is_higher=False))
+register(Metric("pos_jsd", "distribution", "style", -1, "POS", "syntax divergence", ("pos_tagger",), _pos_jsd,
+                closer_is_higher=False))
+register(Metric("char_jsd", "distribution", "divergence", 1, "Div", "character-trigram divergence", (), _char_jsd,
+                closer_is_higher=False))
 register(Metric("fbd_sbert", "distribution", "meaning", -1, "BFD-SBERT", "meaning distance (SBERT)",
-                ("sentence_encoder",), _FRECHET_SIG, _fbd_sbert, closer_is_higher=False))
+                ("sentence_encoder",), _fbd_sbert, closer_is_higher=False))
 register(Metric("fcsd", "distribution", "meaning", -1, "FCSD", "cosine-to-real-mean distance", ("sentence_encoder",),
-                ("model", "anchor", "sim", "var", "fd"), _fcsd, closer_is_higher=False))
+                _fcsd, closer_is_higher=False))
 # Bag level (seed 003): similarities between the real and the synthetic bag of each group.
-_BAG_SIG: dict[str, tuple[str, ...]] = {
-    "pair": ("sim", "tok", "model", "agg"), "align": ("sim", "tok", "model", "match", "resample", "draws", "seed", "agg"),
-    "cos": ("tok", "tf", "idf", "sent_norm", "agg"),
-    "clus": ("enc", "model", "tok", "algo", "dist", "eps", "min_samples", "noise", "inv", "sklearn", "agg"),
-    "inv": ("tok", "div", "lm", "order", "smooth", "discount", "inv", "agg")}
 for _name in bag_metrics.ALL_METRICS:
     register(Metric(_name, "bag", "meaning" if _name.endswith("sbert") else "similarity", 1, _name,
                     "bag similarity to the real bag",
                     ("bag_group", "seed", *(("sentence_encoder",) if _name.endswith("sbert") else ())),
-                    _BAG_SIG[_name.split("_")[0]], bag_metrics.bag_scores, closer_is_higher=True))
+                    _bag_scores, closer_is_higher=True))
 # Utility: the downstream task metrics (seed 000 §5) the utility runs record, one column each.
 register(Metric("macro_f1", "utility", "utility", 1, "macro_f1", "macro-F1 of post classification"))
 for _name, _what in (("DSER", "dialogue segment error rate"), ("SegWER", "segment word error rate"),
@@ -358,15 +376,12 @@ register(Metric("_Cp", "utility", "utility", 1, "coverage precision", "moments-o
 register(Metric("_Cr", "utility", "utility", 1, "coverage recall", "moments-of-change coverage recall", suffix=True))
 # Privacy: attack success (lower = more private), in the order of the article's Table 6.
 register(Metric("profiling_accuracy", "privacy", "privacy", -1, "Profiling",
-                "attribute profiling accuracy of a classifier trained on real text", signature_fields=("model",)))
+                "attribute profiling accuracy of a classifier trained on real text"))
 register(Metric("llm_profiling_accuracy", "privacy", "privacy", -1, "LLM profiling",
-                "zero-shot LLM attribute profiling accuracy",
-                signature_fields=("model", "temperature", "max_tokens", "seed", "stratify", "n", "attrs", "template")))
-register(Metric("reid_accuracy", "privacy", "privacy", -1, "Re-identified users", "share of users re-identified",
-                signature_fields=("attack", "n", "k", "bands", "rows", "seed", "scheme", "jaccard", "vote", "ties")))
+                "zero-shot LLM attribute profiling accuracy"))
+register(Metric("reid_accuracy", "privacy", "privacy", -1, "Re-identified users", "share of users re-identified"))
 register(Metric("membership_auc", "privacy", "privacy", -1, "Membership AUC",
-                "membership inference AUC (0.5 = blind)", target=0.5,
-                signature_fields=("attack", "embed", "members", "non_members", "bootstrap", "seed")))
+                "membership inference AUC (0.5 = blind)", target=0.5))
 register(Metric("profiling_reduction", "privacy", "privacy", 1, "Profiling reduction",
                 "profiling accuracy lost on synthetic text", in_tables=False))
 register(Metric("llm_profiling_success", "privacy", "privacy", -1, "LLM profiling success",
@@ -374,8 +389,7 @@ register(Metric("llm_profiling_success", "privacy", "privacy", -1, "LLM profilin
 register(Metric("reid_candidate_recall", "privacy", "privacy", -1, "Re-identification candidate recall",
                 "share of timelines whose author is among the LSH candidates", in_tables=False))
 # Pair level: direct identifiers (seed 000 §3.4) that survive each strategy (tasks/metrics/pii.py).
-_PII_SIG = ("detector", "model", "entities", "threshold", "match")
 register(Metric("pii_leakage", "pair", "privacy", -1, "PII leaked", "share of the source's PII spans copied verbatim",
-                (), _PII_SIG, _pii))
+                (), _pii, scans_pii=True))
 register(Metric("pii_invented", "pair", "privacy", -1, "PII new", "PII-like spans in outputs not in their source",
-                (), _PII_SIG, _pii))
+                (), _pii, scans_pii=True))

@@ -1,10 +1,12 @@
 """The metric suite: every intrinsic metric by name and level, run for one strategy's synthetic table.
 
-Levels:
+Levels (the catalogue's, :mod:`tasks.metrics.catalogue`, each computed by the jobs of :data:`LEVEL_SCORERS`):
 
-- sample: one score per (source, synthetic) pair; scored in shards (on Dask when a client is given);
+- sample: one score per (source, synthetic) pair; scored in shards;
+- variant: one score per input, from the outputs of its variants (self-BLEU);
 - distribution: one number per (real set, synthetic set);
-- bag: one number per group (context, conversation or user; ``bag_group``), summarised as the mean over groups.
+- bag: one number per group (context, conversation or user; ``bag_group``), summarised as the mean over groups;
+- pair: a strategy's aligned pairs as a whole (PII), per pair and per strategy.
 
 "Real" for distribution and bag metrics is every source text of the corpus being rewritten (the same
 set for every strategy, so strategies are comparable); "synthetic" is the strategy's ``ok`` outputs.
@@ -28,11 +30,10 @@ import pandas as pd
 from tasks.corpus.schema import STATUS_OK
 from tasks.metrics import bags as bag_metrics
 from tasks.metrics import catalogue
-from tasks.metrics.base import DistributionScore, reason_column
+from tasks.metrics.base import DistributionScore, MetricOptions, reason_column
 from tasks.models.embeddings import EmbeddingCache, embed_once
 from tasks.models.loaders import import_model_libraries
-from tasks.models.registry import ModelSpec
-from tasks.parallel import map_shards, prepare_workers, split_even
+from tasks.parallel import prepare_workers, split_even
 from tasks.scores import (
     DISTRIBUTIONS,
     METAEVAL_ROWS,
@@ -45,7 +46,7 @@ from tasks.scores import (
 )
 
 #: The catalogue levels the suite computes.
-INTRINSIC_LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag", "pair")
+INTRINSIC_LEVELS: tuple[str, ...] = catalogue.COMPUTED_LEVELS
 
 #: Views of the catalogue (tasks.metrics.catalogue) at import, for callers that list the built-in metrics; the
 #: dispatch below reads the catalogue itself, so a metric registered later is computed too.
@@ -59,28 +60,6 @@ ALL_METRICS: tuple[str, ...] = catalogue.names(*INTRINSIC_LEVELS)
 DEFAULT_METRICS: tuple[str, ...] = ALL_METRICS
 
 SAMPLE_ID_COLUMNS = list(SAMPLE_SCORES.columns)
-
-
-@dataclass(frozen=True)
-class MetricOptions:
-    """Every choice the metrics take from the config (models, layers, classifiers, bags)."""
-
-    token_encoder: ModelSpec | None = None
-    sentence_encoder: ModelSpec | None = None
-    style_encoder: str | None = None  # a value for tasks.models.style_encoders.load_style_encoder
-    pos_tagger: ModelSpec | None = None
-    bertscore_layer: int | None = None
-    fbd_layer: int | None = None  # None: the token encoder's last layer (Xiang et al.)
-    fbd_pooling: str = "cls"
-    bertscore_idf: bool = False
-    bertscore_baseline: str | None = None
-    transfer_classifier: str = "subjectivity"  # subjectivity | vader | a sequence classifier folder or hub id
-    transfer_target: str | None = None  # default: objective (subjectivity), neutral (vader), class 0 (others)
-    cps_mask: str | None = None
-    cps_threshold: float = 0.3
-    bag_group: str = "group_id"
-    seed: int = 0
-    shard_size: int = 2000
 
 
 @dataclass
@@ -98,13 +77,23 @@ def check_metric_names(names: Sequence[str]) -> list[str]:
     return catalogue.check_names(names, INTRINSIC_LEVELS)
 
 
-def sample_groups(names: Sequence[str]) -> list[tuple[Callable[..., Any], list[str]]]:
-    """The requested sample metrics grouped by their compute function (one call per group), in catalogue order."""
+def compute_groups(level: str, names: Sequence[str]) -> list[tuple[Callable[..., Any], list[str]]]:
+    """The requested metrics of ``level`` grouped by their compute function (one call per group), in catalogue order."""
     groups: dict[Callable[..., Any], list[str]] = {}
-    for metric in catalogue.metrics("sample"):
+    for metric in catalogue.metrics(level):
         if metric.name in names:
             groups.setdefault(metric.compute, []).append(metric.name)  # type: ignore[arg-type]
     return list(groups.items())
+
+
+def _reasons(scores: pd.DataFrame, metric: str, compute: Callable[..., Any]) -> np.ndarray:
+    """Why each of ``metric``'s values in a compute function's result is NaN (``<metric>_reason``, else the
+    function's ``<function>_reason``; None where defined or where the result has no reason column)."""
+    group = compute.__name__.lstrip("_")
+    column = next((c for c in (reason_column(metric), f"{group}_reason") if c in scores.columns), None)
+    if column is None:
+        return np.full(len(scores), None, dtype=object)
+    return scores[column].astype(object).where(scores[column].notna(), None).to_numpy()
 
 
 def _options_read(names: Sequence[str]) -> set[str]:
@@ -205,10 +194,8 @@ def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: Metri
     sources = pairs["source"].astype(str).to_numpy()[ok].tolist()
     outputs = pairs["text"].astype(str).to_numpy()[ok].tolist()
     signatures: dict[str, str] = {}
-    cache = EmbeddingCache(cache_path)
-    try:
-        for compute, wanted in sample_groups(names):
-            group = compute.__name__.lstrip("_")
+    with EmbeddingCache(cache_path) as cache:
+        for compute, wanted in compute_groups("sample", names):
             result = compute(sources, outputs, options, cache) if sources else None
             for col in wanted:
                 values = np.full(len(out), np.nan)
@@ -217,34 +204,26 @@ def score_sample_shard(pairs: pd.DataFrame, names: Sequence[str], options: Metri
                     reasons[~ok] = [f"generation failed: {r}" for r in failure[~ok]]
                 if result is not None:
                     values[ok] = result.scores[col].to_numpy(dtype=float)
-                    own_reason = next((c for c in (reason_column(col), f"{group}_reason")
-                                       if c in result.scores.columns), None)
-                    if own_reason:
-                        reasons[ok] = result.scores[own_reason].astype(object).where(
-                            result.scores[own_reason].notna(), None).to_numpy()
+                    reasons[ok] = _reasons(result.scores, col, compute)
                     signatures[col] = result.signatures[col]
                 out[col] = values
                 out[reason_column(col)] = pd.Series(reasons, dtype="string")
-    finally:
-        cache.close()
     return out, signatures
 
 
-def _variant_scores(synthetic: pd.DataFrame, names: Sequence[str]) -> tuple[pd.DataFrame, dict[str, str]]:
-    """self-BLEU among the ok outputs of each doc_id across the strategy's variants."""
-    wanted = [m for m in catalogue.names("variant") if m in names]
-    ok = synthetic[synthetic["status"] == STATUS_OK]
-    doc_ids = list(dict.fromkeys(synthetic["doc_id"]))
-    outputs = ok.groupby("doc_id", sort=False)["text"].agg(list)
-    computes = {catalogue.CATALOGUE[m].compute for m in wanted}
-    if len(computes) != 1:
-        raise ValueError(f"variant metrics {wanted} need one shared compute function")
-    result = computes.pop()([outputs.get(d, []) for d in doc_ids])
-    frame = pd.DataFrame({"doc_id": doc_ids})
-    for metric in wanted:
-        frame[metric] = result.scores[metric].to_numpy(dtype=float)
-        frame[reason_column(metric)] = result.scores["self_bleu_reason"].astype("string").to_numpy()
-    return frame, {m: result.signatures[m] for m in wanted}
+def score_variants(doc_ids: Sequence[str], outputs_by_input: Sequence[Sequence[str]], names: Sequence[str],
+                   options: MetricOptions, cache_path: str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Variant-level scores: one row per input (``doc_id``) from the ok outputs of its variants."""
+    frame = pd.DataFrame({"doc_id": list(doc_ids)})
+    signatures: dict[str, str] = {}
+    with EmbeddingCache(cache_path) as cache:
+        for compute, wanted in compute_groups("variant", names):
+            result = compute([list(o) for o in outputs_by_input], options, cache)
+            for metric in wanted:
+                frame[metric] = result.scores[metric].to_numpy(dtype=float)
+                frame[reason_column(metric)] = pd.Series(_reasons(result.scores, metric, compute), dtype="string")
+                signatures[metric] = result.signatures[metric]
+    return frame, signatures
 
 
 def score_distribution(metric: str, real: list[str], synthetic: list[str], options: MetricOptions,
@@ -258,13 +237,154 @@ def score_distribution(metric: str, real: list[str], synthetic: list[str], optio
 
 def score_bags(reference: pd.DataFrame, generated: pd.DataFrame, names: Sequence[str], options: MetricOptions,
                cache_path: str) -> pd.DataFrame:
-    """Bag metrics per group of ``options.bag_group`` (one call, so corpus-level IDF stays exact)."""
+    """Bag metrics per group of ``options.bag_group``, one call per compute function (so corpus-level IDF stays
+    exact): one row per (group, metric), the group column first."""
     group = options.bag_group
     if group not in reference.columns or reference[group].isna().all():
         group = "doc_id"  # a post-level corpus has no groups: every document is its own bag
+    grouped = replace(options, bag_group=group)
     with EmbeddingCache(cache_path) as cache:
-        return catalogue.CATALOGUE[names[0]].compute(reference, generated, group_col=group, metrics=list(names),
-                                      sentence_spec=options.sentence_encoder, cache=cache, seed=options.seed)
+        return pd.concat([compute(reference, generated, wanted, grouped, cache)
+                          for compute, wanted in compute_groups("bag", names)], ignore_index=True)
+
+
+def score_pairs(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
+                cache_path: str) -> tuple[list[pd.DataFrame], pd.DataFrame]:
+    """Pair-level scores of a strategy's aligned pairs: per compute function, its per-pair frame (``doc_id``,
+    ``variant``, a column and a reason per metric), and the long rows of all of them."""
+    with EmbeddingCache(cache_path) as cache:
+        parts = [compute(pairs, wanted, options, cache) for compute, wanted in compute_groups("pair", names)]
+    return [per_pair for per_pair, _ in parts], pd.concat([rows for _, rows in parts], ignore_index=True)
+
+
+@dataclass(frozen=True)
+class StrategyInputs:
+    """One strategy's inputs as every level reads them: the corpus, the strategy's synthetic table (all its
+    variants) and its rows aligned with their sources (``pairs``: the synthetic columns plus ``source``)."""
+
+    corpus: pd.DataFrame
+    synthetic: pd.DataFrame
+    pairs: pd.DataFrame
+    options: MetricOptions
+    cache_path: str
+
+    @functools.cached_property
+    def real(self) -> list[str]:
+        """Every source text of the corpus (the real set of the distribution metrics)."""
+        return self.corpus["text"].astype(str).tolist()
+
+    @functools.cached_property
+    def variants(self) -> list[str]:
+        return list(dict.fromkeys(self.synthetic["variant"]))
+
+    @functools.cached_property
+    def strategy(self) -> str:
+        """The strategy's name ("" when the table has no rows)."""
+        return str(self.synthetic["strategy"].iloc[0]) if len(self.synthetic) else ""
+
+    def ok(self, variant: str) -> pd.DataFrame:
+        """The variant's generated rows (status ok)."""
+        return self.synthetic[(self.synthetic["variant"] == variant) & (self.synthetic["status"] == STATUS_OK)]
+
+    def n_failed(self, variant: str) -> int:
+        return int((self.synthetic.loc[self.synthetic["variant"] == variant, "status"] != STATUS_OK).sum())
+
+    def row(self, variant: str, level: str, score: DistributionScore, n: int, std: float = np.nan,
+            median: float = np.nan) -> dict[str, Any]:
+        """One long score row of a level's number for a variant."""
+        return {"strategy": self.strategy, "variant": variant,
+                "level": catalogue.SUMMARY_LEVEL[level], "metric": score.metric, "value": score.value, "std": std,
+                "median": median, "n": n, "n_failed": self.n_failed(variant), "signature": score.signature,
+                "reason": score.reason}
+
+
+@dataclass
+class LevelScores:
+    """What one level adds to a strategy's scores: per-row frames (merged into the sample table on ``on``;
+    ``on=()``: aligned with the pairs' rows), long score rows, plot series and signatures."""
+
+    columns: list[pd.DataFrame] = field(default_factory=list)
+    on: tuple[str, ...] = ()
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    series: list[dict[str, Any]] = field(default_factory=list)
+    signatures: dict[str, str] = field(default_factory=dict)
+
+
+#: One unit of work: a key the level reads back (the variant, or None), a function and its arguments.
+Job = tuple[Any, Callable[..., Any], tuple[Any, ...]]
+
+
+def _sample_jobs(s: StrategyInputs, names: list[str]) -> list[Job]:
+    shards = split_even(len(s.pairs), max(1, -(-len(s.pairs) // s.options.shard_size)))
+    return [(None, score_sample_shard, (s.pairs.iloc[shard], names, s.options, s.cache_path)) for shard in shards]
+
+
+def _sample_scores(s: StrategyInputs, names: list[str], done: list[tuple[Any, Any]]) -> LevelScores:
+    frame = pd.concat([part for _, (part, _) in done], ignore_index=True)
+    return LevelScores(columns=[frame.drop(columns=SAMPLE_ID_COLUMNS)],
+                       signatures={m: sig for _, (_, sigs) in done for m, sig in sigs.items()})
+
+
+def _variant_jobs(s: StrategyInputs, names: list[str]) -> list[Job]:
+    outputs = s.synthetic[s.synthetic["status"] == STATUS_OK].groupby("doc_id", sort=False)["text"].agg(list)
+    doc_ids = list(dict.fromkeys(s.synthetic["doc_id"]))
+    return [(None, score_variants, (doc_ids, [outputs.get(d, []) for d in doc_ids], names, s.options, s.cache_path))]
+
+
+def _variant_scores(s: StrategyInputs, names: list[str], done: list[tuple[Any, Any]]) -> LevelScores:
+    [(_, (frame, signatures))] = done
+    return LevelScores(columns=[frame], on=("doc_id",), signatures=signatures)
+
+
+def _distribution_jobs(s: StrategyInputs, names: list[str]) -> list[Job]:
+    return [(v, score_distribution, (m, s.real, s.ok(v)["text"].astype(str).tolist(), s.options, s.cache_path))
+            for v in s.variants for m in names]
+
+
+def _distribution_scores(s: StrategyInputs, names: list[str], done: list[tuple[Any, Any]]) -> LevelScores:
+    out = LevelScores()
+    for variant, score in done:
+        out.rows.append(s.row(variant, "distribution", score, n=len(s.ok(variant))))
+        out.signatures[score.metric] = score.signature
+        out.series += [{"strategy": s.strategy, "variant": variant, "metric": score.metric,
+                        "series": name, "values": [float(x) for x in values]}
+                       for name, values in score.distributions.items()]
+    return out
+
+
+def _bag_jobs(s: StrategyInputs, names: list[str]) -> list[Job]:
+    return [(v, score_bags, (s.corpus, s.ok(v), names, s.options, s.cache_path)) for v in s.variants]
+
+
+def _bag_scores(s: StrategyInputs, names: list[str], done: list[tuple[Any, Any]]) -> LevelScores:
+    out = LevelScores()
+    for variant, table in done:
+        for score in bag_metrics.summarise_bags(table, group_col=table.columns[0]):
+            agg = bag_metrics.aggregate_bags(score.distributions.get("per_group", []))
+            out.rows.append(s.row(variant, "bag", score, n=agg.n, std=agg.std, median=agg.median))
+            out.signatures[score.metric] = score.signature
+    return out
+
+
+def _pair_jobs(s: StrategyInputs, names: list[str]) -> list[Job]:
+    return [(None, score_pairs, (s.pairs, names, s.options, s.cache_path))]
+
+
+def _pair_scores(s: StrategyInputs, names: list[str], done: list[tuple[Any, Any]]) -> LevelScores:
+    [(_, (per_pair, rows))] = done
+    return LevelScores(columns=per_pair, on=("doc_id", "variant"),
+                       rows=rows.assign(level=catalogue.SUMMARY_LEVEL["pair"]).to_dict("records"),
+                       signatures=dict(zip(rows["metric"], rows["signature"], strict=True)))
+
+
+#: Per computed catalogue level: the jobs for its requested metrics of one strategy (run here or on Dask),
+#: and what their results add to the strategy's scores. Sample and variant levels add per-row columns, which
+#: :func:`score_strategy` summarises as sample means; the others add their own rows.
+LEVEL_SCORERS: dict[str, tuple[Callable[[StrategyInputs, list[str]], list[Job]],
+                               Callable[[StrategyInputs, list[str], list[tuple[Any, Any]]], LevelScores]]] = {
+    "sample": (_sample_jobs, _sample_scores), "variant": (_variant_jobs, _variant_scores),
+    "distribution": (_distribution_jobs, _distribution_scores), "bag": (_bag_jobs, _bag_scores),
+    "pair": (_pair_jobs, _pair_scores)}
 
 
 def _summary_row(strategy: str, variant: str, level: str, metric: str, values: np.ndarray, n_failed: int,
@@ -278,121 +398,70 @@ def _summary_row(strategy: str, variant: str, level: str, metric: str, values: n
             "reason": reason if not len(finite) else None}
 
 
+def _run(jobs: list[Job], client: Any, names: Sequence[str], options: MetricOptions, cache_path: str) -> list[Any]:
+    """The jobs' results in order: on the Dask ``client`` as parallel tasks (its workers prepared first), or
+    here, in order."""
+    if client is None:
+        return [func(*args) for _, func, args in jobs]
+    import_model_libraries()
+    prepare_workers(client, functools.partial(prepare_metrics, names, options, cache_path))
+    return client.gather([client.submit(func, *args, pure=False) for _, func, args in jobs])
+
+
 def score_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequence[str], options: MetricOptions,
                    cache_path: str | Path, client: Any = None) -> SuiteResult:
     """Every requested metric for one strategy's synthetic table (all its variants) against the corpus.
 
-    With a Dask ``client``, sample shards, distribution metrics and bag metrics run as parallel tasks;
-    without one they run here, in order. The numbers are the same either way."""
+    Each requested level's jobs (:data:`LEVEL_SCORERS`) run as parallel tasks on a Dask ``client``, or here,
+    in order, without one; the numbers are the same either way."""
     names = check_metric_names(names)
     cache_path = str(cache_path)
-    sources = corpus[["doc_id", "text"]].rename(columns={"text": "source"})
-    pairs = synthetic.merge(sources, on="doc_id", how="left", validate="many_to_one")
+    pairs = synthetic.merge(corpus[["doc_id", "text"]].rename(columns={"text": "source"}), on="doc_id", how="left",
+                            validate="many_to_one")
     missing = pairs["source"].isna()
     if missing.any():
         raise ValueError(f"synthetic doc_id '{pairs.loc[missing, 'doc_id'].iloc[0]}' is not in the corpus")
-    sample_names = [n for n in names if n in catalogue.names("sample")]
-    variant_names = [n for n in catalogue.names("variant") if n in names]
-    dist_names = [n for n in names if n in catalogue.names("distribution")]
-    bag_names = [n for n in names if n in catalogue.names("bag")]
-    real = corpus["text"].astype(str).tolist()
-    variants = list(dict.fromkeys(synthetic["variant"]))
-    ok_by_variant = {v: synthetic[(synthetic["variant"] == v) & (synthetic["status"] == STATUS_OK)] for v in variants}
-
+    s = StrategyInputs(corpus, synthetic, pairs, options, cache_path)
     ok_outputs = synthetic.loc[synthetic["status"] == STATUS_OK, "text"].fillna("").astype(str).tolist()
     # spaCy's parses (one thread) beside the encoder's forward passes (torch's threads, GIL released), which
     # leave spaCy its core until it is done
     with ThreadPoolExecutor(1) as pool:
         parses = pool.submit(prefetch_parses, pairs, names, options, cache_path)
-        prefetch_embeddings([*real, *ok_outputs], names, options, cache_path,
-                            yield_core=lambda: not parses.done())
+        prefetch_embeddings([*s.real, *ok_outputs], names, options, cache_path, yield_core=lambda: not parses.done())
         parses.result()
-    shards = [pairs.iloc[s] for s in split_even(len(pairs), max(1, -(-len(pairs) // options.shard_size)))]
-    dist_jobs = [(v, m) for v in variants for m in dist_names]
-    if client is not None:
-        import_model_libraries()
-        prepare_workers(client, functools.partial(prepare_metrics, names, options, cache_path))
-        sample_future = client.map(score_sample_shard, shards, names=sample_names, options=options,
-                                   cache_path=cache_path, pure=False) if sample_names else []
-        dist_futures = [client.submit(score_distribution, m, real, ok_by_variant[v]["text"].astype(str).tolist(),
-                                      options, cache_path, pure=False) for v, m in dist_jobs]
-        bag_futures = [client.submit(score_bags, corpus, ok_by_variant[v], bag_names, options, cache_path,
-                                     pure=False) for v in variants] if bag_names else []
-        sample_parts = client.gather(sample_future) if sample_names else []
-        dist_scores = client.gather(dist_futures)
-        bag_tables = client.gather(bag_futures)
-    else:
-        sample_parts = map_shards(_Sequential(), score_sample_shard, shards, names=sample_names, options=options,
-                                  cache_path=cache_path) if sample_names else []
-        dist_scores = [score_distribution(m, real, ok_by_variant[v]["text"].astype(str).tolist(), options,
-                                          cache_path) for v, m in dist_jobs]
-        bag_tables = [score_bags(corpus, ok_by_variant[v], bag_names, options, cache_path)
-                      for v in variants] if bag_names else []
 
+    wanted = {level: [n for n in names if catalogue.CATALOGUE[n].level == level] for level in INTRINSIC_LEVELS}
+    wanted = {level: level_names for level, level_names in wanted.items() if level_names}
+    jobs = {level: LEVEL_SCORERS[level][0](s, level_names) for level, level_names in wanted.items()}
+    results = iter(_run([job for level_jobs in jobs.values() for job in level_jobs], client, names, options,
+                        cache_path))
+    levels = [LEVEL_SCORERS[level][1](s, wanted[level], [(key, next(results)) for key, _, _ in jobs[level]])
+              for level in wanted]
+
+    samples = pairs[SAMPLE_ID_COLUMNS].reset_index(drop=True).copy()
     signatures: dict[str, str] = {}
-    if sample_parts:
-        samples = pd.concat([part for part, _ in sample_parts], ignore_index=True)
-        for _, sigs in sample_parts:
-            signatures.update(sigs)
-    else:
-        samples = pairs[SAMPLE_ID_COLUMNS].reset_index(drop=True).copy()
-    if variant_names:
-        variant_frame, variant_sigs = _variant_scores(synthetic, names)
-        samples = samples.merge(variant_frame, on="doc_id", how="left")
-        signatures.update(variant_sigs)
-
-    rows, series = [], []
-    strategy = str(synthetic["strategy"].iloc[0]) if len(synthetic) else ""
-    for variant in variants:
+    for level in levels:
+        for frame in level.columns:
+            samples = (samples.merge(frame, on=list(level.on), how="left") if level.on
+                       else pd.concat([samples, frame.reset_index(drop=True)], axis=1))
+        signatures.update(level.signatures)
+    mean = catalogue.SUMMARY_LEVEL["sample"]
+    means = [n for level, level_names in wanted.items() if catalogue.SUMMARY_LEVEL[level] == mean for n in level_names]
+    rows = []
+    for variant in s.variants:
         part = samples[samples["variant"] == variant]
-        n_failed = int((part["status"] != STATUS_OK).sum())
-        for metric in [*sample_names, *variant_names]:
-            if metric not in part.columns:
-                continue
+        for metric in means:
             reasons = part[reason_column(metric)].dropna()
-            rows.append(_summary_row(strategy, variant, catalogue.SUMMARY_LEVEL["sample"], metric, part[metric].to_numpy(dtype=float),
-                                     n_failed, signatures.get(metric, ""),
+            rows.append(_summary_row(s.strategy, variant, mean, metric, part[metric].to_numpy(dtype=float),
+                                     s.n_failed(variant), signatures.get(metric, ""),
                                      str(reasons.iloc[0]) if len(reasons) else "no scored pairs"))
-    for (variant, _metric), score in zip(dist_jobs, dist_scores, strict=True):
-        n_failed = int((synthetic.loc[synthetic["variant"] == variant, "status"] != STATUS_OK).sum())
-        rows.append({"strategy": strategy, "variant": variant, "level": catalogue.SUMMARY_LEVEL["distribution"], "metric": score.metric,
-                     "value": score.value, "std": np.nan, "median": np.nan, "n": len(ok_by_variant[variant]),
-                     "n_failed": n_failed, "signature": score.signature, "reason": score.reason})
-        signatures[score.metric] = score.signature
-        series += [{"strategy": strategy, "variant": variant, "metric": score.metric, "series": name,
-                    "values": [float(x) for x in values]} for name, values in score.distributions.items()]
-    for variant, table in zip(variants if bag_names else [], bag_tables, strict=True):
-        n_failed = int((synthetic.loc[synthetic["variant"] == variant, "status"] != STATUS_OK).sum())
-        group_col = table.columns[0]
-        for score in bag_metrics.summarise_bags(table, group_col=group_col):
-            agg = bag_metrics.aggregate_bags(score.distributions.get("per_group", []))
-            rows.append({"strategy": strategy, "variant": variant, "level": catalogue.SUMMARY_LEVEL["bag"],
-                         "metric": score.metric, "value": score.value, "std": agg.std, "median": agg.median,
-                         "n": agg.n, "n_failed": n_failed, "signature": score.signature, "reason": score.reason})
-            signatures[score.metric] = score.signature
-    pair_names = [n for n in names if n in catalogue.names("pair")]
-    for compute in dict.fromkeys(catalogue.lookup(n).compute for n in pair_names):
-        wanted = [n for n in pair_names if catalogue.lookup(n).compute is compute]
-        with EmbeddingCache(cache_path) as cache:
-            pair_samples, pair_rows = compute(pairs, wanted, cache)
-        samples = samples.merge(pair_samples, on=["doc_id", "variant"], how="left")
-        rows += pair_rows.assign(level=catalogue.SUMMARY_LEVEL["pair"]).to_dict("records")
-        signatures.update(dict(zip(pair_rows["metric"], pair_rows["signature"], strict=True)))
+    rows += [row for level in levels for row in level.rows]
     epsilons = variant_epsilons(synthetic)
     for row in rows:
         row["epsilon"] = epsilons.get(str(row["variant"]), np.nan)
     return SuiteResult(sample_scores=score_frame(samples, SAMPLE_SCORES), distribution_scores=score_frame(rows, SCORES),
-                       distributions=score_frame(series, DISTRIBUTIONS), signatures=signatures)
-
-
-class _Sequential:
-    """A stand-in for a Dask client that runs ``map`` here, in order (no cluster needed)."""
-
-    def map(self, func: Callable[..., Any], items: list[Any], pure: bool = False, **kwargs: Any) -> list[Any]:
-        return [func(item, **kwargs) for item in items]
-
-    def gather(self, results: list[Any]) -> list[Any]:
-        return results
+                       distributions=score_frame([x for level in levels for x in level.series], DISTRIBUTIONS),
+                       signatures=signatures)
 
 
 def score_synthetic(corpus: pd.DataFrame, synthetic: pd.DataFrame, names: Sequence[str], options: MetricOptions,

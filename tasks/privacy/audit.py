@@ -24,9 +24,7 @@ from tasks.errors import InputError
 from tasks.metrics.base import make_signature
 from tasks.privacy.membership import membership_audit
 from tasks.privacy.profiling import profile_attribute
-from tasks.scores import SCORES, score_frame, variant_epsilons
-
-ORIGINAL = "original"
+from tasks.scores import ORIGINAL, SCORES, score_frame, variant_epsilons
 
 
 @dataclass(frozen=True)

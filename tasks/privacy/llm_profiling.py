@@ -40,6 +40,7 @@ from tasks.corpus.schema import ATTR_PREFIX, attr_columns
 from tasks.errors import ConfigError, InputError
 from tasks.metrics.base import make_signature
 from tasks.models.llm import ChatRequest, ChatResult, LLMBackend
+from tasks.scores import ORIGINAL
 
 #: System message of A.5 (the ``<<SYS>>`` block; the chat template of the served model adds its own markup,
 #: e.g. Mixtral's/LLaMA's ``[INST]``).
@@ -98,7 +99,6 @@ def default_notes(attributes: Mapping[str, Sequence[str]]) -> str:
     values = attributes.get(EDUCATION_ATTRIBUTE, ())
     return SWDA_EDUCATION_NOTE if any("college" in str(v).lower() for v in values) else ""
 
-ORIGINAL = "original"  # the ``strategy`` of rows computed on the real transcripts
 _NUMBER_WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
 

@@ -37,11 +37,11 @@ import pandas as pd
 from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK
 from tasks.errors import InputError
 from tasks.models.registry import model_id, resolve_model
+from tasks.scores import ORIGINAL
 from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier
 
 #: seed 004 appendix C: bin edges of classifier weight (clear / slightly / neutral / slightly / clear)
 BIN_EDGES: tuple[float, ...] = (-0.3, -0.1, 0.1, 0.3)
-ORIGINAL = "original"
 
 
 @dataclass

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tasks.errors import ConfigError
+from tasks.scores import BASELINE_ROWS, ORIGINAL
 
 _BOUND = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
 
@@ -91,7 +92,7 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
     privacy = summary[summary["level"] == "privacy"]
     utility = summary[summary["level"] == "utility"]
     candidates = [(s, v) for s, v in dict.fromkeys(zip(summary["strategy"], summary["variant"].fillna(""), strict=True))
-                  if s not in ("original", "chance")]
+                  if s not in BASELINE_ROWS]
     task_metric = next((m.name for m in catalogue.metrics("utility") if not m.suffix and m.name in set(utility["metric"])),
                        None)
 
@@ -106,10 +107,10 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
     def substitution(strategy: str) -> float:
         rows = utility[(utility["strategy"] == strategy) & (utility["metric"] == task_metric)
                        & (utility["fraction"].astype(float) == 1.0)
-                       & (utility["setting"] == ("baseline" if strategy == "original" else "substitution"))]
+                       & (utility["setting"] == ("baseline" if strategy == ORIGINAL else "substitution"))]
         return float(rows["value"].iloc[0]) if len(rows) else math.nan
 
-    real = substitution("original") if task_metric else math.nan
+    real = substitution(ORIGINAL) if task_metric else math.nan
     rows = []
     for strategy, variant in candidates:
         share = math.nan

@@ -17,7 +17,7 @@ from tasks.corpus.schema import STATUS_OK
 from tasks.layout import RunLayout
 from tasks.metrics.suite import metric_correlation_matrix
 from tasks.report.human_eval import read_results
-from tasks.scores import SCORE_KEY, SCORES, score_frame
+from tasks.scores import BASELINE_ROWS, CHANCE, SCORE_KEY, SCORES, score_frame
 from tasks.store import ArtifactRef
 from tasks.training.utility import deterministic_note, utility_summary_rows
 
@@ -192,8 +192,8 @@ def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
 
     meaning, divergence = pick("bertscore_f1", "sample-mean"), pick("bleu_divergence", "sample-mean")
     reid = summary[(summary["level"] == "privacy") & (summary["metric"] == "reid_accuracy")]
-    keys = [k for k in dict.fromkeys([*meaning.index, *divergence.index]) if k[0] not in ("original", "chance")]
-    chance = reid.loc[reid["strategy"] == "chance", "value"]
+    keys = [k for k in dict.fromkeys([*meaning.index, *divergence.index]) if k[0] not in BASELINE_ROWS]
+    chance = reid.loc[reid["strategy"] == CHANCE, "value"]
     # several attacks and adversary settings: the worst case (the highest share re-identified) counts
     reid_by = reid.groupby(["strategy", "variant"])["value"].max().astype(float)
     rows = []

@@ -33,6 +33,7 @@ from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox
 
 from tasks.report.tables import strategy_label
+from tasks.scores import CHANCE
 
 #: Fixed output resolution: PNG size in pixels is (width, height) exactly.
 DPI = 110
@@ -467,7 +468,7 @@ def reid_vs_divergence(points: pd.DataFrame) -> Plot:
     problem = _missing(points, ["strategy", "divergence", "reidentification"])
     if problem:
         return _skipped(name, REID_TITLE, caption, problem)
-    is_chance = (points["strategy"].map(_text) == "chance").to_numpy()
+    is_chance = (points["strategy"].map(_text) == CHANCE).to_numpy()
     rates = _numeric(points["reidentification"])
     chance = math.nan
     if "chance" in points.columns:

@@ -31,7 +31,8 @@ it can only be scored when the run has timeline utility numbers.
 - privacy: the mean of three attacks (``share_data`` weighs re-identification and profiling 0.4 each,
   membership 0.2): re-identification ``1 − (accuracy − chance) / (1 − chance)``; profiling, per
   attribute and attacker, the share of the way from the attack on the real text down to chance
-  ``(real − synthetic) / (real − chance)``; membership ``1 − |AUC − 0.5| / 0.5``.
+  ``(real − synthetic) / (real − chance)``; membership ``1 − |AUC − t| / max(t, 1 − t)`` with ``t``
+  the catalogue's target of ``membership_auc`` (0.5: members indistinguishable).
 - meaning: BERTScore F1; style: the mean of the style-embedding cosine and the POS Jaccard; divergence:
   1 − BLEU against the source. These are already 0..1 and used as they are.
 
@@ -56,11 +57,10 @@ import pandas as pd
 
 from tasks.errors import ConfigError, InputError
 from tasks.metrics import catalogue
-from tasks.scores import column_key, structure_of
+from tasks.scores import BASELINE_ROWS, CHANCE, ORIGINAL, column_key, structure_of
 
 UseCase = Literal["augment", "share_model", "share_data"]
 USE_CASES: tuple[str, ...] = get_args(UseCase)
-ORIGINAL, CHANCE = "original", "chance"  #: strategy names of the baseline rows
 DP_FAMILY = "dp"  #: the registered strategy with a formal DP guarantee
 
 #: Aspect weights per use case (each row sums to 1). augment: utility > meaning = style, privacy not
@@ -346,7 +346,7 @@ def candidates(summary: pd.DataFrame, families: Mapping[str, str] | None = None)
 
 
 def _candidates(scores: _Scores, families: Mapping[str, str] | None) -> list[tuple[str, str]]:
-    pairs = [p for p in scores.order if p[0] not in (ORIGINAL, CHANCE)]
+    pairs = [p for p in scores.order if p[0] not in BASELINE_ROWS]
     named = {s for s, v in pairs if v}
     pairs = [(s, v) for s, v in pairs if v or s not in named]
     order = {label: i for i, label in enumerate(families or {})}
@@ -552,10 +552,12 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
     elif not names:
         aspect.reasons.append("no profiling attack measured in this run")
 
-    member = scores.get(strategy, variant, "membership_auc")
-    if member is not None and member.ok:
-        parts["membership"] = 1 - _clip(abs(member.value - 0.5) / 0.5)
-        aspect.reasons.append(f"membership AUC {format_number(member.value)} (0.5 = members indistinguishable)")
+    membership = catalogue.CATALOGUE["membership_auc"]
+    member = scores.get(strategy, variant, membership.name)
+    if member is not None and member.ok and membership.target is not None:
+        blind = membership.target  # the AUC of an attacker who cannot tell members from non-members
+        parts["membership"] = 1 - _clip(abs(member.value - blind) / max(blind, 1 - blind))
+        aspect.reasons.append(f"membership AUC {format_number(member.value)} ({blind:g} = members indistinguishable)")
         costs.append(f"membership AUC {format_number(member.value)}")
     else:
         aspect.reasons.append(f"membership inference not available: {member.reason}"

@@ -16,12 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.metrics import catalogue
-from tasks.scores import column_key, column_keys, structure_of
-
-#: Rows that are not generation strategies: the attack on (or training with) the real text, and chance.
-ORIGINAL, CHANCE = "original", "chance"
-BASELINE_ROWS = (ORIGINAL, CHANCE)
-
+from tasks.scores import BASELINE_ROWS, CHANCE, ORIGINAL, column_key, column_keys, structure_of
 
 #: Variants that need no mention in a row label (the only or first output of a strategy; missing values).
 _PLAIN_VARIANTS = ("", "first", "none", "nan", "<na>")
@@ -43,7 +38,7 @@ class Column:
 
     metric: str
     header: str
-    direction: int  # +1 higher is better, -1 lower is better, 0 no ranking
+    direction: int  # +1 higher is better, -1 lower is better
     group: str = ""  # a spanning header (e.g. the augmentation metric over 10/50/100%)
     structure: Mapping[str, object] = field(default_factory=dict)
 
@@ -99,19 +94,17 @@ def _measured(value: float) -> bool:
     return isinstance(value, (int, float)) and not math.isnan(value)
 
 
-def _rank_best(table: ArticleTable, rows: Sequence[int], metric: str, direction: int, top: int,
-               kind: str = "best", key=None) -> None:
-    """Mark the rows among ``rows`` with fewer than ``top`` strictly better values of ``metric`` (competition
+def _rank_best(table: ArticleTable, rows: Sequence[int], col: Column, top: int, kind: str = "best") -> None:
+    """Mark the rows among ``rows`` with fewer than ``top`` strictly better values in column ``col``, better as
+    the catalogue ranks the column's metric (its direction, or the distance to its target; competition
     ranking: ties share a place). Nothing is marked when fewer than two rows have a value or all tie."""
-    if direction == 0:
-        return
-    score = key or (lambda v: direction * v)
-    scored = [(score(table.value(r, metric)), r) for r in rows if _measured(table.value(r, metric))]
+    scored = [(catalogue.rank(col.metric, table.value(r, col.key)), r) for r in rows
+              if _measured(table.value(r, col.key))]
     if len(scored) < 2 or len({s for s, _ in scored}) == 1:
         return
     for s, r in scored:
         if sum(other > s for other, _ in scored) < top:
-            table.mark(r, metric, kind)
+            table.mark(r, col.key, kind)
 
 
 def _wide(summary: pd.DataFrame, level: str) -> tuple[pd.DataFrame, dict[str, dict]]:
@@ -200,9 +193,9 @@ def intrinsic_table(summary: pd.DataFrame, level: str, order: Sequence[str] | No
         caption += " Underlined: top scoring syntax-controlled paraphrase strategy."
     table = _table(key, title, caption, columns, wide, rows)
     for col in columns:
-        _rank_best(table, range(len(rows)), col.key, col.direction, top)
+        _rank_best(table, range(len(rows)), col, top)
         if underline:
-            _rank_best(table, syntax, col.key, col.direction, 1, kind="underline")
+            _rank_best(table, syntax, col, 1, kind="underline")
     return table
 
 
@@ -243,7 +236,7 @@ def substitution_table(summary: pd.DataFrame, order: Sequence[str] | None = None
                    columns, wide, rows + original[:1], row_labels={k: "Trained on original data" for k in original})
     synthetic_rows = range(len(rows))
     for (_key, metric, fraction), col in zip(subs, columns, strict=True):
-        _rank_best(table, synthetic_rows, col.key, col.direction, 2)
+        _rank_best(table, synthetic_rows, col, 2)
         if original:  # the baseline at the same training fraction is the original row's baseline number
             base = _baseline_value(wide, original, metric, fraction)
             table.values[(len(rows), col.key)] = base
@@ -275,7 +268,7 @@ def augmentation_table(summary: pd.DataFrame, level: str = "post",
                    "In bold: best strategy per column; underlined: outperforms no augmentation.",
                    columns, wide, rows + original[:1], row_labels={k: "Original (without augmentation)" for k in original})
     for (_key, metric, fraction), col in zip(aug, columns, strict=True):
-        _rank_best(table, range(len(rows)), col.key, col.direction, 1)
+        _rank_best(table, range(len(rows)), col, 1)
         if original:
             base = _baseline_value(wide, original, metric, fraction)
             table.values[(len(rows), col.key)] = base
@@ -336,11 +329,9 @@ def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = No
     families = families or {}
     non_dp = [i for i, (s, _) in enumerate(rows) if families.get(s, s) != "dp"]
     for col in columns:
-        target = catalogue.CATALOGUE[col.metric].target
-        closeness = (lambda v, t=target: -abs(v - t)) if target is not None else None
-        _rank_best(table, range(len(rows)), col.key, col.direction, 1, key=closeness)
+        _rank_best(table, range(len(rows)), col, 1)
         if len(non_dp) < len(rows):
-            _rank_best(table, non_dp, col.key, col.direction, 1, kind="underline", key=closeness)
+            _rank_best(table, non_dp, col, 1, kind="underline")
     return table
 
 

@@ -54,11 +54,10 @@ import pandas as pd
 from tasks.corpus.schema import STATUS_OK
 from tasks.corpus.splits import undersample
 from tasks.errors import ConfigError
-from tasks.scores import SCORES, UTILITY_RUNS, score_frame
+from tasks.scores import ORIGINAL, SCORES, UTILITY_RUNS, score_frame
 from tasks.training.task_metrics import macro_f1
 
 SETTINGS: tuple[str, ...] = ("substitution", "augmentation", "baseline")
-ORIGINAL = "original"  #: strategy name of the baseline runs
 SYN_SUFFIX = "|syn"
 #: The run-description columns of a results table (the declared :data:`tasks.scores.UTILITY_RUNS`).
 RESULT_COLUMNS: tuple[str, ...] = tuple(UTILITY_RUNS.columns)
