@@ -70,7 +70,7 @@ def _quiet_user_error_tracebacks() -> None:
 
 
 def _fail(message: str) -> None:
-    typer.echo(f"synthugc: error: {message}", err=True)
+    typer.echo("\n".join(f"synthugc: error: {line}" for line in message.splitlines() or [""]), err=True)
     raise typer.Exit(code=2)
 
 

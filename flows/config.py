@@ -367,7 +367,34 @@ def parse_config(raw: dict, source: str = "config", overrides: list[str] | None 
         _check_attacks(cfg.privacy.reidentify)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
-    return cfg
+    return with_absolute_paths(cfg)
+
+
+#: Strategy parameters that name files or folders (a model folder, a local weights folder).
+_PATH_PARAMS = ("model", "model_dir")
+
+
+def with_absolute_paths(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The config with every local path made absolute here, where the run is planned (fsspec URLs, short model
+    names and hub ids stay as they are), so a stage on a worker started in another folder reads the same files."""
+    from tasks.models.registry import looks_like_path
+    from tasks.preflight import absolute
+
+    def model(name: str) -> str:
+        return absolute(name) if looks_like_path(name) else name
+
+    strategies = [s.model_copy(update={"params": {k: model(v) if k in _PATH_PARAMS and isinstance(v, str) else v
+                                                  for k, v in s.params.items()}})
+                  for s in cfg.generate.strategies]
+    reid = cfg.privacy.reidentify
+    return cfg.model_copy(update={
+        "storage_root": absolute(cfg.storage_root) if cfg.storage_root else None,
+        "data": cfg.data.model_copy(update={"path": absolute(cfg.data.path) if cfg.data.path else None}),
+        "models": {role: model(name) for role, name in cfg.models.items()},
+        "generate": cfg.generate.model_copy(update={"strategies": strategies}),
+        "privacy": cfg.privacy.model_copy(update={"reidentify": reid.model_copy(update={
+            "histories": absolute(reid.histories) if reid.histories else None})}),
+    })
 
 
 def _check_attacks(reid: ReidentifyConfig) -> None:

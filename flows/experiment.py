@@ -16,6 +16,7 @@ from typing import Any
 from prefect import flow, get_run_logger
 
 from flows import progress
+from flows.cluster import check_dask_workers, check_here, run_needs
 from flows.config import ExperimentConfig, load_config, metric_options, parse_config
 from flows.executor import Execution, Outcome, execute, stage_task_runner
 from flows.plan import STAGE_FAMILIES, plan_prepare, plan_stages
@@ -95,6 +96,12 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     listen = _listener(logger)
     prepare = plan_prepare(cfg)
     place = prepare.place
+    source = next(call.params["source"] for call in prepare.calls if call.kind == "ingest")
+    needs = run_needs(cfg, place.root, source.path)
+    if settings.task_runner == "dask" and settings.dask_address:  # an external cluster: ask every worker
+        check_dask_workers(settings.dask_address, needs)
+    else:
+        check_here(needs)
     store = place.store()
     if removed := store.remove_partials(cfg.experiment):  # a write killed before its rename, in an earlier run
         logger.warning("removed %d stale partial file(s) under %s", len(removed), store.path(cfg.experiment))

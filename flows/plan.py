@@ -24,6 +24,7 @@ from tasks.metrics.base import make_signature
 from tasks.metrics.catalogue import names as metric_names
 from tasks.models.llm import llm_role_settings
 from tasks.models.registry import model_id
+from tasks.preflight import absolute
 from tasks.privacy.attacks import attack_class
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, fingerprint_file
@@ -126,14 +127,14 @@ class Plan:
 
 def run_place(cfg: ExperimentConfig) -> stages.RunPlace:
     settings = get_settings()
-    return stages.RunPlace(root=cfg.storage_root or settings.storage_root, experiment=cfg.experiment,
+    return stages.RunPlace(root=absolute(cfg.storage_root or settings.storage_root), experiment=cfg.experiment,
                            cache_dir=str(settings.cache_dir.resolve()))
 
 
 def source_ref(cfg: ExperimentConfig) -> ArtifactRef:
     """The corpus a run reads: a public dataset (fetched once) or the configured file."""
     if cfg.data.dataset:
-        path = str(fetch_dataset(cfg.data.dataset, get_settings().data_dir))
+        path = absolute(str(fetch_dataset(cfg.data.dataset, get_settings().data_dir)))
     else:
         path = cfg.data.path
         if not Path(path).is_file():

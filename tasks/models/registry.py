@@ -233,7 +233,7 @@ def resolve_model(role: str, override: str | None = None, *, allow_downloads: bo
     key = name.lower()
     if key in _CATALOGUE:
         spec = _CATALOGUE[key](role)
-    elif _looks_like_path(name):
+    elif looks_like_path(name):
         spec = _local_spec(role, name)
     elif role == "pos_tagger" and importlib.util.find_spec(name.replace("-", "_")) is not None:
         spec = _spacy_package(role, name.replace("-", "_"), name)
@@ -245,7 +245,7 @@ def resolve_model(role: str, override: str | None = None, *, allow_downloads: bo
     return replace(spec, allow_downloads=allow)
 
 
-def _looks_like_path(name: str) -> bool:
+def looks_like_path(name: str) -> bool:
     """An explicit path (/, ./, ../, ~) or anything that exists on disk (as transformers does)."""
     return name.startswith(("/", "./", "../", "~")) or os.path.exists(os.path.expanduser(name))
 

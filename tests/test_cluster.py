@@ -1,0 +1,163 @@
+"""Runs that leave one machine: a real `dask scheduler` and two `dask worker` processes started in another
+folder with another HOME run a whole small run whose scores equal the local run's; a worker that cannot see
+the storage root stops the run with the preflight's lines, not a stage's traceback."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+BIN = Path(sys.executable).parent
+CONFIG = """experiment: cluster
+seed: 5
+storage_root: runs
+data: {path: corpus.parquet}
+generate: {shard_size: 20, strategies: [{name: stymask}]}
+metrics: {names: [bleu_divergence, char_jsd]}
+privacy: {profiling: {attributes: []}, membership: {enabled: false}, reidentify: {attacks: [minhash]}}
+utility: {enabled: false}
+report: {goals: []}
+"""
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _can_hide_folders() -> bool:
+    """Whether this machine lets a process mount over a folder in its own namespace (root, util-linux)."""
+    if shutil.which("unshare") is None:
+        return False
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "true"], capture_output=True)
+    return probe.returncode == 0
+
+
+class Cluster:
+    """`dask scheduler` plus workers, each started in ``home`` (as working directory and HOME)."""
+
+    def __init__(self, home: Path) -> None:
+        self.home, self.port, self.procs = home, _free_port(), []
+        self.env = {**os.environ, "HOME": str(home)}
+        self.env.pop("SYNTHUGC_TASK_RUNNER", None)
+
+    @property
+    def address(self) -> str:
+        return f"tcp://127.0.0.1:{self.port}"
+
+    def _spawn(self, args: list[str], log: str) -> None:
+        out = open(self.home / log, "w")  # noqa: SIM115 - closed with the process
+        self.procs.append(subprocess.Popen(args, cwd=self.home, env=self.env, stdout=out, stderr=subprocess.STDOUT))
+
+    def start(self, workers: int = 2, hidden: Path | None = None) -> None:
+        self._spawn([str(BIN / "dask"), "scheduler", "--port", str(self.port), "--no-dashboard"], "scheduler.log")
+        for i in range(workers):
+            worker = [str(BIN / "dask"), "worker", self.address, "--nthreads", "1", "--no-dashboard",
+                      "--name", f"w{i}"]
+            if hidden is not None and i == workers - 1:  # this worker sees an empty folder where the run lives
+                worker = ["unshare", "-m", "--propagation", "private", "sh", "-c",
+                          f"mount -t tmpfs none {hidden} && exec {' '.join(worker)}"]
+            self._spawn(worker, f"worker{i}.log")
+        from distributed import Client
+
+        with Client(self.address, timeout="60s") as client:
+            client.wait_for_workers(workers, timeout=90)
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.terminate()
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+@pytest.fixture()
+def project(tmp_path) -> Path:
+    """The user's folder: a small corpus and a config with relative paths."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    texts = [f"Honestly, I think we really must fix road {i} before winter, said speaker {i % 4}!" for i in range(40)]
+    pd.DataFrame({"doc_id": [f"d{i:03d}" for i in range(40)], "text": texts,
+                  "author_id": [f"a{i % 4}" for i in range(40)],
+                  "group_id": [f"a{i % 4}" for i in range(40)]}).to_parquet(folder / "corpus.parquet")
+    (folder / "c.yaml").write_text(CONFIG)
+    return folder
+
+
+@pytest.fixture()
+def cluster(tmp_path) -> Iterator[Cluster]:
+    home = tmp_path / "elsewhere"
+    home.mkdir()
+    cluster = Cluster(home)
+    yield cluster
+    cluster.stop()
+
+
+def _run(project: Path, tmp_path: Path, address: str | None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(tmp_path / "cache")}
+    if address:
+        env.update(SYNTHUGC_TASK_RUNNER="dask", SYNTHUGC_DASK_ADDRESS=address)
+    return subprocess.run([str(BIN / "synthugc"), "run", "c.yaml"], cwd=project, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_a_run_on_workers_started_elsewhere_equals_the_local_run(project, cluster, tmp_path):
+    started = time.perf_counter()
+    local = _run(project, tmp_path, None)
+    local_s = time.perf_counter() - started
+    assert local.returncode == 0, local.stderr
+    expected = pd.read_parquet(project / "runs" / "cluster" / "report" / "scores.parquet")
+    shutil.rmtree(project / "runs")
+    shutil.rmtree(tmp_path / "cache")
+
+    cluster.start(workers=2)
+    started = time.perf_counter()
+    remote = _run(project, tmp_path, cluster.address)
+    remote_s = time.perf_counter() - started
+    assert remote.returncode == 0, remote.stderr
+    print(f"local run {local_s:.1f} s, external cluster {remote_s:.1f} s")
+    got = pd.read_parquet(project / "runs" / "cluster" / "report" / "scores.parquet")
+    keys = ["strategy", "variant", "level", "metric", "attack", "adversary"]
+    pd.testing.assert_frame_equal(got.sort_values(keys).reset_index(drop=True),
+                                  expected.sort_values(keys).reset_index(drop=True), check_exact=False, atol=1e-6)
+    assert {"bleu_divergence", "char_jsd", "reid_accuracy"} <= set(got["metric"])
+    assert not list((cluster.home).glob("runs")) and not list((cluster.home).glob("*.parquet"))  # nothing there
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _can_hide_folders(), reason="needs unshare -m (root) to give one worker another view")
+def test_a_worker_that_cannot_see_the_storage_root_stops_the_run_before_any_stage(project, cluster, tmp_path):
+    cluster.start(workers=2, hidden=project)
+    proc = _run(project, tmp_path, cluster.address)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("synthugc: error:")]
+    assert errors == [
+        f"synthugc: error: worker w1 ({next(iter(_worker_addresses(cluster, 'w1')))}): storage root "
+        f"{project / 'runs'} is not the one the run was planned with (its probe file is not here): mount the "
+        "storage root at the same path on every worker, or use a shared filesystem URL (SYNTHUGC_STORAGE_ROOT "
+        "or the config's storage_root)",
+        f"synthugc: error: worker w1 ({next(iter(_worker_addresses(cluster, 'w1')))}): corpus "
+        f"{project / 'corpus.parquet'} is not readable here: put the input files on storage every worker "
+        "mounts at the same path"]
+    assert not (project / "runs" / "cluster" / "ingest").exists()  # no stage ran
+    assert not list((project / "runs").glob(".synthugc-preflight-*"))  # the probe is gone
+
+
+def _worker_addresses(cluster: Cluster, name: str) -> list[str]:
+    from distributed import Client
+
+    with Client(cluster.address, timeout="30s") as client:
+        return [addr for addr, w in client.scheduler_info()["workers"].items() if w.get("name") == name]
