@@ -472,3 +472,37 @@ def test_partial_flows_run_their_stages_and_share_the_experiment_cache(api, tiny
     made = {k for k, v in evaluated.stages.items() if v == "Completed"}
     assert made == {k for k in evaluated.stages if k.startswith("metrics[")} | {"report"}
     assert all(v == "Cached" for k, v in evaluated.stages.items() if k.startswith("generate["))
+
+
+@pytest.mark.slow
+def test_a_process_worker_started_in_another_folder_runs_a_pool_deployment(api, tiny_corpus, tmp_path):
+    """A deployment of a process work pool, picked up by `prefect worker start` running in another folder with
+    another HOME: the flow run checks its machine first, then runs every stage."""
+    from prefect.client.orchestration import get_client
+    from prefect.deployments import run_deployment
+
+    from flows.deployments import CPU_POOL, ensure_work_pools, experiment_flow
+
+    ensure_work_pools()
+    deployment_id = experiment_flow.from_source(source=str(REPO), entrypoint="flows/deployments.py:experiment_flow") \
+        .deploy(name="elsewhere", work_pool_name=CPU_POOL, build=False, push=False, print_next_steps=False)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {**api.env(), "HOME": str(elsewhere), "SYNTHUGC_CACHE_DIR": str(tmp_path / "cache"),
+           "PREFECT_WORKER_QUERY_SECONDS": "1"}
+    log = tmp_path / "worker.log"
+    with open(log, "ab") as out:
+        worker = subprocess.Popen([*PREFECT, "worker", "start", "--pool", CPU_POOL, "--type", "process"], cwd=elsewhere,
+                                  env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        config = write_config(tmp_path, tiny_corpus, name="pooled")
+        run = run_deployment("synthugc-experiment/elsewhere", parameters={"params": {"config": str(config)}}, timeout=0)
+        final = wait_final(run.id, timeout=300)
+        assert final.state.type.value == "COMPLETED", (final.state, log.read_text()[-3000:])
+        stages = states(manifest(config))
+        assert stages["generate[stymask][0]"] == "Completed" and stages["report"] == "Completed"
+        assert not list(elsewhere.glob("runs"))  # nothing written where the worker was started
+    finally:
+        _stop(worker)
+        with get_client(sync_client=True) as client:
+            client.delete_deployment(deployment_id)
