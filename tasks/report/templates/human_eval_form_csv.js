@@ -1,0 +1,9 @@
+var FORMULA_START = /^[=+\-@\t\r]/;
+function neutralize(value) { return FORMULA_START.test(value) ? "'" + value : value; }
+function csvField(value) {
+  var s = value == null ? "" : String(value);
+  return /[",\r\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
+}
+function toCsv(rows) {
+  return rows.map(function (row) { return row.map(csvField).join(","); }).join("\r\n") + "\r\n";
+}
