@@ -1,3 +1,5 @@
+// The form's behaviour: answers kept in localStorage under STORE_KEY, progress, and the CSV download with
+// the sheet's COLUMNS (COLUMNS, REQUIRED and STORE_KEY are set by the page before this script).
 (function () {
   "use strict";
   var items = Array.prototype.slice.call(document.querySelectorAll("article.item"));

@@ -1,3 +1,4 @@
+// Pure CSV helpers, kept in their own script element so a test can run them alone.
 var FORMULA_START = /^[=+\-@\t\r]/;
 function neutralize(value) { return FORMULA_START.test(value) ? "'" + value : value; }
 function csvField(value) {

@@ -1,3 +1,5 @@
+// On load: counts the figures that loaded and records where each figure and table sits, so a reader (or a
+// headless browser test holding a screenshot) can tell the page is complete and find each part in it.
 window.addEventListener('load',function(){var imgs=document.querySelectorAll('figure img');var ok=0;
 imgs.forEach(function(i){if(i.complete&&i.naturalWidth>0){ok++;}});
 function box(e){var r=e.getBoundingClientRect();e.setAttribute('data-box',[Math.round(r.left+scrollX),
