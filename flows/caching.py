@@ -1,4 +1,4 @@
-"""Cache keys for coarse Prefect stages, as ARCHITECTURE.md says: the content fingerprints of the input
+"""Cache keys for coarse Prefect stages, as docs/architecture.md says: the content fingerprints of the input
 artifacts + the hash of the stage's config + the code version of its area.
 
 Prefect's own policies miss two things this project needs: a ``Path`` input is hashed by its path

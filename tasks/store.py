@@ -61,13 +61,19 @@ def fingerprint_config(section: Any) -> str:
     return sha256_bytes(json.dumps(section, sort_keys=True, default=str, separators=(",", ":")).encode())
 
 
+#: What counts as an area's source: its modules and the templates, styles and scripts it renders pages from.
+SOURCE_SUFFIXES: frozenset[str] = frozenset({".py", ".j2", ".css", ".js"})
+
+
 def code_version(*areas: str) -> str:
     """sha256 over the source of the given areas (package folders or modules under the repo, e.g.
-    ``"tasks/generate"``, ``"tasks/store.py"``): a change in any helper of an area changes it."""
+    ``"tasks/generate"``, ``"tasks/store.py"``): a change in any helper, subpackage or template of an area
+    changes it (files with a :data:`SOURCE_SUFFIXES` suffix, at any depth)."""
     digest = hashlib.sha256()
     for area in sorted(areas):
         target = _REPO_ROOT / area
-        files = sorted(target.rglob("*.py")) if target.is_dir() else [target]
+        files = sorted(f for f in target.rglob("*") if f.suffix in SOURCE_SUFFIXES and f.is_file()
+                       and "__pycache__" not in f.parts) if target.is_dir() else [target]
         if not files or not all(f.exists() for f in files):
             raise FileNotFoundError(f"code area {area} not found under {_REPO_ROOT}")
         for f in files:

@@ -1,5 +1,5 @@
 """The experiment flow end to end on a small real sample (debates turns, apertium, MiniLM, sacrebleu),
-and the cache behaviour ARCHITECTURE.md asks for."""
+and the cache behaviour docs/architecture.md describes."""
 
 from __future__ import annotations
 

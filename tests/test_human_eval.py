@@ -16,6 +16,7 @@ import krippendorff
 import numpy as np
 import pandas as pd
 import pytest
+from agreement_reference import old_cohen_kappa, old_krippendorff_alpha
 from scipy.stats import spearmanr
 from sklearn.metrics import cohen_kappa_score
 from typer.testing import CliRunner
@@ -28,6 +29,7 @@ from tasks.report.human_eval import (
     FLUENCY_SCALE,
     MEANING_SCALE,
     SHEET_COLUMNS,
+    agreement_table,
     cohen_kappa,
     export_sheet,
     import_sheets,
@@ -188,7 +190,7 @@ def test_form_is_offline_escaped_and_carries_the_guideline(run: RunFiles) -> Non
     result = export_sheet(run, per_strategy=12, seed=0)
     form = result.form.read_text(encoding="utf-8")
     assert not re.search(r"https?://", form) and "src=" not in form and "<link" not in form
-    assert "<script>alert" not in form and "&lt;script&gt;alert(&#x27;owned&#x27;)&lt;/script&gt;" in form
+    assert "<script>alert" not in form and "&lt;script&gt;alert(&#39;owned&#39;)&lt;/script&gt;" in form
     assert form.count("<script") == 2  # the form's own two scripts, nothing from the texts
     assert "localStorage" in form and "Blob" in form and ".download" in form
     assert form.count('class="item"') == result.n_items == 23
@@ -197,7 +199,7 @@ def test_form_is_offline_escaped_and_carries_the_guideline(run: RunFiles) -> Non
         assert text in readme and text in form
     for choice in ("Democratic", "Moderator", "Republican"):
         assert f'<option value="{choice}">' in form
-    assert '<option value="can&#x27;t tell">' in form
+    assert '<option value="can&#39;t tell">' in form
     # the CSV cell that starts with '=' is neutralised for spreadsheets; quotes and newlines survive
     rows = list(csv.reader(io.StringIO(result.sheet.read_text(encoding="utf-8-sig"), newline="")))
     texts = [r[1] for r in rows[1:]]
@@ -377,23 +379,38 @@ def test_undefined_agreement_says_why(run: RunFiles, tmp_path: Path) -> None:
     assert np.isnan(row["alpha"]) and "no variation" in row["reason"] and row["n_items"] == 8
 
 
-def test_krippendorff_alpha_matches_the_package() -> None:
+def _random_ratings(rng: np.random.Generator, trial: int) -> np.ndarray:
+    """annotators x items codes 1..k, correlated on odd trials, with up to half the ratings missing."""
+    annotators, items, k = rng.integers(2, 6), rng.integers(3, 40), rng.integers(2, 6)
+    data = rng.integers(1, k + 1, size=(annotators, items)).astype(float)
+    if trial % 2:  # correlated annotators, not only noise
+        truth = rng.integers(1, k + 1, size=items)[None, :]
+        data = np.clip(truth + rng.integers(-1, 2, size=data.shape), 1, k).astype(float)
+    data[rng.random(data.shape) < rng.uniform(0, 0.5)] = np.nan
+    return data
+
+
+def test_krippendorff_alpha_keeps_the_hand_written_figures() -> None:
+    """The package gives the figures the hand-written alpha gave, at both levels agreement_table uses
+    (ordinal for the 1-5 scales, nominal for the attribute guess), with missing ratings and where alpha is
+    undefined."""
     rng = np.random.default_rng(0)
-    checked = 0
-    for trial in range(40):
-        annotators, items, k = rng.integers(2, 6), rng.integers(3, 40), rng.integers(2, 6)
-        data = rng.integers(1, k + 1, size=(annotators, items)).astype(float)
-        if trial % 2:  # correlated annotators, not only noise
-            truth = rng.integers(1, k + 1, size=items)[None, :]
-            data = np.clip(truth + rng.integers(-1, 2, size=data.shape), 1, k).astype(float)
-        data[rng.random(data.shape) < rng.uniform(0, 0.5)] = np.nan
-        if len(np.unique(data[~np.isnan(data)])) < 2:
-            continue
+    defined = 0
+    for trial in range(60):
+        data = _random_ratings(rng, trial)
         for level in ("nominal", "ordinal"):
-            expected = krippendorff.alpha(data, level_of_measurement=level)
-            assert krippendorff_alpha(data, level) == pytest.approx(expected, abs=1e-9), (trial, level)
-            checked += 1
-    assert checked >= 70
+            old = old_krippendorff_alpha(data, level)
+            new = krippendorff_alpha(data, level)
+            assert (np.isnan(new) and np.isnan(old)) or new == pytest.approx(old, abs=1e-12), (trial, level)
+            defined += not np.isnan(new)
+    assert defined >= 100
+    degenerate = [np.array([[1.0, np.nan], [np.nan, 2.0]]),  # no item rated twice
+                  np.array([[2.0, 2.0], [2.0, 2.0]]),  # no variation
+                  np.array([[2.0, 2.0, 5.0], [2.0, 2.0, np.nan]]),  # the only other value is on an item rated once
+                  np.full((2, 3), np.nan)]  # nothing rated
+    for data in degenerate:
+        for level in ("nominal", "ordinal"):
+            assert np.isnan(old_krippendorff_alpha(data, level)) and np.isnan(krippendorff_alpha(data, level))
     # the package's documented examples
     example = np.array([[np.nan, np.nan, np.nan, np.nan, np.nan, 3, 4, 1, 2, 1, 1, 3, 3, np.nan, 3],
                         [1, np.nan, 2, 1, 3, 3, 4, 3, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan],
@@ -405,23 +422,60 @@ def test_krippendorff_alpha_matches_the_package() -> None:
                         [1, 2, 3, 3, 2, 4, 4, 1, 2, 5, 1, np.nan]])
     assert round(krippendorff_alpha(ordinal, "ordinal"), 3) == 0.815
     assert krippendorff_alpha(np.array([[1.0, 2.0, 3.0], [1.0, 2.0, 3.0]]), "ordinal") == pytest.approx(1.0)
-    assert np.isnan(krippendorff_alpha(np.array([[1.0, np.nan], [np.nan, 2.0]])))  # no item rated twice
-    assert np.isnan(krippendorff_alpha(np.array([[2.0, 2.0], [2.0, 2.0]])))  # no variation
 
 
-def test_cohen_kappa_matches_sklearn() -> None:
+def test_cohen_kappa_keeps_the_hand_written_figures() -> None:
+    """scikit-learn gives the kappas the hand-written one gave: unweighted and quadratic, labels in order
+    (some never used), string labels, and NaN where kappa is undefined."""
     rng = np.random.default_rng(1)
-    for trial in range(30):
-        n = rng.integers(5, 60)
+    for trial in range(40):
+        n = rng.integers(1, 60)
         a = rng.integers(1, 6, n)
         b = np.clip(a + rng.integers(-2, 3, n), 1, 5) if trial % 2 else rng.integers(1, 6, n)
         for weights in (None, "quadratic"):
-            expected = cohen_kappa_score(a, b, labels=[1, 2, 3, 4, 5], weights=weights)
-            assert cohen_kappa(a, b, range(1, 6), weights) == pytest.approx(expected, abs=1e-12)
+            old, new = old_cohen_kappa(a, b, range(1, 6), weights), cohen_kappa(a, b, range(1, 6), weights)
+            assert (np.isnan(new) and np.isnan(old)) or new == pytest.approx(old, abs=1e-12), (trial, weights)
     guesses = ["x", "y", "z", "x", "y", "x"], ["x", "y", "y", "x", "z", "z"]
-    assert cohen_kappa(*guesses, ["x", "y", "z", "?"]) == pytest.approx(
-        cohen_kappa_score(*guesses, labels=["x", "y", "z", "?"]), abs=1e-12)
-    assert np.isnan(cohen_kappa([3, 3], [3, 3], range(1, 6), "quadratic"))
+    labels = ["x", "y", "z", "?"]
+    assert cohen_kappa(*guesses, labels) == pytest.approx(old_cohen_kappa(*guesses, labels), abs=1e-12)
+    assert cohen_kappa([1, 1], [2, 2], range(1, 6)) == old_cohen_kappa([1, 1], [2, 2], range(1, 6)) == 0.0
+    for a, b in (([3, 3], [3, 3]), ([], [])):  # total chance agreement; no item
+        for weights in (None, "quadratic"):
+            assert np.isnan(old_cohen_kappa(a, b, range(1, 6), weights))
+            assert np.isnan(cohen_kappa(a, b, range(1, 6), weights))
+
+
+def test_agreement_table_keeps_the_hand_written_figures() -> None:
+    """agreement_table on ratings with gaps: every alpha and kappa equals what the hand-written functions
+    give on the same annotators x items codes."""
+    rng = np.random.default_rng(2)
+    choices = ["Democratic", "Republican", CANT_TELL]
+    rows = []
+    for item in range(30):
+        truth = int(rng.integers(1, 6))
+        for annotator in ("ann", "bob", "cy", "dee"):
+            if rng.random() < 0.3:
+                continue  # not rated by this annotator
+            rows.append({"item_id": f"item-{item:04d}", "annotator": annotator,
+                         "fluency": int(np.clip(truth + rng.integers(-1, 2), 1, 5)),
+                         "meaning": int(rng.integers(1, 6)) if rng.random() < 0.8 else None,
+                         "attribute_guess": choices[int(rng.integers(0, 3))] if rng.random() < 0.7 else None})
+    annotations = pd.DataFrame(rows)
+    table = agreement_table(annotations, choices).set_index("aspect")
+    for aspect, level, labels, weights in (("fluency", "ordinal", list(range(1, 6)), "quadratic"),
+                                           ("meaning", "ordinal", list(range(1, 6)), "quadratic"),
+                                           ("attribute_guess", "nominal", choices, None)):
+        assert table.loc[aspect, "level"] == level
+        wide = annotations.pivot(index="annotator", columns="item_id", values=aspect)
+        codes = wide.apply(lambda col, ls=labels: col.map({x: float(i) for i, x in enumerate(ls)})).astype(float)
+        assert table.loc[aspect, "alpha"] == pytest.approx(old_krippendorff_alpha(codes.to_numpy(), level), abs=1e-12)
+        kappas = []
+        for first, second in itertools.combinations(codes.index, 2):
+            both = codes.loc[[first, second]].dropna(axis=1)
+            kappas.append(old_cohen_kappa(both.iloc[0].astype(int), both.iloc[1].astype(int), range(len(labels)),
+                                          weights))
+        assert table.loc[aspect, "kappa"] == pytest.approx(np.nanmean(kappas), abs=1e-12)
+        assert table.loc[aspect, "n_pairs"] == 6
 
 
 @pytest.mark.parametrize(("column", "value", "message"), [

@@ -110,6 +110,28 @@ def test_code_version_covers_helpers():
         code_version("tasks/no_such_area")
 
 
+def test_code_version_covers_subpackages_and_templates(tmp_path, monkeypatch):
+    """A subpackage's module or a page template changing changes the area's version; compiled files do not."""
+    import tasks.store as store
+
+    area = tmp_path / "tasks" / "report"
+    files = {"__init__.py": "", "syntax/__init__.py": "", "syntax/distance.py": "x = 1\n",
+             "templates/page.html.j2": "<p>{{ x }}</p>\n", "templates/page.css": "p{}\n",
+             "templates/page.js": "var x;\n", "__pycache__/render.cpython-311.pyc": "compiled"}
+    for name, text in files.items():
+        (area / name).parent.mkdir(parents=True, exist_ok=True)
+        (area / name).write_text(text)
+    monkeypatch.setattr(store, "_REPO_ROOT", tmp_path)
+    seen = {code_version("tasks/report")}
+    for name in ("syntax/distance.py", "templates/page.html.j2", "templates/page.css", "templates/page.js"):
+        (area / name).write_text((area / name).read_text() + "// changed\n")
+        seen.add(code_version("tasks/report"))
+    assert len(seen) == 5
+    (area / "__pycache__/render.cpython-311.pyc").write_text("recompiled")
+    assert code_version("tasks/report") in seen
+    assert code_version("tasks/report/templates")  # an area of templates alone is found
+
+
 def test_manifest_lists_config_versions_models_signatures_artifacts(tmp_path):
     store = ArtifactStore(tmp_path)
     ref = store.write_table(_frame(), "exp", "a.parquet")

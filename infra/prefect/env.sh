@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Shared environment for every synthugc process (source it: `. infra/prefect/env.sh`).
-# Values already set in the environment win. See ../shared/FACTS.md for why each is here.
+# Values already set in the environment win. docs/architecture.md ("Environment facts") says why each is here.
 export SYNTHUGC_REPO="${SYNTHUGC_REPO:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 export PREFECT_SERVER_HOST="${PREFECT_SERVER_HOST:-127.0.0.1}"     # bind address of `prefect server start`
 export PREFECT_SERVER_PORT="${PREFECT_SERVER_PORT:-4200}"

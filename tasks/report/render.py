@@ -15,6 +15,7 @@ from tasks.report import plots
 from tasks.report.build import CORRELATED_LEVELS, EXAMPLE_MAX_CHARS, ReportData, aspect_points
 from tasks.report.recommend import Recommendation, recommend, recommendation_notes
 from tasks.report.tables import BASELINE_ROWS, ArticleTable, article_tables, strategy_label
+from tasks.report.templating import render
 from tasks.scores import column_keys, structure_of
 
 
@@ -190,84 +191,8 @@ def render_markdown(data: ReportData) -> str:
 
 
 # ---------------------------------------------------------------------------------------------------- HTML
-_CSS = """
-:root{--fg:#1b1f24;--muted:#57606a;--line:#d0d7de;--head:#f6f8fa;--accent:#0072B2}
-body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;margin:2rem auto;max-width:78rem;
-color:var(--fg);padding:0 1rem;line-height:1.45}
-h1{font-size:1.7rem;margin-bottom:.3rem}h2{font-size:1.25rem;margin-top:2.2rem;border-bottom:1px solid var(--line);
-padding-bottom:.3rem}h3{font-size:1.05rem;margin-top:1.4rem}
-table{border-collapse:collapse;margin:.5rem 0;font-variant-numeric:tabular-nums;font-size:.9rem}
-th,td{border:1px solid var(--line);padding:.28rem .55rem;text-align:right;vertical-align:top}th{background:var(--head)}
-td:first-child,th:first-child{text-align:left}tr.baseline td{background:#fbfbfc;color:var(--muted)}
-td strong{color:#000}td u{text-decoration-thickness:2px;text-underline-offset:2px}
-dl{display:grid;grid-template-columns:max-content auto;gap:.15rem 1rem}dt{font-weight:600}
-.failed{color:#b42318}.sig{font-family:ui-monospace,monospace;font-size:.78rem;color:var(--muted);word-break:break-all}
-.caption,.note{font-size:.85rem;color:var(--muted);max-width:60rem}
-nav{background:var(--head);border:1px solid var(--line);padding:.5rem 1rem;font-size:.9rem}
-nav a{margin-right:1rem;color:var(--accent)}
-figure{margin:1rem 0}figure img{max-width:100%;height:auto;border:1px solid var(--line)}
-figcaption{font-size:.85rem;color:var(--muted);max-width:60rem}
-.recs{list-style:none;padding-left:0}.recs>li{border:1px solid var(--line);border-radius:6px;padding:.5rem .8rem;
-margin:.4rem 0}.recs .rank{font-weight:700;color:var(--accent);margin-right:.4rem}.recs .ineligible{color:var(--muted)}
-.recs ul{margin:.2rem 0 0 1rem;font-size:.9rem}.cost{font-size:.9rem}
-.examples td{text-align:left;max-width:30rem;white-space:pre-wrap}
-details summary{cursor:pointer;font-weight:600;margin:.4rem 0}.scroll{overflow-x:auto;max-width:100%}
-.glance td:nth-child(2){font-weight:700}.glance td,.glance th,.examples th{text-align:left}
-"""
-
-#: On load: counts the figures that loaded and records where each figure and table sits, so a reader (or a
-#: headless browser test holding a screenshot) can tell the page is complete and find each part in it.
-_JS = """
-window.addEventListener('load',function(){var imgs=document.querySelectorAll('figure img');var ok=0;
-imgs.forEach(function(i){if(i.complete&&i.naturalWidth>0){ok++;}});
-function box(e){var r=e.getBoundingClientRect();e.setAttribute('data-box',[Math.round(r.left+scrollX),
-Math.round(r.top+scrollY),Math.round(r.width),Math.round(r.height)].join(','));}
-document.querySelectorAll('figure img, table').forEach(box);
-document.body.setAttribute('data-figures',imgs.length);document.body.setAttribute('data-figures-loaded',ok);
-document.body.setAttribute('data-height',document.documentElement.scrollHeight);});
-"""
-
-
-def _e(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _html_article_table(table: ArticleTable, signatures: dict[str, list[tuple[int, str]]]) -> str:
-    groups = [c.group for c in table.columns]
-    head = ""
-    if any(groups):
-        spans = []
-        for g in groups:
-            if spans and spans[-1][0] == g:
-                spans[-1][1] += 1
-            else:
-                spans.append([g, 1])
-        head += "<tr><th></th>" + "".join(f'<th colspan="{n}">{_e(g)}</th>' for g, n in spans) + "</tr>"
-    cells = []
-    for col in table.columns:
-        sup = ""
-        if col.key in signatures:
-            sup = "<sup>" + ",".join(f'<a href="#sig-{n}">{n}</a>' for n, _ in signatures[col.key]) + "</sup>"
-        cells.append(f'<th title="{_e(col.note)}" data-metric="{_e(col.key)}">{_e(col.header)}{sup}</th>')
-    head += "<tr><th>Generation strategy</th>" + "".join(cells) + "</tr>"
-    body = []
-    for i, (strategy, variant) in enumerate(table.rows):
-        tds = []
-        for col in table.columns:
-            value = table.value(i, col.key)
-            text = _e(fmt(value))
-            marks = table.marks.get((i, col.key), set())
-            if "underline" in marks:
-                text = f"<u>{text}</u>"
-            if "best" in marks:
-                text = f"<strong>{text}</strong>"
-            tds.append(f'<td data-metric="{_e(col.key)}" data-value="{_e(repr(value))}">{text}</td>')
-        cls = ' class="baseline"' if table.is_baseline(i) else ""
-        body.append(f'<tr{cls} data-strategy="{_e(strategy)}" data-variant="{_e(variant)}"><td>{_e(table.label(i))}'
-                    f"</td>{''.join(tds)}</tr>")
-    return (f'<section id="{_e(table.key)}"><h2>{_e(table.title)}</h2><p class="caption">{_e(table.caption)}</p>'
-            f'<div class="scroll"><table class="article" id="{_e(table.key)}-table"><thead>{head}</thead><tbody>'
-            f'{"".join(body)}</tbody></table></div></section>')
+# The page is laid out by templates/report.html.j2 (with report.css and report.js inlined); the functions here
+# turn the report's objects into the plain rows and strings it shows.
 
 
 def _note(name: str) -> str:
@@ -276,21 +201,32 @@ def _note(name: str) -> str:
     return registered.note if registered is not None else ""
 
 
-def _html_frame(df: pd.DataFrame, table_id: str, cls: str = "") -> str:
-    head = "".join(f'<th title="{_e(_note(str(c)))}">{_e(c)}</th>' for c in df.columns)
-    rows = "".join("<tr>" + "".join(f"<td>{_e(fmt(v))}</td>" for v in row) + "</tr>"
-                   for row in df.itertuples(index=False))
-    klass = f' class="{cls}"' if cls else ""
-    return (f'<div class="scroll"><table id="{_e(table_id)}"{klass}><thead><tr>{head}</tr></thead><tbody>{rows}'
-            "</tbody></table></div>")
+def _frame_view(df: pd.DataFrame, table_id: str, cls: str = "") -> dict:
+    """A frame as the template's ``frame`` macro shows it: id, class, (header, tip) pairs, formatted rows."""
+    return {"id": table_id, "cls": cls, "head": [(str(c), _note(str(c))) for c in df.columns],
+            "rows": [[fmt(v) for v in row] for row in df.itertuples(index=False)]}
 
 
-def _html_plot(figure: plots.Plot) -> str:
-    if figure.png is None:
-        return (f'<figure id="plot-{_e(figure.name)}" class="missing"><figcaption><b>{_e(figure.title)}</b>: not '
-                f"drawn: {_e(figure.reason)}</figcaption></figure>")
-    return (f'<figure id="plot-{_e(figure.name)}"><img alt="{_e(figure.title)}" src="{figure.data_uri()}">'
-            f"<figcaption><b>{_e(figure.title)}.</b> {_e(figure.caption)}</figcaption></figure>")
+def _article_view(table: ArticleTable, signatures: dict[str, list[tuple[int, str]]]) -> dict:
+    """An article table as the template shows it: the column groups' spans, the headers with their footnote
+    numbers, and per row its cells (exact value, shown text, marks)."""
+    spans: list[list] = []
+    if any(c.group for c in table.columns):
+        for col in table.columns:
+            if spans and spans[-1][0] == col.group:
+                spans[-1][1] += 1
+            else:
+                spans.append([col.group, 1])
+    columns = [{"key": c.key, "header": c.header, "note": c.note,
+                "footnotes": [n for n, _ in signatures.get(c.key, [])]} for c in table.columns]
+    rows = []
+    for i, (strategy, variant) in enumerate(table.rows):
+        cells = [{"key": c.key, "value": repr(table.value(i, c.key)), "text": fmt(table.value(i, c.key)),
+                  "marks": table.marks.get((i, c.key), set())} for c in table.columns]
+        rows.append({"strategy": strategy, "variant": variant, "label": table.label(i),
+                     "baseline": table.is_baseline(i), "cells": cells})
+    return {"key": table.key, "title": table.title, "caption": table.caption, "spans": spans, "columns": columns,
+            "rows": rows}
 
 
 def _glance_rows(ranked: list[tuple[object, list[Recommendation], list[str]]]) -> list[tuple[str, str, str, str]]:
@@ -304,24 +240,16 @@ def _glance_rows(ranked: list[tuple[object, list[Recommendation], list[str]]]) -
     return rows
 
 
-def _html_recommendations(data: ReportData) -> str:
+def _recommendations_view(data: ReportData) -> dict:
+    """The at-a-glance table and, per goal, its notes and ranked strategies."""
     ranked = _recommendations(data)
     glance = pd.DataFrame(_glance_rows(ranked), columns=["goal", "first choice", "score", "what it costs"])
-    parts = ["<h3>At a glance</h3>", _html_frame(glance, "at-a-glance", "glance")]
-    for i, (goal, recs, notes) in enumerate(ranked):
-        parts.append(f'<h3 id="goal-{i}">{_e(goal.describe())}</h3>')
-        parts += [f'<p class="note">{_e(n)}</p>' for n in notes]
-        items = []
-        for rec in recs:
-            name = strategy_label(rec.strategy, rec.variant)
-            rank = f'<span class="rank">{rec.rank}.</span>' if rec.rank is not None else '<span class="rank">–</span>'
-            cls = "" if rec.eligible else ' class="ineligible"'
-            reasons = "".join(f"<li>{_e(r)}</li>" for r in rec.reasons)
-            items.append(f"<li{cls} data-strategy=\"{_e(rec.strategy)}\">{rank}<b>{_e(name)}</b> "
-                         f"<span class=\"note\">score {_e(fmt(rec.score, 2))}</span>"
-                         f'<div class="cost">{_e(rec.cost)}</div><ul>{reasons}</ul></li>')
-        parts.append(f'<ol class="recs">{"".join(items)}</ol>')
-    return "".join(parts)
+    goals = [{"title": goal.describe(), "notes": notes,
+              "recs": [{"strategy": rec.strategy, "name": strategy_label(rec.strategy, rec.variant),
+                        "rank": rec.rank, "eligible": rec.eligible, "score": fmt(rec.score, 2), "cost": rec.cost,
+                        "reasons": rec.reasons} for rec in recs]}
+             for goal, recs, notes in ranked]
+    return {"glance": _frame_view(glance, "at-a-glance", "glance"), "goals": goals}
 
 
 def _clipped_examples(examples: pd.DataFrame) -> pd.DataFrame:
@@ -345,62 +273,29 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
 
 
 def render_html(data: ReportData) -> str:
-    """A self-contained HTML page: CSS, JS and images inline, nothing fetched."""
+    """A self-contained HTML page (template ``report.html.j2``): CSS, JS and images inline, nothing fetched."""
     signatures = _signature_index(data.summary)
-    figures = _plots(data)
-    by_name = {f.name: f for f in figures}
-    parts = [
-        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{_e(data.title)}</title><style>{_CSS}</style><script>{_JS}</script></head><body>",
-        f"<h1>{_e(data.title)}</h1><dl>",
-        *[f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in data.facts.items()],
-        "</dl><nav>" + "".join(f'<a href="#{a}">{_e(t)}</a>' for a, t in _sections(data)) + "</nav>",
-    ]
-    if data.failed_stages:
-        parts.append('<h2 class="failed">Failed stages</h2><ul>')
-        parts += [f'<li class="failed"><code>{_e(s)}</code>: {_e(r)}</li>' for s, r in sorted(data.failed_stages.items())]
-        parts.append("</ul>")
-    if data.goals:
-        parts += ['<h2 id="recommendations">Which strategy should I use?</h2>',
-                  '<p class="caption">Strategies of this run ranked for the stated goal from the measured numbers '
-                  "(seed 000 §7); each reason quotes the numbers it rests on.</p>", _html_recommendations(data)]
-    if (budget := budget_verdicts(data)) is not None:
-        parts += [f'<h2 id="budget">Budget: {_e(data.budget or "")}</h2>',
-                  '<p class="caption">Re-identification is the worst case over the run\'s attacks and adversary '
-                  "settings; utility is the substitution model's score as a share of the real-data model's.</p>",
-                  _html_frame(budget, "budget")]
-    parts.append('<h2 id="figures">What each strategy keeps and leaks</h2>')
-    parts += [_html_plot(by_name[n]) for n in ("aspect-tradeoff", "reid-vs-divergence") if n in by_name]
-    parts.append('<div id="tables"></div>')
-    for table in article_tables(data.summary, level=data.level, families=data.families, order=data.order):
-        parts.append(_html_article_table(table, signatures))
-        if table.key == "table13" and "cosine-distributions" in by_name:
-            parts.append(_html_plot(by_name["cosine-distributions"]))
-    checks = [by_name[n] for n in ("metric-correlations", "metric-metaeval") if n in by_name]
-    if checks:
-        parts.append('<h2 id="metric-checks">How the metrics relate, and whether they measure what they claim</h2>')
-        parts += [_html_plot(f) for f in checks]
-    if data.human is not None:
-        h = data.human
-        parts += ['<h2 id="human">Human evaluation</h2>',
-                  f'<p class="caption">{h.n_annotations} ratings imported with <code>synthugc annotate import</code> '
-                  "(fluency 1-5, meaning 1-5, sensitive-attribute guess; seed 004 guideline).</p>",
-                  "<h3>Inter-annotator agreement</h3>", _html_frame(h.agreement, "human-agreement"),
-                  "<h3>Human scores per strategy</h3>", _html_frame(h.strategy_scores, "human-strategies"),
-                  "<h3>Automatic metrics against human scores (Spearman)</h3>",
-                  _html_frame(h.metric_human_correlations, "human-metric-correlations")]
-    if data.examples is not None:
-        parts += ['<h2 id="examples">Example outputs (Appendix A.3)</h2>',
-                  '<p class="caption">Real source texts and their rewrites; shown because <code>report.examples</code> '
-                  "is set in the config.</p>", _html_frame(_clipped_examples(data.examples), "examples", "examples")]
-    parts.append('<h2 id="details">Every number, per strategy</h2>')
-    for i, (name, table) in enumerate(_details_tables(data.summary).items()):
-        parts.append(f"<details><summary>{_e(name)}</summary>{_html_frame(table, f'strategy-{i}')}</details>")
-    parts.append('<h2 id="signatures">Metric signatures</h2><ol class="sig">')
-    parts += [f'<li id="sig-{n}">{_e(sig)} <span>({_e(", ".join(ms))})</span></li>' for n, sig, ms in _footnotes(signatures)]
-    parts.append("</ol></body></html>")
-    return "\n".join(parts)
+    by_name = {f.name: f for f in _plots(data)}
+    budget = budget_verdicts(data)
+    human = data.human
+    return render(
+        "report.html.j2", title=data.title, facts=data.facts, sections=_sections(data),
+        failed_stages=sorted(data.failed_stages.items()),
+        recommendations=_recommendations_view(data) if data.goals else None,
+        budget=None if budget is None else {"rule": data.budget or "", "table": _frame_view(budget, "budget")},
+        figures=by_name,
+        tables=[_article_view(t, signatures) for t in article_tables(data.summary, level=data.level,
+                                                                     families=data.families, order=data.order)],
+        checks=[by_name[n] for n in ("metric-correlations", "metric-metaeval") if n in by_name],
+        human=None if human is None else {
+            "n": human.n_annotations, "agreement": _frame_view(human.agreement, "human-agreement"),
+            "strategies": _frame_view(human.strategy_scores, "human-strategies"),
+            "correlations": _frame_view(human.metric_human_correlations, "human-metric-correlations")},
+        examples=None if data.examples is None else _frame_view(_clipped_examples(data.examples), "examples",
+                                                                "examples"),
+        details=[(name, _frame_view(table, f"strategy-{i}"))
+                 for i, (name, table) in enumerate(_details_tables(data.summary).items())],
+        footnotes=_footnotes(signatures))
 
 
 def article_table_frames(data: ReportData) -> dict[str, pd.DataFrame]:
