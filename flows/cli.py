@@ -34,7 +34,7 @@ DEMO_CONFIG = Path(__file__).resolve().parent.parent / "deployments" / "configs"
 
 
 def _environment() -> None:
-    """Offline by default and a patient temporary Prefect server (FACTS.md)."""
+    """Offline by default and a patient temporary Prefect server (docs/architecture.md)."""
     from tasks.settings import apply_environment_defaults
 
     apply_environment_defaults()
