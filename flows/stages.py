@@ -268,8 +268,9 @@ def reidentify(indexes: list[ArtifactRef], histories: ArtifactRef, shards: list[
 
     attacks = [build_attack(name, params) for name, params in options.attacks]
     index_paths = {name: ref.path for name, ref in zip(options.indexed, indexes, strict=True)}
-    tables = attack_synthetic(histories.path, _synthetic(place.store(), shards), label, attacks, options.adversaries,
-                              indexes=index_paths)
+    store = place.store()
+    tables = attack_synthetic(store.local_or_table(histories), _synthetic(store, shards), label, attacks,
+                              options.adversaries, indexes=index_paths)
     out = place.writer("reidentify", label=label)
     out.table("per_timeline", tables.per_timeline)
     out.table("scores", tables.scores)

@@ -106,8 +106,21 @@ class ArtifactStore:
     def __init__(self, root: str | Path = "runs") -> None:
         self.root = str(root)
         self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
-        if self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol:
+        if self.is_local:
             self._root_path = str(Path(self._root_path).resolve())
+
+    @property
+    def is_local(self) -> bool:
+        """Whether the artifacts are files of this machine (a path or ``file://``), which readers may open
+        directly; otherwise (``memory://``, ``s3://``) they are read through the store."""
+        return self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol
+
+    def local_or_table(self, ref: ArtifactRef) -> str | pd.DataFrame:
+        """What a streaming reader can take: the artifact's path when it is a local file (in the store or
+        outside it), else the table read through the store."""
+        if self.is_local or not ref.path.startswith(self._root_path):
+            return ref.path
+        return self.read_table(ref)
 
     def path(self, *parts: str) -> str:
         """The full path of an artifact under the root; a part may hold several segments (``"a/b"``).
