@@ -417,19 +417,13 @@ def metaeval(
     typer.echo(f"-> {out}")
 
 
-def _attack_help() -> str:
-    from tasks.privacy.attacks import available_attacks
-
-    return (f"{', '.join(available_attacks())} or all (every attack that needs no GPU, and the GPU ones on a GPU); "
-            "`synthugc attacks` lists them.")
-
-
 @app.command()
 def reidentify(
     histories: Annotated[Path, typer.Option("--histories", help="Adversary's posting histories parquet (author_id, text; doc_id for disjoint).")],
     synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic table (schema) with author_id.")],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")],
-    attack: Annotated[str, typer.Option("--attack", help=_attack_help())] = "minhash",
+    attack: Annotated[str, typer.Option("--attack", help="A registered attack (`synthugc attacks` lists them) or "
+                                        "all (every attack that needs no GPU, and the GPU ones on a GPU).")] = "minhash",
     setting: Annotated[str, typer.Option("--setting", help="Adversary: full (holds the originals), disjoint (other posts only) or both.")] = "full",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Attack parameter: attack.key=value (YAML value), "
                                                    "e.g. minhash.k=64 or stylometric.mode=exact.")] = None,
