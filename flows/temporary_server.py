@@ -59,10 +59,13 @@ def _same_process(pid: int, started: float) -> bool:
 
 
 def _die_with(parent: int) -> Callable[[], None]:
-    """The child's first step: SIGTERM when ``parent`` dies; exit now if it already has (before the prctl)."""
+    """The child's first step: SIGTERM when ``parent`` dies; exit now if it already has (before the prctl).
+    libc is looked up here, in the parent: the child only calls it."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+
     def preexec() -> None:
-        if sys.platform.startswith("linux"):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:
             os._exit(1)
     return preexec

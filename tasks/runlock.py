@@ -1,8 +1,8 @@
 """One run of an experiment at a time per storage root: a lock file holding the running process's pid and host.
 
-The lock is an exclusive ``flock`` on ``<storage root>/<experiment>/.lock`` (for a storage root that is not a
-local folder, on a file in the local cache folder named after the root: it then keeps apart the runs of one
-machine only). The kernel drops the lock when its process ends, however it ends, so a killed run never
+The lock is an exclusive ``flock`` on ``<storage root>/.locks/<experiment>.lock``, beside the run folder so that
+the run folder holds the run's artifacts only (for a storage root that is not a local folder, on a file in the
+local cache folder named after the root: it then keeps apart the runs of one machine only). The kernel drops the lock when its process ends, however it ends, so a killed run never
 blocks the next one; the file's content, the holder's pid and host, stays behind, which is how the next run
 knows it takes over from a killed run and says so. A run that ends normally empties the file.
 
@@ -30,8 +30,8 @@ from pathlib import Path
 from tasks.errors import SynthUGCError
 from tasks.store import ArtifactStore
 
-#: The lock file's name in the run folder.
-LOCK_FILE = ".lock"
+#: The folder of the lock files under a storage root (no experiment name starts with '.', tasks/paths.py).
+LOCKS_FOLDER = ".locks"
 
 
 @dataclass(frozen=True)
@@ -68,11 +68,12 @@ class ExperimentRunning(SynthUGCError):
 
 
 def lock_path(store: ArtifactStore, experiment: str, local_dir: Path) -> Path:
-    """Where an experiment's lock lives: in its run folder for a local storage root, else under ``local_dir``."""
+    """Where an experiment's lock lives: under the storage root when it is a local folder, else under
+    ``local_dir`` (named after the root)."""
     if store.local:
-        return Path(store.path(experiment, LOCK_FILE))
+        return Path(store.path(LOCKS_FOLDER, f"{experiment}.lock"))
     digest = hashlib.sha256(store.real_root.encode()).hexdigest()[:16]
-    return local_dir / "locks" / f"{digest}-{experiment}{LOCK_FILE}"
+    return local_dir / LOCKS_FOLDER / f"{digest}-{experiment}.lock"
 
 
 def _read_holder(fd: int) -> Holder | None:
