@@ -124,11 +124,8 @@ def end_orphaned_servers() -> list[tuple[int, int]]:
         if record.get("started") and _same_process(pid, record["started"]):
             process = psutil.Process(pid)
             process.terminate()
-            try:
-                process.wait(timeout=5)
-            except psutil.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
+            for stuck in psutil.wait_procs([process], timeout=5)[1]:
+                stuck.kill()
             ended.append((pid, run_pid))
         path.unlink(missing_ok=True)
     return ended
