@@ -11,18 +11,15 @@ import logging
 import os
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from flows import progress
 from flows.annotate_cli import annotate_app
 from tasks.errors import InputError, SynthUGCError
-
-if TYPE_CHECKING:
-    from tasks.store import ArtifactStore
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -103,38 +100,47 @@ def _writing(out: Path) -> Iterator[None]:
         _fail(f"cannot write {out}: {exc.strerror or exc}")
 
 
-def _remove_stale_partials(store: ArtifactStore, experiment: str) -> None:
-    """Temporary files left under the run by an earlier, interrupted run are removed, and said so."""
-    removed = store.remove_partials(experiment)
-    if removed:
-        typer.echo(f"synthugc: removed {len(removed)} stale partial file(s) left under "
-                   f"{store.path(experiment)} by an interrupted run", err=True)
+def _say(line: str) -> None:
+    typer.echo(f"synthugc: {line}", err=True)
 
 
-def _run_config(config: Path, overrides: list[str], verbose: bool = False) -> None:
-    import time
-
+def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait: bool = False) -> None:
+    """Validate, take the experiment's lock (refusing links out of the storage root and removing an interrupted
+    run's partial files while holding it), then run with a temporary Prefect server bound to this process."""
     from flows.config import load_config
     from tasks.paths import check_storage_root
+    from tasks.runlock import open_run
     from tasks.settings import get_settings
     from tasks.store import ArtifactStore
 
-    try:
-        cfg = load_config(config, overrides)  # validate before any server starts
-        root = cfg.storage_root or get_settings().storage_root
-        check_storage_root(root)
-        _remove_stale_partials(ArtifactStore(root), cfg.experiment)
-    except SynthUGCError as exc:
-        _fail(str(exc))
+    with ExitStack() as held:
+        try:
+            cfg = load_config(config, overrides)  # validate before any server starts
+            root = cfg.storage_root or get_settings().storage_root
+            check_storage_root(root)
+            held.enter_context(open_run(ArtifactStore(root), cfg.experiment, local_dir=get_settings().cache_dir,
+                                        say=_say, wait=wait))
+        except SynthUGCError as exc:
+            _fail(str(exc))
+        _run_locked(config, overrides, verbose)
+
+
+def _run_locked(config: Path, overrides: list[str], verbose: bool) -> None:
+    import time
+
     from prefect.logging.configuration import setup_logging
 
     from flows.experiment import RunSummary, StageFailed, experiment
+    from flows.temporary_server import end_orphaned_servers, start_temporary_server
 
+    for server, run in end_orphaned_servers():
+        _say(f"ended the temporary Prefect server (pid {server}) left running by an interrupted run (pid {run})")
     setup_logging()
     _quiet_user_error_tracebacks()
     if not verbose:  # one line per stage from the reporter; Prefect's own INFO lines still reach the API/UI
         _console_log_level(logging.ERROR)
         _quiet_libraries()
+    start_temporary_server()  # here, in the main thread: it ends with this process, even a killed one
     bar = progress.RichStageBar() if sys.stderr.isatty() else progress.StageLines()
     started = time.perf_counter()
     summary: RunSummary | None = None
@@ -162,23 +168,25 @@ def _run_config(config: Path, overrides: list[str], verbose: bool = False) -> No
 
 
 VerboseOption = Annotated[bool, typer.Option("--verbose", "-v", help="Prefect, Dask and HTTP logs on the console.")]
+WaitOption = Annotated[bool, typer.Option("--wait", help="If the experiment is running already (same storage root), "
+                                          "wait for it to end instead of exiting with code 2.")]
 
 
 @app.command()
 def run(config: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
         set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.path=value (repeatable).")] = None,
-        verbose: VerboseOption = False) -> None:
+        verbose: VerboseOption = False, wait: WaitOption = False) -> None:
     """Run an experiment: ingest, split, generate, metrics, privacy, utility, report."""
     _environment()
-    _run_config(config, set_ or [], verbose)
+    _run_config(config, set_ or [], verbose, wait)
 
 
 @app.command()
 def demo(set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.path=value.")] = None,
-         verbose: VerboseOption = False) -> None:
+         verbose: VerboseOption = False, wait: WaitOption = False) -> None:
     """Run the embedded default: deployments/configs/demo.yaml on the public 'debates' dataset."""
     _environment()
-    _run_config(DEMO_CONFIG, set_ or [], verbose)
+    _run_config(DEMO_CONFIG, set_ or [], verbose, wait)
 
 
 @app.command("import")

@@ -18,12 +18,13 @@ from prefect import flow, get_run_logger
 from flows import progress
 from flows.cluster import check_dask_workers, check_here, run_needs
 from flows.config import ExperimentConfig, load_config, metric_options, parse_config
-from flows.executor import Execution, Outcome, execute, stage_task_runner
-from flows.plan import STAGE_FAMILIES, plan_prepare, plan_stages
+from flows.executor import Execution, Listener, Outcome, execute, stage_task_runner
+from flows.plan import STAGE_FAMILIES, Plan, plan_prepare, plan_stages
 from tasks.errors import SynthUGCError
 from tasks.layout import StageResult
 from tasks.models.registry import model_id
 from tasks.report.build import human_evaluation_files
+from tasks.runlock import open_run
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_file, write_manifest
 
@@ -103,8 +104,14 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     else:
         check_here(needs)
     store = place.store()
-    if removed := store.remove_partials(cfg.experiment):  # a write killed before its rename, in an earlier run
-        logger.warning("removed %d stale partial file(s) under %s", len(removed), store.path(cfg.experiment))
+    with open_run(store, cfg.experiment, local_dir=settings.cache_dir, say=logger.warning):  # the CLI's, if it ran us
+        return _run_locked(cfg, families, prepare, store, parallel, limits, result_dir, listen)
+
+
+def _run_locked(cfg: ExperimentConfig, families: Collection[str], prepare: Plan, store: ArtifactStore,
+                parallel: int, limits: dict[str, int], result_dir: Path, listen: Listener) -> RunSummary:
+    logger = get_run_logger()
+    place = prepare.place
     if bar := progress.reporter():
         bar.planned(len(prepare.calls))
     execution = execute(prepare, result_dir=result_dir, max_parallel=parallel, limits=limits, listener=listen)

@@ -32,4 +32,5 @@ class ModelUnavailable(SynthUGCError):
 
 
 class UnsafePath(SynthUGCError):
-    """A path built from a name would leave the folder it belongs in (``..``, ``.``)."""
+    """A path would leave the folder it belongs in: a ``..`` or ``.`` segment, or a symlink whose target lies
+    outside the storage root."""

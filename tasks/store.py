@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata
 import io
 import json
+import os
 import platform
 import uuid
 from collections.abc import Iterable
@@ -101,35 +102,72 @@ def package_versions(names: Iterable[str]) -> dict[str, str]:
 
 
 class ArtifactStore:
-    """Reads and writes run artifacts under a root path or fsspec URL."""
+    """Reads and writes run artifacts under a root path or fsspec URL.
+
+    A local root is resolved once (a root that is itself a symlink is the user's choice: artifacts are named by
+    its real location). Below it, no artifact may lie outside the real root: a symlinked run folder, subfolder
+    or file whose target is elsewhere is refused (:meth:`check_inside`), for writes and reads alike."""
 
     def __init__(self, root: str | Path = "runs") -> None:
         self.root = str(root)
         self.fs, self._root_path = fsspec.core.url_to_fs(self.root)
-        if self.is_local:
-            self._root_path = str(Path(self._root_path).resolve())
+        #: the artifacts are files of this machine (a path or ``file://``), which readers may open directly;
+        #: otherwise (``memory://``, ``s3://``) they are read through the store
+        self.local = "file" in self.fs.protocol
+        if self.local:
+            self._root_path = os.path.realpath(self._root_path)
 
     @property
-    def is_local(self) -> bool:
-        """Whether the artifacts are files of this machine (a path or ``file://``), which readers may open
-        directly; otherwise (``memory://``, ``s3://``) they are read through the store."""
-        return self.fs.protocol in ("file", ("file", "local")) or "file" in self.fs.protocol
+    def real_root(self) -> str:
+        """The root every artifact path starts with (a local root with its symlinks resolved)."""
+        return self._root_path
 
     def local_or_table(self, ref: ArtifactRef) -> str | pd.DataFrame:
         """What a streaming reader can take: the artifact's path when it is a local file (in the store or
         outside it), else the table read through the store."""
-        if self.is_local or not ref.path.startswith(self._root_path):
+        if self.local or not ref.path.startswith(self._root_path):
             return ref.path
         return self.read_table(ref)
 
     def path(self, *parts: str) -> str:
         """The full path of an artifact under the root; a part may hold several segments (``"a/b"``).
 
-        Raises UnsafePath for a ``.`` or ``..`` segment: no path built from a name leaves the root."""
+        Raises UnsafePath for a ``.`` or ``..`` segment, or a symlink on the way whose target lies outside the
+        real root: no path built from a name leaves the root."""
         segments = [s for part in parts for s in str(part).split("/") if s]
         if any(s in (".", "..") for s in segments):
             raise UnsafePath(f"artifact path {'/'.join(map(str, parts))} would leave the storage root {self.root}")
-        return "/".join([self._root_path.rstrip("/"), *segments])
+        return self.check_inside("/".join([self._root_path.rstrip("/"), *segments]))
+
+    def _outside(self, real: str) -> bool:
+        root = self._root_path.rstrip("/")
+        return real != root and not real.startswith(root + "/")
+
+    def check_inside(self, path: str) -> str:
+        """``path`` unchanged, unless it names a place under the root whose real location (every symlink on
+        the way followed) is outside the real root: then UnsafePath naming the first such link and its target.
+        Paths outside the root (an input file) and non-local stores are not this store's to check."""
+        if not self.local or self._outside(path) or not self._outside(os.path.realpath(path)):
+            return path
+        current = self._root_path.rstrip("/")
+        for segment in path[len(current):].strip("/").split("/"):
+            current = f"{current}/{segment}"
+            if os.path.islink(current) and self._outside(target := os.path.realpath(current)):
+                raise UnsafePath(f"{current} is a symlink to {target}, outside the storage root {self._root_path}; "
+                                 f"remove the link (a storage root that is itself a link is allowed)")
+        raise UnsafePath(f"{path} lies outside the storage root {self._root_path}")  # pragma: no cover - a race
+
+    def check_tree(self, *parts: str) -> None:
+        """Refuse (UnsafePath) a folder under the root, such as a run folder, holding a symlink anywhere below it
+        (the folder itself included) whose target is outside the real root: checked when a run starts, so a
+        planted link stops it before any work instead of failing (or being followed) in a stage."""
+        top = self.path(*parts)
+        if not self.local or not os.path.isdir(top):
+            return
+        for folder, dirs, files in os.walk(top):  # links to folders are listed in dirs, not followed
+            for name in (*dirs, *files):
+                if os.path.islink(entry := os.path.join(folder, name)):
+                    self.check_inside(entry)
 
     def _write_atomic(self, data: bytes, path: str) -> None:
         parent = path.rsplit("/", 1)[0]
@@ -161,18 +199,19 @@ class ArtifactStore:
 
     def read_table(self, ref: ArtifactRef | str) -> pd.DataFrame:
         """Read a parquet artifact written by this store (or any parquet file the fs can open)."""
-        path = ref.path if isinstance(ref, ArtifactRef) else ref
+        path = self.check_inside(ref.path if isinstance(ref, ArtifactRef) else ref)
         with self.fs.open(path, "rb") as f:
             return pq.read_table(f).to_pandas()
 
     def read_text(self, ref: ArtifactRef | str) -> str:
-        path = ref.path if isinstance(ref, ArtifactRef) else ref
+        path = self.check_inside(ref.path if isinstance(ref, ArtifactRef) else ref)
         with self.fs.open(path, "rb") as f:
             return f.read().decode("utf-8")
 
     def is_intact(self, ref: ArtifactRef) -> bool:
         """True when the artifact exists and its bytes still have the recorded fingerprint."""
-        return self.fs.exists(ref.path) and fingerprint_file(ref.path, self.fs) == ref.fingerprint
+        path = self.check_inside(ref.path)
+        return self.fs.exists(path) and fingerprint_file(path, self.fs) == ref.fingerprint
 
     def list_partials(self, *parts: str) -> list[str]:
         """Leftover temporary files under a folder (there should be none after any write)."""

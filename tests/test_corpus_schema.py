@@ -157,12 +157,98 @@ def test_parquet_binary_text_with_invalid_utf8(tmp_path):
     assert result.corpus.loc[0, "text"] == "ok bytes"
 
 
-def test_invalid_utf8_in_an_id_column_does_not_crash(tmp_path):
-    path = tmp_path / "c.csv"
-    path.write_bytes(b"doc_id,text,author_id\nid\xff,hello,au\xfethor\n")
+def _write_bytes_table(path: Path, columns: dict[str, list[bytes]]) -> Path:
+    """A table of raw byte values (some not UTF-8) written as a user's tool would: CSV and JSONL with the bytes
+    as they are, parquet as a string column holding them (Arrow writes them unchecked)."""
+    names = list(columns)
+    records = list(zip(*columns.values(), strict=True))
+    if path.suffix == ".csv":
+        path.write_bytes(b"\n".join([",".join(names).encode(), *(b",".join(r) for r in records)]) + b"\n")
+    elif path.suffix == ".jsonl":
+        path.write_bytes(b"".join(b"{" + b",".join(b'"%s": "%s"' % (n.encode(), v) for n, v in zip(names, r, strict=True))
+                                  + b"}\n" for r in records))
+    else:
+        pq.write_table(pa.table({n: pa.array(v, pa.binary()).cast(pa.string(), safe=False)
+                                 for n, v in columns.items()}), path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+@pytest.mark.parametrize("column", ["doc_id", "author_id", "group_id", "label", "attr_gender"])
+def test_invalid_utf8_in_an_identifying_column_is_refused_not_merged(tmp_path, fmt, column):
+    """u\\xff1 and u\\xfe1 used to become one value u\\ufffd1 (3 authors read as 2, exit 0): refused instead,
+    naming the column and the first bad row, whatever the format."""
+    values = [b"u0", b"u\xff1", b"u\xfe1"]
+    columns = {"doc_id": [b"a", b"b", b"c"], "text": [b"one", b"two", b"three"], column: values}
+    path = _write_bytes_table(tmp_path / f"c.{fmt}", columns)
+    where = "byte 1" if fmt == "parquet" else "character 1"
+    _assert_fatal(path, column, 2, f"invalid UTF-8 (byte 0xFF at {where}); identifying values are kept exactly")
+
+
+def test_a_lone_surrogate_in_a_jsonl_author_is_refused(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"doc_id": "a", "text": "x", "author_id": "u\\ud800"}\n'
+                    '{"doc_id": "b", "text": "y", "author_id": "u\\ud801"}\n')
+    _assert_fatal(path, "author_id", 1, "lone surrogate U+D800 at character 1")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl", "parquet"])
+def test_invalid_utf8_in_the_text_column_stays_a_per_row_failure(tmp_path, fmt):
+    path = _write_bytes_table(tmp_path / f"c.{fmt}", {"doc_id": [b"a", b"b"], "text": [b"fine", b"caf\xe9"],
+                                                      "author_id": [b"u1", b"u2"]})
     _, result = _validate(path)
-    assert result.corpus.loc[0, "doc_id"] == "id\ufffd"
-    assert result.corpus.loc[0, "author_id"] == "au\ufffdthor"
+    assert list(result.corpus["doc_id"]) == ["a"]
+    assert result.failures["row"].tolist() == [2] and "invalid UTF-8" in result.failures["reason"].iloc[0]
+
+
+def test_jsonl_duplicate_id_of_different_types_says_so(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"doc_id": 1, "text": "x"}\n{"doc_id": "1", "text": "y"}\n')
+    _assert_fatal(path, "doc_id", 2, "duplicate doc_id '1': the ids have different types (integer and string)")
+
+
+def test_duplicate_id_of_one_type_does_not_mention_types(tmp_path):
+    path = tmp_path / "c.jsonl"
+    path.write_text('{"doc_id": "1", "text": "x"}\n{"doc_id": "1", "text": "y"}\n')
+    df, rows = read_table(path)
+    with pytest.raises(InputError, match=r"duplicate doc_id '1'$"):
+        validate_corpus(df, str(path), rows=rows)
+
+
+@pytest.mark.parametrize("later", [False, True])
+@pytest.mark.parametrize(("record", "fragment"), [
+    ("g1,hello, world", "line {line} has 3 fields but the header has 2 (a ',' in an unquoted value?)"),
+    ('g1,"hello', "line {line}: a quote opened in this record is never closed (the file ends inside it)"),
+    ('g1,"hello" world', "line {line}: ',' expected after '\"'"),
+])
+def test_a_malformed_csv_record_is_refused_first_row_or_later(tmp_path, later, record, fragment):
+    """The first data row gets the later rows' treatment: pandas took `g1,hello, world` after an `id,body`
+    header as an index column and shifted every column (one document, doc_id 'hello', exit 0)."""
+    rows = ["g0,fine", record, "g2,second"] if later else [record, "g2,second", "g3,third"]
+    path = _write_csv(tmp_path / "c.csv", "id,body\n" + "\n".join(rows) + "\n")
+    with pytest.raises(InputError) as info:
+        read_table(path)
+    row = 2 if later else 1
+    assert info.value.row == row and info.value.file == str(path)
+    assert str(info.value) == f"file {path}, row {row}: " + fragment.format(line=row + 1)
+
+
+def test_a_tsv_record_with_an_extra_field_is_refused(tmp_path):
+    path = _write_csv(tmp_path / "c.tsv", "id\tbody\ng1\thello\tworld\n")
+    with pytest.raises(InputError, match="line 2 has 3 fields but the header has 2 \\(a tab in an unquoted value"):
+        read_table(path)
+
+
+def test_a_multi_line_quoted_value_counts_as_one_row(tmp_path):
+    path = _write_csv(tmp_path / "c.csv", 'id,body\ng1,"two\nlines, one value"\ng2,x\n')
+    df, rows = read_table(path)
+    assert df["body"].tolist() == ["two\nlines, one value", "x"] and rows.tolist() == [1, 2]
+
+
+def test_a_header_naming_a_column_twice_is_refused(tmp_path):
+    path = _write_csv(tmp_path / "c.csv", "id,body,body\ng1,a,b\n")
+    with pytest.raises(InputError, match="the header names column 'body' twice"):
+        read_table(path)
 
 
 def test_valid_table_types_and_level(tmp_path):

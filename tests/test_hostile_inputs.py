@@ -235,13 +235,47 @@ def import_jsonl_unterminated_string(tmp: Path):
             "line 2 is not valid JSON (Unterminated string starting at character 10)", None)
 
 
+def _import_refused(tmp: Path, name: str, content: bytes, expected: str, *extra: str):
+    """An import of ``content`` that must stop (nothing written) with ``expected`` in its one line."""
+    src = tmp / name
+    src.write_bytes(content)
+    out = tmp / "c.parquet"
+
+    def check() -> None:
+        assert not out.exists() and not (tmp / "c.failures.parquet").exists()
+
+    return ["import", str(src), "--text-col", "body", "--id-col", "id", *extra, "--out", str(out)], expected, check
+
+
+def import_csv_first_row_extra_field(tmp: Path):
+    return _import_refused(tmp, "posts.csv", b"id,body\ng1,hello, world\ng2,second\ng3,third\n",
+                           "row 1: line 2 has 3 fields but the header has 2 (a ',' in an unquoted value?)")
+
+
+def import_csv_first_row_unterminated_quote(tmp: Path):
+    return _import_refused(tmp, "posts.csv", b'id,body\ng1,"hello\ng2,second\ng3,third\n',
+                           "row 1: line 2: a quote opened in this record is never closed (the file ends inside it)")
+
+
+def import_csv_authors_not_utf8(tmp: Path):
+    return _import_refused(tmp, "posts.csv", b"id,body,user\ng1,a,u\xff1\ng2,b,u\xfe1\ng3,c,u2\n",
+                           "column 'author_id', row 1: invalid UTF-8 (byte 0xFF at character 1)",
+                           "--author-col", "user")
+
+
+def import_jsonl_int_and_string_id(tmp: Path):
+    return _import_refused(tmp, "posts.jsonl", b'{"id": 1, "body": "a"}\n{"id": "1", "body": "b"}\n',
+                           "row 2: duplicate doc_id '1': the ids have different types (integer and string)")
+
+
 HOSTILE: dict[str, Case] = {case.__name__: case for case in (
     label_traversal_in_config, label_traversal_in_override, experiment_dotdot, experiment_dot, attribute_traversal,
     config_not_utf8, config_is_a_folder, storage_root_is_a_file, score_duplicate_synthetic_rows, import_header_only_csv,
     import_zero_row_parquet, import_keeps_no_document, generate_zero_document_corpus, generate_out_is_a_folder,
     import_out_is_a_folder, score_out_is_a_file, import_out_read_only, profile_out_read_only, import_max_chars_zero,
     score_metrics_only_commas, import_folder_as_input, reidentify_histories_is_a_folder,
-    reidentify_histories_not_parquet, import_jsonl_unterminated_string)}
+    reidentify_histories_not_parquet, import_jsonl_unterminated_string, import_csv_first_row_extra_field,
+    import_csv_first_row_unterminated_quote, import_csv_authors_not_utf8, import_jsonl_int_and_string_id)}
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))

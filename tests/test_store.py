@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 
 from tasks.errors import UnsafePath
+from tasks.layout import STAGES
 from tasks.store import (
     ArtifactStore,
     cache_key,
@@ -173,3 +174,59 @@ def test_remove_partials_deletes_only_temporary_files(tmp_path):
     assert sorted(store.remove_partials("exp")) == sorted(str(p) for p in stale)
     assert store.list_partials("exp") == [] and store.is_intact(kept) and other.exists()
     assert store.remove_partials("exp") == [] and store.remove_partials("missing") == []
+
+
+def _link(link: Path, target: Path) -> Path:
+    target.mkdir(parents=True, exist_ok=True)
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target, target_is_directory=True)
+    return link
+
+
+@pytest.mark.parametrize(("kind", "output"), [(k.name, o.name) for k in STAGES.values() if k.in_run for o in k.outputs])
+def test_no_declared_artifact_is_written_through_a_link_out_of_the_root(tmp_path, kind, output):
+    """Every output of every stage (the folder it goes to replaced by a link to elsewhere, as after
+    `rm -rf runs/qa/metrics; ln -s /elsewhere runs/qa/metrics`): refused naming the link and its target,
+    nothing written there."""
+    store = ArtifactStore(tmp_path / "runs")
+    keys = {"label": "stymask", "shard": 0, "setting": "substitution", "fraction": 0.5, "seed": 0}
+    relative = STAGES[kind].relative_path(output, keys)
+    first = relative.split("/")[0] if "/" in relative else None
+    link = tmp_path / "runs" / "qa" / first if first else tmp_path / "runs" / "qa"
+    elsewhere = tmp_path / "elsewhere"
+    _link(link, elsewhere)
+    with pytest.raises(UnsafePath) as info:
+        store.write_text("x", "qa", relative)
+    assert str(info.value).startswith(f"{link} is a symlink to {elsewhere.resolve()}, outside the storage root "
+                                      f"{(tmp_path / 'runs').resolve()}")
+    assert list(elsewhere.rglob("*")) == []
+
+
+def test_a_linked_file_out_of_the_root_is_refused_for_reading_and_checking(tmp_path):
+    store = ArtifactStore(tmp_path / "runs")
+    ref = store.write_table(_frame(), "qa", "metrics", "x.parquet")
+    outside = tmp_path / "outside.parquet"
+    Path(ref.path).rename(outside)
+    Path(ref.path).symlink_to(outside)
+    for read in (store.read_table, store.is_intact):
+        with pytest.raises(UnsafePath, match=f"{ref.path} is a symlink to {outside}"):
+            read(ref)
+    with pytest.raises(UnsafePath, match=f"{ref.path} is a symlink to {outside}"):
+        store.check_tree("qa")
+
+
+def test_links_that_stay_inside_the_root_are_followed(tmp_path):
+    store = ArtifactStore(tmp_path / "runs")
+    _link(tmp_path / "runs" / "qa" / "metrics", tmp_path / "runs" / "archive" / "metrics")
+    ref = store.write_table(_frame(), "qa", "metrics", "x.parquet")
+    store.check_tree("qa")
+    assert store.is_intact(ref) and (tmp_path / "runs" / "archive" / "metrics" / "x.parquet").is_file()
+
+
+def test_a_root_that_is_a_link_is_allowed_and_named_by_its_real_location(tmp_path):
+    real = tmp_path / "disk" / "runs"
+    store = ArtifactStore(_link(tmp_path / "runs", real))
+    ref = store.write_table(_frame(), "qa", "metrics", "x.parquet")
+    assert store.real_root == str(real.resolve())
+    assert ref.path == f"{real.resolve()}/qa/metrics/x.parquet" and store.is_intact(ref)
+    store.check_tree("qa")

@@ -1,16 +1,21 @@
 """Read a user's corpus from CSV, JSONL or parquet, map its columns to the schema, validate, split.
 
-Reading never crashes on bad bytes: text that is not UTF-8 is decoded with ``surrogateescape`` and
-reaches validation, which turns it into a per-row "invalid UTF-8" failure. Cells are read as
-strings (CSV) or kept as their JSON/parquet type, so a number where text belongs becomes a
-"text is not a string" failure, and an empty CSV cell becomes "text is empty", never a lost row.
+Reading never crashes on bad bytes: a value that is not UTF-8 is decoded with ``surrogateescape`` (CSV,
+JSONL) or kept as bytes (parquet) and reaches validation, which turns a bad text into a per-row "invalid
+UTF-8" failure and refuses a bad id, author, group, label or attribute. Cells are read as strings (CSV) or
+kept as their JSON/parquet type, so a number where text belongs becomes a "text is not a string" failure,
+and an empty CSV cell becomes "text is empty", never a lost row. Every CSV record, the first as the rest,
+must have as many fields as the header and close its quotes, else the file is refused naming the line.
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import os
+import sys
 import uuid
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -42,16 +47,46 @@ def detect_format(path: str | Path) -> str:
 
 
 def _read_csv(path: Path, sep: str) -> pd.DataFrame:
-    # object dtype: pandas' Arrow-backed strings cannot hold the lone surrogates of bad bytes.
-    # utf-8-sig drops a byte-order mark. keep_default_na=False: "NA" or "null" in a text cell is text; empty cells stay "" here.
-    # skip_blank_lines=False: in a one-column file a whitespace-only text is a blank line, and skipping it lost the row.
+    """Every record checked against the header before any is used, the first as the rest: a field more than the
+    header, or a quote never closed, is refused naming the line. (pandas, given a first row with one field
+    more than the header, silently took the first column as the index and shifted every column; the stdlib
+    reader with strict quoting sees each record as written.)"""
+    # surrogateescape: bytes that are not UTF-8 reach validation (a per-row failure in text, refused elsewhere).
+    # utf-8-sig drops a byte-order mark. Cells stay strings: "NA" or "null" in a text cell is text.
+    limit = csv.field_size_limit()
+    csv.field_size_limit(sys.maxsize)  # a text over max_chars is a per-row failure, not a reader error
     try:
-        return pd.read_csv(path, sep=sep, dtype=object, keep_default_na=False, na_filter=False,
-                           skip_blank_lines=False, encoding="utf-8-sig", encoding_errors="surrogateescape")
-    except pd.errors.EmptyDataError as exc:
-        raise InputError("the file is empty (no header)", file=str(path)) from exc
-    except pd.errors.ParserError as exc:
-        raise InputError(f"not a valid CSV: {str(exc).strip().splitlines()[-1]}", file=str(path)) from exc
+        with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
+            reader = csv.reader(f, delimiter=sep, strict=True)
+            header = next(reader, None)
+            if not header:
+                raise InputError("the file is empty (no header)", file=str(path))
+            if duplicated := [c for c, n in Counter(header).items() if n > 1]:
+                raise InputError(f"the header names column '{duplicated[0]}' twice", file=str(path))
+            records: list[list[str]] = []
+            while True:
+                start = reader.line_num + 1
+                try:
+                    fields = next(reader, None)
+                except csv.Error as exc:
+                    if "end of data" in str(exc):
+                        problem = "a quote opened in this record is never closed (the file ends inside it)"
+                    elif reader.line_num > start:
+                        problem = f"a quote opened in this record runs to line {reader.line_num}, where {exc}"
+                    else:
+                        problem = str(exc)
+                    raise InputError(f"line {start}: {problem}", file=str(path), row=len(records) + 1) from None
+                if fields is None:
+                    break
+                if len(fields) > len(header):
+                    raise InputError(f"line {start} has {len(fields)} fields but the header has {len(header)} "
+                                     f"(a {'tab' if sep == chr(9) else repr(sep)} in an unquoted value?)", file=str(path), row=len(records) + 1)
+                # a short record (a blank line too) ends in empty cells, as CSV has no null: its row is kept
+                records.append(fields + [""] * (len(header) - len(fields)))
+    finally:
+        csv.field_size_limit(limit)
+    return pd.DataFrame({c: pd.Series([r[i] for r in records], dtype=object) for i, c in enumerate(header)},
+                        index=pd.RangeIndex(len(records)))
 
 
 def _read_jsonl(path: Path) -> tuple[pd.DataFrame, pd.Series]:
@@ -98,6 +133,27 @@ def check_parquet_file(path: str | os.PathLike) -> None:
         raise InputError(f"not a readable parquet file: {exc}", file=str(path)) from exc
 
 
+def _as_bytes_if_not_utf8(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A string column holding bytes that are not UTF-8 (Arrow does not check them when reading, and pandas then
+    crashed) as a binary column: its values reach validation as bytes, as a binary column's do."""
+    if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        return column
+    try:
+        column.validate(full=True)
+    except pa.ArrowInvalid:
+        return column.cast(pa.large_binary())
+    return column
+
+
+def _read_parquet(path: Path) -> pd.DataFrame:
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise InputError(f"not a readable parquet file: {exc}", file=str(path)) from exc
+    table = pa.Table.from_arrays([_as_bytes_if_not_utf8(c) for c in table.columns], names=table.column_names)
+    return table.to_pandas(integer_object_nulls=True)  # an int text stays int
+
+
 def read_table(path: str | Path, fmt: str | None = None) -> tuple[pd.DataFrame, pd.Series]:
     """Read a CSV/TSV, JSONL or parquet file; return the table and each row's number in the source.
 
@@ -115,10 +171,7 @@ def read_table(path: str | Path, fmt: str | None = None) -> tuple[pd.DataFrame, 
     elif fmt == "jsonl":
         df, rows = _read_jsonl(path)
     elif fmt == "parquet":
-        try:
-            df = pq.read_table(path).to_pandas(integer_object_nulls=True)  # an int text stays int
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise InputError(f"not a readable parquet file: {exc}", file=str(path)) from exc
+        df = _read_parquet(path)
         rows = pd.Series(range(1, len(df) + 1), dtype="int64")
     else:
         raise InputError(f"unknown format '{fmt}' (one of csv, tsv, jsonl, parquet)", file=str(path))

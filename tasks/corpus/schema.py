@@ -16,8 +16,10 @@ Validation splits problems in two kinds:
 
 - Fatal (raise :class:`~tasks.errors.InputError`, the CLI exits with code 2 and one line naming
   file, column and first bad row): a missing required column, a duplicate ``doc_id``, a null
-  ``doc_id``, a ``position`` that is not an integer, a ``split`` outside train/val/test. These make
-  the table ambiguous as a whole, so no row can be trusted.
+  ``doc_id``, a ``position`` that is not an integer, a ``split`` outside train/val/test, invalid UTF-8
+  (or a lone surrogate) in any column but ``text``. These make the table ambiguous as a whole, so no
+  row can be trusted: repairing bad bytes in an id, author, group, label or attribute would merge
+  values that differ.
 - Per row (the row moves to the failure table with its reason; every other row goes on):
   null text, non-string text, empty or whitespace-only text, invalid UTF-8, control characters
   (anything in Unicode category Cc except tab, newline and carriage return), text longer than
@@ -130,11 +132,36 @@ def text_problem(value: object, max_chars: int) -> str | None:
     return None
 
 
-def _as_string(values: pd.Series) -> pd.Series:
-    """A column as pandas strings; lone surrogates (bytes that were not UTF-8, decoded with
-    ``surrogateescape``) become U+FFFD, since Arrow-backed strings cannot hold them (it crashed)."""
+def _encoding_problem(value: object) -> str | None:
+    """Why a value of an identifying column holds no text that can be kept exactly, or None: bytes that are not
+    UTF-8 (lone surrogates U+DC80-U+DCFF after ``surrogateescape``, or undecodable ``bytes``) or another lone
+    surrogate (a JSON escape such as "\\ud800")."""
+    if isinstance(value, bytes):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return f"invalid UTF-8 (byte 0x{value[exc.start]:02X} at byte {exc.start})"
+        return None
+    if isinstance(value, str) and (bad := _SURROGATE.search(value)):
+        code = ord(bad.group())
+        if 0xDC80 <= code <= 0xDCFF:
+            return f"invalid UTF-8 (byte 0x{code - 0xDC00:02X} at character {bad.start()})"
+        return f"lone surrogate U+{code:04X} at character {bad.start()}"
+    return None
+
+
+def _as_string(values: pd.Series, source: str, column: str, rows: pd.Series) -> pd.Series:
+    """An identifying column (ids, authors, groups, labels, splits, attributes) as pandas strings. A value that
+    is not valid text is refused, naming its row: replacing bad bytes by U+FFFD made different values equal
+    (``u\\xff1`` and ``u\\xfe1`` both became one author), which the text column alone may afford."""
     if values.dtype == object:
-        values = values.map(lambda v: _SURROGATE.sub("\ufffd", v) if isinstance(v, str) else v)
+        problems = values.map(_encoding_problem)
+        bad = problems.notna()
+        if bad.any():
+            raise InputError(f"{problems[bad].iloc[0]}; identifying values are kept exactly, so fix the file's "
+                             f"encoding (replacing bad bytes would merge values that differ)", file=source,
+                             column=column, row=_first_bad_row(bad, rows))
+        values = values.map(lambda v: v.decode("utf-8") if isinstance(v, bytes) else v)
     return values.astype("string")
 
 
@@ -144,6 +171,10 @@ def _blank_to_na(values: pd.Series) -> pd.Series:
     if not blank.any():
         return values
     return values.astype(object).where(~blank, None)
+
+
+#: How a value's type is named in messages (a JSON file may hold the id 1 and the id "1").
+_TYPE_NAMES: dict[type, str] = {int: "integer", float: "number", str: "string", bool: "boolean", bytes: "bytes"}
 
 
 def _first_bad_row(mask: pd.Series, rows: pd.Series) -> int:
@@ -176,17 +207,23 @@ def validate_corpus(df: pd.DataFrame, source: str, *, max_chars: int = DEFAULT_M
     null_ids = ids.isna()
     if null_ids.any():
         raise InputError("doc_id is null", file=source, column="doc_id", row=_first_bad_row(null_ids, rows))
-    ids = _as_string(ids)
+    original = ids
+    ids = _as_string(ids, source, "doc_id", rows)
     dup = ids.duplicated(keep="first")
     if dup.any():
         first = _first_bad_row(dup, rows)
-        raise InputError(f"duplicate doc_id '{ids[dup].iloc[0]}'", file=source, column="doc_id", row=first)
+        value = ids[dup].iloc[0]
+        types = list(dict.fromkeys(_TYPE_NAMES.get(type(v), type(v).__name__)
+                                   for v in original[(ids == value).to_numpy()]))
+        kinds = (f": the ids have different types ({' and '.join(types)}) but the same text, and ids are compared "
+                 f"as text; give them one type" if len(types) > 1 else "")
+        raise InputError(f"duplicate doc_id '{value}'{kinds}", file=source, column="doc_id", row=first)
 
     out = pd.DataFrame(index=df.index)
     out["doc_id"] = ids
     out["text"] = df["text"]
     for col in ("author_id", "group_id", "label"):
-        out[col] = _as_string(df[col]) if col in df.columns else pd.Series(pd.NA, index=df.index, dtype="string")
+        out[col] = _as_string(df[col], source, col, rows) if col in df.columns else pd.Series(pd.NA, index=df.index, dtype="string")
     if "position" in df.columns:
         pos = pd.to_numeric(df["position"], errors="coerce")
         bad = (pos.isna() & df["position"].notna()) | (pos.notna() & (pos % 1 != 0))
@@ -197,7 +234,7 @@ def validate_corpus(df: pd.DataFrame, source: str, *, max_chars: int = DEFAULT_M
     else:
         out["position"] = pd.Series(pd.NA, index=df.index, dtype="Int64")
     if "split" in df.columns:
-        split = _as_string(df["split"])
+        split = _as_string(df["split"], source, "split", rows)
         bad = split.notna() & ~split.isin(SPLITS)
         if bad.any():
             raise InputError(f"split '{split[bad].iloc[0]}' is not one of {', '.join(SPLITS)}",
@@ -206,10 +243,10 @@ def validate_corpus(df: pd.DataFrame, source: str, *, max_chars: int = DEFAULT_M
     else:
         out["split"] = pd.Series(pd.NA, index=df.index, dtype="string")
     for col in attr_columns(df):
-        out[col] = _as_string(df[col])
+        out[col] = _as_string(df[col], source, col, rows)
     for col in TASK_COLUMNS:
         if col in df.columns:
-            out[col] = _as_string(df[col])
+            out[col] = _as_string(df[col], source, col, rows)
 
     problems = [text_problem(v, max_chars) for v in df["text"].tolist()]
     failed = pd.Series([p is not None for p in problems], index=df.index, dtype=bool)  # bool even with no rows
