@@ -135,9 +135,17 @@ def update_readme(text: str) -> str:
     return text
 
 
-if __name__ == "__main__":  # python -m tasks.catalogues README.md: regenerate README's registry tables
+if __name__ == "__main__":  # python -m tasks.catalogues [--check] README.md: regenerate (or check) the tables
     import sys
     from pathlib import Path
 
-    readme = Path(sys.argv[1] if len(sys.argv) > 1 else "README.md")
-    readme.write_text(update_readme(readme.read_text(encoding="utf-8")), encoding="utf-8")
+    args = sys.argv[1:]
+    check = "--check" in args
+    readme = Path(next((a for a in args if a != "--check"), "README.md"))
+    text = readme.read_text(encoding="utf-8")
+    fresh = update_readme(text)
+    if check:
+        if fresh != text:
+            sys.exit(f"{readme}: a registry table is stale; run python -m tasks.catalogues {readme}")
+    else:
+        readme.write_text(fresh, encoding="utf-8")
