@@ -471,10 +471,17 @@ def reidentify(
         writer.table("per_timeline", pd.concat([t.per_timeline for t in tables], ignore_index=True))
         writer.table("scores", pd.concat([t.scores for t in tables], ignore_index=True))
         writer.store.write_text(json.dumps(summaries, indent=2, default=str), "summary.json")
+    from tasks.privacy.audit import NOTHING_MEASURABLE
+
+    def ci(s: dict, key: str) -> str:
+        return f"{s[key]:.4f} [{s[key + '_ci_low']:.4f}, {s[key + '_ci_high']:.4f}]"
+
     for s in summaries:
-        typer.echo(f"{s['strategy']}/{s['variant']} {s['attack']}/{s['adversary']}: accuracy@1 {s['accuracy_at_1']:.4f}, "
-                   f"@10 {s['accuracy_at_10']:.4f}, MRR {s['mrr']:.4f} over {s['n_timelines']} timelines "
-                   f"(chance {s['chance']:.2e})" + (f"; {s['reason']}" if s.get("reason") else ""))
+        risk = (f"residual risk over chance {ci(s, 'risk')}" if s["risk"] > 0 else
+                f"residual risk: {NOTHING_MEASURABLE}")
+        typer.echo(f"{s['strategy']}/{s['variant']} {s['attack']}/{s['adversary']}: n={s['n_timelines']} timelines, "
+                   f"accuracy@1 {ci(s, 'accuracy_at_1')}, @10 {ci(s, 'accuracy_at_10')}, MRR {ci(s, 'mrr')} "
+                   f"(95% intervals; chance {s['chance']:.2e}); {risk}" + (f"; {s['reason']}" if s.get("reason") else ""))
     typer.echo(f"-> {out}")
 
 
@@ -487,8 +494,11 @@ def profile(
     model: Annotated[str, typer.Option("--model", help="linear or encoder.")] = "linear",
     level: Annotated[str, typer.Option("--level", help="post or author.")] = "post",
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    resamples: Annotated[int, typer.Option("--resamples", min=1, help="Bootstrap resamples of the macro-F1 "
+                                           "interval.")] = 1000,
 ) -> None:
-    """Attribute profiling: train on the real train split, score on the real test split and its synthetic version."""
+    """Attribute profiling: train on the real train split, score on the real test split and its synthetic version,
+    each figure with its 95% interval."""
     _environment()
     from tasks.corpus.importers import read_corpus, read_synthetic
     from tasks.paths import check_output_folder
@@ -504,14 +514,19 @@ def profile(
         if synthetic is not None:
             synth = read_synthetic(synthetic, real["doc_id"])
             sets = {name: part for name, part in synth.groupby("strategy", sort=True)}
-        result = profile_attribute(real, attr, synthetic=sets, model=model, level=level, seed=seed)  # type: ignore[arg-type]
+        result = profile_attribute(real, attr, synthetic=sets, model=model, level=level, seed=seed,  # type: ignore[arg-type]
+                                   n_resamples=resamples)
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
     store = ArtifactStore(out)
     with _writing(out):
         for name in ("scores", "predictions", "top_words", "word_bins"):
             store.write_table(getattr(result, name), f"{name}.parquet")
-    typer.echo(result.scores[["set", "n_units", "accuracy", "macro_f1", "reduction", "chance"]].to_string(index=False))
+    typer.echo(result.scores[["set", "n_units", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "macro_f1",
+                              "macro_f1_ci_low", "macro_f1_ci_high", "advantage", "advantage_ci_low",
+                              "advantage_ci_high", "reduction", "chance"]].to_string(index=False))
+    typer.echo("95% intervals: Wilson (accuracy), percentile bootstrap over units (macro-F1), Anonymeter's residual "
+               "risk over the majority class (advantage; nan: nothing measurable)")
     typer.echo(f"-> {out}")
 
 

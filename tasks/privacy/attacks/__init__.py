@@ -33,7 +33,9 @@ from tasks.errors import ConfigError
 from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
 from tasks.privacy.reidentify import HistorySource, ReidResult
 
-SUMMARY_FIELDS = ["attack", "adversary", "accuracy_at_1", "accuracy_at_10", "mrr", "chance", "chance_at_10",
+SUMMARY_FIELDS = ["attack", "adversary", "accuracy_at_1", "accuracy_at_1_ci_low", "accuracy_at_1_ci_high",
+                  "accuracy_at_10", "accuracy_at_10_ci_low", "accuracy_at_10_ci_high", "mrr", "mrr_ci_low",
+                  "mrr_ci_high", "risk", "risk_ci_low", "risk_ci_high", "chance", "chance_at_10",
                   "chance_mrr", "n_timelines", "n_no_history", "n_history_users", "n_history_posts", "signature",
                   "reason"]
 CONFIG_ROOT = "privacy.reidentify.params."  # + the attack's name: where its parameters are set
