@@ -624,6 +624,10 @@ def report(
                                                 "'reidentification<=0.10,utility>=0.90': list the strategies that meet "
                                                 "it under the worst-case attack, and by how much the others miss it.")]
     = None,
+    decide_on: Annotated[str | None, typer.Option("--decide-on", help="bound (default: a risk's 95% upper bound, "
+                                                  "utility's lower bound; a straddled budget is undecided) or point "
+                                                  "(the estimate alone). Default: the run's report.decide_on.")]
+    = None,
 ) -> None:
     """Rebuild report.md and report.html of a finished run from its artifacts, recomputing nothing (after
     `synthugc annotate import`, or to rank for another goal)."""
@@ -634,14 +638,19 @@ def report(
             from flows.config import ReportConfig
 
             ReportConfig(require=require)  # the same check as the config's report.require
-        rebuilt = rebuild_report(run_dir, goals=goal, examples=examples, require=require)
+        from tasks.report.budgets import DECIDE_ON
+
+        if decide_on is not None and decide_on not in DECIDE_ON:
+            _fail(f"--decide-on must be one of {', '.join(DECIDE_ON)}; got {decide_on!r}")
+        rebuilt = rebuild_report(run_dir, goals=goal, examples=examples, require=require, decide_on=decide_on)
     except SynthUGCError as exc:
         _fail(str(exc))
     except ValueError as exc:  # pydantic: an unknown budget column
         _fail("--require: " + str(exc).splitlines()[-1].removeprefix("  Value error, ").split(" [")[0])
     if rebuilt.budget is not None:
         for row in rebuilt.budget.itertuples(index=False):
-            typer.echo(f"{'meets ' if row.meets else 'misses'} {row.strategy}: {row.verdict}")
+            said = "meets    " if row.meets else "undecided" if row.undecided else "misses   "
+            typer.echo(f"{said} {row.strategy}: {row.verdict}")
     typer.echo(f"{rebuilt.markdown}\n{rebuilt.html}")
 
 

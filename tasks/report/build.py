@@ -58,6 +58,7 @@ class ReportData:
     examples: pd.DataFrame | None = None  # doc_id, original, one column per strategy label
     goals: list = field(default_factory=list)  # tasks.report.recommend.Goal, in the order the report shows them
     budget: str | None = None  # "reidentification<=0.10,utility>=0.90": the strategies that meet it are listed
+    decide_on: str = "bound"  # the budget is decided on the interval's bound or on the point estimate
 
     @property
     def order(self) -> list[str]:
@@ -159,7 +160,7 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
                         facts: Mapping[str, str], level: str, families: Mapping[str, str],
                         failed_stages: Mapping[str, str] | None = None, utility_signature: str = "",
                         human_eval_dir: Path | None = None, examples: int = 0, seed: int = 0,
-                        goals: Sequence = (), budget: str | None = None) -> ReportData:
+                        goals: Sequence = (), budget: str | None = None, decide_on: str = "bound") -> ReportData:
     """Gather the report's inputs from the run's artifacts (nothing is recomputed)."""
     runs = utility_runs(layout, read)
     summary = score_summary(layout, read, runs=runs, utility_signature=utility_signature)
@@ -180,7 +181,7 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
         correlations=correlations if has_correlations else None, metaeval=metaeval, utility_runs=runs,
         human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
         examples=example_outputs(layout, read, n=examples, seed=seed, order=list(families)),
-        goals=list(goals), budget=budget)
+        goals=list(goals), budget=budget, decide_on=decide_on)
 
 
 def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:

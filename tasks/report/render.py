@@ -140,14 +140,15 @@ def _md_article_table(table: ArticleTable, signatures: dict[str, list[tuple[int,
 
 def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
     """The strategies that meet the run's stated budget under the worst-case attack, then by how much the
-    others miss it (``report.require`` / ``synthugc report --require``)."""
+    others miss it (``report.require`` / ``synthugc report --require``), decided on the interval's bound
+    unless ``report.decide_on`` / ``--decide-on`` says point; a straddled budget is undecided."""
     if not data.budget:
         return None
     from tasks.report.budgets import budget_table, check_budget, parse_budget
 
     bounds = parse_budget(data.budget)
-    verdicts = check_budget(budget_table(data.summary), bounds)
-    return verdicts[["strategy", "meets", "verdict"]] if not verdicts.empty else verdicts
+    verdicts = check_budget(budget_table(data.summary), bounds, decide_on=data.decide_on)
+    return verdicts[["strategy", "meets", "undecided", "verdict"]] if not verdicts.empty else verdicts
 
 
 def render_markdown(data: ReportData) -> str:
