@@ -6,9 +6,12 @@
   bootstrap over the units (timelines or documents), :data:`N_RESAMPLES` resamples by default; the
   resamples are drawn as ``scipy.stats.bootstrap`` draws them, so both give the same interval.
 - Residual risk as Anonymeter defines it (Giomi et al., PoPETs 2023, ``anonymeter.stats.confidence``):
-  each success rate is the Wilson centre with the Wilson half-width as its error; ``risk = (attack -
-  control) / (1 - control)`` with the error propagated to first order and the interval clipped to [0, 1].
-  An attack not above its control found nothing measurable: the risk is reported as such, never as 0.
+  ``risk = (attack - control) / (1 - control)``. The point uses the observed rates (k/n); the interval is
+  Anonymeter's: each rate taken as its Wilson centre with the Wilson half-width as its error, the error
+  propagated to first order, clipped to [0, 1]. (Anonymeter's own point is the residual of the Wilson
+  centres, which credits an attack that never succeeded (0 of 10 centres on 0.14) with a risk over a
+  control of 0.10; the observed rates do not.) An attack whose observed rate is not above its control's
+  found nothing measurable: the risk is reported as such, never as 0.
 """
 
 from __future__ import annotations
@@ -81,8 +84,9 @@ def bootstrap(values: np.ndarray, statistic: Callable[[np.ndarray], float] | Non
 
 @dataclass(frozen=True)
 class Residual:
-    """Residual risk over a control: value (Anonymeter's, unclipped), its interval clipped to [0, 1], and
-    whether the attack did better than the control at all."""
+    """Residual risk over a control: value (of the observed rates, unclipped: negative when the attack
+    is below its control), Anonymeter's interval clipped to [0, 1], and whether the attack did better than
+    the control at all."""
 
     value: float
     ci_low: float
@@ -104,16 +108,18 @@ def residual_risk(attack_k: float, attack_n: float, control_k: float | None = No
         return nan
     attack, attack_err = wilson_centre(attack_k, attack_n, confidence)
     if control_rate is not None:
-        control, control_err = float(control_rate), 0.0
+        observed, control, control_err = float(control_rate), float(control_rate), 0.0
     elif control_n:
+        observed = float(control_k or 0) / control_n
         control, control_err = wilson_centre(float(control_k or 0), control_n, confidence)
     else:
         return nan
-    if not math.isfinite(control) or control >= 1:
+    if not math.isfinite(control) or control >= 1 or observed >= 1:
         return nan
-    value = (attack - control) / (1.0 - control)
+    centre = (attack - control) / (1.0 - control)
     error = math.hypot(attack_err / abs(1 - control), control_err * (attack - 1) / (1 - control) ** 2)
-    return Residual(value, min(max(value - error, 0.0), 1.0), min(max(value + error, 0.0), 1.0))
+    value = (attack_k / attack_n - observed) / (1.0 - observed)
+    return Residual(value, min(max(centre - error, 0.0), 1.0), min(max(centre + error, 0.0), 1.0))
 
 
 def n_to_decide(rate: float, limit: float, *, confidence: float = CONFIDENCE, n_max: int = 10_000_000) -> int | None:

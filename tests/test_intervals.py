@@ -60,21 +60,27 @@ def test_residual_risk_equals_anonymeter() -> None:
     for attack_k, control_k, n_attack, n_control in [(9, 2, 10, 10), (40, 5, 60, 30), (3, 3, 50, 50), (0, 1, 12, 9)]:
         ours = residual_risk(attack_k, n_attack, control_k, n_control)
         ref = residual_success(success_rate(n_attack, attack_k, 0.95), success_rate(n_control, control_k, 0.95))
-        assert ours.value == pytest.approx(ref.value, abs=1e-12)
+        # the point: anonymeter's formula on the observed rates; the interval: anonymeter's, as it reports it
+        observed = residual_success(SuccessRate(attack_k / n_attack, 0.0), SuccessRate(control_k / n_control, 0.0))
+        assert ours.value == pytest.approx(observed.value, abs=1e-12)
         with warnings.catch_warnings():  # anonymeter warns when its random baseline matches the attack
             warnings.simplefilter("ignore")
             risk = EvaluationResults((n_attack, n_attack, n_control), attack_k, 0, control_k).risk()
         assert (ours.ci_low, ours.ci_high) == pytest.approx(risk.ci, abs=1e-12)
-        assert ours.measurable == (ref.value > 0)
+        assert ours.measurable == (attack_k / n_attack > control_k / n_control)
     # a known control rate (chance 1/N) carries no error of its own
     ours = residual_risk(8, 10, control_rate=0.1)
     ref = residual_success(success_rate(10, 8, 0.95), SuccessRate(0.1, 0.0))
-    assert (ours.value, ours.ci_high) == pytest.approx((ref.value, min(1.0, ref.value + ref.error)), abs=1e-12)
+    assert ours.value == pytest.approx((0.8 - 0.1) / 0.9, abs=1e-12)
+    assert (ours.ci_low, ours.ci_high) == pytest.approx((max(0.0, ref.value - ref.error),
+                                                         min(1.0, ref.value + ref.error)), abs=1e-12)
 
 
 def test_residual_not_above_control_is_not_measurable() -> None:
     risk = residual_risk(1, 10, 2, 10)
     assert not risk.measurable and risk.ci_low == 0.0
+    # 0 of 10 against chance 0.1: Anonymeter's Wilson centre (0.14) would call it a risk; nothing was found
+    assert not residual_risk(0, 10, control_rate=0.1).measurable
     assert math.isnan(residual_risk(1, 0, control_rate=0.1).value)
 
 

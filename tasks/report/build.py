@@ -185,8 +185,9 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
 
 
 def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification and its chance
-    rate: the numbers of the trade-off and re-identification plots. Strategies match on label across levels."""
+    """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification (the worst attack)
+    with its 95% interval and its chance rate: the numbers of the trade-off and re-identification plots.
+    Strategies match on label across levels."""
     def pick(metric: str, level: str) -> pd.Series:
         part = summary[(summary["level"] == level) & (summary["metric"] == metric)]
         return part.set_index(["strategy", "variant"])["value"].astype(float)
@@ -196,12 +197,19 @@ def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in dict.fromkeys([*meaning.index, *divergence.index]) if k[0] not in BASELINE_ROWS]
     chance = reid.loc[reid["strategy"] == CHANCE, "value"]
     # several attacks and adversary settings: the worst case (the highest share re-identified) counts
-    reid_by = reid.groupby(["strategy", "variant"])["value"].max().astype(float)
+    measured = reid[reid["value"].notna()]
+    worst = measured.loc[measured.groupby(["strategy", "variant"])["value"].idxmax()] if len(measured) else measured
+    worst = worst.set_index(["strategy", "variant"])
     rows = []
     for strategy, variant in keys:
+        found = (strategy, variant) in worst.index
+        row = worst.loc[(strategy, variant)] if found else {}
         rows.append({"strategy": strategy, "variant": variant,
                      "meaning": float(meaning.get((strategy, variant), math.nan)),
                      "divergence": float(divergence.get((strategy, variant), math.nan)),
-                     "reidentification": float(reid_by.get((strategy, variant), math.nan)),
+                     **{c: float(row[k]) if found and k in row else math.nan
+                        for c, k in (("reidentification", "value"), ("reidentification_ci_low", "ci_low"),
+                                     ("reidentification_ci_high", "ci_high"))},
                      "chance": float(chance.iloc[0]) if len(chance) else math.nan})
-    return pd.DataFrame(rows, columns=["strategy", "variant", "meaning", "divergence", "reidentification", "chance"])
+    return pd.DataFrame(rows, columns=["strategy", "variant", "meaning", "divergence", "reidentification",
+                                       "reidentification_ci_low", "reidentification_ci_high", "chance"])

@@ -14,7 +14,13 @@ from tasks.metrics import catalogue
 from tasks.report import plots
 from tasks.report.build import CORRELATED_LEVELS, EXAMPLE_MAX_CHARS, ReportData, aspect_points
 from tasks.report.recommend import Recommendation, recommend, recommendation_notes
-from tasks.report.tables import BASELINE_ROWS, ArticleTable, article_tables, strategy_label
+from tasks.report.tables import (
+    BASELINE_ROWS,
+    ArticleTable,
+    article_tables,
+    residual_risk_table,
+    strategy_label,
+)
 from tasks.scores import column_keys, structure_of
 
 
@@ -100,8 +106,17 @@ def _plots(data: ReportData) -> list[plots.Plot]:
 
 
 # ------------------------------------------------------------------------------------------------ markdown
-def _md_cell(table: ArticleTable, row: int, metric: str) -> str:
+def cell_text(table: ArticleTable, row: int, metric: str) -> str:
+    """A table cell as the report prints it: the value, and its 95% interval where it has one
+    (``0.400 [0.168, 0.687]``)."""
     text = fmt(table.value(row, metric))
+    if (interval := table.interval(row, metric)) is not None and text != "–":
+        text += f" [{fmt(interval[0])}, {fmt(interval[1])}]"
+    return text
+
+
+def _md_cell(table: ArticleTable, row: int, metric: str) -> str:
+    text = cell_text(table, row, metric)
     marks = table.marks.get((row, metric), set())
     if "underline" in marks:
         text = f"<u>{text}</u>"
@@ -136,6 +151,16 @@ def _md_article_table(table: ArticleTable, signatures: dict[str, list[tuple[int,
         lines.append(f"| {_md(table.label(i))} | " + " | ".join(_md_cell(table, i, c.key) for c in table.columns)
                      + " |")
     return lines
+
+
+def _methods(data: ReportData) -> str:
+    """The methods paragraph: how every interval is made (named once), and how budgets are decided."""
+    from tasks.intervals import METHOD
+
+    decided = ("on the interval's bound (a risk's upper bound, utility's lower bound; a budget the interval "
+               "straddles is undecided)" if data.decide_on == "bound" else "on the point estimate alone")
+    return (f"{METHOD} Controls: chance 1/N for re-identification, the majority class for profiling. "
+            f"Budgets are decided {decided}.")
 
 
 def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
@@ -175,6 +200,10 @@ def render_markdown(data: ReportData) -> str:
             lines += [f"  - {_md(reason)}" for reason in rec.reasons]
     for table in article_tables(data.summary, level=data.level, families=data.families, order=data.order):
         lines += ["", *_md_article_table(table, signatures)]
+    risks = residual_risk_table(data.summary, data.order)
+    if not risks.empty:
+        lines += ["", "## Residual risk over a control (Anonymeter)", "", _md_frame(risks)]
+    lines += ["", "## Methods", "", _md(_methods(data))]
     if data.correlations is not None:
         lines += ["", "## Metric correlations across strategies (absolute Spearman, Fig. 5)", "",
                   _md_frame(data.correlations)]
@@ -256,7 +285,7 @@ def _html_article_table(table: ArticleTable, signatures: dict[str, list[tuple[in
         tds = []
         for col in table.columns:
             value = table.value(i, col.key)
-            text = _e(fmt(value))
+            text = _e(cell_text(table, i, col.key))
             marks = table.marks.get((i, col.key), set())
             if "underline" in marks:
                 text = f"<u>{text}</u>"
@@ -341,7 +370,7 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         out.append(("human", "Human evaluation"))
     if data.examples is not None:
         out.append(("examples", "Examples"))
-    out += [("details", "Details"), ("signatures", "Signatures")]
+    out += [("methods", "Methods"), ("details", "Details"), ("signatures", "Signatures")]
     return out
 
 
@@ -395,6 +424,12 @@ def render_html(data: ReportData) -> str:
         parts += ['<h2 id="examples">Example outputs (Appendix A.3)</h2>',
                   '<p class="caption">Real source texts and their rewrites; shown because <code>report.examples</code> '
                   "is set in the config.</p>", _html_frame(_clipped_examples(data.examples), "examples", "examples")]
+    risks = residual_risk_table(data.summary, data.order)
+    if not risks.empty:
+        parts += ['<h2 id="residual-risk">Residual risk over a control (Anonymeter)</h2>',
+                  '<p class="caption">(attack - control) / (1 - control) with its 95% interval; an attack not above '
+                  "its control found nothing measurable.</p>", _html_frame(risks, "residual-risk")]
+    parts += ['<h2 id="methods">Methods</h2>', f'<p class="note">{_e(_methods(data))}</p>']
     parts.append('<h2 id="details">Every number, per strategy</h2>')
     for i, (name, table) in enumerate(_details_tables(data.summary).items()):
         parts.append(f"<details><summary>{_e(name)}</summary>{_html_frame(table, f'strategy-{i}')}</details>")
