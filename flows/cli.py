@@ -433,6 +433,9 @@ def reidentify(
     setting: Annotated[str, typer.Option("--setting", help="Adversary: full (holds the originals), disjoint (other posts only) or both.")] = "full",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Attack parameter: attack.key=value (YAML value), "
                                                    "e.g. minhash.k=64 or stylometric.mode=exact.")] = None,
+    timeline_posts: Annotated[int | None, typer.Option("--timeline-posts", min=1, help="Attack runs of at most this "
+                                                       "many consecutive posts of each timeline, each on its own "
+                                                       "(more trials, narrower intervals).")] = None,
 ) -> None:
     """Re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user. Writes what
     the flow's reidentify stage writes (the per-timeline attributions and the long score table, one row set
@@ -459,7 +462,7 @@ def reidentify(
         synth = read_synthetic(synthetic)
         if "author_id" not in synth.columns:
             raise InputError("required column is missing", file=str(synthetic), column="author_id")
-        tables = [attack_synthetic(str(histories), part, str(label), attacks, settings)
+        tables = [attack_synthetic(str(histories), part, str(label), attacks, settings, timeline_posts=timeline_posts)
                   for label, part in synth.groupby("strategy", sort=True)]
     except (SynthUGCError, FileNotFoundError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])

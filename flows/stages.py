@@ -111,6 +111,7 @@ class ReidentifyOptions:
     attacks: tuple[tuple[str, dict[str, Any]], ...]
     adversaries: tuple[str, ...] = ("full",)
     indexed: tuple[str, ...] = ()
+    timeline_posts: int | None = None  # split each timeline into runs of at most this many consecutive posts
 
 
 @dataclass(frozen=True)
@@ -270,7 +271,7 @@ def reidentify(indexes: list[ArtifactRef], histories: ArtifactRef, shards: list[
     attacks = [build_attack(name, params) for name, params in options.attacks]
     index_paths = {name: ref.path for name, ref in zip(options.indexed, indexes, strict=True)}
     tables = attack_synthetic(histories.path, _synthetic(place.store(), shards), label, attacks, options.adversaries,
-                              indexes=index_paths)
+                              indexes=index_paths, timeline_posts=options.timeline_posts)
     out = place.writer("reidentify", label=label)
     out.table("per_timeline", tables.per_timeline)
     out.table("scores", tables.scores)

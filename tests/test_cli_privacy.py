@@ -89,6 +89,14 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     per = tables["per_timeline"]
     assert len(per) == 6 * len(by) and {"attack", "adversary", "rank", "reciprocal_rank"} <= set(per.columns)
 
+    proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
+                "--out", str(tmp_path / "runs"), "--timeline-posts", "3")
+    assert proc.returncode == 0, proc.stderr
+    [runs] = json.loads((tmp_path / "runs" / "summary.json").read_text())
+    assert runs["n_timelines"] == 6 * 3  # 8 posts per timeline: runs of 3, 3 and 2
+    per = pd.read_parquet(tmp_path / "runs" / "reidentification.parquet")
+    assert sorted(per.loc[per["author_id"] == "u0", "n_posts"]) == [2, 3, 3]
+
     proc = _run("reidentify", "--histories", str(tmp_path / "missing.parquet"), "--synthetic",
                 str(files["synthetic"]), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "missing.parquet" in proc.stderr and "Traceback" not in proc.stderr

@@ -175,15 +175,22 @@ def _set_name(name: str, label: str, single_variant: str) -> tuple[str, str]:
     return label, single_variant
 
 
-def attack_timelines(synthetic: pd.DataFrame) -> pd.DataFrame:
+def attack_timelines(synthetic: pd.DataFrame, timeline_posts: int | None = None) -> pd.DataFrame:
     """The synthetic side of re-identification: ok rows with a known author, grouped into timelines.
 
     A timeline is one author's posts within one group (a user's timeline, or a speaker's turns in one
-    conversation), or all of the author's posts when the corpus has no groups."""
+    conversation), or all of the author's posts when the corpus has no groups. With ``timeline_posts`` each
+    is split, in row order, into runs of at most that many consecutive posts (``<timeline>#<run>``), each a
+    trial of its own."""
     rows = synthetic[(synthetic["status"] == STATUS_OK) & synthetic["author_id"].notna()]
     group = rows["group_id"].astype("string") if "group_id" in rows.columns else None
     author = rows["author_id"].astype("string")
     timeline = author if group is None or group.isna().all() else author + "/" + group.fillna("")
+    if timeline_posts is not None:
+        if timeline_posts < 1:
+            raise ValueError(f"timeline_posts must be a positive integer, got {timeline_posts!r}")
+        run = timeline.groupby(timeline.to_numpy(), sort=False).cumcount() // timeline_posts
+        timeline = timeline + "#" + run.astype("string")
     return pd.DataFrame({"doc_id": rows["doc_id"].astype(str).to_numpy(), "group_id": timeline.to_numpy(),
                          "author_id": author.to_numpy(), "text": rows["text"].astype(str).to_numpy()})
 

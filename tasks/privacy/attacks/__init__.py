@@ -211,16 +211,19 @@ class AttackTables:
 
 
 def attack_synthetic(histories: HistorySource, synthetic: pd.DataFrame, label: str, attacks: Sequence[Attack],
-                     settings: Sequence[str], *, indexes: Mapping[str, str] | None = None) -> AttackTables:
+                     settings: Sequence[str], *, indexes: Mapping[str, str] | None = None,
+                     timeline_posts: int | None = None) -> AttackTables:
     """Every attack under every setting against each variant of one strategy's synthetic table (ok rows
-    with a known author, grouped into timelines); the scores are the declared long score table."""
+    with a known author, grouped into timelines, split into runs of ``timeline_posts`` posts when given);
+    the scores are the declared long score table."""
     from tasks.privacy.audit import attack_timelines, reidentification_rows, summary_frame
     from tasks.scores import variant_epsilons
 
     per_timeline, rows, summaries = [], [], []
     for variant, part in synthetic.groupby("variant", sort=True):
         epsilon = variant_epsilons(part).get(str(variant))
-        for result in run_attacks(histories, attack_timelines(part), attacks, settings, indexes=indexes):
+        timelines = attack_timelines(part, timeline_posts)
+        for result in run_attacks(histories, timelines, attacks, settings, indexes=indexes):
             summary = result.summary
             per_timeline.append(result.per_timeline.assign(strategy=label, variant=str(variant),
                                                            attack=summary["attack"], adversary=summary["adversary"]))
