@@ -71,7 +71,8 @@ def _recommendations(data: ReportData) -> list[tuple[object, list[Recommendation
 
 
 def _details_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Per strategy (and variant): every number with std, median, n, failures and the reason when missing.
+    """Per strategy (and variant): every number with std, median, n, its 95% interval where it has one,
+    failures and the reason when missing.
     The utility rows carry no variant; they join the strategy's ``first`` (or only unnamed) entry."""
     tables: dict[str, pd.DataFrame] = {}
     ordered = summary.assign(_base=summary["strategy"].isin(BASELINE_ROWS))
@@ -83,6 +84,10 @@ def _details_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
                       for r in group.to_dict("records")],
             "level": group["level"].tolist(), "mean": group["value"].tolist(),
             "std": group["std"].tolist(), "median": group["median"].tolist(), "n": group["n"].astype(int).tolist(),
+            "95% interval": [f"[{fmt(lo)}, {fmt(hi)}]" if pd.notna(lo) and pd.notna(hi) else ""
+                             for lo, hi in zip(group.get("ci_low", pd.Series(math.nan, index=group.index)),
+                                               group.get("ci_high", pd.Series(math.nan, index=group.index)),
+                                               strict=True)],
             "failed": group["n_failed"].astype(int).tolist(),
             "reason": group["reason"].astype(object).where(group["reason"].notna(), "").astype(str).tolist()})
         tables[name] = pd.concat([tables[name], table], ignore_index=True) if name in tables else table
