@@ -104,13 +104,15 @@ def attribution_summary(per: pd.DataFrame, n_authors: int, *, n_resamples: int =
     n = len(per)
     n_correct, n_top10 = int(per["correct"].sum()), int(per["in_top10"].sum())
     rates = chance(n_authors)
-    mrr_ci = bootstrap(per["reciprocal_rank"].to_numpy(float), n_resamples=n_resamples, seed=seed)
-    risk = residual_risk(n_correct, n, control_rate=rates["chance"])
+    trials = n if n_authors else 0  # nothing to attribute to: no trial, no interval
+    mrr_ci = bootstrap(per["reciprocal_rank"].to_numpy(float)[:trials], n_resamples=n_resamples, seed=seed)
+    risk = residual_risk(n_correct, trials, control_rate=rates["chance"])
     out: dict[str, Any] = {
         "accuracy_at_1": float(per["correct"].mean()) if n else math.nan,
         "accuracy_at_10": float(per["in_top10"].mean()) if n else math.nan,
         "mrr": float(per["reciprocal_rank"].mean()) if n else math.nan,
-        **_interval("accuracy_at_1", wilson(n_correct, n)), **_interval("accuracy_at_10", wilson(n_top10, n)),
+        **_interval("accuracy_at_1", wilson(n_correct, trials)),
+        **_interval("accuracy_at_10", wilson(n_top10, trials)),
         **_interval("mrr", mrr_ci),
         "risk": risk.value, "risk_ci_low": risk.ci_low, "risk_ci_high": risk.ci_high,
         "n_timelines": int(n), "n_correct": n_correct, "n_top10": n_top10,

@@ -85,11 +85,12 @@ def _proportion(k: float, n: int) -> tuple[float, float]:
 
 
 def _risk_row(strategy: str, variant: str, metric: str, risk: Residual, n: int, signature: str,
-              control: str, **structure: object) -> dict:
-    """A residual-risk row: the risk over ``control`` with its interval, or nan with :data:`NOTHING_MEASURABLE`."""
+              control: str, why: str | None = None, **structure: object) -> dict:
+    """A residual-risk row: the risk over ``control`` with its interval, or nan with :data:`NOTHING_MEASURABLE`
+    (or with ``why`` the figure itself is missing, where it is)."""
     if not np.isfinite(risk.value):
-        return _row(strategy, variant, metric, np.nan, n, signature, f"no residual risk: no trials or {control} is 1",
-                    **structure)
+        return _row(strategy, variant, metric, np.nan, n, signature,
+                    why or f"no residual risk: no trials or {control} is 1", **structure)
     if not risk.measurable:
         return _row(strategy, variant, metric, np.nan, n, signature, NOTHING_MEASURABLE, ci=(risk.ci_low, risk.ci_high),
                     **structure)
@@ -216,7 +217,8 @@ def reidentification_rows(summary: dict, strategy: str, variant: str, signature:
     risk = Residual(*(float(summary.get(k, np.nan)) for k in ("risk", "risk_ci_low", "risk_ci_high")))
     rows = [figure("reid_accuracy", "accuracy_at_1"), figure("reid_accuracy_at_10", "accuracy_at_10"),
             figure("reid_mrr", "mrr"),
-            _risk_row(strategy, variant, "reid_residual_risk", risk, n, signature, "chance 1/N", **how, epsilon=eps)]
+            _risk_row(strategy, variant, "reid_residual_risk", risk, n, signature, "chance 1/N", reason, **how,
+                      epsilon=eps)]
     if np.isfinite(recall):  # MinHash only: the share of synthetic posts with their author among the candidates
         rows.append(_row(strategy, variant, "reid_candidate_recall", recall, n_posts, signature, reason,
                          ci=_proportion(recall * n_posts, n_posts), **how, epsilon=eps))
