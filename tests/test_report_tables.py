@@ -250,3 +250,14 @@ def test_privacy_cells_show_their_interval_and_residual_risk_is_said_plainly(sum
     assert "0.000" not in text.split("## Residual risk")[1].split("## Methods")[0]  # never a 0% risk
     page = render_html(data)
     assert text.count(METHOD[:40]) == 1 and page.count(METHOD[:40]) == 1  # the method is named once
+
+
+def test_a_cell_shows_the_interval_of_the_row_it_shows(summary):
+    """PII rows per entity share a column key with the all-entities row: the cell shows the first (all)."""
+    rows = [{**r, "level": "privacy", "metric": "pii_leakage", "entity": entity, "value": value, "ci_low": low,
+             "ci_high": high}
+            for r in _rows("privacy", {("a", "first"): {"pii_leakage": 0.0}})
+            for entity, value, low, high in (("all", 0.95, 0.92, 0.97), ("PERSON", 0.9, 0.34, 1.0))]
+    table = privacy_table(pd.concat([summary, pd.DataFrame(rows)], ignore_index=True))
+    row = table.rows.index(("a", "first"))
+    assert table.value(row, "pii_leakage") == 0.95 and table.interval(row, "pii_leakage") == (0.92, 0.97)

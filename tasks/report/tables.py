@@ -129,15 +129,18 @@ def _wide(summary: pd.DataFrame, level: str) -> tuple[pd.DataFrame, dict[str, di
 
 
 def _intervals(table: ArticleTable, summary: pd.DataFrame, level: str) -> None:
-    """Fill ``table.intervals`` from the score table's ci_low/ci_high (rows with both bounds only)."""
+    """Fill ``table.intervals`` from the score table's ci_low/ci_high: the interval of the row whose value
+    the cell shows (the first of its key, as :func:`_wide` keeps it), where that row has both bounds."""
     if "ci_low" not in summary.columns:
         return
-    part = summary[(summary["level"] == level) & summary["ci_low"].notna() & summary["ci_high"].notna()]
+    part = summary[summary["level"] == level]
     if part.empty:
         return
     part = part.assign(variant=part["variant"].fillna("").astype(str), _key=column_keys(part))
-    bounds = {(s, v, k): (float(lo), float(hi)) for s, v, k, lo, hi in
-              part[["strategy", "variant", "_key", "ci_low", "ci_high"]].itertuples(index=False, name=None)}
+    bounds: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for s, v, k, lo, hi in part[["strategy", "variant", "_key", "ci_low", "ci_high"]].itertuples(index=False, name=None):
+        bounds.setdefault((s, v, k), (float(lo), float(hi)))  # the first row of a key, as _wide keeps its value
+    bounds = {key: b for key, b in bounds.items() if not (math.isnan(b[0]) or math.isnan(b[1]))}
     for i, (strategy, variant) in enumerate(table.rows):
         for col in table.columns:
             if (found := bounds.get((strategy, variant, col.key))) is not None:
