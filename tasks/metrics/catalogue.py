@@ -398,7 +398,7 @@ register(Metric("profiling_advantage", "privacy", "privacy", -1, "Profiling adva
 register(Metric("profiling_macro_f1", "privacy", "privacy", -1, "Profiling macro-F1",
                 "attribute profiling macro-F1", in_tables=False))
 register(Metric("reid_candidate_recall", "privacy", "privacy", -1, "Re-identification candidate recall",
-                "share of timelines whose author is among the LSH candidates", in_tables=False))
+                "share of synthetic posts whose author is among the LSH candidates", in_tables=False))
 # Pair level: direct identifiers (seed 000 §3.4) that survive each strategy (tasks/metrics/pii.py).
 register(Metric("pii_leakage", "pair", "privacy", -1, "PII leaked", "share of the source's PII spans copied verbatim",
                 (), _pii, scans_pii=True))
