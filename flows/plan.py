@@ -195,7 +195,8 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
     histories = histories_ref(reid.histories) if do_privacy and reid.enabled else None
     attacks = tuple(reid.attack_params(cfg.seed))
     indexed = tuple(name for name, _ in attacks if attack_class(name).builds_index)
-    reid_opts = stages.ReidentifyOptions(attacks=attacks, adversaries=tuple(reid.adversaries), indexed=indexed)
+    reid_opts = stages.ReidentifyOptions(attacks=attacks, adversaries=tuple(reid.adversaries), indexed=indexed,
+                                         timeline_posts=reid.timeline_posts)
     index_calls = [plan.add("index-histories", stages.index_histories, histories=histories, attack=name,
                             params=params).name
                    for name, params in attacks if name in indexed and do_privacy and reid.enabled]
@@ -264,7 +265,7 @@ def report_options(cfg: ExperimentConfig, facts: Mapping[str, str]) -> stages.Re
         title=cfg.report.title or f"synthugc report: {cfg.experiment}", facts=tuple(facts.items()),
         level=cfg.utility.task, families=tuple((s.key, s.name) for s in cfg.generate.strategies),
         utility_signature=utility_signature(cfg), goals=tuple(cfg.report.goals), examples=cfg.report.examples,
-        seed=cfg.seed, budget=cfg.report.require)
+        seed=cfg.seed, budget=cfg.report.require, decide_on=cfg.report.decide_on)
 
 
 def report_params(cfg: ExperimentConfig, results: Mapping[str, StageResult], failed: Mapping[str, str],

@@ -111,6 +111,7 @@ class ReidentifyOptions:
     attacks: tuple[tuple[str, dict[str, Any]], ...]
     adversaries: tuple[str, ...] = ("full",)
     indexed: tuple[str, ...] = ()
+    timeline_posts: int | None = None  # split each timeline into runs of at most this many consecutive posts
 
 
 @dataclass(frozen=True)
@@ -148,6 +149,7 @@ class ReportOptions:
     examples: int
     seed: int
     budget: str | None = None
+    decide_on: str = "bound"
 
 
 def _stage(name: str, **options: Any):
@@ -270,7 +272,7 @@ def reidentify(indexes: list[ArtifactRef], histories: ArtifactRef, shards: list[
     index_paths = {name: ref.path for name, ref in zip(options.indexed, indexes, strict=True)}
     store = place.store()
     tables = attack_synthetic(store.local_or_table(histories), _synthetic(store, shards), label, attacks,
-                              options.adversaries, indexes=index_paths)
+                              options.adversaries, indexes=index_paths, timeline_posts=options.timeline_posts)
     out = place.writer("reidentify", label=label)
     out.table("per_timeline", tables.per_timeline)
     out.table("scores", tables.scores)
@@ -331,7 +333,7 @@ def report(results: list[StageResult], human_eval: list[ArtifactRef], failed_sta
         RunLayout(results), store.read_table, title=o.title, facts=dict(o.facts), level=o.level,
         families=dict(o.families), failed_stages=failed_stages, utility_signature=o.utility_signature,
         human_eval_dir=Path(human_eval[0].path).parent if human_eval else None, examples=o.examples, seed=o.seed,
-        goals=[parse_goal(g) for g in o.goals], budget=o.budget)
+        goals=[parse_goal(g) for g in o.goals], budget=o.budget, decide_on=o.decide_on)
     out = place.writer("report")
     out.table("scores", data.summary)
     if data.utility_runs is not None:

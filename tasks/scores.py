@@ -72,11 +72,12 @@ STRUCTURE_COLUMNS: dict[str, Kind] = {"setting": "text", "fraction": "float", "a
 SCORES = ScoreTable(
     "scores",
     {"strategy": "text", "variant": "text", "level": "text", "metric": "text", **STRUCTURE_COLUMNS,
-     "value": "float", "std": "float", "median": "float", "n": "int", "n_failed": "int", "signature": "text",
-     "reason": "text"},
-    optional=frozenset({*STRUCTURE_COLUMNS, "std", "median"}),
+     "value": "float", "std": "float", "median": "float", "n": "int", "n_failed": "int", "ci_low": "float",
+     "ci_high": "float", "signature": "text", "reason": "text"},
+    optional=frozenset({*STRUCTURE_COLUMNS, "std", "median", "ci_low", "ci_high"}),
     description="one number per strategy x variant x level x metric x structure columns (metrics, privacy, "
-                "re-identification, LLM profiling, utility scores, the report's summary)")
+                "re-identification, LLM profiling, utility scores, the report's summary); ``n`` the trials behind "
+                "it and ``ci_low``/``ci_high`` its 95% interval (:mod:`tasks.intervals`), null where none applies")
 #: Where a score is the same kind of number: the key of a long score row.
 SCORE_KEY: tuple[str, ...] = ("strategy", "variant", "level", "metric", *STRUCTURE_COLUMNS)
 

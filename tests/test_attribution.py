@@ -115,3 +115,27 @@ def test_worst_case_names_the_winning_attack_and_setting() -> None:
     assert got.loc["stymask", "accuracy_at_1"] == 0.5 and got.loc["copy", "n_attacks"] == 4
     disjoint = worst_case(rows[rows["adversary"] == "disjoint"]).set_index("strategy")
     assert disjoint.loc["copy", "attack"] == "stylometric" and disjoint.loc["copy", "accuracy_at_1"] == 0.425
+
+
+def test_summary_intervals_equal_scipy_and_an_empty_history_has_none() -> None:
+    from scipy import stats
+
+    from tasks.intervals import residual_risk
+
+    rng = np.random.default_rng(3)
+    scores = rng.random((30, 12))
+    true = np.array([f"a{i % 12}" for i in range(30)], dtype=object)
+    scores[np.arange(0, 30, 3), np.arange(0, 30, 3) % 12] += 1.0  # every third timeline: its author on top
+    per, summary = attribute_scores(scores, np.array([f"a{i}" for i in range(12)], dtype=object),
+                                    [f"t{i}" for i in range(30)], true, np.ones(30, np.int64))
+    k, k10 = int(per["correct"].sum()), int(per["in_top10"].sum())
+    for name, hits in (("accuracy_at_1", k), ("accuracy_at_10", k10)):
+        ref = stats.binomtest(hits, 30).proportion_ci(0.95, method="wilson")
+        assert (summary[f"{name}_ci_low"], summary[f"{name}_ci_high"]) == pytest.approx((ref.low, ref.high), abs=1e-9)
+    ref = stats.bootstrap((per["reciprocal_rank"].to_numpy(),), np.mean, n_resamples=1000, method="percentile", rng=0)
+    assert (summary["mrr_ci_low"], summary["mrr_ci_high"]) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
+    assert summary["risk"] == pytest.approx(residual_risk(k, 30, control_rate=1 / 12).value)
+    _, empty = attribute_scores(np.zeros((4, 0)), np.array([], dtype=object), list("wxyz"), list("abcd"),
+                                np.ones(4, np.int64))
+    assert empty["reason"].startswith("history is empty")
+    assert math.isnan(empty["accuracy_at_1_ci_high"]) and math.isnan(empty["risk"])  # no trial, no interval

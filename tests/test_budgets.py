@@ -84,3 +84,36 @@ def test_report_lists_who_meets_the_budget(tmp_path) -> None:
     assert "## Budget: `reidentification<=0.10`" in markdown
     assert "misses reidentification<=0.1 by 0.8" in markdown and "meets reidentification<=0.1" in markdown
     assert 'id="budget"' in render_html(data)
+
+
+def _reid(strategy: str, k: int, n: int) -> dict:
+    from tasks.intervals import wilson
+
+    low, high = wilson(k, n)
+    return {**_row(strategy, "reid_accuracy", k / n, attack="stylometric", adversary="full"), "n": n,
+            "ci_low": low, "ci_high": high}
+
+
+def test_budget_is_decided_on_the_bound_and_says_undecided_plainly(tmp_path) -> None:
+    from tasks.intervals import wilson
+    from tasks.scores import score_frame
+
+    path = tmp_path / "scores.parquet"  # the run's long score table, as the report reads it
+    score_frame([_reid("ten", 0, 10), _reid("sixty", 0, 60), _reid("leaky", 9, 10), _reid("close", 1, 10),
+                 _row("original", "macro_f1", 0.80, setting="baseline", fraction=1.0),
+                 *[_row(s, "macro_f1", 0.78, setting="substitution", fraction=1.0)
+                   for s in ("ten", "sixty", "leaky", "close")]]).to_parquet(path)
+    table = budget_table(pd.read_parquet(path))
+    assert table.set_index("strategy").loc["ten", "reidentification_ci_high"] == pytest.approx(wilson(0, 10)[1])
+    got = check_budget(table, parse_budget("reidentification<=0.10,utility>=0.9")).set_index("strategy")
+    # 0 of 10: the upper bound 0.28 straddles 0.10; 35 timelines at 0% would put it below
+    assert not got.loc["ten", "meets"] and got.loc["ten", "undecided"]
+    assert "undecided for reidentification<=0.1 with n=10: about 35 timelines" in got.loc["ten", "verdict"]
+    assert got.loc["sixty", "meets"]  # 0 of 60: upper bound 0.06
+    assert not got.loc["leaky", "undecided"] and "whole 95% interval misses it" in got.loc["leaky", "verdict"]
+    assert got.loc["close", "undecided"] and "with n=10" in got.loc["close", "verdict"]  # 0.1 [0.018, 0.40]
+    assert got.index[0] == "sixty" and got.loc["ten", "undecided"]  # who meets it first, then the undecided
+    point = check_budget(table, parse_budget("reidentification<=0.10"), decide_on="point").set_index("strategy")
+    assert point.loc["ten", "meets"] and point.loc["close", "meets"] and not point.loc["leaky", "meets"]
+    with pytest.raises(ConfigError, match="--decide-on"):
+        check_budget(table, parse_budget("utility>=0.9"), decide_on="median")

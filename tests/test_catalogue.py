@@ -198,14 +198,21 @@ def test_suite_names_are_the_catalogue_and_every_measure_has_a_direction():
 
 
 def test_cli_metrics_prints_one_line_per_registered_metric():
+    import json
+    import re
+
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     out = subprocess.run([str(CLI), "metrics"], capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
-    lines = out.stdout.strip().splitlines()
-    assert len(lines) == len(catalogue.CATALOGUE)
-    parsed = {line.split()[0]: line.split(maxsplit=3)[1:] for line in lines}
-    assert parsed["fbd"] == ["distribution", "meaning", "lower is better"]
-    assert parsed["bertscore_f1"] == ["sample", "meaning", "higher is better"]
-    assert parsed["membership_auc"] == ["privacy", "privacy", "closest to 0.5 is better"]
+    header, *lines = out.stdout.strip().splitlines()
+    assert re.split(r"\s{2,}", header) == ["metric", "level", "aspect", "better", "description"]
+    listed = json.loads(subprocess.run([str(CLI), "metrics", "--json"], capture_output=True, text=True, env=env,
+                                       timeout=120).stdout)
+    assert [line.split()[0] for line in lines] == [m["name"] for m in listed]
+    assert {m["name"] for m in listed} >= {n for n, m in catalogue.CATALOGUE.items() if not m.suffix}
+    parsed = {line.split()[0]: re.split(r"\s{2,}", line)[1:] for line in lines}
+    assert parsed["fbd"][:3] == ["distribution", "meaning", "lower is better"]
+    assert parsed["bertscore_f1"] == ["sample", "meaning", "higher is better", "BERTScore F1"]
+    assert parsed["membership_auc"][:3] == ["privacy", "privacy", "closest to 0.5 is better"]
     assert parsed["<class>_Cr"][0] == "utility"
     assert np.all([p[2].endswith("is better") for p in parsed.values()])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from scipy import stats
 
 from tasks.layout import read_stage_tables
 from tasks.scores import validate_scores
@@ -54,6 +55,9 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     [summary] = json.loads((tmp_path / "reid" / "summary.json").read_text())
     assert summary["accuracy"] == 1.0 and summary["n_timelines"] == 6
     assert summary["chance"] == pytest.approx(1 / 6)
+    ref = stats.binomtest(6, 6).proportion_ci(0.95, method="wilson")  # 6 of 6 timelines: [0.61, 1]
+    assert (summary["accuracy_at_1_ci_low"], summary["accuracy_at_1_ci_high"]) == pytest.approx((ref.low, ref.high))
+    assert "n=6 timelines, accuracy@1 1.0000 [0.6097, 1.0000]" in proc.stdout and "residual risk over chance" in proc.stdout
     assert len(pd.read_parquet(tmp_path / "reid" / "reidentification.parquet")) == 6
 
     released = tmp_path / "released.parquet"  # the test-split posts only: the others stay the adversary's
@@ -73,9 +77,25 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     assert chance.tolist() == pytest.approx([1 / 6] * len(by))
     assert by[("minhash", "full")] == 1.0 and by[("stylometric", "full")] == 1.0
     assert by[("minhash", "disjoint")] < 1.0  # the copies are no longer in the history
+    mine = scores[scores["strategy"] == "copy"]
+    for row in mine[mine["metric"].isin(["reid_accuracy", "reid_accuracy_at_10"])].itertuples():
+        ref = stats.binomtest(round(row.value * row.n), row.n).proportion_ci(0.95, method="wilson")
+        assert (row.ci_low, row.ci_high) == pytest.approx((ref.low, ref.high), abs=1e-9)
+    mrr = mine[mine["metric"] == "reid_mrr"]
+    assert ((mrr["ci_low"] <= mrr["value"]) & (mrr["value"] <= mrr["ci_high"])).all()
+    risk = mine[mine["metric"] == "reid_residual_risk"].set_index(["attack", "adversary"])
+    assert risk.loc[("minhash", "full"), "value"] > 0  # every copy found: far above chance
     assert scores.loc[scores["attack"] == "stylometric", "signature"].str.contains("mode:exact").all()
     per = tables["per_timeline"]
     assert len(per) == 6 * len(by) and {"attack", "adversary", "rank", "reciprocal_rank"} <= set(per.columns)
+
+    proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
+                "--out", str(tmp_path / "runs"), "--timeline-posts", "3")
+    assert proc.returncode == 0, proc.stderr
+    [runs] = json.loads((tmp_path / "runs" / "summary.json").read_text())
+    assert runs["n_timelines"] == 6 * 3  # 8 posts per timeline: runs of 3, 3 and 2
+    per = pd.read_parquet(tmp_path / "runs" / "reidentification.parquet")
+    assert sorted(per.loc[per["author_id"] == "u0", "n_posts"]) == [2, 3, 3]
 
     proc = _run("reidentify", "--histories", str(tmp_path / "missing.parquet"), "--synthetic",
                 str(files["synthetic"]), "--out", str(tmp_path / "x"))
@@ -99,6 +119,11 @@ def test_profile_scores_original_and_synthetic(files, tmp_path):
     scores = pd.read_parquet(tmp_path / "prof" / "scores.parquet").set_index("set")
     assert scores.loc["original", "accuracy"] >= scores.loc["original", "chance"] + 0.3  # colour words leak it
     assert scores.loc["copy", "reduction"] == 0.0  # a verbatim copy protects nothing
+    for row in scores.itertuples():
+        ref = stats.binomtest(int(row.n_correct), int(row.n_units)).proportion_ci(0.95, method="wilson")
+        assert (row.accuracy_ci_low, row.accuracy_ci_high) == pytest.approx((ref.low, ref.high), abs=1e-9)
+        assert row.macro_f1_ci_low <= row.macro_f1 <= row.macro_f1_ci_high
+    assert "accuracy_ci_low" in proc.stdout and "advantage" in proc.stdout
     top = pd.read_parquet(tmp_path / "prof" / "top_words.parquet")
     assert set(top["word"].head(40)) & set(WORDS["blue"].split() + WORDS["red"].split())
 

@@ -191,8 +191,8 @@ def test_share_data_ranks_low_reidentification_above_high():
     recs = recommend(frame(rows), GOALS["share-data"], {"de": "backtranslate", "llm": "llm"})
     assert [r.strategy for r in recs] == ["llm", "de"]
     assert recs[0].aspects["privacy"] > recs[1].aspects["privacy"]
-    assert f"re-identified {format_percent(0.97)} of 20 author timelines (chance {format_percent(0.05)})" \
-        in recs[1].reasons
+    assert f"re-identified {format_percent(0.97)} of 20 author timelines (chance {format_percent(0.05)}; " \
+        "no residual risk measured)" in recs[1].reasons
     assert f"re-identified {format_percent(0.97)} (chance {format_percent(0.05)})" in recs[1].cost
 
 
@@ -402,3 +402,28 @@ def test_demo_run_gets_one_recommendation_per_strategy_variant_for_every_goal():
             assert rec.eligible == (not (goal.formal_dp and rec.family != "dp")
                                     and not (goal.use_case == "share_data" and copied)), (name, rec.label)
         assert recommendation_notes(goal, recs)
+
+
+def test_reidentification_reason_quotes_its_interval_and_a_risk_never_zero(tmp_path):
+    """A figure with an interval is quoted with it; an attack not above chance found nothing measurable."""
+    from tasks.intervals import residual_risk, wilson
+    from tasks.privacy.audit import NOTHING_MEASURABLE, reidentification_rows
+
+    rows = [*PRIVACY_BASELINES, *baseline(BASE)]
+    for name, k in (("de", 8), ("llm", 0)):
+        risk = residual_risk(k, 20, control_rate=0.05)
+        summary = {"accuracy_at_1": k / 20, "n_timelines": 20, "chance": 0.05, "risk": risk.value,
+                   "risk_ci_low": risk.ci_low, "risk_ci_high": risk.ci_high,
+                   **dict(zip(("accuracy_at_1_ci_low", "accuracy_at_1_ci_high"), wilson(k, 20), strict=True))}
+        rows += [*intrinsic(name, "first", meaning=0.9, style=0.7, pos=0.7, div=0.8),
+                 *[r for r in reidentification_rows(summary, name, "first", "sig", attack="stylometric")
+                   if r["strategy"] != "chance"], *utility(name, substitution=0.65)]
+    path = tmp_path / "scores.parquet"
+    frame(rows).to_parquet(path)
+    recs = {r.strategy: r for r in recommend(pd.read_parquet(path), GOALS["share-data"],
+                                             {"de": "backtranslate", "llm": "llm"})}
+    low, high = wilson(8, 20)
+    said = " ".join(recs["de"].reasons)
+    assert f"re-identified 40% [{format_percent(low)}, {format_percent(high)}] of 20 author timelines" in said
+    assert "residual risk over chance 37%" in said
+    assert NOTHING_MEASURABLE in " ".join(recs["llm"].reasons) and "risk over chance 0%" not in " ".join(recs["llm"].reasons)

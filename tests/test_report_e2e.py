@@ -88,7 +88,13 @@ def test_report_tables_show_the_parquet_numbers(finished_run):
     scores = _artifact_scores(finished_run)
     tables = {c["table"] for c in page.cells}
     assert {"table4-table", "table13-table", "table5-table", "table6-table", "table7-table"} <= tables
-    checked = 0
+    privacy = pd.concat([pd.read_parquet(f) for f in (*finished_run.glob("privacy/*/privacy_scores.parquet"),
+                                                      *finished_run.glob("privacy/*/reid_scores.parquet"))])
+    privacy = privacy[privacy["ci_low"].notna()].assign(variant=lambda f: f["variant"].fillna("").astype(str))
+    intervals = {(s, v, k): (lo, hi) for s, v, k, lo, hi in zip(privacy["strategy"], privacy["variant"],
+                                                                column_keys(privacy), privacy["ci_low"],
+                                                                privacy["ci_high"], strict=True)}
+    checked = with_interval = 0
     for cell in page.cells:
         strategy, variant = cell["row"]
         metric = cell["metric"]
@@ -97,9 +103,15 @@ def test_report_tables_show_the_parquet_numbers(finished_run):
         expected = scores.get((strategy, variant, metric), math.nan)
         shown = float(cell["value"])
         assert (math.isnan(shown) and math.isnan(expected)) or shown == pytest.approx(expected, rel=1e-12), cell
-        assert cell["text"] == fmt(round(expected, 12)), cell
+        value_text, _, interval = cell["text"].partition(" [")  # privacy cells: "0.400 [0.168, 0.687]"
+        assert value_text == fmt(round(expected, 12)), cell
+        if interval:
+            low, high = intervals[(strategy, variant, metric)]
+            assert interval == f"{fmt(low)}, {fmt(high)}]", cell
+            assert low <= expected <= high, cell
+            with_interval += 1
         checked += 1
-    assert checked >= 40
+    assert checked >= 40 and with_interval >= 4  # the re-identification and profiling cells of Table 6
     # every strategy is in the sample-level table, with the meaning score the metric stage wrote
     table4_rows = list(dict.fromkeys(c["row"][0] for c in page.cells if c["table"] == "table4-table"))
     assert table4_rows == list(STRATEGIES)  # in the config's order

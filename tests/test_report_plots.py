@@ -272,3 +272,14 @@ def test_reid_takes_a_chance_row_as_the_chance_rate(rendered: dict[str, Plot]) -
                           pd.DataFrame([{"strategy": "chance", "variant": "", "meaning": np.nan,
                                          "divergence": np.nan, "reidentification": 1 / 6}])])
     assert reid_vs_divergence(with_row).png == rendered["reid"].png
+
+
+def test_reid_draws_the_95_interval_as_error_bars() -> None:
+    from tasks.intervals import wilson
+
+    plain = reid_vs_divergence(_aspects())
+    (lo1, hi1), (lo2, hi2) = wilson(10, 10), wilson(6, 10)
+    with_ci = reid_vs_divergence(_aspects().assign(reidentification_ci_low=[lo1, lo2, np.nan],
+                                                   reidentification_ci_high=[hi1, hi2, np.nan]))
+    assert with_ci.ok and with_ci.png != plain.png
+    assert "Bars: the 95% interval" in with_ci.caption and "Bars" not in plain.caption

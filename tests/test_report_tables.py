@@ -216,3 +216,48 @@ def test_details_keep_a_strategys_utility_rows_with_its_metrics(summary):
     assert "bertscore_f1" in block and "membership_auc" in block
     assert "macro_f1" in block and "setting substitution, fraction 1" in block  # the structure, in its own column
     assert details.count("<summary>a</summary>") == 1
+
+
+def test_privacy_cells_show_their_interval_and_residual_risk_is_said_plainly(summary, tmp_path):
+    from tasks.intervals import METHOD, residual_risk, wilson
+    from tasks.privacy.audit import NOTHING_MEASURABLE, reidentification_rows
+    from tasks.scores import score_frame
+
+    privacy = summary["level"] == "privacy"
+    with_ci = summary.assign(ci_low=math.nan, ci_high=math.nan)
+    b_reid = privacy & (summary["strategy"] == "b") & (summary["metric"] == "reid_accuracy")
+    with_ci.loc[b_reid, ["ci_low", "ci_high"]] = wilson(4, 10)
+    # the attack's own rows: b's stylometric risk above chance, dp50's not above it
+    above = {"accuracy_at_1": 0.4, "n_timelines": 10, "chance": 0.1, "risk": residual_risk(4, 10, control_rate=0.1).value,
+             "risk_ci_low": 0.05, "risk_ci_high": 0.6}
+    nothing = {"accuracy_at_1": 0.0, "n_timelines": 10, "chance": 0.1, "risk": residual_risk(0, 10, control_rate=0.1).value,
+               "risk_ci_low": 0.0, "risk_ci_high": 0.2}
+    risks = [r for s, rec in (("b", above), ("dp50", nothing))
+             for r in reidentification_rows(rec, s, "first", "sig", attack="stylometric", adversary="full")
+             if r["metric"] == "reid_residual_risk"]
+    path = tmp_path / "scores.parquet"
+    score_frame(pd.concat([score_frame(with_ci), score_frame(risks)], ignore_index=True)).to_parquet(path)
+    data = ReportData(title="t", facts={}, summary=pd.read_parquet(path), level="post",
+                      families={"a": "stymask", "b": "llm", "dp50": "dp"})
+    table = privacy_table(data.summary)
+    row = table.rows.index(("b", "first"))
+    assert table.interval(row, "reid_accuracy") == pytest.approx(wilson(4, 10))
+    text = render_markdown(data)
+    low, high = wilson(4, 10)
+    assert f"0.400 [{low:.3f}, {high:.3f}]" in text  # "0.400 [0.168, 0.687]"
+    assert "## Residual risk over a control" in text and "nothing measurable" in text
+    assert NOTHING_MEASURABLE.startswith("the attack found nothing measurable")
+    assert "0.000" not in text.split("## Residual risk")[1].split("## Methods")[0]  # never a 0% risk
+    page = render_html(data)
+    assert text.count(METHOD[:40]) == 1 and page.count(METHOD[:40]) == 1  # the method is named once
+
+
+def test_a_cell_shows_the_interval_of_the_row_it_shows(summary):
+    """PII rows per entity share a column key with the all-entities row: the cell shows the first (all)."""
+    rows = [{**r, "level": "privacy", "metric": "pii_leakage", "entity": entity, "value": value, "ci_low": low,
+             "ci_high": high}
+            for r in _rows("privacy", {("a", "first"): {"pii_leakage": 0.0}})
+            for entity, value, low, high in (("all", 0.95, 0.92, 0.97), ("PERSON", 0.9, 0.34, 1.0))]
+    table = privacy_table(pd.concat([summary, pd.DataFrame(rows)], ignore_index=True))
+    row = table.rows.index(("a", "first"))
+    assert table.value(row, "pii_leakage") == 0.95 and table.interval(row, "pii_leakage") == (0.92, 0.97)

@@ -142,7 +142,7 @@ def _ref(path: str, frame: pd.DataFrame) -> ArtifactRef:
 
 def test_report_summary_is_the_declared_table_and_every_row_knows_its_variants_budget(tmp_path):
     metrics = score_frame([{**ROW, "variant": "eps5", "epsilon": 5.0}])
-    reid = summary_frame(reidentification_rows({"accuracy": 0.2, "candidate_recall": 0.3, "baseline": 0.1,
+    reid = summary_frame(reidentification_rows({"accuracy_at_1": 0.2, "candidate_recall": 0.3, "baseline": 0.1,
                                                 "n_timelines": 4}, "a", "eps5", "sig", attack="minhash"))  # no epsilon passed
     tables = {"metrics/a/distribution_scores": metrics, "privacy/a/reid_scores": reid}
     layout = RunLayout([StageResult("metrics", {"label": "a"}, {"distribution_scores": _ref("metrics/a/distribution_scores", metrics)}),
@@ -150,5 +150,6 @@ def test_report_summary_is_the_declared_table_and_every_row_knows_its_variants_b
     summary = score_summary(layout, lambda ref: tables[ref.path])
     validate_scores(summary)
     mine = summary[summary["strategy"] == "a"]
-    assert (mine["epsilon"] == 5.0).all() and len(mine) == 3
+    # the metric, and accuracy@1, @10, MRR, residual risk and candidate recall of the attack
+    assert (mine["epsilon"] == 5.0).all() and len(mine) == 6
     assert math.isnan(summary.loc[summary["strategy"] == "chance", "epsilon"].iloc[0])

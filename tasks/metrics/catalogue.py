@@ -386,8 +386,19 @@ register(Metric("profiling_reduction", "privacy", "privacy", 1, "Profiling reduc
                 "profiling accuracy lost on synthetic text", in_tables=False))
 register(Metric("llm_profiling_success", "privacy", "privacy", -1, "LLM profiling success",
                 "share of dialogues with every attribute profiled right", in_tables=False))
+register(Metric("reid_accuracy_at_10", "privacy", "privacy", -1, "Re-identified in top 10",
+                "share of timelines whose author is among the attack's 10 best guesses", in_tables=False))
+register(Metric("reid_mrr", "privacy", "privacy", -1, "Re-identification MRR",
+                "mean reciprocal rank of the true author", in_tables=False))
+register(Metric("reid_residual_risk", "privacy", "privacy", -1, "Re-identification residual risk",
+                "(attack - control) / (1 - control), Anonymeter's residual risk over chance", in_tables=False))
+register(Metric("profiling_advantage", "privacy", "privacy", -1, "Profiling advantage",
+                "(accuracy - majority class) / (1 - majority class): the residual risk over a constant guess",
+                in_tables=False))
+register(Metric("profiling_macro_f1", "privacy", "privacy", -1, "Profiling macro-F1",
+                "attribute profiling macro-F1", in_tables=False))
 register(Metric("reid_candidate_recall", "privacy", "privacy", -1, "Re-identification candidate recall",
-                "share of timelines whose author is among the LSH candidates", in_tables=False))
+                "share of synthetic posts whose author is among the LSH candidates", in_tables=False))
 # Pair level: direct identifiers (seed 000 §3.4) that survive each strategy (tasks/metrics/pii.py).
 register(Metric("pii_leakage", "pair", "privacy", -1, "PII leaked", "share of the source's PII spans copied verbatim",
                 (), _pii, scans_pii=True))

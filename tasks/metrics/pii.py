@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
+from tasks.intervals import wilson
 from tasks.metrics.base import make_signature
 from tasks.models.embeddings import EmbeddingCache
 from tasks.privacy.pii import DetectedText, PiiDetector, occurs
@@ -29,7 +30,7 @@ ALL_ENTITIES = "all"
 #: Per pair and entity: source spans, leaked source spans, invented synthetic spans.
 COUNT_COLUMNS = ["doc_id", "strategy", "variant", "status", "entity", "source_spans", "leaked", "invented"]
 ROW_COLUMNS = ["strategy", "variant", "level", "metric", "entity", "value", "std", "median", "n", "n_failed",
-               "signature", "reason"]
+               "ci_low", "ci_high", "signature", "reason"]
 NO_SOURCE_PII = "no PII detected in the source"
 
 
@@ -108,7 +109,8 @@ def sample_scores(counts: pd.DataFrame) -> pd.DataFrame:
 
 
 def distribution_rows(counts: pd.DataFrame, detector: PiiDetector) -> pd.DataFrame:
-    """ROW_COLUMNS per (strategy, variant, entity): pooled share leaked and total invented spans."""
+    """ROW_COLUMNS per (strategy, variant, entity): pooled share leaked (with the Wilson interval over source
+    spans) and total invented spans (a count: no interval)."""
     rows = []
     for (strategy, variant), part in counts.groupby(["strategy", "variant"], sort=False):
         n_failed = int((part.loc[part["entity"] == ALL_ENTITIES, "status"] != STATUS_OK).sum())
@@ -120,11 +122,13 @@ def distribution_rows(counts: pd.DataFrame, detector: PiiDetector) -> pd.DataFra
             spans, leaked = int(rows_e["source_spans"].sum()), int(rows_e["leaked"].sum())
             common = {"strategy": strategy, "variant": variant, "level": "distribution", "entity": entity,
                       "std": np.nan, "median": np.nan, "n_failed": n_failed}
+            low, high = wilson(leaked, spans)
             rows.append({**common, "metric": "pii_leakage", "value": leaked / spans if spans else np.nan,
-                         "n": spans, "signature": pii_signature("pii_leakage", detector),
+                         "n": spans, "ci_low": low, "ci_high": high, "signature": pii_signature("pii_leakage", detector),
                          "reason": None if spans else (NO_SOURCE_PII if n_pairs else "no scored pairs")})
             rows.append({**common, "metric": "pii_invented",
                          "value": float(rows_e["invented"].sum()) if n_pairs else np.nan, "n": n_pairs,
+                         "ci_low": np.nan, "ci_high": np.nan,
                          "signature": pii_signature("pii_invented", detector),
                          "reason": None if n_pairs else "no scored pairs"})
     out = pd.DataFrame(rows, columns=ROW_COLUMNS)

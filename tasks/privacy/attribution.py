@@ -29,6 +29,8 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from tasks.intervals import N_RESAMPLES, bootstrap, residual_risk, wilson
+
 Setting = Literal["full", "disjoint"]
 SETTINGS: tuple[Setting, ...] = ("full", "disjoint")
 TOP_K = 10
@@ -91,17 +93,31 @@ def chance(n_authors: int) -> dict[str, float]:
             "chance_mrr": harmonic / n_authors}
 
 
-def attribution_summary(per: pd.DataFrame, n_authors: int) -> dict[str, Any]:
-    """accuracy_at_1, accuracy_at_10, mrr over all timelines (misses included), the chance rates,
-    counts, and a ``reason`` when some timelines have no history or nothing can be attributed."""
+def attribution_summary(per: pd.DataFrame, n_authors: int, *, n_resamples: int = N_RESAMPLES,
+                        seed: int = 0) -> dict[str, Any]:
+    """accuracy_at_1, accuracy_at_10, mrr over all timelines (misses included) with their 95% intervals
+    (``<figure>_ci_low``/``_ci_high``: Wilson for the accuracies, a seeded percentile bootstrap over timelines
+    with ``n_resamples`` for the MRR), the chance rates, the residual risk of accuracy@1 over chance
+    (``risk``, ``risk_ci_low``, ``risk_ci_high``: Anonymeter's, chance being the control: see
+    :data:`CONTROL`), counts, and a ``reason`` when some timelines have no history or nothing can be
+    attributed."""
     n = len(per)
+    n_correct, n_top10 = int(per["correct"].sum()), int(per["in_top10"].sum())
+    rates = chance(n_authors)
+    trials = n if n_authors else 0  # nothing to attribute to: no trial, no interval
+    mrr_ci = bootstrap(per["reciprocal_rank"].to_numpy(float)[:trials], n_resamples=n_resamples, seed=seed)
+    risk = residual_risk(n_correct, trials, control_rate=rates["chance"])
     out: dict[str, Any] = {
         "accuracy_at_1": float(per["correct"].mean()) if n else math.nan,
         "accuracy_at_10": float(per["in_top10"].mean()) if n else math.nan,
         "mrr": float(per["reciprocal_rank"].mean()) if n else math.nan,
-        "n_timelines": int(n), "n_correct": int(per["correct"].sum()),
+        **_interval("accuracy_at_1", wilson(n_correct, trials)),
+        **_interval("accuracy_at_10", wilson(n_top10, trials)),
+        **_interval("mrr", mrr_ci),
+        "risk": risk.value, "risk_ci_low": risk.ci_low, "risk_ci_high": risk.ci_high,
+        "n_timelines": int(n), "n_correct": n_correct, "n_top10": n_top10,
         "n_no_history": int((~per["in_history"]).sum()), "n_authors": int(n_authors),
-        **chance(n_authors),
+        **rates,
     }
     if n_authors == 0:
         out["reason"] = "history is empty: no author can be attributed"
@@ -110,6 +126,16 @@ def attribution_summary(per: pd.DataFrame, n_authors: int) -> dict[str, Any]:
     elif out["n_no_history"]:
         out["reason"] = f"{out['n_no_history']} {NO_HISTORY_REASON}"
     return out
+
+
+def _interval(name: str, bounds: tuple[float, float]) -> dict[str, float]:
+    return {f"{name}_ci_low": bounds[0], f"{name}_ci_high": bounds[1]}
+
+
+#: Why the control of a re-identification attack is chance: a timeline whose true author has no history is a
+#: miss by construction (it has no rank), so an attack run on such timelines succeeds 0 times by definition and
+#: measures nothing; the rate of an attack that knows nothing about the text, 1/N, is the control instead.
+CONTROL = "chance (1/N history authors): what the attack scores when the text says nothing about its author"
 
 
 def attribute_scores(scores: np.ndarray, authors: np.ndarray, groups: Sequence[Any], true_author: Sequence[Any],

@@ -3,6 +3,8 @@
 - Attribute profiling (seed 000 §5.1.2): for every ``attr_*`` column and every configured model, a
   classifier trained on the real train split is scored on the real test split and on the strategy's
   synthetic version of it.
+- Every figure carries its 95% interval (:mod:`tasks.intervals`); profiling also its advantage over the
+  majority class (the control: a constant guess), as a residual risk.
 - Membership (beyond the article): members are the train-split documents (their synthetic versions are
   released), non-members the test-split documents (theirs are not); distance to the closest released
   synthetic record gives the AUC.
@@ -21,6 +23,7 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK, attr_columns
 from tasks.errors import InputError
+from tasks.intervals import Residual, wilson
 from tasks.metrics.base import make_signature
 from tasks.privacy.membership import membership_audit
 from tasks.privacy.profiling import profile_attribute
@@ -36,7 +39,7 @@ class PrivacyOptions:
     profiling_level: str = "post"  # post | author
     membership: bool = True
     membership_embed: str = "tfidf"
-    n_bootstrap: int = 1000
+    n_bootstrap: int = 1000  # resamples of every bootstrap interval (membership AUC, profiling macro-F1)
     seed: int = 0
 
 
@@ -63,11 +66,35 @@ def attributes_of(corpus: pd.DataFrame, options: PrivacyOptions) -> list[str]:
 
 
 def _row(strategy: str, variant: str, metric: str, value: float, n: int, signature: str,
-         reason: str | None = None, n_failed: int = 0, **structure: object) -> dict:
-    """One privacy score row; ``structure`` fills the schema's structure columns (attribute, model, attack, ...)."""
+         reason: str | None = None, n_failed: int = 0, ci: tuple[float, float] = (np.nan, np.nan),
+         **structure: object) -> dict:
+    """One privacy score row with its 95% interval ``ci`` (nan where none applies: a chance rate is exact);
+    ``structure`` fills the schema's structure columns (attribute, model, attack, ...)."""
     return {"strategy": strategy, "variant": variant, "level": "privacy", "metric": metric, **structure,
-            "value": value, "std": np.nan, "median": np.nan, "n": n, "n_failed": n_failed, "signature": signature,
-            "reason": reason if reason else None}
+            "value": value, "std": np.nan, "median": np.nan, "n": n, "n_failed": n_failed, "ci_low": ci[0],
+            "ci_high": ci[1], "signature": signature, "reason": reason if reason else None}
+
+
+#: Said instead of a risk when an attack does no better than its control (never "0% risk").
+NOTHING_MEASURABLE = "the attack found nothing measurable: it is not above its control"
+
+
+def _proportion(k: float, n: int) -> tuple[float, float]:
+    """The Wilson interval of ``k`` of ``n`` (``k`` may come from a rate times n: rounded)."""
+    return wilson(round(k), n) if n and np.isfinite(k) else (np.nan, np.nan)
+
+
+def _risk_row(strategy: str, variant: str, metric: str, risk: Residual, n: int, signature: str,
+              control: str, why: str | None = None, **structure: object) -> dict:
+    """A residual-risk row: the risk over ``control`` with its interval, or nan with :data:`NOTHING_MEASURABLE`
+    (or with ``why`` the figure itself is missing, where it is)."""
+    if not np.isfinite(risk.value):
+        return _row(strategy, variant, metric, np.nan, n, signature,
+                    why or f"no residual risk: no trials or {control} is 1", **structure)
+    if not risk.measurable:
+        return _row(strategy, variant, metric, np.nan, n, signature, NOTHING_MEASURABLE, ci=(risk.ci_low, risk.ci_high),
+                    **structure)
+    return _row(strategy, variant, metric, risk.value, n, signature, ci=(risk.ci_low, risk.ci_high), **structure)
 
 
 def audit_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, label: str, options: PrivacyOptions) -> PrivacyTables:
@@ -80,7 +107,8 @@ def audit_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, label: str, op
         for model in options.profiling_models:
             try:
                 result = profile_attribute(corpus, attr, synthetic={label: synthetic}, model=model,
-                                           seed=options.seed, level=options.profiling_level)  # type: ignore[arg-type]
+                                           seed=options.seed, level=options.profiling_level,  # type: ignore[arg-type]
+                                           n_resamples=options.n_bootstrap)
             except (ValueError, InputError) as exc:  # e.g. no labelled test documents: recorded, not fatal
                 summary.append(_row(label, single_variant, "profiling_accuracy", np.nan, 0, "",
                                     reason=str(exc).splitlines()[0], attribute=attr, model=model))
@@ -92,8 +120,14 @@ def audit_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, label: str, op
             for row in scores.itertuples(index=False):
                 name = str(row.set)
                 strategy, variant = (ORIGINAL, "") if name == ORIGINAL else _set_name(name, label, single_variant)
-                summary.append(_row(strategy, variant, "profiling_accuracy", float(row.accuracy),
-                                    int(row.n_units), result.signature, attribute=attr, model=model))
+                n_units, about = int(row.n_units), {"attribute": attr, "model": model}
+                summary.append(_row(strategy, variant, "profiling_accuracy", float(row.accuracy), n_units,
+                                    result.signature, ci=(row.accuracy_ci_low, row.accuracy_ci_high), **about))
+                summary.append(_row(strategy, variant, "profiling_macro_f1", float(row.macro_f1), n_units,
+                                    result.signature, ci=(row.macro_f1_ci_low, row.macro_f1_ci_high), **about))
+                summary.append(_risk_row(strategy, variant, "profiling_advantage",
+                                         Residual(row.advantage, row.advantage_ci_low, row.advantage_ci_high),
+                                         n_units, result.signature, "the majority class", **about))
                 if strategy != ORIGINAL:
                     summary.append(_row(strategy, variant, "profiling_reduction", float(row.reduction),
                                         int(row.n_units), result.signature, attribute=attr, model=model))
@@ -120,7 +154,8 @@ def audit_strategy(corpus: pd.DataFrame, synthetic: pd.DataFrame, label: str, op
             membership.append({"strategy": label, "variant": str(variant),
                                **{k: v for k, v in audit.items() if not isinstance(v, pd.DataFrame)}})
             summary.append(_row(label, str(variant), "membership_auc", float(audit["auc"]),
-                                int(audit["n_members"] + audit["n_non_members"]), signature, reason=audit["reason"]))
+                                int(audit["n_members"] + audit["n_non_members"]), signature, reason=audit["reason"],
+                                ci=(float(audit["ci_low"]), float(audit["ci_high"]))))
 
     def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
@@ -141,15 +176,22 @@ def _set_name(name: str, label: str, single_variant: str) -> tuple[str, str]:
     return label, single_variant
 
 
-def attack_timelines(synthetic: pd.DataFrame) -> pd.DataFrame:
+def attack_timelines(synthetic: pd.DataFrame, timeline_posts: int | None = None) -> pd.DataFrame:
     """The synthetic side of re-identification: ok rows with a known author, grouped into timelines.
 
     A timeline is one author's posts within one group (a user's timeline, or a speaker's turns in one
-    conversation), or all of the author's posts when the corpus has no groups."""
+    conversation), or all of the author's posts when the corpus has no groups. With ``timeline_posts`` each
+    is split, in row order, into runs of at most that many consecutive posts (``<timeline>#<run>``), each a
+    trial of its own."""
     rows = synthetic[(synthetic["status"] == STATUS_OK) & synthetic["author_id"].notna()]
     group = rows["group_id"].astype("string") if "group_id" in rows.columns else None
     author = rows["author_id"].astype("string")
     timeline = author if group is None or group.isna().all() else author + "/" + group.fillna("")
+    if timeline_posts is not None:
+        if timeline_posts < 1:
+            raise ValueError(f"timeline_posts must be a positive integer, got {timeline_posts!r}")
+        run = timeline.groupby(timeline.to_numpy(), sort=False).cumcount() // timeline_posts
+        timeline = timeline + "#" + run.astype("string")
     return pd.DataFrame({"doc_id": rows["doc_id"].astype(str).to_numpy(), "group_id": timeline.to_numpy(),
                          "author_id": author.to_numpy(), "text": rows["text"].astype(str).to_numpy()})
 
@@ -157,18 +199,32 @@ def attack_timelines(synthetic: pd.DataFrame) -> pd.DataFrame:
 def reidentification_rows(summary: dict, strategy: str, variant: str, signature: str, *,
                           attack: str, adversary: str | None = None,
                           epsilon: float | None = None) -> list[dict]:
-    """The attack's numbers as privacy summary rows (accuracy, the random baseline 1/N, candidate recall),
+    """The attack's numbers as privacy summary rows with their 95% intervals (accuracy@1, accuracy@10, MRR,
+    candidate recall over synthetic posts, the residual risk over chance, and the random baseline 1/N),
     with the attack, the adversary setting (full/disjoint, when known) and the variant's DP epsilon."""
     reason = summary.get("reason")
     n = int(summary.get("n_timelines", 0) or 0)
     how = {"attack": attack, "adversary": adversary}
     eps = np.nan if epsilon is None else float(epsilon)
-    return [_row(strategy, variant, "reid_accuracy", float(summary.get("accuracy", np.nan)), n, signature, reason,
-                 **how, epsilon=eps),
-            _row(strategy, variant, "reid_candidate_recall", float(summary.get("candidate_recall", np.nan)), n,
-                 signature, reason, **how, epsilon=eps),
-            _row("chance", "", "reid_accuracy", float(summary.get("chance", np.nan)), n, signature,
-                 reason if reason else None, **how)]
+
+    def figure(metric: str, key: str) -> dict:
+        ci = (float(summary.get(f"{key}_ci_low", np.nan)), float(summary.get(f"{key}_ci_high", np.nan)))
+        return _row(strategy, variant, metric, float(summary.get(key, np.nan)), n, signature, reason, ci=ci, **how,
+                    epsilon=eps)
+
+    recall = float(summary.get("candidate_recall", np.nan))
+    n_posts = int(summary.get("n_synthetic_posts", 0) or 0)
+    risk = Residual(*(float(summary.get(k, np.nan)) for k in ("risk", "risk_ci_low", "risk_ci_high")))
+    rows = [figure("reid_accuracy", "accuracy_at_1"), figure("reid_accuracy_at_10", "accuracy_at_10"),
+            figure("reid_mrr", "mrr"),
+            _risk_row(strategy, variant, "reid_residual_risk", risk, n, signature, "chance 1/N", reason, **how,
+                      epsilon=eps)]
+    if np.isfinite(recall):  # MinHash only: the share of synthetic posts with their author among the candidates
+        rows.append(_row(strategy, variant, "reid_candidate_recall", recall, n_posts, signature, reason,
+                         ci=_proportion(recall * n_posts, n_posts), **how, epsilon=eps))
+    rows.append(_row("chance", "", "reid_accuracy", float(summary.get("chance", np.nan)), n, signature,
+                     reason if reason else None, **how))
+    return rows
 
 
 def summary_frame(rows: list[dict]) -> pd.DataFrame:
@@ -177,7 +233,8 @@ def summary_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def llm_profiling_rows(result: object, strategy: str) -> list[dict]:
-    """Zero-shot LLM profiling numbers (per-attribute accuracy, all-attributes success) as summary rows;
+    """Zero-shot LLM profiling numbers (per-attribute accuracy, all-attributes success, with Wilson intervals)
+    as summary rows;
     the ``original`` rows are the attack on the real transcripts."""
     rows = []
     signature = getattr(result, "signature", "")
@@ -185,13 +242,14 @@ def llm_profiling_rows(result: object, strategy: str) -> list[dict]:
         name = strategy if str(r.strategy) != ORIGINAL else ORIGINAL
         variant = "" if name == ORIGINAL else str(r.variant)
         rows.append(_row(name, variant, "llm_profiling_accuracy", float(r.accuracy), int(r.n), signature,
-                         attribute=str(r.attribute)))
+                         ci=_proportion(float(r.accuracy) * int(r.n), int(r.n)), attribute=str(r.attribute)))
         rows.append(_row("chance", "", "llm_profiling_accuracy", float(r.chance), int(r.n), signature,
                          attribute=str(r.attribute)))
     for r in result.success.itertuples(index=False):  # type: ignore[attr-defined]
         name = strategy if str(r.strategy) != ORIGINAL else ORIGINAL
         variant = "" if name == ORIGINAL else str(r.variant)
         rows.append(_row(name, variant, "llm_profiling_success", float(r.success_rate), int(r.n_dialogues),
-                         signature, n_failed=int(r.n_failed_requests)))
+                         signature, n_failed=int(r.n_failed_requests),
+                         ci=_proportion(float(r.success_rate) * int(r.n_dialogues), int(r.n_dialogues))))
         rows.append(_row("chance", "", "llm_profiling_success", float(r.chance), int(r.n_dialogues), signature))
     return rows

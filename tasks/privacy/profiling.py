@@ -36,6 +36,7 @@ import pandas as pd
 
 from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK
 from tasks.errors import InputError
+from tasks.intervals import N_RESAMPLES, bootstrap, residual_risk, wilson
 from tasks.models.registry import model_id, resolve_model
 from tasks.scores import ORIGINAL
 from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier
@@ -50,7 +51,8 @@ class ProfilingResult:
 
     ``scores``: one row per text set (``original`` first, then each synthetic set): n_units, coverage,
     accuracy, macro_f1, orig_accuracy/orig_macro_f1 (real text of the same units), reduction
-    (orig_accuracy - accuracy), reduction_f1, chance, above_chance, advantage_removed.
+    (orig_accuracy - accuracy), reduction_f1, chance, above_chance, advantage_removed, and the intervals of
+    :func:`intervals` (n_correct, accuracy_ci_*, macro_f1_ci_*, advantage and advantage_ci_*).
     ``predictions``: set, unit, y_true, y_pred. ``top_words``: class, rank, word, weight.
     ``word_bins``: set, class, bin, lower, upper, n_words, share."""
 
@@ -112,8 +114,34 @@ def _score(y_true: np.ndarray, y_pred: np.ndarray) -> tuple[float, float]:
             float(f1_score(y_true, y_pred, average="macro", labels=labels, zero_division=0)))
 
 
-def _majority_rate(y: np.ndarray) -> float:
-    return float(pd.Series(y).value_counts(normalize=True).iloc[0]) if len(y) else float("nan")
+def _majority_count(y: np.ndarray) -> int:
+    return int(pd.Series(y).value_counts().iloc[0]) if len(y) else 0
+
+
+def _macro_f1_codes(rows: np.ndarray) -> float:
+    """Macro-F1 of integer-coded (truth, prediction) rows over the labels present in either, as
+    :func:`_score` (sklearn, zero_division=0) computes it; fast enough to bootstrap."""
+    y, p = rows[:, 0], rows[:, 1]
+    size = int(rows.max()) + 1
+    tp = np.bincount(y[y == p], minlength=size)
+    support = np.bincount(y, minlength=size) + np.bincount(p, minlength=size)
+    present = support > 0
+    return float(np.mean(2 * tp[present] / support[present]))
+
+
+def intervals(y: np.ndarray, pred: np.ndarray, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict[str, Any]:
+    """The 95% intervals of one set's profiling figures: accuracy (Wilson), macro-F1 (percentile bootstrap
+    over units), and the advantage over the majority class (Anonymeter's residual risk with the majority
+    class of the same units as the control attack)."""
+    n = len(y)
+    n_correct = int((y == pred).sum()) if n else 0
+    codes = pd.factorize(np.concatenate([y, pred]).astype(str))[0].reshape(2, n).T if n else np.zeros((0, 2), int)
+    f1_ci = bootstrap(codes, _macro_f1_codes, n_resamples=n_resamples, seed=seed)
+    acc_ci = wilson(n_correct, n)
+    advantage = residual_risk(n_correct, n, _majority_count(y), n)
+    return {"n_correct": n_correct, "accuracy_ci_low": acc_ci[0], "accuracy_ci_high": acc_ci[1],
+            "macro_f1_ci_low": f1_ci[0], "macro_f1_ci_high": f1_ci[1], "advantage": advantage.value,
+            "advantage_ci_low": advantage.ci_low, "advantage_ci_high": advantage.ci_high}
 
 
 def _synthetic_sets(synthetic: dict[str, pd.DataFrame] | None) -> list[tuple[str, pd.DataFrame, int]]:
@@ -170,12 +198,14 @@ def profile_attribute(corpus: pd.DataFrame, attr: str, *, synthetic: dict[str, p
                       model: Literal["linear", "encoder"] = "linear", seed: int = 0,
                       level: Literal["post", "author"] = "post", top_k: int = 20,
                       bin_edges: tuple[float, ...] = BIN_EDGES, linear_params: dict | None = None,
-                      encoder_params: dict | None = None, spec: Any = None) -> ProfilingResult:
+                      encoder_params: dict | None = None, spec: Any = None,
+                      n_resamples: int = N_RESAMPLES) -> ProfilingResult:
     """Train an attribute classifier on the real train split, score it on the real test split and on each
     synthetic version of it (see the module docstring for every choice).
 
     ``synthetic`` maps a set name (e.g. a strategy) to a synthetic table (doc_id, text, status[, variant]);
     only ``status == ok`` rows count, a table with several variants gives one set per variant.
+    ``n_resamples``: the bootstrap resamples of the macro-F1 interval.
     ``level='author'`` profiles authors (timelines) instead of posts."""
     if model not in ("linear", "encoder"):
         raise ValueError(f"model must be 'linear' or 'encoder', got {model!r}")
@@ -220,13 +250,13 @@ def profile_attribute(corpus: pd.DataFrame, attr: str, *, synthetic: dict[str, p
         y = units["y"].to_numpy(dtype=object)
         acc, f1 = _score(y, pred)
         o_acc, o_f1 = _score(y, orig)
-        chance = _majority_rate(y)
+        chance = _majority_count(y) / len(y) if len(y) else float("nan")
         rows.append({"set": set_name, "n_units": len(units), "coverage": len(units) / len(test_units),
                      "accuracy": acc, "macro_f1": f1, "orig_accuracy": o_acc, "orig_macro_f1": o_f1,
                      "reduction": o_acc - acc, "reduction_f1": o_f1 - f1, "chance": chance,
                      "uniform_rate": 1 / len(classes), "above_chance": acc - chance,
                      "advantage_removed": (o_acc - acc) / (o_acc - chance) if o_acc > chance else float("nan"),
-                     **extra})
+                     **intervals(y, np.asarray(pred, dtype=object), n_resamples=n_resamples, seed=seed), **extra})
         preds.append(pd.DataFrame({"set": set_name, "unit": units["unit"].to_numpy(), "y_true": y,
                                    "y_pred": pred}))
         bins.append(word_bin_shares(linear, units["text"].tolist(), edges=bin_edges).assign(set=set_name))

@@ -4,6 +4,11 @@ A budget is a comma-separated list of bounds on per-strategy columns, as ``synth
 takes it: ``"reidentification<=0.10,utility>=0.90"``. ``reidentification`` should be the worst case over
 attacks and adversary settings (:func:`tasks.privacy.attacks.worst_case`) and ``utility`` a share of the
 real-data model's score, so a strategy passes only when it passes against the strongest attack.
+
+Budgets are decided on the 95% interval by default (:data:`DECIDE_ON`): a risk on its upper bound, utility
+and meaning on their lower bound. With 10 timelines no re-identification budget of 0.10 can be shown met
+(0 of 10 has an upper bound of 0.28), so such a verdict is "undecided with n=10", with the number of
+timelines that would decide it at the observed rate (:func:`tasks.intervals.n_to_decide`).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from tasks.errors import ConfigError
+from tasks.intervals import n_to_decide
 from tasks.scores import BASELINE_ROWS, ORIGINAL
 
 _BOUND = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
@@ -51,34 +57,76 @@ def parse_budget(text: str) -> list[Bound]:
     return bounds
 
 
-def check_budget(table: pd.DataFrame, bounds: list[Bound], key: str = "strategy") -> pd.DataFrame:
-    """Per strategy (rows of ``table``): ``meets`` (every bound met, none unknown), the value and the
-    miss of each bound (``<column>``, ``miss_<column>``), and ``verdict`` in words. Sorted: strategies
-    that meet it first, then by total miss."""
+#: How a budget is decided: on the side of the 95% interval that a reviewer would check (``bound``: the upper
+#: bound of a figure that must stay below its limit, the lower bound of one that must stay above it), or on the
+#: point estimate alone (``point``).
+DECIDE_ON: tuple[str, ...] = ("bound", "point")
+#: What one trial of each budget column is, for "how many would decide it" (the proportions only).
+TRIALS: dict[str, str] = {"reidentification": "timelines", "pii_leakage": "PII spans", "profiling": "test units"}
+
+
+def _number(value: object) -> float:
+    return math.nan if value is None or value is pd.NA else float(value)  # type: ignore[arg-type]
+
+
+def _judge(bound: Bound, rec: dict, decide_on: str) -> tuple[str, float, str]:
+    """(met | missed | undecided | unknown, the point's miss, words) for one bound of one strategy."""
+    column = bound.column
+    value = _number(rec[column])
+    miss = bound.miss(value)
+    if math.isnan(miss):
+        return "unknown", miss, f"{column} unknown"
+    low, high = _number(rec.get(f"{column}_ci_low")), _number(rec.get(f"{column}_ci_high"))
+    n = rec.get(f"{column}_n")
+    if decide_on == "point" or math.isnan(low) or math.isnan(high):
+        return ("met", miss, "") if miss == 0 else ("missed", miss, f"{column} {value:.3g} misses {bound} by {miss:.3g}")
+    shown = f"{column} {value:.3g} [{low:.3g}, {high:.3g}]"
+    near, far = (high, low) if bound.op == "<=" else (low, high)  # the bound that must clear, the other one
+    if bound.miss(near) == 0:
+        return "met", miss, ""
+    if bound.miss(far) > 0:
+        return "missed", miss, f"{shown} misses {bound} by {miss:.3g} (the whole 95% interval misses it)"
+    trials = TRIALS.get(column, "trials")
+    words = f"{shown} is undecided for {bound}" + (f" with n={int(n)}" if n is not None and not pd.isna(n) else "")
+    if column in TRIALS and (more := n_to_decide(value, bound.limit)) is not None:
+        words += f": about {more} {trials} at the observed rate would decide it"
+    return "undecided", miss, words
+
+
+def check_budget(table: pd.DataFrame, bounds: list[Bound], key: str = "strategy",
+                 decide_on: str = "bound") -> pd.DataFrame:
+    """Per strategy (rows of ``table``): ``meets`` (every bound met, none unknown or undecided),
+    ``undecided`` (no bound missed, some straddled by its interval), the value and the point's miss of each
+    bound (``<column>``, ``miss_<column>``), and ``verdict`` in words. With ``decide_on='bound'`` (the
+    default) a bound ``<=`` is met when the interval's upper bound (``<column>_ci_high``) is within it and
+    missed when its lower bound is beyond it (mirrored for ``>=``); a column without an interval is decided
+    on its value. Sorted: strategies that meet it first, then the undecided, then by total miss."""
+    if decide_on not in DECIDE_ON:
+        raise ConfigError(f"--decide-on must be one of {', '.join(DECIDE_ON)}; got {decide_on!r}")
     missing = [b.column for b in bounds if b.column not in table.columns]
     if missing:
         raise ConfigError(f"--require: no column {missing[0]!r} in the report (have: {', '.join(map(str, table.columns))})")
     rows = []
     for rec in table.to_dict("records"):
         row = {key: rec[key]}
-        misses, words = [], []
+        outcomes, misses, words = [], [], []
         for b in bounds:
-            value = float(rec[b.column]) if rec[b.column] is not None else math.nan
-            miss = b.miss(value)
-            row[b.column], row[f"miss_{b.column}"] = value, miss
+            outcome, miss, said = _judge(b, rec, decide_on)
+            row[b.column], row[f"miss_{b.column}"] = _number(rec[b.column]), miss
+            outcomes.append(outcome)
             misses.append(miss)
-            if math.isnan(miss):
-                words.append(f"{b.column} unknown")
-            elif miss > 0:
-                words.append(f"{b.column} {value:.3g} misses {b} by {miss:.3g}")
-        row["meets"] = all(m == 0.0 for m in misses)
+            if said:
+                words.append(said)
+        row["meets"] = all(o == "met" for o in outcomes)
+        row["undecided"] = "undecided" in outcomes and not {"missed", "unknown"} & set(outcomes)
         row["total_miss"] = math.inf if any(math.isnan(m) for m in misses) else sum(misses)
-        row["verdict"] = "meets " + ", ".join(map(str, bounds)) if row["meets"] else "; ".join(words)
+        row["verdict"] = ("meets " + ", ".join(map(str, bounds)) if row["meets"] else "; ".join(words))
         rows.append(row)
     out = pd.DataFrame(rows)
     if out.empty:
         return out
-    return out.sort_values(["meets", "total_miss", key], ascending=[False, True, True], kind="stable").reset_index(drop=True)
+    return out.sort_values(["meets", "undecided", "total_miss", key], ascending=[False, False, True, True],
+                           kind="stable").reset_index(drop=True)
 
 
 def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
@@ -86,7 +134,8 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
     ``reidentification`` (the worst case over attacks and adversary settings), ``pii_leakage`` (all entity
     types), ``membership_auc``, ``profiling`` (the worst attribute's accuracy) and ``utility`` (the substitution
     model trained on all the synthetic data, as a share of the model trained on the real data; for a
-    lower-is-better task metric, real / synthetic)."""
+    lower-is-better task metric, real / synthetic), with ``<column>_ci_low``/``_ci_high``/``_n`` beside each
+    privacy column (utility has no interval: it is decided on its value)."""
     from tasks.metrics import catalogue
 
     privacy = summary[summary["level"] == "privacy"]
@@ -96,13 +145,20 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
     task_metric = next((m.name for m in catalogue.metrics("utility") if not m.suffix and m.name in set(utility["metric"])),
                        None)
 
-    def worst(metric: str, strategy: str, variant: str, entity: bool = False) -> float:
+    def worst(metric: str, strategy: str, variant: str, entity: bool = False) -> dict[str, float]:
+        """The worst row's value, interval and n (worst by its upper bound when it has one, so the verdict
+        on the bound takes the attack a reviewer would check)."""
         rows = privacy[(privacy["metric"] == metric) & (privacy["strategy"] == strategy)
                        & (privacy["variant"].fillna("").isin([variant, ""]))]
         if entity:
             rows = rows[rows["entity"].fillna("all") == "all"]
-        values = rows["value"].astype(float).dropna()
-        return float(values.max()) if len(values) else math.nan
+        rows = rows[rows["value"].notna()]
+        if rows.empty:
+            return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": math.nan}
+        high = rows["ci_high"].astype(float) if "ci_high" in rows.columns else rows["value"].astype(float)
+        row = rows.loc[high.fillna(rows["value"].astype(float)).idxmax()]
+        return {"value": float(row["value"]), "ci_low": _number(row.get("ci_low")),
+                "ci_high": _number(row.get("ci_high")), "n": _number(row.get("n"))}
 
     def substitution(strategy: str) -> float:
         rows = utility[(utility["strategy"] == strategy) & (utility["metric"] == task_metric)
@@ -117,12 +173,15 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
         if task_metric and math.isfinite(real) and real:
             mine = substitution(strategy)
             share = mine / real if catalogue.direction(task_metric) >= 0 else (real / mine if mine else math.nan)
-        rows.append({"strategy": strategy if not variant else f"{strategy} ({variant})",
-                     "reidentification": worst("reid_accuracy", strategy, variant),
-                     "pii_leakage": worst("pii_leakage", strategy, variant, entity=True),
-                     "membership_auc": worst("membership_auc", strategy, variant),
-                     "profiling": worst("profiling_accuracy", strategy, variant), "utility": share})
-    return pd.DataFrame(rows, columns=["strategy", *BUDGET_COLUMNS])
+        row: dict[str, object] = {"strategy": strategy if not variant else f"{strategy} ({variant})"}
+        for column, metric in (("reidentification", "reid_accuracy"), ("pii_leakage", "pii_leakage"),
+                               ("membership_auc", "membership_auc"), ("profiling", "profiling_accuracy")):
+            figure = worst(metric, strategy, variant, entity=metric == "pii_leakage")
+            row.update({column: figure["value"], f"{column}_ci_low": figure["ci_low"],
+                        f"{column}_ci_high": figure["ci_high"], f"{column}_n": figure["n"]})
+        rows.append({**row, "utility": share})
+    interval = [f"{c}_{part}" for c in BUDGET_COLUMNS[:-1] for part in ("ci_low", "ci_high", "n")]
+    return pd.DataFrame(rows, columns=["strategy", *BUDGET_COLUMNS, *interval])
 
 
 #: What a budget can bound (the columns of :func:`budget_table`).

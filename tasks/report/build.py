@@ -58,6 +58,7 @@ class ReportData:
     examples: pd.DataFrame | None = None  # doc_id, original, one column per strategy label
     goals: list = field(default_factory=list)  # tasks.report.recommend.Goal, in the order the report shows them
     budget: str | None = None  # "reidentification<=0.10,utility>=0.90": the strategies that meet it are listed
+    decide_on: str = "bound"  # the budget is decided on the interval's bound or on the point estimate
 
     @property
     def order(self) -> list[str]:
@@ -159,7 +160,7 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
                         facts: Mapping[str, str], level: str, families: Mapping[str, str],
                         failed_stages: Mapping[str, str] | None = None, utility_signature: str = "",
                         human_eval_dir: Path | None = None, examples: int = 0, seed: int = 0,
-                        goals: Sequence = (), budget: str | None = None) -> ReportData:
+                        goals: Sequence = (), budget: str | None = None, decide_on: str = "bound") -> ReportData:
     """Gather the report's inputs from the run's artifacts (nothing is recomputed)."""
     runs = utility_runs(layout, read)
     summary = score_summary(layout, read, runs=runs, utility_signature=utility_signature)
@@ -180,12 +181,13 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
         correlations=correlations if has_correlations else None, metaeval=metaeval, utility_runs=runs,
         human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
         examples=example_outputs(layout, read, n=examples, seed=seed, order=list(families)),
-        goals=list(goals), budget=budget)
+        goals=list(goals), budget=budget, decide_on=decide_on)
 
 
 def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification and its chance
-    rate: the numbers of the trade-off and re-identification plots. Strategies match on label across levels."""
+    """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification (the worst attack)
+    with its 95% interval and its chance rate: the numbers of the trade-off and re-identification plots.
+    Strategies match on label across levels."""
     def pick(metric: str, level: str) -> pd.Series:
         part = summary[(summary["level"] == level) & (summary["metric"] == metric)]
         return part.set_index(["strategy", "variant"])["value"].astype(float)
@@ -195,12 +197,19 @@ def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
     keys = [k for k in dict.fromkeys([*meaning.index, *divergence.index]) if k[0] not in BASELINE_ROWS]
     chance = reid.loc[reid["strategy"] == CHANCE, "value"]
     # several attacks and adversary settings: the worst case (the highest share re-identified) counts
-    reid_by = reid.groupby(["strategy", "variant"])["value"].max().astype(float)
+    measured = reid[reid["value"].notna()]
+    worst = measured.loc[measured.groupby(["strategy", "variant"])["value"].idxmax()] if len(measured) else measured
+    worst = worst.set_index(["strategy", "variant"])
     rows = []
     for strategy, variant in keys:
+        found = (strategy, variant) in worst.index
+        row = worst.loc[(strategy, variant)] if found else {}
         rows.append({"strategy": strategy, "variant": variant,
                      "meaning": float(meaning.get((strategy, variant), math.nan)),
                      "divergence": float(divergence.get((strategy, variant), math.nan)),
-                     "reidentification": float(reid_by.get((strategy, variant), math.nan)),
+                     **{c: float(row[k]) if found and k in row else math.nan
+                        for c, k in (("reidentification", "value"), ("reidentification_ci_low", "ci_low"),
+                                     ("reidentification_ci_high", "ci_high"))},
                      "chance": float(chance.iloc[0]) if len(chance) else math.nan})
-    return pd.DataFrame(rows, columns=["strategy", "variant", "meaning", "divergence", "reidentification", "chance"])
+    return pd.DataFrame(rows, columns=["strategy", "variant", "meaning", "divergence", "reidentification",
+                                       "reidentification_ci_low", "reidentification_ci_high", "chance"])

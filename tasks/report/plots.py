@@ -458,9 +458,9 @@ REID_TITLE = "Re-identification rate against divergence"
 def reid_vs_divergence(points: pd.DataFrame) -> Plot:
     """One point per strategy: x = divergence from the source, y = share of users re-identified (0..1, lower
     = more private), dashed line at the chance rate. ``points`` rows: strategy, variant, divergence,
-    reidentification, optional chance (same for every row). A row whose strategy is ``chance`` (as in the
-    re-identification scores) is not a point: its reidentification is the chance rate when no chance column
-    gives one."""
+    reidentification, optional reidentification_ci_low/_ci_high (drawn as error bars: the 95% interval),
+    optional chance (same for every row). A row whose strategy is ``chance`` (as in the re-identification
+    scores) is not a point: its reidentification is the chance rate when no chance column gives one."""
     name = "reid-vs-divergence"
     caption = ("Each point is a strategy: the share of users the re-identification attack recovers from its "
                "texts (lower = more private) against how far the texts moved from the source (right = more "
@@ -476,9 +476,12 @@ def reid_vs_divergence(points: pd.DataFrame) -> Plot:
         chance = float(finite.iloc[0]) if not finite.empty else math.nan
     if not math.isfinite(chance) and rates[is_chance].notna().any():
         chance = float(rates[is_chance].dropna().iloc[0])
+    bounds = [_numeric(points[c]).to_numpy() if c in points.columns else np.full(len(points), np.nan)
+              for c in ("reidentification_ci_low", "reidentification_ci_high")]
     frame = pd.DataFrame({"label": _labels(points), "x": _numeric(points["divergence"]).to_numpy(),
-                          "y": rates.to_numpy()})[~is_chance]
-    frame = frame.dropna().sort_values("label", kind="stable").reset_index(drop=True)
+                          "y": rates.to_numpy(), "low": bounds[0], "high": bounds[1]})[~is_chance]
+    frame = frame.dropna(subset=["x", "y"]).sort_values("label", kind="stable").reset_index(drop=True)
+    frame = frame[np.isfinite(frame["x"]) & np.isfinite(frame["y"])].reset_index(drop=True)
     if frame.empty:
         return _skipped(name, REID_TITLE, caption,
                         "needs at least 1 strategy with finite divergence and re-identification")
@@ -487,6 +490,13 @@ def reid_vs_divergence(points: pd.DataFrame) -> Plot:
     _style_axes(ax)
     # one colour per strategy while the palette lasts (repeated colours would suggest a relation)
     colours = list(OKABE_ITO[:len(frame)]) if len(frame) <= len(OKABE_ITO) else [OKABE_ITO[0]] * len(frame)
+    with_ci = frame["low"].notna() & frame["high"].notna()
+    if with_ci.any():
+        caption += " Bars: the 95% interval (Wilson) of each share."
+        part = frame[with_ci]
+        yerr = np.vstack([(part["y"] - part["low"]).clip(lower=0), (part["high"] - part["y"]).clip(lower=0)])
+        ax.errorbar(part["x"], part["y"], yerr=yerr, fmt="none", ecolor="#1b1f24", elinewidth=1.1, capsize=4,
+                    zorder=2)
     ax.scatter(frame["x"], frame["y"], c=colours, s=90, edgecolors="#1b1f24", linewidths=0.8, zorder=3)
     ax.set_ylim(-0.03, 1.05)
     xlim = _padded_limits(frame["x"].to_numpy(), 0.0, 1.0, 0.3)

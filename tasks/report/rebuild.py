@@ -47,9 +47,10 @@ def run_layout(run: RunFiles) -> RunLayout:
 
 
 def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
-                   examples: int | None = None, require: str | None = None) -> RebuiltReport:
+                   examples: int | None = None, require: str | None = None,
+                   decide_on: str | None = None) -> RebuiltReport:
     """Rewrite ``report.md`` and ``report.html`` of ``run_dir`` from its artifacts (and imported human
-    ratings); ``goals`` and ``examples`` override the run's config."""
+    ratings); ``goals``, ``examples``, ``require`` and ``decide_on`` override the run's config."""
     run = RunFiles.open(run_dir)
     manifest = run.manifest()
     context = manifest.get("report")
@@ -72,7 +73,8 @@ def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
         utility_signature=context.get("utility_signature", ""), human_eval_dir=run.human_eval_dir,
         examples=int(report_config.get("examples", 0) if examples is None else examples),
         seed=int(config.get("seed", 0)), goals=parsed,
-        budget=require if require is not None else report_config.get("require"))
+        budget=require if require is not None else report_config.get("require"),
+        decide_on=decide_on or report_config.get("decide_on", "bound"))
     markdown, page = render_report(data)
     report_kind = stage_kind("report")
     md_ref = store.write_text(markdown, report_kind.relative_path("markdown", {}))

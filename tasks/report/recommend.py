@@ -266,10 +266,19 @@ class _Value:
     std: float
     n: int | None
     reason: str | None
+    ci_low: float = math.nan
+    ci_high: float = math.nan
 
     @property
     def ok(self) -> bool:
         return math.isfinite(self.value)
+
+    def percent(self) -> str:
+        """The value as a percentage with its 95% interval where it has one: ``40% [17%, 69%]``."""
+        shown = format_percent(self.value)
+        if math.isfinite(self.ci_low) and math.isfinite(self.ci_high):
+            shown += f" [{format_percent(self.ci_low)}, {format_percent(self.ci_high)}]"
+        return shown
 
 
 @dataclass
@@ -315,7 +324,7 @@ class _Scores:
             self.structure.setdefault(key, {"metric": str(row["metric"]), **structure})
             n = _float(row.get("n"))
             entry = _Value(_float(row["value"]), _float(row.get("std")), None if not math.isfinite(n) else int(n),
-                           _text(row.get("reason")))
+                           _text(row.get("reason")), _float(row.get("ci_low")), _float(row.get("ci_high")))
             old = self.index.get((strategy, variant, key))
             if old is None or (not old.ok and entry.ok):  # duplicates: the first measured one
                 self.index[(strategy, variant, key)] = entry
@@ -496,6 +505,20 @@ def _profiling_label(about: Mapping[str, object]) -> str:
     return "LLM profiling of all attributes success rate"
 
 
+def _residual(scores: _Scores, strategy: str, variant: str, reid_key: str) -> str:
+    """The residual risk over chance of the attack behind ``reid_key``, in words: its value and interval,
+    or that the attack found nothing measurable (never "0% risk")."""
+    from tasks.privacy.audit import NOTHING_MEASURABLE
+
+    about = {k: v for k, v in scores.structure.get(reid_key, {}).items() if k != "metric"}
+    risk = scores.get(strategy, variant, column_key("reid_residual_risk", about))
+    if risk is None:
+        return "no residual risk measured"
+    if risk.ok:
+        return f"residual risk over chance {risk.percent()}"
+    return NOTHING_MEASURABLE if risk.reason == NOTHING_MEASURABLE else f"residual risk: {risk.reason or 'not measured'}"
+
+
 def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspect:
     aspect = _Aspect()
     parts: dict[str, float] = {}
@@ -512,9 +535,9 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
         about = scores.structure.get(reid_key, {})
         by = ", ".join(f"{about[k]} {k}" for k in ("attack", "adversary") if about.get(k))
         worst = f" by the strongest attack ({by})" if by and len(attacks) > 1 else f" ({by})" if by else ""
-        aspect.reasons.append(f"re-identified {format_percent(reid.value)} of {of}{worst} "
-                              f"(chance {format_percent(c)})")
-        costs.append(f"re-identified {format_percent(reid.value)} (chance {format_percent(c)})")
+        aspect.reasons.append(f"re-identified {reid.percent()} of {of}{worst} "
+                              f"(chance {format_percent(c)}; {_residual(scores, strategy, variant, reid_key)})")
+        costs.append(f"re-identified {reid.percent()} (chance {format_percent(c)})")
     else:
         aspect.reasons.append(f"re-identification not available: {reid.reason}" if reid is not None and reid.reason
                               else "no re-identification measured in this run")

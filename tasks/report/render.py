@@ -14,7 +14,13 @@ from tasks.metrics import catalogue
 from tasks.report import plots
 from tasks.report.build import CORRELATED_LEVELS, EXAMPLE_MAX_CHARS, ReportData, aspect_points
 from tasks.report.recommend import Recommendation, recommend, recommendation_notes
-from tasks.report.tables import BASELINE_ROWS, ArticleTable, article_tables, strategy_label
+from tasks.report.tables import (
+    BASELINE_ROWS,
+    ArticleTable,
+    article_tables,
+    residual_risk_table,
+    strategy_label,
+)
 from tasks.report.templating import render
 from tasks.scores import column_keys, structure_of
 
@@ -66,7 +72,8 @@ def _recommendations(data: ReportData) -> list[tuple[object, list[Recommendation
 
 
 def _details_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    """Per strategy (and variant): every number with std, median, n, failures and the reason when missing.
+    """Per strategy (and variant): every number with std, median, n, its 95% interval where it has one,
+    failures and the reason when missing.
     The utility rows carry no variant; they join the strategy's ``first`` (or only unnamed) entry."""
     tables: dict[str, pd.DataFrame] = {}
     ordered = summary.assign(_base=summary["strategy"].isin(BASELINE_ROWS))
@@ -78,6 +85,10 @@ def _details_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
                       for r in group.to_dict("records")],
             "level": group["level"].tolist(), "mean": group["value"].tolist(),
             "std": group["std"].tolist(), "median": group["median"].tolist(), "n": group["n"].astype(int).tolist(),
+            "95% interval": [f"[{fmt(lo)}, {fmt(hi)}]" if pd.notna(lo) and pd.notna(hi) else ""
+                             for lo, hi in zip(group.get("ci_low", pd.Series(math.nan, index=group.index)),
+                                               group.get("ci_high", pd.Series(math.nan, index=group.index)),
+                                               strict=True)],
             "failed": group["n_failed"].astype(int).tolist(),
             "reason": group["reason"].astype(object).where(group["reason"].notna(), "").astype(str).tolist()})
         tables[name] = pd.concat([tables[name], table], ignore_index=True) if name in tables else table
@@ -101,8 +112,17 @@ def _plots(data: ReportData) -> list[plots.Plot]:
 
 
 # ------------------------------------------------------------------------------------------------ markdown
-def _md_cell(table: ArticleTable, row: int, metric: str) -> str:
+def cell_text(table: ArticleTable, row: int, metric: str) -> str:
+    """A table cell as the report prints it: the value, and its 95% interval where it has one
+    (``0.400 [0.168, 0.687]``)."""
     text = fmt(table.value(row, metric))
+    if (interval := table.interval(row, metric)) is not None and text != "–":
+        text += f" [{fmt(interval[0])}, {fmt(interval[1])}]"
+    return text
+
+
+def _md_cell(table: ArticleTable, row: int, metric: str) -> str:
+    text = cell_text(table, row, metric)
     marks = table.marks.get((row, metric), set())
     if "underline" in marks:
         text = f"<u>{text}</u>"
@@ -139,16 +159,27 @@ def _md_article_table(table: ArticleTable, signatures: dict[str, list[tuple[int,
     return lines
 
 
+def _methods(data: ReportData) -> str:
+    """The methods paragraph: how every interval is made (named once), and how budgets are decided."""
+    from tasks.intervals import METHOD
+
+    decided = ("on the interval's bound (a risk's upper bound, utility's lower bound; a budget the interval "
+               "straddles is undecided)" if data.decide_on == "bound" else "on the point estimate alone")
+    return (f"{METHOD} Controls: chance 1/N for re-identification, the majority class for profiling. "
+            f"Budgets are decided {decided}.")
+
+
 def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
     """The strategies that meet the run's stated budget under the worst-case attack, then by how much the
-    others miss it (``report.require`` / ``synthugc report --require``)."""
+    others miss it (``report.require`` / ``synthugc report --require``), decided on the interval's bound
+    unless ``report.decide_on`` / ``--decide-on`` says point; a straddled budget is undecided."""
     if not data.budget:
         return None
     from tasks.report.budgets import budget_table, check_budget, parse_budget
 
     bounds = parse_budget(data.budget)
-    verdicts = check_budget(budget_table(data.summary), bounds)
-    return verdicts[["strategy", "meets", "verdict"]] if not verdicts.empty else verdicts
+    verdicts = check_budget(budget_table(data.summary), bounds, decide_on=data.decide_on)
+    return verdicts[["strategy", "meets", "undecided", "verdict"]] if not verdicts.empty else verdicts
 
 
 def render_markdown(data: ReportData) -> str:
@@ -175,6 +206,10 @@ def render_markdown(data: ReportData) -> str:
             lines += [f"  - {_md(reason)}" for reason in rec.reasons]
     for table in article_tables(data.summary, level=data.level, families=data.families, order=data.order):
         lines += ["", *_md_article_table(table, signatures)]
+    risks = residual_risk_table(data.summary, data.order)
+    if not risks.empty:
+        lines += ["", "## Residual risk over a control (Anonymeter)", "", _md_frame(risks)]
+    lines += ["", "## Methods", "", _md(_methods(data))]
     if data.correlations is not None:
         lines += ["", "## Metric correlations across strategies (absolute Spearman, Fig. 5)", "",
                   _md_frame(data.correlations)]
@@ -221,7 +256,7 @@ def _article_view(table: ArticleTable, signatures: dict[str, list[tuple[int, str
                 "footnotes": [n for n, _ in signatures.get(c.key, [])]} for c in table.columns]
     rows = []
     for i, (strategy, variant) in enumerate(table.rows):
-        cells = [{"key": c.key, "value": repr(table.value(i, c.key)), "text": fmt(table.value(i, c.key)),
+        cells = [{"key": c.key, "value": repr(table.value(i, c.key)), "text": cell_text(table, i, c.key),
                   "marks": table.marks.get((i, c.key), set())} for c in table.columns]
         rows.append({"strategy": strategy, "variant": variant, "label": table.label(i),
                      "baseline": table.is_baseline(i), "cells": cells})
@@ -268,8 +303,13 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         out.append(("human", "Human evaluation"))
     if data.examples is not None:
         out.append(("examples", "Examples"))
-    out += [("details", "Details"), ("signatures", "Signatures")]
+    out += [("methods", "Methods"), ("details", "Details"), ("signatures", "Signatures")]
     return out
+
+
+def _risk_view(data: ReportData) -> dict | None:
+    risks = residual_risk_table(data.summary, data.order)
+    return None if risks.empty else _frame_view(risks, "residual-risk")
 
 
 def render_html(data: ReportData) -> str:
@@ -293,6 +333,7 @@ def render_html(data: ReportData) -> str:
             "correlations": _frame_view(human.metric_human_correlations, "human-metric-correlations")},
         examples=None if data.examples is None else _frame_view(_clipped_examples(data.examples), "examples",
                                                                 "examples"),
+        residual_risk=_risk_view(data), methods=_methods(data),
         details=[(name, _frame_view(table, f"strategy-{i}"))
                  for i, (name, table) in enumerate(_details_tables(data.summary).items())],
         footnotes=_footnotes(signatures))

@@ -67,9 +67,15 @@ class ArticleTable:
     values: dict[tuple[int, str], float]
     marks: dict[tuple[int, str], set[str]] = field(default_factory=dict)
     row_labels: dict[int, str] = field(default_factory=dict)
+    #: ``(row, column key) -> (ci_low, ci_high)``: the 95% interval of a cell, where the score table has one.
+    intervals: dict[tuple[int, str], tuple[float, float]] = field(default_factory=dict)
 
     def value(self, row: int, metric: str) -> float:
         return self.values.get((row, metric), math.nan)
+
+    def interval(self, row: int, metric: str) -> tuple[float, float] | None:
+        """The cell's 95% interval, or None where it has none."""
+        return self.intervals.get((row, metric))
 
     def label(self, row: int) -> str:
         strategy, variant = self.rows[row]
@@ -120,6 +126,25 @@ def _wide(summary: pd.DataFrame, level: str) -> tuple[pd.DataFrame, dict[str, di
     for record in unique.drop_duplicates("_key").to_dict("records"):
         keys[record["_key"]] = {"metric": str(record["metric"]), **structure_of(record)}
     return wide.reindex(columns=list(keys)).rename_axis(columns=None), keys
+
+
+def _intervals(table: ArticleTable, summary: pd.DataFrame, level: str) -> None:
+    """Fill ``table.intervals`` from the score table's ci_low/ci_high: the interval of the row whose value
+    the cell shows (the first of its key, as :func:`_wide` keeps it), where that row has both bounds."""
+    if "ci_low" not in summary.columns:
+        return
+    part = summary[summary["level"] == level]
+    if part.empty:
+        return
+    part = part.assign(variant=part["variant"].fillna("").astype(str), _key=column_keys(part))
+    bounds: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for s, v, k, lo, hi in part[["strategy", "variant", "_key", "ci_low", "ci_high"]].itertuples(index=False, name=None):
+        bounds.setdefault((s, v, k), (float(lo), float(hi)))  # the first row of a key, as _wide keeps its value
+    bounds = {key: b for key, b in bounds.items() if not (math.isnan(b[0]) or math.isnan(b[1]))}
+    for i, (strategy, variant) in enumerate(table.rows):
+        for col in table.columns:
+            if (found := bounds.get((strategy, variant, col.key))) is not None:
+                table.intervals[(i, col.key)] = found
 
 
 def _strategy_order(keys: Sequence[tuple[str, str]], order: Sequence[str] | None) -> list[tuple[str, str]]:
@@ -323,9 +348,11 @@ def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = No
     table = _table("table6", "Privacy attacks (Table 6)",
                    "Author profiling accuracy, membership-inference AUC and share of re-identified users: lower is "
                    "more private (AUC: closer to 0.5). In bold: most privacy-preserving overall; underlined: most "
-                   "privacy-preserving without a differential-privacy guarantee." + _attacks_caption(keys, found),
+                   "privacy-preserving without a differential-privacy guarantee. In brackets: the 95% interval "
+                   "(see Methods)." + _attacks_caption(keys, found),
                    columns, wide, rows + chance + original,
                    row_labels={**{k: "Random baseline" for k in chance}, **{k: "Original data" for k in original}})
+    _intervals(table, summary, "privacy")
     families = families or {}
     non_dp = [i for i, (s, _) in enumerate(rows) if families.get(s, s) != "dp"]
     for col in columns:
@@ -333,6 +360,41 @@ def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = No
         if len(non_dp) < len(rows):
             _rank_best(table, non_dp, col, 1, kind="underline")
     return table
+
+
+#: The residual-risk metrics and what their control is (tasks.privacy.audit writes them).
+RESIDUAL_METRICS: dict[str, str] = {"reid_residual_risk": "chance (1/N history authors)",
+                                    "profiling_advantage": "the majority class"}
+
+
+def residual_risk_table(summary: pd.DataFrame, order: Sequence[str] | None = None) -> pd.DataFrame:
+    """One row per residual risk of the run (re-identification over chance, profiling over the majority
+    class), per strategy and attack: the risk with its 95% interval, or, where the attack is not above its
+    control, the plain words that it found nothing measurable (never a 0% risk)."""
+    from tasks.privacy.audit import NOTHING_MEASURABLE
+
+    part = summary[(summary["level"] == "privacy") & summary["metric"].isin(list(RESIDUAL_METRICS))]
+    columns = ["strategy", "figure", "attack", "control", "n", "residual risk [95% interval]"]
+    if part.empty:
+        return pd.DataFrame(columns=columns)
+    rank = {s: i for i, s in enumerate(order or [])}
+    part = part.assign(_order=[rank.get(s, len(rank)) for s in part["strategy"]])
+    part = part.sort_values(["_order", "strategy", "variant", "metric"], kind="stable")
+    rows = []
+    for r in part.to_dict("records"):
+        about = structure_of(r)
+        attack = ", ".join(str(about[k]) for k in ("attack", "adversary", "attribute", "model") if k in about)
+        if _measured(float(r["value"])):
+            said = f"{r['value']:.3f} [{r['ci_low']:.3f}, {r['ci_high']:.3f}]"
+        elif r.get("reason") == NOTHING_MEASURABLE:
+            said = "nothing measurable: the attack is not above its control"
+        else:
+            said = f"– ({r.get('reason') or 'not measured'})"
+        rows.append({"strategy": strategy_label(r["strategy"], r["variant"]),
+                     "figure": catalogue.CATALOGUE[str(r["metric"])].label, "attack": attack,
+                     "control": RESIDUAL_METRICS[str(r["metric"])], "n": str(int(r["n"])),
+                     "residual risk [95% interval]": said})
+    return pd.DataFrame(rows, columns=columns)
 
 
 def article_tables(summary: pd.DataFrame, *, level: str = "post", families: Mapping[str, str] | None = None,

@@ -33,7 +33,9 @@ from tasks.errors import ConfigError
 from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
 from tasks.privacy.reidentify import HistorySource, ReidResult
 
-SUMMARY_FIELDS = ["attack", "adversary", "accuracy_at_1", "accuracy_at_10", "mrr", "chance", "chance_at_10",
+SUMMARY_FIELDS = ["attack", "adversary", "accuracy_at_1", "accuracy_at_1_ci_low", "accuracy_at_1_ci_high",
+                  "accuracy_at_10", "accuracy_at_10_ci_low", "accuracy_at_10_ci_high", "mrr", "mrr_ci_low",
+                  "mrr_ci_high", "risk", "risk_ci_low", "risk_ci_high", "chance", "chance_at_10",
                   "chance_mrr", "n_timelines", "n_no_history", "n_history_users", "n_history_posts", "signature",
                   "reason"]
 CONFIG_ROOT = "privacy.reidentify.params."  # + the attack's name: where its parameters are set
@@ -209,16 +211,19 @@ class AttackTables:
 
 
 def attack_synthetic(histories: HistorySource, synthetic: pd.DataFrame, label: str, attacks: Sequence[Attack],
-                     settings: Sequence[str], *, indexes: Mapping[str, str] | None = None) -> AttackTables:
+                     settings: Sequence[str], *, indexes: Mapping[str, str] | None = None,
+                     timeline_posts: int | None = None) -> AttackTables:
     """Every attack under every setting against each variant of one strategy's synthetic table (ok rows
-    with a known author, grouped into timelines); the scores are the declared long score table."""
+    with a known author, grouped into timelines, split into runs of ``timeline_posts`` posts when given);
+    the scores are the declared long score table."""
     from tasks.privacy.audit import attack_timelines, reidentification_rows, summary_frame
     from tasks.scores import variant_epsilons
 
     per_timeline, rows, summaries = [], [], []
     for variant, part in synthetic.groupby("variant", sort=True):
         epsilon = variant_epsilons(part).get(str(variant))
-        for result in run_attacks(histories, attack_timelines(part), attacks, settings, indexes=indexes):
+        timelines = attack_timelines(part, timeline_posts)
+        for result in run_attacks(histories, timelines, attacks, settings, indexes=indexes):
             summary = result.summary
             per_timeline.append(result.per_timeline.assign(strategy=label, variant=str(variant),
                                                            attack=summary["attack"], adversary=summary["adversary"]))
