@@ -12,7 +12,13 @@ import pandas as pd
 
 from tasks.metrics import catalogue
 from tasks.report import plots
-from tasks.report.build import CORRELATED_LEVELS, EXAMPLE_MAX_CHARS, ReportData, aspect_points
+from tasks.report.build import (
+    CORRELATED_LEVELS,
+    EXAMPLE_MAX_CHARS,
+    PSEUDONYMISED_SOURCE,
+    ReportData,
+    aspect_points,
+)
 from tasks.report.recommend import Recommendation, recommend, recommendation_notes
 from tasks.report.tables import BASELINE_ROWS, ArticleTable, article_tables, strategy_label
 from tasks.scores import column_keys, structure_of
@@ -391,8 +397,10 @@ def render_html(data: ReportData) -> str:
                   "<h3>Automatic metrics against human scores (Spearman)</h3>",
                   _html_frame(h.metric_human_correlations, "human-metric-correlations")]
     if data.examples is not None:
+        what = ("Pseudonymised source texts and their rewrites (strategies that rewrote the original texts are "
+                "left out)" if PSEUDONYMISED_SOURCE in data.examples.columns else "Real source texts and their rewrites")
         parts += ['<h2 id="examples">Example outputs (Appendix A.3)</h2>',
-                  '<p class="caption">Real source texts and their rewrites; shown because <code>report.examples</code> '
+                  f'<p class="caption">{what}; shown because <code>report.examples</code> '
                   "is set in the config.</p>", _html_frame(_clipped_examples(data.examples), "examples", "examples")]
     parts.append('<h2 id="details">Every number, per strategy</h2>')
     for i, (name, table) in enumerate(_details_tables(data.summary).items()):
