@@ -341,23 +341,33 @@ MAX_CONFIG_BYTES = 1_000_000
 #: What a YAML text may expand to with its aliases followed, counted as scalar characters plus one per node:
 #: twice the byte limit, so only aliases reach it (a billion-laughs document expands to 10^9 nodes).
 MAX_YAML_EXPANSION = 2 * MAX_CONFIG_BYTES
+#: How deep YAML collections may nest: a config nests a few levels; the parser recurses per level.
+MAX_YAML_DEPTH = 100
 
 
 class _Expansion(Exception):
-    """A YAML document expands (through its aliases) past MAX_YAML_EXPANSION, or refers to itself."""
+    """A YAML document expands (through its aliases) past MAX_YAML_EXPANSION, nests past MAX_YAML_DEPTH, or
+    refers to itself."""
 
 
 class _BoundedLoader(yaml.SafeLoader):
     """A SafeLoader that adds up, while it composes the document, what each node expands to with its aliases
-    followed, and stops past MAX_YAML_EXPANSION before anything is constructed from it."""
+    followed, and stops past MAX_YAML_EXPANSION (or MAX_YAML_DEPTH) before anything is constructed from it."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._sizes: dict[int, int] = {}  # id(node) -> its expanded size (nodes stay alive in the tree)
+        self._depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:
         alias = self.check_event(yaml.AliasEvent)
-        node = super().compose_node(parent, index)
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            raise _Expansion(f"collections nest deeper than {MAX_YAML_DEPTH} levels")
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
         if alias:  # the anchored node itself: its size is known unless the alias sits inside it
             if id(node) not in self._sizes:
                 raise _Expansion("an alias refers to a node that contains it (a recursive document)")

@@ -127,8 +127,9 @@ def test_aliases_within_the_budget_still_work(tmp_path):
     ("42\n", "got int"),
     ("just words\n", "got str"),
     ("a: &a [*a]\n", "an alias refers to a node that contains it"),
+    ("a: " + "[" * 20_000 + "]" * 20_000 + "\n", "collections nest deeper than 100 levels"),  # was a RecursionError
 ])
-def test_a_config_that_is_not_a_mapping_names_the_file(tmp_path, text, expected):
+def test_a_config_not_a_mapping_recursive_or_too_deep_names_the_file(tmp_path, text, expected):
     config = tmp_path / "c.yaml"
     config.write_text(text)
     with pytest.raises(ConfigError) as err:
