@@ -7,6 +7,7 @@ Unknown keys and bad values are rejected with their key path (``generate.strateg
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -383,6 +384,13 @@ class _BoundedLoader(yaml.SafeLoader):
                              f"write the values out instead")
         self._sizes[id(node)] = size
         return node
+
+
+# YAML 1.2 exponent floats (1e-5, 1.5e3, .5E2) and signed ones without a leading digit (-.5): PyYAML (YAML 1.1) reads them as strings, which strict numbers
+# refuse; read them as the numbers they are.
+_BoundedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$|^[-+]\.[0-9_]+$"),
+    list("-+0123456789."))
 
 
 def parse_yaml(text: str, source: str) -> Any:

@@ -194,12 +194,15 @@ def test_numbers_are_strict_finite_and_bounded(raw, expected):
     assert "--require" not in str(err.value)
 
 
-def test_yaml_ints_still_validate_as_floats_also_through_overrides():
+def test_yaml_ints_and_exponent_floats_validate_as_floats_also_through_overrides():
     cfg = parse_config(_raw(split={"train_fraction": 1}, generate=_strategy({"epsilon": 3}, "dp")),
                        overrides=["generate.strategies.0.params.epsilon=2", "split.train_fraction=1", "seed=0",
                                   "utility.fractions=[1, 0.5]"])
     assert cfg.split.train_fraction == 1.0 and cfg.generate.strategies[0].params == {"epsilon": 2}
     assert cfg.utility.fractions == [1.0, 0.5] and cfg.seed == 0
+    cfg = parse_config(_raw(generate=_strategy({"epsilon": 3}, "dp")),
+                       overrides=["generate.strategies.0.params.delta=1e-6", "generate.strategies.0.params.b_min=-.5"])
+    assert cfg.generate.strategies[0].params == {"epsilon": 3, "delta": 1e-6, "b_min": -0.5}  # YAML 1.1 said '1e-6'
     with pytest.raises(ConfigError, match=r"override 'seed': .*alias"):
         parse_config(_raw(), overrides=["seed=" + _laughs(9).replace("\n", ", ").join("{}")])
     with pytest.raises(ConfigError, match="seed: Input should be a valid integer"):
