@@ -277,16 +277,21 @@ def generate(
     """Run one generation strategy on a corpus without Prefect: one output row per input row."""
     _environment()
     from tasks.corpus.importers import failures_path, read_corpus, write_parquet_atomic
-    from tasks.generate.base import build_strategy, generate_synthetic
+    from tasks.errors import ConfigError
+    from tasks.generate.base import available_strategies, build_strategy, generate_synthetic, validate_params
     from tasks.paths import check_output_file
     from tasks.store import ArtifactStore
 
     params = _assignments(set_, "--set")
     try:
+        if strategy not in available_strategies():  # the flags first, before any work
+            raise ConfigError(f"--strategy {shown(strategy)}: unknown strategy (available: "
+                              f"{', '.join(available_strategies())})")
+        validate_params(strategy, params, root="--set")
         out = check_output_file(out)
         failed_inputs = check_output_file(failures_path(out))
         validated = read_corpus(corpus)
-        rewriter = build_strategy(strategy, params, root="strategy").fit(validated.corpus)
+        rewriter = build_strategy(strategy, params, root="--set").fit(validated.corpus)
         synthetic = generate_synthetic(rewriter, validated.corpus, seed=seed)
     except SynthUGCError as exc:
         _fail(str(exc))

@@ -77,10 +77,12 @@ _NO_INPUT_ECHO = frozenset({"missing", "extra_forbidden", "value_error", "assert
 
 def validation_line(exc: ValidationError, prefix: str = "") -> str:
     """A pydantic ValidationError as one line: each problem (the first per key) after its key path under
-    ``prefix``, with the offending value as :func:`shown` echoes it."""
+    ``prefix`` (a config key path, or a CLI flag such as ``--set``: ``--set intensity``), with the offending
+    value as :func:`shown` echoes it."""
+    sep = " " if prefix.startswith("--") and " " not in prefix else "."
     parts: dict[str, str] = {}
     for err in exc.errors():
-        where = ".".join(p for p in (prefix, key_path(err["loc"])) if p)
+        where = sep.join(p for p in (prefix, key_path(err["loc"])) if p)
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] not in _NO_INPUT_ECHO and "input" in err:
             msg += f" (got {shown(err['input'])})"

@@ -147,8 +147,9 @@ def available_strategies() -> list[str]:
 
 
 def validate_params(name: str, params: Mapping[str, Any] | None, *, root: str = CONFIG_ROOT) -> BaseModel:
-    """Validate a strategy's params; raise ConfigError naming the key path on any problem."""
-    prefix = key_path([root, name])
+    """Validate a strategy's params; raise ConfigError naming the key path (under ``root``: a config key path,
+    or a CLI flag such as ``--set``) on any problem."""
+    prefix = root if root.startswith("--") else key_path([root, name])
     if name not in _REGISTRY:
         raise ConfigError(f"{prefix}: unknown strategy {shown(name)} (available: {', '.join(available_strategies())})")
     if params is None:
