@@ -52,8 +52,10 @@ class DataConfig(Section):
 
     dataset: str | None = Field(None, description="Public dataset name (synthugc datasets list).")
     path: str | None = Field(None, description="Corpus file (parquet/csv/jsonl) already in the schema.")
-    max_chars: int = Field(20_000, gt=0, le=MAX_TEXT_CHARS, description="Texts longer than this become failure records.")
-    max_docs: int | None = Field(None, gt=0, le=MAX_DOCS, description="Keep at most this many documents (whole groups, seeded).")
+    max_chars: int = Field(20_000, gt=0, le=MAX_TEXT_CHARS,
+                           description="Texts longer than this become failure records.")
+    max_docs: int | None = Field(None, gt=0, le=MAX_DOCS,
+                                 description="Keep at most this many documents (whole groups, seeded).")
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
@@ -115,7 +117,8 @@ class PseudonymizeConfig(Section):
 
 
 class GenerateConfig(Section):
-    shard_size: int = Field(250, gt=0, le=MAX_SHARD, description="Documents per generation shard (the unit of resume).")
+    shard_size: int = Field(250, gt=0, le=MAX_SHARD,
+                            description="Documents per generation shard (the unit of resume).")
     strategies: list[StrategyConfig] = Field(min_length=1)
     pseudonymize: PseudonymizeConfig | None = Field(
         None, description="Pseudonymise the corpus before every strategy (off when absent).")
@@ -131,7 +134,8 @@ class GenerateConfig(Section):
 
 
 class BertScoreConfig(Section):
-    layer: int | None = Field(None, ge=0, le=MAX_LAYER, description="Token encoder layer (default: the model's BERTScore layer).")
+    layer: int | None = Field(None, ge=0, le=MAX_LAYER,
+                              description="Token encoder layer (default: the model's BERTScore layer).")
     idf: bool = False
     baseline: str | None = Field(None, description="bert_score baseline CSV for rescaling.")
 
@@ -281,8 +285,8 @@ class ReportConfig(Section):
                              description="Goals to rank the strategies for (seed 000 §7): a preset (augment, "
                                          "augment-longitudinal, share-model, share-model-dp, share-data, share-data-dp) "
                                          "or use_case[,dp][,longitudinal].")
-    examples: int = Field(0, ge=0, le=MAX_EXAMPLES, description="Example outputs per strategy (Appendix A.3); 0 = off, since they "
-                                               "show real text.")
+    examples: int = Field(0, ge=0, le=MAX_EXAMPLES, description="Example outputs per strategy (Appendix A.3); 0 = "
+                                                                 "off, since they show real text.")
     require: str | None = Field(None, description="A budget, e.g. reidentification<=0.10,utility>=0.90: the report "
                                                   "lists the strategies that meet it under the worst-case attack.")
 
@@ -386,10 +390,11 @@ class _BoundedLoader(yaml.SafeLoader):
         return node
 
 
-# YAML 1.2 exponent floats (1e-5, 1.5e3, .5E2) and signed ones without a leading digit (-.5): PyYAML (YAML 1.1) reads them as strings, which strict numbers
-# refuse; read them as the numbers they are.
+# YAML 1.2 exponent floats (1e-5, 1.5e3, .5E2) and signed ones without a leading digit (-.5): PyYAML (YAML 1.1)
+# reads them as strings, which strict numbers refuse; read them as the numbers they are.
 _BoundedLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float", re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$|^[-+]\.[0-9_]+$"),
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$|^[-+]\.[0-9_]+$"),
     list("-+0123456789."))
 
 

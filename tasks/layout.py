@@ -160,7 +160,8 @@ class StageWriter:
 
     def __init__(self, store: ArtifactStore, experiment: str, kind: str, *, flat: bool = False, private: bool = False,
                  **keys: Any) -> None:
-        self.store, self.experiment, self.kind, self.flat, self.private = store, experiment, stage_kind(kind), flat, private
+        self.store, self.experiment, self.kind, self.flat = store, experiment, stage_kind(kind), flat
+        self.private = private
         missing = [k for k in self.kind.keys if k not in keys]
         if missing:
             raise KeyError(f"stage {kind!r} needs keys {missing}")
@@ -172,7 +173,8 @@ class StageWriter:
             return (self.kind.output(output).file.format(**self.keys, **extra),)
         if not self.kind.in_run:
             raise ValueError(f"stage {self.kind.name!r} writes outside the run folder: record() its files")
-        return (self.experiment, *self.kind.relative_path(output, {**self.keys, **extra}, private=self.private).split("/"))
+        relative = self.kind.relative_path(output, {**self.keys, **extra}, private=self.private)
+        return (self.experiment, *relative.split("/"))
 
     def table(self, output: str, frame: Any, **extra: Any) -> ArtifactRef:
         """Write a declared output as parquet (atomically), checked against its declared score table."""

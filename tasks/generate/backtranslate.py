@@ -63,7 +63,8 @@ class BacktranslateParams(BaseModel):
                     "(eo, spa) or ISO 639-1 codes (de, zh) for marian")
     batch_lines: int = Field(
         5000, ge=1, le=MAX_SHARD, description="apertium: most text-lines per subprocess call (texts are never split across calls)")
-    timeout_s: float = Field(600.0, gt=0, le=MAX_SECONDS, description="apertium: seconds one subprocess call may take")
+    timeout_s: float = Field(600.0, gt=0, le=MAX_SECONDS,
+                             description="apertium: seconds one subprocess call may take")
     model_dir: str | None = Field(
         None, description="marian: folder holding one model folder per hop, named like opus-mt-en-de")
     model_template: str = Field(
