@@ -19,7 +19,7 @@ import typer
 
 from flows import progress
 from flows.annotate_cli import annotate_app
-from tasks.errors import InputError, SynthUGCError, shown
+from tasks.errors import InputError, SynthUGCError, key_path, shown
 
 if TYPE_CHECKING:
     from tasks.store import ArtifactStore
@@ -260,7 +260,7 @@ def _assignments(items: list[str] | None, flag: str) -> dict:
             _fail(f"{flag} {shown(item)}: expected key=value")
         key, value = item.split("=", 1)
         try:
-            params[key] = parse_yaml(value, f"{flag} {shown(key)}") if value else None
+            params[key] = parse_yaml(value, f"{flag} {key_path([key])}") if value else None
         except SynthUGCError as exc:
             _fail(str(exc))
     return params

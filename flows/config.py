@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tasks.errors import STRICT_INPUT, ConfigError, shown, validation_line
+from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.generate.base import available_strategies, validate_params
 from tasks.limits import (
     MAX_DOCS,
@@ -416,13 +416,13 @@ def parse_yaml(text: str, source: str) -> Any:
         loader.dispose()
 
 
-def _apply_override(raw: dict, assignment: str) -> None:
+def _apply_override(raw: dict, assignment: str, flag: str) -> None:
     if "=" not in assignment:
-        raise ConfigError(f"override {shown(assignment)} is not key.path=value")
+        raise ConfigError(f"{flag} {shown(assignment)}: not key.path=value")
     path, value = assignment.split("=", 1)
     node: Any = raw
     keys = path.split(".")
-    parsed = parse_yaml(value, f"override {shown(path)}") if value else None
+    parsed = parse_yaml(value, f"{flag} {key_path([path])}") if value else None
     try:
         for key in keys[:-1]:
             node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
@@ -431,31 +431,46 @@ def _apply_override(raw: dict, assignment: str) -> None:
         else:
             node[keys[-1]] = parsed
     except (ValueError, IndexError, TypeError, AttributeError):
-        raise ConfigError(f"override {shown(assignment)}: {shown(path)} does not name a settable key") from None
+        raise ConfigError(f"{flag} {shown(assignment)}: {key_path([path])} does not name a settable key") from None
 
 
-def parse_config(raw: dict, source: str = "config", overrides: list[str] | None = None) -> ExperimentConfig:
-    """Validate a config mapping (after overrides); errors name the source and the key path, and echo values
-    cut to a few words (:func:`tasks.errors.shown`)."""
+#: A strategy's params are checked under ``generate.strategies.N.params.<strategy name>``; overrides omit the name.
+_STRATEGY_PARAMS = re.compile(r"^(generate\.strategies\.\d+\.params)\.[^.]+")
+
+
+def _origin(source: str, line: str, overrides: list[str], flag: str) -> str:
+    """Who gave the value an error line (``key.path: problem``) is about: the last override whose key path covers
+    it or lies under it (named by its flag and assignment), else the config file."""
+    where = _STRATEGY_PARAMS.sub(r"\1", line.split(": ", 1)[0])
+    for assignment in reversed(overrides):
+        path = assignment.split("=", 1)[0]
+        if where == path or where.startswith(path + ".") or path.startswith(where + "."):
+            return f"{flag} {shown(assignment)}"
+    return source
+
+
+def parse_config(raw: dict, source: str = "config", overrides: list[str] | None = None, *,
+                 flag: str = "--set") -> ExperimentConfig:
+    """Validate a config mapping (after overrides); errors name the key path and where the value came from (the
+    file ``source``, or the override and its ``flag``), and echo values cut to a few words
+    (:func:`tasks.errors.shown`)."""
     raw = copy.deepcopy(raw)
-    for assignment in overrides or []:
-        _apply_override(raw, assignment)
+    overrides = list(overrides or [])
+    for assignment in overrides:
+        _apply_override(raw, assignment, flag)
     try:
         cfg = ExperimentConfig.model_validate(raw)
-    except ValidationError as exc:
-        raise ConfigError(f"{source}: {validation_line(exc)}") from None
-    for i, strategy in enumerate(cfg.generate.strategies):
-        if strategy.name not in available_strategies():
-            raise ConfigError(f"{source}: generate.strategies.{i}.name: unknown strategy {shown(strategy.name)}; "
-                              f"available: {', '.join(available_strategies())}")
-        try:
+        for i, strategy in enumerate(cfg.generate.strategies):
+            if strategy.name not in available_strategies():
+                raise ConfigError(f"generate.strategies.{i}.name: unknown strategy {shown(strategy.name)}; "
+                                  f"available: {', '.join(available_strategies())}")
             validate_params(strategy.name, strategy.params, root=f"generate.strategies.{i}.params")
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-    try:
         _check_attacks(cfg.privacy.reidentify)
+    except ValidationError as exc:
+        line = validation_line(exc)
+        raise ConfigError(f"{_origin(source, line, overrides, flag)}: {line}") from None
     except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+        raise ConfigError(f"{_origin(source, str(exc), overrides, flag)}: {exc}") from None
     return cfg
 
 

@@ -94,4 +94,4 @@ class ExperimentParams(BaseModel):
 
     def to_config(self) -> ExperimentConfig:
         """The validated experiment config (ConfigError names the key path on a bad value)."""
-        return parse_config(self.raw_config(), source=self.config, overrides=list(self.overrides))
+        return parse_config(self.raw_config(), source=self.config, overrides=list(self.overrides), flag="overrides")

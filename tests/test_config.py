@@ -203,10 +203,25 @@ def test_yaml_ints_and_exponent_floats_validate_as_floats_also_through_overrides
     cfg = parse_config(_raw(generate=_strategy({"epsilon": 3}, "dp")),
                        overrides=["generate.strategies.0.params.delta=1e-6", "generate.strategies.0.params.b_min=-.5"])
     assert cfg.generate.strategies[0].params == {"epsilon": 3, "delta": 1e-6, "b_min": -0.5}  # YAML 1.1 said '1e-6'
-    with pytest.raises(ConfigError, match=r"override 'seed': .*alias"):
+    with pytest.raises(ConfigError, match=r"^--set seed: its aliases expand it past"):
         parse_config(_raw(), overrides=["seed=" + _laughs(9).replace("\n", ", ").join("{}")])
     with pytest.raises(ConfigError, match="seed: Input should be a valid integer"):
         parse_config(_raw(), overrides=["seed=yes"])
+
+
+@pytest.mark.parametrize(("overrides", "raw", "expected"), [
+    (["seed=yes"], _raw(), "--set 'seed=yes': seed: Input should be a valid integer (got True)"),
+    (["generate.strategies.0.params.intensity=7"], _raw(),
+     "--set 'generate.strategies.0.params.intensity=7': generate.strategies.0.params.stymask.intensity: Input "
+     "should be less than or equal to 1"),
+    (["split.train=0.9"], _raw(), "--set 'split.train=0.9': split: split.train + split.val + split.test must be 1"),
+    (["seed=3"], _raw(report={"examples": -1}), "c.yaml: report.examples: Input should be greater than or equal to 0"),
+    (["seed"], _raw(), "--set 'seed': not key.path=value"),
+])
+def test_errors_name_the_override_flag_or_the_file_the_bad_value_came_from(overrides, raw, expected):
+    with pytest.raises(ConfigError) as err:
+        parse_config(raw, source="c.yaml", overrides=overrides)
+    assert str(err.value).startswith(expected), str(err.value)
 
 
 def test_echoed_values_are_cut_to_80_characters():

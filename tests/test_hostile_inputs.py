@@ -298,7 +298,7 @@ def report_require_malformed_on_the_command_line(tmp: Path):
 def set_alias_bomb(tmp: Path):
     bomb = _bomb_config(tmp).read_text().split("experiment:")[0].replace("\n", ", ").join("{}")
     return (["generate", "--corpus", str(_corpus(tmp)), "--strategy", "stymask", "--out", str(tmp / "g.parquet"),
-             "--set", f"intensity={bomb}"], "--set 'intensity': its aliases expand it past", None)
+             "--set", f"intensity={bomb}"], "--set intensity: its aliases expand it past", None)
 
 
 def override_with_a_long_value(tmp: Path):
