@@ -458,7 +458,8 @@ def reidentify(
         names, settings = attack_names(attack), setting_names(setting)
         unasked = sorted(set(params) - set(names))
         if unasked:
-            raise ValueError(f"--set {unasked[0]}.…: attack '{unasked[0]}' is not run (--attack {attack})")
+            raise ValueError(f"--set {key_path([unasked[0]])}.…: attack {shown(unasked[0])} is not run "
+                             f"(--attack {shown(attack)})")
         attacks = [build_attack(name, params.get(name), root="--set ") for name in names]
         check_output_folder(out)
         check_parquet_file(histories)

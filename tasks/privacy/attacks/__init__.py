@@ -174,7 +174,7 @@ def attack_names(attack: str) -> list[str]:
         gpu = _gpu()
         return [name for name in sorted(registry) if gpu or not registry[name].needs_gpu]
     if attack not in registry:
-        raise ValueError(f"attack must be one of {', '.join(sorted(registry))} or all; got {attack!r}")
+        raise ValueError(f"attack must be one of {', '.join(sorted(registry))} or all; got {shown(attack)}")
     return [attack]
 
 
