@@ -100,19 +100,22 @@ def _texts_outside_private(run: Path) -> dict[str, str]:
 def test_no_raw_identifier_leaves_private_when_pseudonymising(tmp_path):
     """A run with pseudonymisation on and example outputs, then `synthugc report --examples` and `synthugc
     annotate export`: no e-mail address or phone number of the input is in any file outside private/ (parquet
-    cells, report, manifest, rating sheet) or in what the CLI printed; the raw copies (ingest, split, the strategy that rewrote the originals) are under private/,
+    cells, report, manifest, rating sheet; the privacy stages included) or in the local cache or in what the CLI
+    printed; the raw copies (ingest, split, the strategy that rewrote the originals) are under private/,
     and the examples show the pseudonymised source."""
     corpus = tmp_path / "corpus.parquet"
-    pd.DataFrame({"doc_id": [f"d{i}" for i in range(len(PII_TEXTS))], "text": PII_TEXTS,
-                  "author_id": ["a", "b", "a", "b", "a", "b"], "group_id": ["a", "b", "a", "b", "a", "b"]}
-                 ).to_parquet(corpus)
+    texts = PII_TEXTS * 3  # enough for the privacy stages (profiling, membership, re-identification)
+    pd.DataFrame({"doc_id": [f"d{i}" for i in range(len(texts))], "text": texts,
+                  "author_id": [f"a{i % 3}" for i in range(len(texts))],
+                  "group_id": [f"g{i % 4}" for i in range(len(texts))],
+                  "attr_party": ["x" if i % 2 else "y" for i in range(len(texts))]}).to_parquet(corpus)
     config = tmp_path / "pii.yaml"
     config.write_text(yaml.safe_dump({
         "experiment": "pii", "seed": 5, "storage_root": str(tmp_path / "runs"), "data": {"path": str(corpus)},
         "generate": {"pseudonymize": {"entities": ["EMAIL_ADDRESS", "PHONE_NUMBER"], "scope": "author"},
                      "strategies": [{"name": "stymask", "label": "stymask-raw", "pseudonymize": False},
                                     {"name": "stymask", "label": "stymask-pseudo"}]},
-        "metrics": {"names": ["pii_leakage", "bleu_divergence"]}, "privacy": {"enabled": False},
+        "metrics": {"names": ["pii_leakage", "bleu_divergence"]},
         "utility": {"enabled": False}, "report": {"goals": ["share-data"], "examples": 6}}))
     env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(tmp_path / "cache")}
     run_proc = subprocess.run([str(CLI), "run", str(config), "--verbose"], capture_output=True, text=True, env=env,
@@ -138,8 +141,11 @@ def test_no_raw_identifier_leaves_private_when_pseudonymising(tmp_path):
     outside["cli output"] = "".join(p.stdout + p.stderr for p in (run_proc, report_proc, export_proc))
     assert {str(run / "report.html"), str(run / "report.md"), str(run / "manifest.json")} <= set(outside)
     assert any("human_eval" in where for where in outside)  # the rating sheet is checked too
+    assert str(run / "privacy" / "stymask-pseudo" / "top_words.parquet") in outside  # the privacy stages ran
     leaks = {(where, value) for where, text in outside.items() for value in RAW_PII if value in text}
     assert not leaks, sorted(leaks)
+    cached = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]  # the local cache (indexes, results)
+    assert cached and not [p for p in cached for v in RAW_PII if v.encode() in p.read_bytes()]
 
     md = (run / "report.md").read_text()
     assert PSEUDONYMISED_SOURCE in md and "@example.com" in md  # the examples show the pseudonymised source
