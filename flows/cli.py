@@ -19,7 +19,7 @@ import typer
 
 from flows import progress
 from flows.annotate_cli import annotate_app
-from tasks.errors import InputError, SynthUGCError
+from tasks.errors import InputError, SynthUGCError, key_path, shown
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -214,7 +214,7 @@ def import_(
     attrs: dict[str, str] = {}
     for item in attr or []:
         if "=" not in item:
-            _fail(f"--attr {item}: expected NAME=COLUMN")
+            _fail(f"--attr {shown(item)}: expected NAME=COLUMN")
         name, column = item.split("=", 1)
         attrs[name] = column
     try:
@@ -249,7 +249,7 @@ def _metric_names(metrics: str | None, default: tuple[str, ...]) -> list[str]:
         return list(default)
     names = [m.strip() for m in metrics.split(",") if m.strip()]
     if not names:
-        _fail(f"--metrics '{metrics}' names no metric (leave it out for all of them)")
+        _fail(f"--metrics {shown(metrics)} names no metric (leave it out for all of them)")
     try:
         return check_metric_names(names)
     except ValueError as exc:
@@ -258,18 +258,19 @@ def _metric_names(metrics: str | None, default: tuple[str, ...]) -> list[str]:
 
 
 def _assignments(items: list[str] | None, flag: str) -> dict:
-    """``key=value`` options as a mapping, each value read as YAML (``k=64`` is a number, ``mode=exact`` a string)."""
-    import yaml
+    """``key=value`` options as a mapping, each value read as YAML (``k=64`` is a number, ``mode=exact`` a string)
+    as the config is read (:func:`flows.config.parse_yaml`: size and alias limits)."""
+    from flows.config import parse_yaml
 
     params: dict = {}
     for item in items or []:
         if "=" not in item:
-            _fail(f"{flag} {item}: expected key=value")
+            _fail(f"{flag} {shown(item)}: expected key=value")
         key, value = item.split("=", 1)
         try:
-            params[key] = yaml.safe_load(value) if value else None
-        except yaml.YAMLError:
-            _fail(f"{flag} {item}: the value is not valid YAML")
+            params[key] = parse_yaml(value, f"{flag} {key_path([key])}") if value else None
+        except SynthUGCError as exc:
+            _fail(str(exc))
     return params
 
 
@@ -284,16 +285,21 @@ def generate(
     """Run one generation strategy on a corpus without Prefect: one output row per input row."""
     _environment()
     from tasks.corpus.importers import failures_path, read_corpus, write_parquet_atomic
-    from tasks.generate.base import build_strategy, generate_synthetic
+    from tasks.errors import ConfigError
+    from tasks.generate.base import available_strategies, build_strategy, generate_synthetic, validate_params
     from tasks.paths import check_output_file
     from tasks.store import ArtifactStore
 
     params = _assignments(set_, "--set")
     try:
+        if strategy not in available_strategies():  # the flags first, before any work
+            raise ConfigError(f"--strategy {shown(strategy)}: unknown strategy (available: "
+                              f"{', '.join(available_strategies())})")
+        validate_params(strategy, params, root="--set")
         out = check_output_file(out)
         failed_inputs = check_output_file(failures_path(out))
         validated = read_corpus(corpus)
-        rewriter = build_strategy(strategy, params, root="strategy").fit(validated.corpus)
+        rewriter = build_strategy(strategy, params, root="--set").fit(validated.corpus)
         synthetic = generate_synthetic(rewriter, validated.corpus, seed=seed)
     except SynthUGCError as exc:
         _fail(str(exc))
@@ -451,13 +457,14 @@ def reidentify(
     for key, value in _assignments(set_, "--set").items():
         name, _, field = key.partition(".")
         if not field:
-            _fail(f"--set {key}={value}: expected attack.key=value")
+            _fail(f"--set {shown(f'{key}={value}')}: expected attack.key=value")
         params.setdefault(name, {})[field] = value
     try:
         names, settings = attack_names(attack), setting_names(setting)
         unasked = sorted(set(params) - set(names))
         if unasked:
-            raise ValueError(f"--set {unasked[0]}.…: attack '{unasked[0]}' is not run (--attack {attack})")
+            raise ValueError(f"--set {key_path([unasked[0]])}.…: attack {shown(unasked[0])} is not run "
+                             f"(--attack {shown(attack)})")
         attacks = [build_attack(name, params.get(name), root="--set ") for name in names]
         check_output_folder(out)
         check_parquet_file(histories)
@@ -560,11 +567,11 @@ def utility(
     if task not in ("post", "dialogue", "timeline") or any(s not in ("substitution", "augmentation") for s in settings):
         _fail("--task must be post, dialogue or timeline and --setting substitution or augmentation")
     if coverage not in ("timeline", "pooled"):
-        _fail(f"--coverage must be timeline or pooled, got {coverage}")
+        _fail(f"--coverage must be timeline or pooled, got {shown(coverage)}")
     try:
         shares = [float(f) for f in fractions.split(",")]
     except ValueError:
-        _fail(f"--fractions {fractions}: expected numbers like 0.1,0.5,1.0")
+        _fail(f"--fractions {shown(fractions)}: expected numbers like 0.1,0.5,1.0")
     try:
         check_output_folder(out)
         real = read_corpus(corpus).corpus  # keeps seg_tags, the dialogue task's word-level gold
@@ -640,9 +647,9 @@ def report(
 
     try:
         if require is not None:
-            from flows.config import ReportConfig
+            from tasks.report.budgets import parse_budget
 
-            ReportConfig(require=require)  # the same check as the config's report.require
+            parse_budget(require, where="--require")  # the same check as the config's report.require
         from tasks.report.budgets import DECIDE_ON
 
         if decide_on is not None and decide_on not in DECIDE_ON:
@@ -650,8 +657,6 @@ def report(
         rebuilt = rebuild_report(run_dir, goals=goal, examples=examples, require=require, decide_on=decide_on)
     except SynthUGCError as exc:
         _fail(str(exc))
-    except ValueError as exc:  # pydantic: an unknown budget column
-        _fail("--require: " + str(exc).splitlines()[-1].removeprefix("  Value error, ").split(" [")[0])
     if rebuilt.budget is not None:
         for row in rebuilt.budget.itertuples(index=False):
             said = "meets    " if row.meets else "undecided" if row.undecided else "misses   "

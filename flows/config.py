@@ -7,14 +7,26 @@ Unknown keys and bad values are rejected with their key path (``generate.strateg
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tasks.errors import ConfigError
+from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.generate.base import available_strategies, validate_params
+from tasks.limits import (
+    MAX_DOCS,
+    MAX_EXAMPLES,
+    MAX_LAYER,
+    MAX_REPEATS,
+    MAX_SEED,
+    MAX_SHARD,
+    MAX_TEXT_CHARS,
+    MAX_TOKENS,
+    MAX_UTILITY_SEEDS,
+)
 from tasks.metrics.suite import DEFAULT_METRICS, MetricOptions, check_metric_names
 from tasks.models.registry import ROLES, resolve_model
 from tasks.paths import segment_problem
@@ -23,13 +35,15 @@ from tasks.privacy.pii import DEFAULT_ENTITIES as DEFAULT_PII_ENTITIES
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A config section: unknown keys refused, numbers strict and finite (``STRICT_INPUT``)."""
+
+    model_config = ConfigDict(extra="forbid", **STRICT_INPUT)
 
 
 def _path_segment(value: str | None) -> str | None:
     """A name that becomes a path segment (experiment, strategy, label, attribute): checked in tasks/paths.py."""
     if value is not None and (problem := segment_problem(value)):
-        raise ValueError(problem)
+        raise ValueError(problem.replace(f"'{value}'", shown(value), 1) if isinstance(value, str) else problem)
     return value
 
 
@@ -38,8 +52,10 @@ class DataConfig(Section):
 
     dataset: str | None = Field(None, description="Public dataset name (synthugc datasets list).")
     path: str | None = Field(None, description="Corpus file (parquet/csv/jsonl) already in the schema.")
-    max_chars: int = Field(20_000, gt=0, description="Texts longer than this become failure records.")
-    max_docs: int | None = Field(None, gt=0, description="Keep at most this many documents (whole groups, seeded).")
+    max_chars: int = Field(20_000, gt=0, le=MAX_TEXT_CHARS,
+                           description="Texts longer than this become failure records.")
+    max_docs: int | None = Field(None, gt=0, le=MAX_DOCS,
+                                 description="Keep at most this many documents (whole groups, seeded).")
 
     @model_validator(mode="after")
     def _one_source(self) -> DataConfig:
@@ -101,7 +117,8 @@ class PseudonymizeConfig(Section):
 
 
 class GenerateConfig(Section):
-    shard_size: int = Field(250, gt=0, description="Documents per generation shard (the unit of resume).")
+    shard_size: int = Field(250, gt=0, le=MAX_SHARD,
+                            description="Documents per generation shard (the unit of resume).")
     strategies: list[StrategyConfig] = Field(min_length=1)
     pseudonymize: PseudonymizeConfig | None = Field(
         None, description="Pseudonymise the corpus before every strategy (off when absent).")
@@ -117,7 +134,8 @@ class GenerateConfig(Section):
 
 
 class BertScoreConfig(Section):
-    layer: int | None = Field(None, description="Token encoder layer (default: the model's BERTScore layer).")
+    layer: int | None = Field(None, ge=0, le=MAX_LAYER,
+                              description="Token encoder layer (default: the model's BERTScore layer).")
     idf: bool = False
     baseline: str | None = Field(None, description="bert_score baseline CSV for rescaling.")
 
@@ -134,7 +152,7 @@ class TransferConfig(Section):
 class FbdConfig(Section):
     """FBD (Xiang et al. 2021): which token-encoder layer and pooling give the text vectors."""
 
-    layer: int | None = Field(None, ge=0, description="Hidden layer (default: the last, as Xiang et al.).")
+    layer: int | None = Field(None, ge=0, le=MAX_LAYER, description="Hidden layer (default: the last, as Xiang et al.).")
     pooling: Literal["cls", "mean", "mean-all"] = Field("cls", description="cls (Xiang et al.), mean (content "
                                                         "tokens) or mean-all (every token).")
 
@@ -144,8 +162,8 @@ class MetaevalConfig(Section):
     (seed 003 §4.2); off by default (minutes on CPU), on in the demo."""
 
     enabled: bool = False
-    bag_size: int = Field(100, ge=4, description="Texts per reference bag (100: the seed's cap).")
-    bags: int = Field(1, ge=1, description="Reference bags to average over.")
+    bag_size: int = Field(100, ge=4, le=MAX_REPEATS, description="Texts per reference bag (100: the seed's cap).")
+    bags: int = Field(1, ge=1, le=MAX_REPEATS, description="Reference bags to average over.")
 
 
 class MetricsConfig(Section):
@@ -153,7 +171,7 @@ class MetricsConfig(Section):
 
     names: list[str] = Field(default_factory=lambda: list(DEFAULT_METRICS),
                              description="Metric names (synthugc metrics lists them).")
-    shard_size: int = Field(2000, gt=0, description="Pairs per Dask shard for sample-level metrics.")
+    shard_size: int = Field(2000, gt=0, le=MAX_SHARD, description="Pairs per Dask shard for sample-level metrics.")
     bag_group: str = Field("group_id", description="Column forming bags for bag-level metrics (group_id, author_id).")
     bertscore: BertScoreConfig = Field(default_factory=BertScoreConfig)
     fbd: FbdConfig = Field(default_factory=FbdConfig)
@@ -186,7 +204,7 @@ class MembershipConfig(Section):
 
     enabled: bool = True
     embed: Literal["tfidf", "sbert"] = "tfidf"
-    n_bootstrap: int = Field(1000, ge=10)
+    n_bootstrap: int = Field(1000, ge=10, le=MAX_REPEATS)
 
 
 class ReidentifyConfig(Section):
@@ -227,8 +245,8 @@ class LLMProfilingConfig(Section):
     """Zero-shot LLM profiling (seed 000 §5.2.2, A.5); off by default (slow without a GPU server)."""
 
     enabled: bool = False
-    max_tokens: int = Field(512, gt=0)
-    n: int | None = Field(None, gt=0, description="Dialogues per stratum (default: the rarest class size).")
+    max_tokens: int = Field(512, gt=0, le=MAX_TOKENS)
+    n: int | None = Field(None, gt=0, le=MAX_DOCS, description="Dialogues per stratum (default: the rarest class size).")
 
 
 class PrivacyConfig(Section):
@@ -247,8 +265,9 @@ class UtilityConfig(Section):
     settings: list[Literal["substitution", "augmentation"]] = Field(
         default_factory=lambda: ["substitution", "augmentation"])
     fractions: list[float] = Field(default_factory=lambda: [0.1, 0.5, 1.0])
-    seeds: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 4], min_length=1,
-                             description="Repeats (5 in the article's configuration).")
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
+        default_factory=lambda: [0, 1, 2, 3, 4], min_length=1, max_length=MAX_UTILITY_SEEDS,
+        description="Repeats (5 in the article's configuration).")
     model: Literal["linear", "encoder"] = "linear"
     label: str = Field("label", description="Task label column (e.g. label, attr_party).")
     coverage: Literal["timeline", "pooled"] = Field(
@@ -271,8 +290,8 @@ class ReportConfig(Section):
                              description="Goals to rank the strategies for (seed 000 §7): a preset (augment, "
                                          "augment-longitudinal, share-model, share-model-dp, share-data, share-data-dp) "
                                          "or use_case[,dp][,longitudinal].")
-    examples: int = Field(0, ge=0, description="Example outputs per strategy (Appendix A.3); 0 = off, since they "
-                                               "show real text.")
+    examples: int = Field(0, ge=0, le=MAX_EXAMPLES, description="Example outputs per strategy (Appendix A.3); 0 = "
+                                                                 "off, since they show real text.")
     require: str | None = Field(None, description="A budget, e.g. reidentification<=0.10,utility>=0.90: the report "
                                                   "lists the strategies that meet it under the worst-case attack.")
     decide_on: Literal["bound", "point"] = Field(
@@ -283,11 +302,12 @@ class ReportConfig(Section):
     @classmethod
     def _budget(cls, value: str | None) -> str | None:
         if value is not None:
-            from tasks.report.budgets import BUDGET_COLUMNS, parse_budget
+            from tasks.report.budgets import parse_budget
 
-            unknown = [b.column for b in parse_budget(value) if b.column not in BUDGET_COLUMNS]
-            if unknown:
-                raise ValueError(f"unknown budget column {unknown[0]!r}; known: {', '.join(BUDGET_COLUMNS)}")
+            try:
+                parse_budget(value, where="")  # pydantic names the key: report.require
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
         return value
 
     @field_validator("goals")
@@ -304,7 +324,7 @@ class ExperimentConfig(Section):
     """The whole experiment: what data, how to split, which strategies, which metrics."""
 
     experiment: str = Field(description="Run name: artifacts go to <root>/<experiment> (see tasks/paths.py).")
-    seed: int = 13
+    seed: int = Field(13, ge=0, le=MAX_SEED)
     storage_root: str | None = Field(None, description="Path or fsspec URL; default SYNTHUGC_STORAGE_ROOT or ./runs.")
     data: DataConfig
     split: SplitConfig = Field(default_factory=SplitConfig)
@@ -325,56 +345,140 @@ class ExperimentConfig(Section):
     def _known_roles(cls, value: dict[str, str]) -> dict[str, str]:
         unknown = sorted(set(value) - set(ROLES))
         if unknown:
-            raise ValueError(f"unknown model role {unknown[0]!r}; roles: {', '.join(ROLES)}")
+            raise ValueError(f"unknown model role {shown(unknown[0])}; roles: {', '.join(ROLES)}")
         return value
 
 
-def _loc(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc)
+#: A config file larger than this is refused before it is parsed (the demo config is 3 KB).
+MAX_CONFIG_BYTES = 1_000_000
+#: What a YAML text may expand to with its aliases followed, counted as scalar characters plus one per node:
+#: twice the byte limit, so only aliases reach it (a billion-laughs document expands to 10^9 nodes).
+MAX_YAML_EXPANSION = 2 * MAX_CONFIG_BYTES
+#: How deep YAML collections may nest: a config nests a few levels; the parser recurses per level.
+MAX_YAML_DEPTH = 100
 
 
-def _apply_override(raw: dict, assignment: str) -> None:
+class _Expansion(Exception):
+    """A YAML document expands (through its aliases) past MAX_YAML_EXPANSION, nests past MAX_YAML_DEPTH, or
+    refers to itself."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """A SafeLoader that adds up, while it composes the document, what each node expands to with its aliases
+    followed, and stops past MAX_YAML_EXPANSION (or MAX_YAML_DEPTH) before anything is constructed from it."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._sizes: dict[int, int] = {}  # id(node) -> its expanded size (nodes stay alive in the tree)
+        self._depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        alias = self.check_event(yaml.AliasEvent)
+        self._depth += 1
+        if self._depth > MAX_YAML_DEPTH:
+            raise _Expansion(f"collections nest deeper than {MAX_YAML_DEPTH} levels")
+        try:
+            node = super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+        if alias:  # the anchored node itself: its size is known unless the alias sits inside it
+            if id(node) not in self._sizes:
+                raise _Expansion("an alias refers to a node that contains it (a recursive document)")
+            return node
+        if isinstance(node, yaml.ScalarNode):
+            size = 1 + len(node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            size = 1 + sum(self._sizes[id(child)] for child in node.value)
+        else:
+            size = 1 + sum(self._sizes[id(key)] + self._sizes[id(value)] for key, value in node.value)
+        if size > MAX_YAML_EXPANSION:
+            raise _Expansion(f"its aliases expand it past {MAX_YAML_EXPANSION} characters (an alias bomb?); "
+                             f"write the values out instead")
+        self._sizes[id(node)] = size
+        return node
+
+
+# YAML 1.2 exponent floats (1e-5, 1.5e3, .5E2) and signed ones without a leading digit (-.5): PyYAML (YAML 1.1)
+# reads them as strings, which strict numbers refuse; read them as the numbers they are.
+_BoundedLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$|^[-+]\.[0-9_]+$"),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """YAML text as Python values, refused (ConfigError naming ``source``) when it is over MAX_CONFIG_BYTES,
+    invalid, or expands through aliases past MAX_YAML_EXPANSION, before that expansion is built."""
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: larger than {MAX_CONFIG_BYTES} characters")
+    loader = _BoundedLoader(text)
+    try:
+        return loader.get_single_data()
+    except _Expansion as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}:{line} is not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    finally:
+        loader.dispose()
+
+
+def _apply_override(raw: dict, assignment: str, flag: str) -> None:
     if "=" not in assignment:
-        raise ConfigError(f"override '{assignment}' is not key.path=value")
+        raise ConfigError(f"{flag} {shown(assignment)}: not key.path=value")
     path, value = assignment.split("=", 1)
     node: Any = raw
     keys = path.split(".")
+    parsed = parse_yaml(value, f"{flag} {key_path([path])}") if value else None
     try:
         for key in keys[:-1]:
             node = node[int(key)] if isinstance(node, list) else node.setdefault(key, {})
-        parsed = yaml.safe_load(value) if value else None
         if isinstance(node, list):
             node[int(keys[-1])] = parsed
         else:
             node[keys[-1]] = parsed
     except (ValueError, IndexError, TypeError, AttributeError):
-        raise ConfigError(f"override '{assignment}': {path} does not name a settable key") from None
+        raise ConfigError(f"{flag} {shown(assignment)}: {key_path([path])} does not name a settable key") from None
 
 
-def parse_config(raw: dict, source: str = "config", overrides: list[str] | None = None) -> ExperimentConfig:
-    """Validate a config mapping (after overrides); errors name the key path and the source."""
+#: A strategy's params are checked under ``generate.strategies.N.params.<strategy name>``; overrides omit the name.
+_STRATEGY_PARAMS = re.compile(r"^(generate\.strategies\.\d+\.params)\.[^.]+")
+
+
+def _origin(source: str, line: str, overrides: list[str], flag: str) -> str:
+    """Who gave the value an error line (``key.path: problem``) is about: the last override whose key path covers
+    it or lies under it (named by its flag and assignment), else the config file."""
+    where = _STRATEGY_PARAMS.sub(r"\1", line.split(": ", 1)[0])
+    for assignment in reversed(overrides):
+        path = assignment.split("=", 1)[0]
+        if where == path or where.startswith(path + ".") or path.startswith(where + "."):
+            return f"{flag} {shown(assignment)}"
+    return source
+
+
+def parse_config(raw: dict, source: str = "config", overrides: list[str] | None = None, *,
+                 flag: str = "--set") -> ExperimentConfig:
+    """Validate a config mapping (after overrides); errors name the key path and where the value came from (the
+    file ``source``, or the override and its ``flag``), and echo values cut to a few words
+    (:func:`tasks.errors.shown`)."""
     raw = copy.deepcopy(raw)
-    for assignment in overrides or []:
-        _apply_override(raw, assignment)
+    overrides = list(overrides or [])
+    for assignment in overrides:
+        _apply_override(raw, assignment, flag)
     try:
         cfg = ExperimentConfig.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        where = _loc(err["loc"])
-        raise ConfigError(f"{source}: {where + ': ' if where else ''}{msg}") from None
-    for i, strategy in enumerate(cfg.generate.strategies):
-        if strategy.name not in available_strategies():
-            raise ConfigError(f"{source}: generate.strategies.{i}.name: unknown strategy '{strategy.name}'; "
-                              f"available: {', '.join(available_strategies())}")
-        try:
+        for i, strategy in enumerate(cfg.generate.strategies):
+            if strategy.name not in available_strategies():
+                raise ConfigError(f"generate.strategies.{i}.name: unknown strategy {shown(strategy.name)}; "
+                                  f"available: {', '.join(available_strategies())}")
             validate_params(strategy.name, strategy.params, root=f"generate.strategies.{i}.params")
-        except ConfigError as exc:
-            raise ConfigError(f"{source}: {exc}") from None
-    try:
         _check_attacks(cfg.privacy.reidentify)
+    except ValidationError as exc:
+        line = validation_line(exc)
+        raise ConfigError(f"{_origin(source, line, overrides, flag)}: {line}") from None
     except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+        raise ConfigError(f"{_origin(source, str(exc), overrides, flag)}: {exc}") from None
     return with_absolute_paths(cfg)
 
 
@@ -418,24 +522,35 @@ def _check_attacks(reid: ReidentifyConfig) -> None:
         build_attack(name, params)
 
 
-def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
-    """Read and validate an experiment YAML file."""
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A config file's mapping, read safely: the file is checked (exists, a file, at most MAX_CONFIG_BYTES)
+    before it is read, and its YAML is parsed by :func:`parse_yaml`; ConfigError naming the file otherwise."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"config file {path} is a folder, not a file")
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
+    with path.open("rb") as handle:  # read at most one byte past the limit, whatever stat says
+        data = handle.read(MAX_CONFIG_BYTES + 1)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes; a config is a few kilobytes")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not valid UTF-8 (byte {exc.start})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}:{line} is not valid YAML ({getattr(exc, 'problem', exc)})") from None
+    raw = parse_yaml(text, str(path))
+    if raw is None:
+        raise ConfigError(f"{path}: the file is empty; a config is a mapping of settings (experiment, data, "
+                          f"generate ...)")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    return parse_config(raw, source=str(path), overrides=overrides)
+        raise ConfigError(f"{path}: the top level must be a mapping of settings (experiment, data, generate ...); "
+                          f"got {type(raw).__name__}")
+    return raw
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:
+    """Read and validate an experiment YAML file."""
+    return parse_config(read_config_file(path), source=str(path), overrides=overrides)
 
 
 def metric_options(cfg: ExperimentConfig) -> MetricOptions:

@@ -8,14 +8,12 @@ validated :class:`~flows.config.ExperimentConfig` with the same errors (key path
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.config import ExperimentConfig, parse_config
+from flows.config import ExperimentConfig, parse_config, read_config_file
 from tasks.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -62,12 +60,7 @@ class ExperimentParams(BaseModel):
     def raw_config(self) -> dict[str, Any]:
         """The config mapping after the typed overrides (before ``overrides`` and validation)."""
         path = resolve_config_path(self.config)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if not isinstance(raw, dict):
-            raise ConfigError(f"{path}: the top level must be a mapping")
-        raw = copy.deepcopy(raw)
+        raw = read_config_file(path)
         if self.experiment is not None:
             raw["experiment"] = self.experiment
         if self.seed is not None:
@@ -101,4 +94,4 @@ class ExperimentParams(BaseModel):
 
     def to_config(self) -> ExperimentConfig:
         """The validated experiment config (ConfigError names the key path on a bad value)."""
-        return parse_config(self.raw_config(), source=self.config, overrides=list(self.overrides))
+        return parse_config(self.raw_config(), source=self.config, overrides=list(self.overrides), flag="overrides")

@@ -156,11 +156,13 @@ def plan_prepare(cfg: ExperimentConfig) -> Plan:
     """Ingest and split: what every run does first."""
     check_model_roles(cfg)
     plan = Plan(run_place(cfg))
-    plan.add("ingest", stages.ingest, source=source_ref(cfg), options=stages.IngestOptions(cfg.data.max_chars))
+    private = cfg.generate.pseudonymize is not None  # the raw corpus stays under private/
+    plan.add("ingest", stages.ingest, source=source_ref(cfg),
+             options=stages.IngestOptions(cfg.data.max_chars, private=private))
     s = cfg.split
     plan.add("split", stages.split, corpus=Use("ingest", "corpus"), options=stages.SplitOptions(
         train=s.train, val=s.val, test=s.test, train_fraction=s.train_fraction, max_docs=cfg.data.max_docs,
-        seed=cfg.seed))
+        seed=cfg.seed, private=private))
     return plan
 
 
@@ -209,7 +211,8 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
         label = strategy.key
         options = stages.GenerateOptions(strategy=strategy.name, params=strategy.params,
                                          shard_size=cfg.generate.shard_size, seed=cfg.seed,
-                                         llm=llm if strategy_uses_llm(strategy.name, strategy.params) else {})
+                                         llm=llm if strategy_uses_llm(strategy.name, strategy.params) else {},
+                                         private=pseudo is not None and not strategy.pseudonymize)
         resource = generation_resource(strategy.name, strategy.params, options.llm)
         source = Use("pseudonymize", "corpus") if pseudo is not None and strategy.pseudonymize else corpus
         shards[label] = [Use(plan.add("generate", stages.generate, resource=resource, corpus=source, label=label,

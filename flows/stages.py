@@ -58,8 +58,8 @@ class RunPlace:
     def store(self) -> ArtifactStore:
         return ArtifactStore(self.root)
 
-    def writer(self, kind: str, **keys: Any) -> StageWriter:
-        return StageWriter(self.store(), self.experiment, kind, **keys)
+    def writer(self, kind: str, *, private: bool = False, **keys: Any) -> StageWriter:
+        return StageWriter(self.store(), self.experiment, kind, private=private, **keys)
 
     @property
     def embeddings(self) -> Path:
@@ -71,7 +71,10 @@ class RunPlace:
 
 @dataclass(frozen=True)
 class IngestOptions:
+    """``private``: the run pseudonymises, so the ingested corpus (raw identifiers) goes under private/."""
+
     max_chars: int
+    private: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class SplitOptions:
     train_fraction: float
     max_docs: int | None
     seed: int
+    private: bool = False  # as IngestOptions.private
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,7 @@ class GenerateOptions:
     shard_size: int
     seed: int
     llm: dict[str, str] = field(default_factory=dict)
+    private: bool = False  # rewrites the original texts in a pseudonymising run: its outputs hold raw identifiers
 
 
 @dataclass(frozen=True)
@@ -167,7 +172,7 @@ def _synthetic(store: ArtifactStore, shards: list[ArtifactRef]) -> pd.DataFrame:
 def ingest(source: ArtifactRef, place: RunPlace, options: IngestOptions) -> StageResult:
     """Read the source corpus, validate it, and write the valid rows and the failure records."""
     validated = read_corpus(source.path, max_chars=options.max_chars)
-    out = place.writer("ingest")
+    out = place.writer("ingest", private=options.private)
     out.table("corpus", validated.corpus)
     out.table("failures", validated.failures)
     return out.result(level=corpus_level(validated.corpus).value)
@@ -182,7 +187,7 @@ def split(corpus: ArtifactRef, place: RunPlace, options: SplitOptions) -> StageR
         df = cap_documents(df, o.max_docs, seed=o.seed)
     if o.train_fraction < 1.0:
         df = undersample(df, o.train_fraction, seed=o.seed)
-    out = place.writer("split")
+    out = place.writer("split", private=o.private)
     out.table("corpus", df.sort_values("doc_id", kind="stable").reset_index(drop=True))
     return out.result()
 
@@ -210,7 +215,7 @@ def generate(corpus: ArtifactRef, place: RunPlace, label: str, shard: int, optio
     size = options.shard_size
     synthetic = generate_synthetic(rewriter, whole.iloc[shard * size:(shard + 1) * size], seed=options.seed)
     synthetic["strategy"] = label
-    out = place.writer("generate", label=label, shard=shard)
+    out = place.writer("generate", label=label, shard=shard, private=options.private)
     out.table("shard", synthetic)
     return out.result()
 

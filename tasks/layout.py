@@ -52,12 +52,15 @@ class StageKind:
         """The stage call's name in logs, the UI and the manifest, e.g. ``generate[stymask][0]``."""
         return self.name + "".join(f"[{_display_key(k, keys[k])}]" for k in self.keys)
 
-    def relative_path(self, output: str, keys: Mapping[str, Any]) -> str:
-        """Where an output lies under the run folder (``metrics/stymask/sample_scores.parquet``)."""
+    def relative_path(self, output: str, keys: Mapping[str, Any], *, private: bool = False) -> str:
+        """Where an output lies under the run folder (``metrics/stymask/sample_scores.parquet``); ``private``:
+        under :data:`PRIVATE_FOLDER` (``private/ingest/corpus.parquet``)."""
         values = dict(keys)
         if "fraction" in values:
             values["pct"] = round(100 * float(values["fraction"]))
         parts = [p for p in self.folder.format(**values).split("/") if p]
+        if private and parts[:1] != [PRIVATE_FOLDER]:
+            parts = [PRIVATE_FOLDER, *parts]
         return "/".join([*parts, self.output(output).file.format(**values)])
 
 
@@ -71,11 +74,16 @@ def _display_key(name: str, value: Any) -> str:
 
 _TABLE = ".parquet"
 
+#: The run's folder for artifacts holding raw input text when pseudonymisation is configured (the ingested and
+#: split corpus, the outputs of strategies that rewrite the original texts) and for the pseudonym mapping:
+#: the report never shows their texts. Runs without pseudonymisation write those stages in their usual folders.
+PRIVATE_FOLDER = "private"
+
 #: Every stage kind of the experiment flow, in pipeline order.
 STAGES: dict[str, StageKind] = {kind.name: kind for kind in (
     StageKind("ingest", "ingest", (), (Output("corpus", "corpus.parquet"), Output("failures", "failures.parquet"))),
     StageKind("split", "split", (), (Output("corpus", "corpus.parquet"),)),
-    StageKind("pseudonymize", "private/pseudonymize", (), (  # private: never read by the report
+    StageKind("pseudonymize", f"{PRIVATE_FOLDER}/pseudonymize", (), (  # never shown by the report
         Output("corpus", "corpus.parquet"), Output("mapping", "mapping.parquet"))),
     StageKind("index-histories", "history-indexes/{attack}", ("attack",), (Output("index", "{fingerprint}.parquet"),),
               in_run=False),
@@ -123,6 +131,7 @@ class StageResult:
     keys: dict[str, Any]
     outputs: dict[str, ArtifactRef]
     info: dict[str, Any] = field(default_factory=dict)
+    private: bool = False  # written under PRIVATE_FOLDER: holds raw input text of a pseudonymising run
 
     @property
     def name(self) -> str:
@@ -135,21 +144,24 @@ class StageResult:
         return list(self.outputs.values())
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "keys": dict(self.keys), "info": dict(self.info),
+        return {"kind": self.kind, "keys": dict(self.keys), "info": dict(self.info), "private": self.private,
                 "outputs": {name: {"path": r.path, "fingerprint": r.fingerprint, "rows": r.rows}
                             for name, r in self.outputs.items()}}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> StageResult:
         return cls(kind=data["kind"], keys=dict(data["keys"]), info=dict(data.get("info", {})),
-                   outputs={n: ArtifactRef(**r) for n, r in data["outputs"].items()})
+                   outputs={n: ArtifactRef(**r) for n, r in data["outputs"].items()},
+                   private=bool(data.get("private", False)))
 
 
 class StageWriter:
     """Writes one stage call's declared outputs under the run folder and builds its :class:`StageResult`."""
 
-    def __init__(self, store: ArtifactStore, experiment: str, kind: str, *, flat: bool = False, **keys: Any) -> None:
+    def __init__(self, store: ArtifactStore, experiment: str, kind: str, *, flat: bool = False, private: bool = False,
+                 **keys: Any) -> None:
         self.store, self.experiment, self.kind, self.flat = store, experiment, stage_kind(kind), flat
+        self.private = private
         missing = [k for k in self.kind.keys if k not in keys]
         if missing:
             raise KeyError(f"stage {kind!r} needs keys {missing}")
@@ -161,7 +173,8 @@ class StageWriter:
             return (self.kind.output(output).file.format(**self.keys, **extra),)
         if not self.kind.in_run:
             raise ValueError(f"stage {self.kind.name!r} writes outside the run folder: record() its files")
-        return (self.experiment, *self.kind.relative_path(output, {**self.keys, **extra}).split("/"))
+        relative = self.kind.relative_path(output, {**self.keys, **extra}, private=self.private)
+        return (self.experiment, *relative.split("/"))
 
     def table(self, output: str, frame: Any, **extra: Any) -> ArtifactRef:
         """Write a declared output as parquet (atomically), checked against its declared score table."""
@@ -189,7 +202,8 @@ class StageWriter:
         missing = [o.name for o in self.kind.outputs if not o.optional and o.name not in self.outputs]
         if missing:
             raise RuntimeError(f"stage {self.kind.display(self.keys)} did not write {', '.join(missing)}")
-        return StageResult(kind=self.kind.name, keys=dict(self.keys), outputs=dict(self.outputs), info=info)
+        return StageResult(kind=self.kind.name, keys=dict(self.keys), outputs=dict(self.outputs), info=info,
+                           private=self.private)
 
 
 def folder_writer(folder: str | Path, kind: str, **keys: Any) -> StageWriter:
@@ -237,10 +251,13 @@ class RunLayout:
         """``{strategy label: artifact}`` for a per-strategy stage kind."""
         return {r.keys["label"]: r.outputs[output] for r in self.of(kind) if output in r.outputs}
 
-    def shards(self) -> dict[str, list[ArtifactRef]]:
-        """Strategy label -> its generated shards in shard order."""
+    def shards(self, *, public: bool = False) -> dict[str, list[ArtifactRef]]:
+        """Strategy label -> its generated shards in shard order; ``public``: only the strategies whose outputs
+        are not private (those that rewrote the pseudonymised corpus, or every one in a run without it)."""
         out: dict[str, list[tuple[int, ArtifactRef]]] = {}
         for r in self.of("generate"):
+            if public and r.private:
+                continue
             out.setdefault(r.keys["label"], []).append((int(r.keys["shard"]), r.outputs["shard"]))
         return {label: [ref for _, ref in sorted(pairs, key=lambda p: p[0])] for label, pairs in out.items()}
 
@@ -255,8 +272,8 @@ class RunLayout:
                 return ArtifactRef(new_root.rstrip("/") + ref.path[len(old_root.rstrip("/")):], ref.fingerprint,
                                    ref.rows)
             return ref
-        return RunLayout([StageResult(r.kind, r.keys, {n: move(ref) for n, ref in r.outputs.items()}, r.info)
-                          for r in self.results])
+        return RunLayout([StageResult(r.kind, r.keys, {n: move(ref) for n, ref in r.outputs.items()}, r.info,
+                                      r.private) for r in self.results])
 
 
 def stage_files(results: Iterable[StageResult]) -> dict[str, list[str]]:

@@ -39,8 +39,10 @@ def test_generate_writes_one_row_per_valid_input(corpus, tmp_path):
 
 
 @pytest.mark.parametrize(("args", "expected"), [
-    (["--strategy", "nope"], "unknown strategy 'nope'"),
-    (["--strategy", "stymask", "--set", "intensity=7"], "strategy.stymask.intensity"),
+    (["--strategy", "nope"], "--strategy 'nope': unknown strategy"),
+    (["--strategy", "stymask", "--set", "intensity=7"], "--set intensity: Input should be less than or equal to 1"),
+    (["--strategy", "stymask", "--set", "intensity=true"], "--set intensity: Input should be a valid number (got True)"),
+    (["--strategy", "dp", "--set", "epsilon=.inf"], "--set epsilon: Input should be a finite number (got inf)"),
     (["--strategy", "stymask", "--set", "intensity"], "expected key=value"),
 ])
 def test_generate_bad_arguments_exit_2_with_one_line(corpus, tmp_path, args, expected):

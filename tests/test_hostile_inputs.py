@@ -268,6 +268,76 @@ def import_jsonl_int_and_string_id(tmp: Path):
                            "row 2: duplicate doc_id '1': the ids have different types (integer and string)")
 
 
+
+def _bomb_config(tmp: Path) -> Path:
+    """A config whose stymask intensity is a billion laughs (9^10 'lol's once its aliases are followed)."""
+    levels = ['lol0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    levels += [f"lol{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 10)]
+    config = _config(tmp)
+    raw = yaml.safe_load(config.read_text())
+    raw["generate"]["strategies"][0]["params"] = {"intensity": "BOMB"}
+    config.write_text("\n".join(levels) + "\n" + yaml.safe_dump(raw).replace("BOMB", "*l9"))
+    return config
+
+
+def config_alias_bomb_under_a_strategy_setting(tmp: Path):
+    return ["run", str(_bomb_config(tmp))], "its aliases expand it past 2000000 characters", _no_escape(tmp)
+
+
+def config_over_the_size_limit(tmp: Path):
+    config = _config(tmp)
+    config.write_text(config.read_text() + "# " + "x" * 1_000_000 + "\n")
+    return ["run", str(config)], "larger than 1000000 bytes", _no_escape(tmp)
+
+
+def config_is_a_list(tmp: Path):
+    config = tmp / "list.yaml"
+    config.write_text("- experiment: x\n")
+    return ["run", str(config)], f"{config}: the top level must be a mapping of settings", None
+
+
+def config_is_empty(tmp: Path):
+    config = tmp / "empty.yaml"
+    config.write_text("")
+    return ["run", str(config)], f"{config}: the file is empty", None
+
+
+def dp_epsilon_infinite(tmp: Path):
+    config = _config(tmp, generate={"strategies": [{"name": "dp", "params": {"epsilon": float("inf")}}]})
+    return (["run", str(config)], "generate.strategies.0.params.dp.epsilon: Input should be a finite number (got inf)",
+            _no_escape(tmp))
+
+
+def dp_epsilon_boolean(tmp: Path):
+    config = _config(tmp, generate={"strategies": [{"name": "dp", "params": {"epsilon": True}}]})
+    return (["run", str(config)], "generate.strategies.0.params.dp.epsilon: Input should be a valid number (got True)",
+            _no_escape(tmp))
+
+
+def shard_size_past_its_bound(tmp: Path):
+    config = _config(tmp, generate={"shard_size": 10**9, "strategies": [{"name": "stymask"}]})
+    return ["run", str(config)], "generate.shard_size: Input should be less than or equal to 1000000", _no_escape(tmp)
+
+
+def report_require_malformed_in_config(tmp: Path):
+    config = _config(tmp, report={"require": "reidentification<0.1"})
+    return ["run", str(config)], f"{config}: report.require: cannot read 'reidentification<0.1'", _no_escape(tmp)
+
+
+def report_require_malformed_on_the_command_line(tmp: Path):
+    return ["report", str(tmp / "run"), "--require", "reidentification<0.1"], "--require: cannot read", None
+
+
+def set_alias_bomb(tmp: Path):
+    bomb = _bomb_config(tmp).read_text().split("experiment:")[0].replace("\n", ", ").join("{}")
+    return (["generate", "--corpus", str(_corpus(tmp)), "--strategy", "stymask", "--out", str(tmp / "g.parquet"),
+             "--set", f"intensity={bomb}"], "--set intensity: its aliases expand it past", None)
+
+
+def override_with_a_long_value(tmp: Path):
+    return (["run", str(_config(tmp)), "--set", "generate.strategies.0.label=" + "x" * 100_000],
+            "generate.strategies.0.label: 'xxxxxxxx", _no_escape(tmp))
+
 HOSTILE: dict[str, Case] = {case.__name__: case for case in (
     label_traversal_in_config, label_traversal_in_override, experiment_dotdot, experiment_dot, attribute_traversal,
     config_not_utf8, config_is_a_folder, storage_root_is_a_file, score_duplicate_synthetic_rows, import_header_only_csv,
@@ -275,7 +345,11 @@ HOSTILE: dict[str, Case] = {case.__name__: case for case in (
     import_out_is_a_folder, score_out_is_a_file, import_out_read_only, profile_out_read_only, import_max_chars_zero,
     score_metrics_only_commas, import_folder_as_input, reidentify_histories_is_a_folder,
     reidentify_histories_not_parquet, import_jsonl_unterminated_string, import_csv_first_row_extra_field,
-    import_csv_first_row_unterminated_quote, import_csv_authors_not_utf8, import_jsonl_int_and_string_id)}
+    import_csv_first_row_unterminated_quote, import_csv_authors_not_utf8, import_jsonl_int_and_string_id,
+    config_alias_bomb_under_a_strategy_setting,
+    config_over_the_size_limit, config_is_a_list, config_is_empty, dp_epsilon_infinite, dp_epsilon_boolean,
+    shard_size_past_its_bound, report_require_malformed_in_config, report_require_malformed_on_the_command_line,
+    set_alias_bomb, override_with_a_long_value)}
 
 
 @pytest.mark.parametrize("name", list(HOSTILE))
@@ -285,7 +359,8 @@ def test_hostile_input_exits_2_with_one_line(name: str, tmp_path: Path) -> None:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
-    assert lines[0].startswith("synthugc: error: ") and expected in lines[0], lines[0]
+    assert lines[0].startswith("synthugc: error: ") and expected in lines[0], lines[0][:2000]
+    assert len(lines[0]) < 1000, lines[0][:2000]  # values are echoed cut (tasks.errors.shown)
     assert " at at " not in lines[0]
     if check is not None:
         check()

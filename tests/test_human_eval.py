@@ -486,6 +486,7 @@ def test_agreement_table_keeps_the_hand_written_figures() -> None:
     ("attribute_guess", "Green",
      "attribute_guess must be one of Democratic; Moderator; Republican; can't tell"),
     ("annotator", "", "missing annotator name"),
+    ("fluency", "9" * 100_000, "got '" + "9" * 76 + "..."),  # an echoed cell is cut to 80 characters
 ])
 def test_bad_sheets_name_file_row_and_column(run: RunFiles, tmp_path: Path, column: str, value: str,
                                              message: str) -> None:

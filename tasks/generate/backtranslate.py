@@ -37,8 +37,9 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tasks.errors import ModelUnavailable
+from tasks.errors import STRICT_INPUT, ModelUnavailable
 from tasks.generate.base import Strategy, register_strategy
+from tasks.limits import MAX_BATCH, MAX_REPEATS, MAX_SECONDS, MAX_SHARD, MAX_TOKENS
 
 SOURCE_LANG = "eng"
 #: ISO 639-3 (apertium) to ISO 639-1 (OPUS-MT model names).
@@ -52,7 +53,7 @@ _SPACE_BEFORE_PUNCT = re.compile(r" +([.,;:!?%)\]}])")
 class BacktranslateParams(BaseModel):
     """Params of the ``backtranslate`` strategy."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT_INPUT)
 
     backend: Literal["apertium", "marian"] = Field(
         "apertium", description="apertium: offline rule-based MT (Debian package); marian: OPUS-MT/seq2seq models")
@@ -61,16 +62,17 @@ class BacktranslateParams(BaseModel):
         description="one variant per entry: English -> pivot -> English (a chain: spa>cat); apertium codes "
                     "(eo, spa) or ISO 639-1 codes (de, zh) for marian")
     batch_lines: int = Field(
-        5000, ge=1, description="apertium: most text-lines per subprocess call (texts are never split across calls)")
-    timeout_s: float = Field(600.0, gt=0, description="apertium: seconds one subprocess call may take")
+        5000, ge=1, le=MAX_SHARD, description="apertium: most text-lines per subprocess call (texts are never split across calls)")
+    timeout_s: float = Field(600.0, gt=0, le=MAX_SECONDS,
+                             description="apertium: seconds one subprocess call may take")
     model_dir: str | None = Field(
         None, description="marian: folder holding one model folder per hop, named like opus-mt-en-de")
     model_template: str = Field(
         "Helsinki-NLP/opus-mt-{src}-{tgt}", description="marian: model id per hop (its last part names the folder)")
     allow_download: bool = Field(False, description="marian: let transformers download missing models")
-    batch_size: int = Field(16, ge=1, description="marian: lines per forward pass")
-    num_beams: int = Field(4, ge=1, description="marian: beam width (beam search is deterministic)")
-    max_new_tokens: int = Field(256, ge=1, description="marian: most tokens generated per line")
+    batch_size: int = Field(16, ge=1, le=MAX_BATCH, description="marian: lines per forward pass")
+    num_beams: int = Field(4, ge=1, le=MAX_REPEATS, description="marian: beam width (beam search is deterministic)")
+    max_new_tokens: int = Field(256, ge=1, le=MAX_TOKENS, description="marian: most tokens generated per line")
     device: str | None = Field(None, description="marian: torch device (default: cuda when available, else cpu)")
     lang_codes: dict[str, str] = Field(
         default_factory=dict, description="marian, multilingual model: ISO code -> the model's language token "

@@ -39,7 +39,7 @@ import pandas as pd
 from pydantic import BaseModel, ValidationError
 
 from tasks.corpus.schema import CARRIED_COLUMNS, STATUS_FAILED, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
-from tasks.errors import ConfigError, ModelUnavailable, SynthUGCError
+from tasks.errors import ConfigError, ModelUnavailable, SynthUGCError, key_path, shown, validation_line
 
 CONFIG_ROOT = "strategies"
 DEFAULT_VARIANT = "first"
@@ -146,24 +146,12 @@ def available_strategies() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def _validation_line(exc: ValidationError, prefix: str) -> str:
-    """A pydantic ValidationError as one line, each problem prefixed with its key path."""
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"])
-        where = f"{prefix}.{loc}" if loc else prefix
-        msg = err["msg"]
-        if err["type"] not in ("missing", "extra_forbidden") and "input" in err:
-            msg += f" (got {err['input']!r})"
-        parts.append(f"{where}: {msg}")
-    return "; ".join(parts)
-
-
 def validate_params(name: str, params: Mapping[str, Any] | None, *, root: str = CONFIG_ROOT) -> BaseModel:
-    """Validate a strategy's params; raise ConfigError naming the key path on any problem."""
-    prefix = f"{root}.{name}"
+    """Validate a strategy's params; raise ConfigError naming the key path (under ``root``: a config key path,
+    or a CLI flag such as ``--set``) on any problem."""
+    prefix = root if root.startswith("--") else key_path([root, name])
     if name not in _REGISTRY:
-        raise ConfigError(f"{prefix}: unknown strategy '{name}' (available: {', '.join(available_strategies())})")
+        raise ConfigError(f"{prefix}: unknown strategy {shown(name)} (available: {', '.join(available_strategies())})")
     if params is None:
         params = {}
     if not isinstance(params, Mapping):
@@ -171,7 +159,7 @@ def validate_params(name: str, params: Mapping[str, Any] | None, *, root: str = 
     try:
         return _REGISTRY[name].params_model.model_validate(dict(params))
     except ValidationError as exc:
-        raise ConfigError(_validation_line(exc, prefix)) from None
+        raise ConfigError(validation_line(exc, prefix)) from None
 
 
 def build_strategy(name: str, params: Mapping[str, Any] | None = None, *, root: str = CONFIG_ROOT) -> Strategy:

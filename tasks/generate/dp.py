@@ -54,9 +54,10 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.corpus.schema import STATUS_OK
-from tasks.errors import ConfigError, ModelUnavailable
+from tasks.errors import STRICT_INPUT, ConfigError, ModelUnavailable
 from tasks.generate.base import TRUNCATED, Generated, Output, Strategy, register_strategy, truncate_tokens
 from tasks.generate.llm import request_seed
+from tasks.limits import MAX_BATCH, MAX_EPSILON, MAX_LOGIT, MAX_TOKENS
 from tasks.models.llm import ENDPOINT_ENV, TransformersBackend, llm_backend_for
 from tasks.models.registry import ModelSpec, production_models, resolve_model
 
@@ -69,26 +70,26 @@ CAVEAT = ("epsilon_doc is per text: each text is treated as an individual data p
 class DPParams(BaseModel):
     """Params of the ``dp`` strategy. ``epsilon`` has no default: say what you spend."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT_INPUT)
 
     method: Literal["dp-prompt", "dp-bart"] = "dp-prompt"
-    epsilon: float = Field(gt=0, description="per-document budget (both methods); dp-prompt spends "
+    epsilon: float = Field(gt=0, le=MAX_EPSILON, description="per-document budget (both methods); dp-prompt spends "
                                              "epsilon / max_tokens per generated token")
     model: str | None = Field(None, description="dp-prompt: an llm (default smollm2); dp-bart: a BART-style "
                                                 "seq2seq folder/hub id (default: the paraphraser's production model)")
     # DP-Prompt
-    b_min: float = Field(5.0, description="logit clip lower bound (dp-prompt)")
-    b_max: float = Field(25.0, description="logit clip upper bound (dp-prompt)")
+    b_min: float = Field(5.0, ge=-MAX_LOGIT, le=MAX_LOGIT, description="logit clip lower bound (dp-prompt)")
+    b_max: float = Field(25.0, ge=-MAX_LOGIT, le=MAX_LOGIT, description="logit clip upper bound (dp-prompt)")
     template: str = Field(DP_PROMPT_TEMPLATE, description="dp-prompt user message; {text} is filled in")
     chat: bool = Field(True, description="wrap the prompt in the model's chat template (instruct models)")
-    max_tokens: int = Field(64, ge=1, description="new tokens per text")
-    batch_size: int = Field(8, ge=1, description="texts decoded together")
+    max_tokens: int = Field(64, ge=1, le=MAX_TOKENS, description="new tokens per text")
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="texts decoded together")
     # DP-BART
-    clip: float = Field(0.2, gt=0, description="C: value bound or per-token norm bound (dp-bart)")
+    clip: float = Field(0.2, gt=0, le=MAX_LOGIT, description="C: value bound or per-token norm bound (dp-bart)")
     clipping: Literal["value", "norm"] = "value"
     mechanism: Literal["gaussian", "laplace"] = "gaussian"
     delta: float = Field(1e-5, gt=0, lt=1, description="delta of the analytic Gaussian mechanism")
-    max_input_tokens: int = Field(128, ge=4, description="dp-prompt: inputs cut to this; dp-bart: the fixed n")
+    max_input_tokens: int = Field(128, ge=4, le=MAX_TOKENS, description="dp-prompt: inputs cut to this; dp-bart: the fixed n")
     seed_mode: Literal["per_text", "per_batch"] = "per_text"
     backend: dict[str, Any] = Field(default_factory=dict, description="llm_backend_for settings (dp-prompt)")
 

@@ -44,6 +44,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from tasks.errors import STRICT_INPUT
 from tasks.generate.base import (
     ORDINALS,
     TRUNCATED,
@@ -53,6 +54,7 @@ from tasks.generate.base import (
     register_strategy,
     stable_hash,
 )
+from tasks.limits import MAX_TEMPERATURE, MAX_TOKENS
 from tasks.metrics.base import make_signature
 from tasks.models.llm import (
     ChatRequest,
@@ -82,7 +84,7 @@ _BOLD_MARKER = re.compile(r"^(\s*)\*\*(\(?\d{1,2}[.):\]])\*\*")
 class LLMParams(BaseModel):
     """Params of the ``llm`` strategy."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT_INPUT)
 
     role: Literal["llm"] = Field("llm", description="model role whose backend answers (llm_backend_for)")
     n_outputs: int = Field(2, ge=1, le=len(ORDINALS), description="paraphrases asked for per text")
@@ -92,11 +94,11 @@ class LLMParams(BaseModel):
                                                  "only of the offline in-process model; the article's prompt else)")
     template: str | None = Field(None, description="user message replacing the prompt; {text} and {n} are filled in")
     system: str | None = Field(None, description="optional system message")
-    temperature: float = Field(0.6, ge=0.0)
+    temperature: float = Field(0.6, ge=0.0, le=MAX_TEMPERATURE)
     top_p: float = Field(0.9, gt=0.0, le=1.0)
-    max_tokens: int = Field(256, ge=1, description="new tokens per answer (all paraphrases together)")
+    max_tokens: int = Field(256, ge=1, le=MAX_TOKENS, description="new tokens per answer (all paraphrases together)")
     seed_mode: Literal["per_text", "per_batch"] = "per_text"
-    max_input_words: int = Field(1000, ge=1, description="longer inputs are cut (meta truncated)")
+    max_input_words: int = Field(1000, ge=1, le=MAX_TOKENS, description="longer inputs are cut (meta truncated)")
     backend: dict[str, Any] = Field(default_factory=dict, description="llm_backend_for settings (endpoint, ...)")
 
     @field_validator("template")

@@ -23,8 +23,10 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from tasks.errors import STRICT_INPUT
 from tasks.generate.base import TRUNCATED, Generated, Output, Strategy, register_strategy, truncate_tokens
 from tasks.generate.llm import build_requests, one_line_text, parse_paraphrases, request_seed
+from tasks.limits import MAX_BATCH, MAX_TEMPERATURE, MAX_TOKENS
 from tasks.models.llm import LLMBackend, llm_backend_for, raise_if_unreachable
 from tasks.models.registry import ModelSpec, default_models, resolve_model
 
@@ -35,19 +37,19 @@ CAUSAL_KINDS = ("hf-causal-lm", "gguf-causal-lm")
 class ParaphraseParams(BaseModel):
     """Params of the ``paraphrase`` strategy."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT_INPUT)
 
     model: str | None = Field(None, description="paraphraser: short name, local folder or hub id "
                                                 "(default: the paraphraser role's offline default, smollm2)")
     top_p: float = Field(0.9, gt=0.0, le=1.0, description="nucleus sampling mass (STRAP-style diversity)")
-    temperature: float = Field(1.0, gt=0.0)
-    max_tokens: int = Field(128, ge=1, description="new tokens per paraphrase")
-    max_input_tokens: int = Field(512, ge=8, description="seq2seq inputs are cut to this many tokens")
-    max_input_words: int = Field(1000, ge=1, description="LLM inputs are cut to this many words")
+    temperature: float = Field(1.0, gt=0.0, le=MAX_TEMPERATURE)
+    max_tokens: int = Field(128, ge=1, le=MAX_TOKENS, description="new tokens per paraphrase")
+    max_input_tokens: int = Field(512, ge=8, le=MAX_TOKENS, description="seq2seq inputs are cut to this many tokens")
+    max_input_words: int = Field(1000, ge=1, le=MAX_TOKENS, description="LLM inputs are cut to this many words")
     template: str = Field(PARAPHRASE_TEMPLATE, description="LLM user message; {text} is filled in")
     system: str | None = None
     seed_mode: Literal["per_text", "per_batch"] = "per_text"
-    batch_size: int = Field(8, ge=1, description="seq2seq texts per generate call (per_batch seeds)")
+    batch_size: int = Field(8, ge=1, le=MAX_BATCH, description="seq2seq texts per generate call (per_batch seeds)")
     backend: dict[str, Any] = Field(default_factory=dict, description="llm_backend_for settings (LLM path)")
 
     @field_validator("template")

@@ -39,7 +39,9 @@ from typing import Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.errors import STRICT_INPUT
 from tasks.generate.base import Strategy, register_strategy, stable_hash
+from tasks.limits import MAX_RELATIVE_GAP, MAX_TOKENS
 
 RuleName = Literal["punctuation", "casing", "contractions", "lexical", "sentences"]
 ALL_RULES: tuple[RuleName, ...] = ("punctuation", "casing", "contractions", "lexical", "sentences")
@@ -101,7 +103,7 @@ _SYNONYM_RE = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(SYNONYMS
 class StyleStats(BaseModel):
     """Stylometric averages of a corpus (or the features of one text)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT_INPUT)
 
     sentence_length: float = Field(description="mean words per sentence")
     punctuation_rate: float = Field(description="punctuation marks per word")
@@ -112,15 +114,15 @@ class StyleStats(BaseModel):
 class StyMaskParams(BaseModel):
     """Params of the ``stymask`` strategy."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT_INPUT)
 
     rules: list[RuleName] = Field(default_factory=lambda: list(ALL_RULES), description="rules to apply, in order")
     intensity: float = Field(1.0, ge=0.0, le=1.0,
                              description="0 leaves texts as they are (except collapsing repeated punctuation), "
                                          "1 moves them all the way to the corpus average")
-    tolerance: float = Field(0.25, ge=0.0, description="relative gap to the corpus value left alone")
+    tolerance: float = Field(0.25, ge=0.0, le=MAX_RELATIVE_GAP, description="relative gap to the corpus value left alone")
     lexical_rate: float = Field(0.5, ge=0.0, le=1.0, description="chance a listed word is swapped at intensity 1")
-    min_split_words: int = Field(6, ge=2, description="each part of a split sentence has at least this many words")
+    min_split_words: int = Field(6, ge=2, le=MAX_TOKENS, description="each part of a split sentence has at least this many words")
     stats: StyleStats | None = Field(None, description="corpus averages to aim at (default: computed from the batch)")
 
 

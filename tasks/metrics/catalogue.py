@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from tasks.errors import ConfigError
+from tasks.errors import ConfigError, shown
 from tasks.metrics import bags as bag_metrics
 from tasks.metrics.base import OPTION_NAMES
 
@@ -188,7 +188,7 @@ def check_names(requested: Sequence[str], levels: Iterable[str] = COMPUTED_LEVEL
     known = names(*levels)
     unknown = [n for n in requested if n not in known]
     if unknown:
-        raise ValueError(f"unknown metric '{unknown[0]}'; known: {', '.join(known)}")
+        raise ValueError(f"unknown metric {shown(unknown[0])}; known: {', '.join(known)}")
     return list(dict.fromkeys(requested))
 
 

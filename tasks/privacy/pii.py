@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tasks.errors import ModelUnavailable
+from tasks.errors import ModelUnavailable, shown
 from tasks.parallel import resource_lock
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ def check_entities(entities: Iterable[str], model: str = SPACY_MODEL) -> tuple[s
     known = supported_entities(model)
     unknown = [e for e in names if e not in known]
     if unknown:
-        raise ValueError(f"unknown PII entity type '{unknown[0]}'; known: {', '.join(known)}")
+        raise ValueError(f"unknown PII entity type {shown(unknown[0])}; known: {', '.join(known)}")
     return names
 
 

@@ -49,6 +49,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tasks.errors import InputError
+from tasks.limits import MAX_HASHES, MAX_NGRAM, MAX_SEED, check_range
 from tasks.privacy.attribution import Setting, attribution_summary, attribution_table, held_out_doc_ids
 from tasks.privacy.minhash import MinHashParams, Scheme, sign
 
@@ -70,6 +71,9 @@ class LSHParams:
     lower: bool = False
 
     def __post_init__(self) -> None:
+        check_range("n", self.n, 1, MAX_NGRAM)
+        check_range("k", self.k, 1, MAX_HASHES)
+        check_range("seed", self.seed, 0, MAX_SEED)
         if self.bands < 1 or self.rows < 1 or self.bands * self.rows > self.k:
             raise ValueError(f"need bands >= 1, rows >= 1 and bands*rows <= k; got {self.bands}x{self.rows}, k={self.k}")
 

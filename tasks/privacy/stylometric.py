@@ -65,6 +65,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from tasks.errors import InputError
+from tasks.limits import MAX_DOCS, MAX_NGRAM, MAX_SEED, check_range
 from tasks.metrics.base import make_signature
 from tasks.privacy.attribution import Setting, attribute_scores, held_out_doc_ids, timeline_codes
 from tasks.privacy.minhash import fmix64, utf8_at
@@ -95,8 +96,9 @@ class StyloParams:
         if self.word_max and not 1 <= self.word_min <= self.word_max <= 4:
             raise ValueError(f"need 1 <= word_min <= word_max <= 4 (or word_max 0); got ({self.word_min}, "
                              f"{self.word_max})")
-        if self.df_sample < 1:
-            raise ValueError(f"df_sample must be >= 1; got {self.df_sample}")
+        check_range("ngram_max", self.ngram_max, 1, MAX_NGRAM)
+        check_range("df_sample", self.df_sample, 1, MAX_DOCS)
+        check_range("seed", self.seed, 0, MAX_SEED)
         if self.mode not in ("exact", "sketch"):
             raise ValueError(f"mode must be 'exact' or 'sketch'; got {self.mode!r}")
         if self.width < 2 or self.width > 1 << 24 or self.width & (self.width - 1):

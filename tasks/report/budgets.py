@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from tasks.errors import ConfigError
+from tasks.errors import ConfigError, shown
 from tasks.intervals import n_to_decide
 from tasks.scores import BASELINE_ROWS, ORIGINAL
 
@@ -44,16 +44,23 @@ class Bound:
         return f"{self.column}{self.op}{self.limit:g}"
 
 
-def parse_budget(text: str) -> list[Bound]:
-    """``"a<=0.1,b>=0.9"`` -> bounds; ConfigError naming the bad part."""
+def parse_budget(text: str, where: str = "--require") -> list[Bound]:
+    """``"a<=0.1,b>=0.9"`` -> bounds on :data:`BUDGET_COLUMNS`; ConfigError naming ``where`` (the CLI flag, or
+    empty where the caller adds the config key) and the bad part."""
+    at = f"{where}: " if where else ""
+    example = "write e.g. reidentification<=0.10,utility>=0.90"
     bounds = []
     for part in [p for p in text.split(",") if p.strip()]:
         m = _BOUND.match(part)
         if not m:
-            raise ConfigError(f"--require: cannot read {part.strip()!r}; write e.g. reidentification<=0.10,utility>=0.90")
-        bounds.append(Bound(m.group(1), m.group(2), float(m.group(3))))
+            raise ConfigError(f"{at}cannot read {shown(part.strip())}; {example}")
+        if m.group(1) not in BUDGET_COLUMNS:
+            raise ConfigError(f"{at}unknown budget column {shown(m.group(1))}; known: {', '.join(BUDGET_COLUMNS)}")
+        if not math.isfinite(limit := float(m.group(3))):
+            raise ConfigError(f"{at}{shown(part.strip())}: the limit must be a finite number")
+        bounds.append(Bound(m.group(1), m.group(2), limit))
     if not bounds:
-        raise ConfigError("--require: no bound given; write e.g. reidentification<=0.10,utility>=0.90")
+        raise ConfigError(f"{at}no bound given; {example}")
     return bounds
 
 

@@ -28,6 +28,8 @@ ReadTable = Callable[[ArtifactRef], pd.DataFrame]
 CORRELATED_LEVELS = ("sample-mean", "distribution")
 #: How long an example text may be in the report before it is cut (the table stays readable).
 EXAMPLE_MAX_CHARS = 400
+#: The examples' source column in a pseudonymising run (else ``original``): the text the strategies rewrote.
+PSEUDONYMISED_SOURCE = "source (pseudonymised)"
 
 
 @dataclass
@@ -123,12 +125,15 @@ def human_evaluation_files(folder: Path) -> list[Path]:
 def example_outputs(layout: RunLayout, read: ReadTable, *, n: int, seed: int,
                     order: Sequence[str] = ()) -> pd.DataFrame | None:
     """Appendix A.3: ``n`` source texts (seeded) that every strategy rewrote, with each strategy's output.
-    Strategies with several variants get a column per variant."""
-    corpus_ref = layout.one("split", "corpus")
+    Strategies with several variants get a column per variant. In a pseudonymising run the source column is
+    the pseudonymised text (``PSEUDONYMISED_SOURCE``) and strategies that rewrote the original texts are left
+    out: no detected identifier of the input reaches the report."""
+    pseudonymised = layout.one("pseudonymize", "corpus")
+    corpus_ref = pseudonymised or layout.one("split", "corpus")
     if n <= 0 or corpus_ref is None:
         return None
     corpus = read(corpus_ref)
-    shards = layout.shards()
+    shards = layout.shards(public=True)
     if not shards:
         return None
     labels = [s for s in order if s in shards] + sorted(set(shards) - set(order))
@@ -150,7 +155,8 @@ def example_outputs(layout: RunLayout, read: ReadTable, *, n: int, seed: int,
     chosen = sorted(common)
     chosen = [chosen[i] for i in sorted(rng.choice(len(chosen), size=min(n, len(chosen)), replace=False))]
     source = corpus.drop_duplicates("doc_id").set_index("doc_id")["text"]
-    frame = pd.DataFrame({"doc_id": chosen, "original": [source[d] for d in chosen]})
+    frame = pd.DataFrame({"doc_id": chosen,
+                          PSEUDONYMISED_SOURCE if pseudonymised else "original": [source[d] for d in chosen]})
     for column, series in outputs.items():
         frame[column] = [series[d] for d in chosen]
     return frame

@@ -44,7 +44,7 @@ from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import cohen_kappa_score
 
 from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK, attr_columns
-from tasks.errors import InputError
+from tasks.errors import InputError, shown
 from tasks.report.run_files import RunFiles
 from tasks.report.tables import strategy_label
 from tasks.report.templating import render
@@ -172,7 +172,7 @@ def _resolve_attribute(corpus: pd.DataFrame, attribute: str | None) -> str | Non
     if attribute is not None:
         name = attribute if attribute.startswith(ATTR_PREFIX) else ATTR_PREFIX + attribute
         if name not in columns:
-            raise InputError(f"attribute {attribute!r} is not in the corpus; choose one of: "
+            raise InputError(f"attribute {shown(attribute)} is not in the corpus; choose one of: "
                              f"{', '.join(columns) or '(the corpus has no attr_* column)'}")
         return name
     if len(columns) > 1:
@@ -425,7 +425,7 @@ def _parse_score(value: str, path: Path, row: int, column: str) -> int | None:
         return None
     match = _SCORE.match(value)
     if not match:
-        raise InputError(f"{column} must be a whole number from 1 to 5 (or empty = not rated), got {value!r}",
+        raise InputError(f"{column} must be a whole number from 1 to 5 (or empty = not rated), got {shown(value)}",
                          file=str(path), column=column, row=row)
     return int(match.group(1))
 
@@ -442,7 +442,7 @@ def _parse_guess(value: str, choices: Sequence[str], path: Path, row: int) -> st
             return choice
     if wanted in ("cant tell", "cannot tell", "can not tell", "unknown", "?"):
         return CANT_TELL
-    raise InputError(f"attribute_guess must be one of {'; '.join(choices)} (or empty), got {value!r}",
+    raise InputError(f"attribute_guess must be one of {'; '.join(choices)} (or empty), got {shown(value)}",
                      file=str(path), column="attribute_guess", row=row)
 
 
@@ -463,10 +463,10 @@ def read_sheets(sheets: Sequence[Path], key: pd.DataFrame, choices: Sequence[str
             if not any(ratings) and not cell["comment"]:
                 continue  # not rated (or a blank line)
             if cell["item_id"] not in digests:
-                raise InputError(f"unknown item_id {cell['item_id']!r} (not in this run's export)",
+                raise InputError(f"unknown item_id {shown(cell['item_id'])} (not in this run's export)",
                                  file=str(path), column="item_id", row=number)
             if raw["synthetic_text"] and text_digest(raw["synthetic_text"]) != digests[cell["item_id"]]:
-                raise InputError(f"the text of {cell['item_id']} is not the one exported under that id: "
+                raise InputError(f"the text of {shown(cell['item_id'])} is not the one exported under that id: "
                                  "the sheet comes from an earlier export (or the cell was edited; empty it "
                                  "to skip this check)", file=str(path), column="synthetic_text", row=number)
             fluency = _parse_score(cell["fluency"], path, number, "fluency")
@@ -478,7 +478,7 @@ def read_sheets(sheets: Sequence[Path], key: pd.DataFrame, choices: Sequence[str
                                  column="annotator", row=number)
             where = f"{path} row {number}"
             if (cell["item_id"], annotator) in seen:
-                raise InputError(f"{cell['item_id']} is rated twice by annotator {annotator!r} (also at "
+                raise InputError(f"{shown(cell['item_id'])} is rated twice by annotator {shown(annotator)} (also at "
                                  f"{seen[(cell['item_id'], annotator)]}); with one file per annotator, name "
                                  "the annotator in the annotator column or in the file name",
                                  file=str(path), column="item_id", row=number)

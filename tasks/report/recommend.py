@@ -55,7 +55,7 @@ from typing import Literal, get_args
 import numpy as np
 import pandas as pd
 
-from tasks.errors import ConfigError, InputError
+from tasks.errors import ConfigError, InputError, shown
 from tasks.metrics import catalogue
 from tasks.scores import BASELINE_ROWS, CHANCE, ORIGINAL, column_key, structure_of
 
@@ -195,11 +195,11 @@ def parse_goal(text: str) -> Goal:
         elif word in _FLAGS:
             flags[_FLAGS[word]] = True
         else:
-            raise GoalError(f"goal {text!r}: unknown word {word!r}; use a preset ({', '.join(GOALS)}) or one "
+            raise GoalError(f"goal {shown(text)}: unknown word {shown(word)}; use a preset ({', '.join(GOALS)}) or one "
                             f"use case ({', '.join(USE_CASES)}) with optional flags dp, longitudinal")
     if len(use_cases) != 1:
         found = ", ".join(use_cases) if use_cases else "none"
-        raise GoalError(f"goal {text!r}: name exactly one use case ({', '.join(USE_CASES)}); found {found}")
+        raise GoalError(f"goal {shown(text)}: name exactly one use case ({', '.join(USE_CASES)}); found {found}")
     return Goal(use_cases[0], **flags)  # type: ignore[arg-type]
 
 

@@ -12,7 +12,13 @@ import pandas as pd
 
 from tasks.metrics import catalogue
 from tasks.report import plots
-from tasks.report.build import CORRELATED_LEVELS, EXAMPLE_MAX_CHARS, ReportData, aspect_points
+from tasks.report.build import (
+    CORRELATED_LEVELS,
+    EXAMPLE_MAX_CHARS,
+    PSEUDONYMISED_SOURCE,
+    ReportData,
+    aspect_points,
+)
 from tasks.report.recommend import Recommendation, recommend, recommendation_notes
 from tasks.report.tables import (
     BASELINE_ROWS,
@@ -333,6 +339,9 @@ def render_html(data: ReportData) -> str:
             "correlations": _frame_view(human.metric_human_correlations, "human-metric-correlations")},
         examples=None if data.examples is None else _frame_view(_clipped_examples(data.examples), "examples",
                                                                 "examples"),
+        examples_what=None if data.examples is None else (
+            "Pseudonymised source texts and their rewrites (strategies that rewrote the original texts are left out)"
+            if PSEUDONYMISED_SOURCE in data.examples.columns else "Real source texts and their rewrites"),
         residual_risk=_risk_view(data), methods=_methods(data),
         details=[(name, _frame_view(table, f"strategy-{i}"))
                  for i, (name, table) in enumerate(_details_tables(data.summary).items())],

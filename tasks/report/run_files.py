@@ -42,7 +42,8 @@ class RunFiles:
         """The run's stage results, with paths under this run directory even when the run was moved."""
         layout = RunLayout.from_manifest(self.manifest())
         corpus = layout.one("split", "corpus")
-        suffix = "/" + stage_kind("split").relative_path("corpus", {})
+        private = any(r.private for r in layout.of("split"))  # under private/ in a pseudonymising run
+        suffix = "/" + stage_kind("split").relative_path("corpus", {}, private=private)
         if corpus is None or not corpus.path.endswith(suffix):
             return layout
         recorded_run = corpus.path[: -len(suffix)]
@@ -57,13 +58,15 @@ class RunFiles:
         return {s.get("label") or s["name"]: s["name"] for s in strategies}
 
     def strategy_labels(self) -> list[str]:
-        """Labels that have generated shards, in config order (then any others, sorted)."""
-        present = set(self.layout.shards())
+        """Labels that have generated shards outside private/, in config order (then any others, sorted): in a
+        pseudonymising run, not the strategies that rewrote the original texts."""
+        present = set(self.layout.shards(public=True))
         ordered = [label for label in self.strategy_families() if label in present]
         return ordered + sorted(present - set(ordered))
 
     def corpus(self) -> Path:
-        ref = self.layout.one("split", "corpus")
+        """The corpus a person may read beside the outputs: the pseudonymised one in a pseudonymising run."""
+        ref = self.layout.one("pseudonymize", "corpus") or self.layout.one("split", "corpus")
         if ref is None:
             raise InputError(f"{self.root / 'manifest.json'}: the run has no split corpus; rerun it")
         return Path(ref.path)

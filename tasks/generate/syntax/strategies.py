@@ -13,12 +13,13 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from tasks.errors import ModelUnavailable
+from tasks.errors import STRICT_INPUT, ModelUnavailable
 from tasks.generate.backtranslate import DEFAULT_PIVOTS
 from tasks.generate.base import Strategy, build_strategy, register_strategy, stable_hash
 from tasks.generate.syntax.distance import DISTANCES
 from tasks.generate.syntax.parsing import load_parser, parse
 from tasks.generate.syntax.transforms import FAMILIES, Family, apply_transforms
+from tasks.limits import MAX_BATCH, MAX_REPEATS, MAX_TEMPERATURE, MAX_TOKENS
 
 
 @dataclass
@@ -68,9 +69,9 @@ _HOW = {"synorig": "Keep exactly the same sentence structure; change the words."
 class SynParams(BaseModel):
     """Params of ``synsim``, ``syndiff`` and ``synorig``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT_INPUT)
 
-    k: int = Field(8, ge=1, description="candidates sampled per text (the article samples parse templates)")
+    k: int = Field(8, ge=1, le=MAX_REPEATS, description="candidates sampled per text (the article samples parse templates)")
     distance: Literal["tree", "pos"] = Field(
         "tree", description="tree: dependency tree edit distance / total tokens; pos: UPOS Levenshtein / longer")
     generator: Literal["rules", "llm"] = Field(
@@ -83,18 +84,18 @@ class SynParams(BaseModel):
                                           "(backtranslate's close and far pivots by default)")
     lexical: bool = Field(True, description="rules: add StyMask synonym swaps of the source and of the transforms")
     llm: dict[str, Any] = Field(default_factory=dict, description="llm: settings for llm_backend_for('llm', ...)")
-    temperature: float = Field(0.9, ge=0, description="llm: sampling temperature")
-    max_tokens: int = Field(256, ge=1, description="llm: most tokens per paraphrase")
+    temperature: float = Field(0.9, ge=0, le=MAX_TEMPERATURE, description="llm: sampling temperature")
+    max_tokens: int = Field(256, ge=1, le=MAX_TOKENS, description="llm: most tokens per paraphrase")
     on_no_candidate: Literal["keep", "fail"] = Field(
         "keep", description="when a text has no candidate: keep the source text, or fail the row")
     model: str | None = Field(None, description="spaCy pipeline (role pos_tagger) override")
-    batch_size: int = Field(64, ge=1, description="texts per nlp.pipe batch")
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="texts per nlp.pipe batch")
 
 
 class SynTrParams(BaseModel):
     """Params of ``syntr``."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", **STRICT_INPUT)
 
     families: list[Family] = Field(default_factory=lambda: ["voice", "pp"],
                                    description="transform families; each author draws one direction per family")
@@ -102,7 +103,7 @@ class SynTrParams(BaseModel):
         "author", description="author: one draw per author (seed + stable_hash(author_id)); text: one per text "
                               "(the stochastic ablation)")
     model: str | None = Field(None, description="spaCy pipeline (role pos_tagger) override")
-    batch_size: int = Field(64, ge=1, description="texts per nlp.pipe batch")
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="texts per nlp.pipe batch")
     on_no_transform: Literal["synorig", "keep"] = Field(
         "synorig", description="a text none of its author's transforms applies to: synorig = rewritten as SynOrig "
                                "does (AESOP paraphrases under the unchanged template), keep = returned as is")

@@ -27,9 +27,9 @@ from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, ClassVar, TypeVar, get_type_hints
 
 import pandas as pd
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import TypeAdapter, ValidationError
 
-from tasks.errors import ConfigError
+from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
 from tasks.privacy.reidentify import HistorySource, ReidResult
 
@@ -121,7 +121,7 @@ def attack_class(name: str, *, root: str = CONFIG_ROOT) -> type[Attack]:
     """The attack registered as ``name``; ConfigError naming the known ones otherwise."""
     registry = _registry()
     if name not in registry:
-        raise ConfigError(f"{root.rstrip('. ')}: unknown attack '{name}' (available: {', '.join(sorted(registry))})")
+        raise ConfigError(f"{root.rstrip('. ')}: unknown attack {shown(name)} (available: {', '.join(sorted(registry))})")
     return registry[name]
 
 
@@ -142,16 +142,16 @@ def build_attack(name: str, params: Mapping[str, Any] | None = None, *, root: st
     prefix = f"{root}{name}"
     params = dict(params or {})
     known = {f.name for f in fields(cls.params_model)}
-    unknown = sorted(set(params) - known)
+    unknown = sorted(set(params) - known, key=str)
     if unknown:
-        raise ConfigError(f"{prefix}.{unknown[0]}: unknown parameter (known: {', '.join(sorted(known))})")
+        raise ConfigError(f"{key_path([prefix, unknown[0]])}: unknown parameter (known: {', '.join(sorted(known))})")
     hints = get_type_hints(cls.params_model)
     values = {}
-    for key, value in params.items():  # strict: no "5" for 5 and no true for 1
+    for key, value in params.items():  # strict: no "5" for 5, no true for 1, no inf
         try:
-            values[key] = TypeAdapter(hints[key], config=ConfigDict(strict=True)).validate_python(value)
+            values[key] = TypeAdapter(hints[key], config=STRICT_INPUT).validate_python(value)
         except ValidationError as exc:
-            raise ConfigError(f"{prefix}.{key}: {exc.errors()[0]['msg']} (got {value!r:.80})") from None
+            raise ConfigError(validation_line(exc, f"{prefix}.{key}")) from None
     try:
         validated = cls.params_model(**values)
     except ValueError as exc:  # the dataclass's own checks (__post_init__)
@@ -176,7 +176,7 @@ def attack_names(attack: str) -> list[str]:
         gpu = _gpu()
         return [name for name in sorted(registry) if gpu or not registry[name].needs_gpu]
     if attack not in registry:
-        raise ValueError(f"attack must be one of {', '.join(sorted(registry))} or all; got {attack!r}")
+        raise ValueError(f"attack must be one of {', '.join(sorted(registry))} or all; got {shown(attack)}")
     return [attack]
 
 
