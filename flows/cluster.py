@@ -16,6 +16,8 @@ from tasks.preflight import environment_problems, leave_probe, planned_versions,
 
 #: Roles the metric suite reads whatever the config says (their offline defaults when not configured).
 _SUITE_ROLES = ("token_encoder", "sentence_encoder", "pos_tagger")
+#: Roles an OpenAI-compatible server may serve (``SYNTHUGC_LLM_ENDPOINT_<ROLE>``): nothing to find on a worker then.
+_LLM_ROLES = ("llm", "profiling_llm")
 
 
 class PreflightError(SynthUGCError):
@@ -27,8 +29,11 @@ def run_needs(cfg: ExperimentConfig, storage_root: str, corpus: str) -> dict[str
     files = {"corpus": corpus}
     if cfg.privacy.reidentify.histories:
         files["histories"] = cfg.privacy.reidentify.histories
+    from tasks.models.llm import llm_role_settings
+
     models: dict[str, str | None] = {role: cfg.models.get(role) for role in _SUITE_ROLES}
-    models.update(cfg.models)
+    models.update({role: name for role, name in cfg.models.items()  # a served LLM is the server's, not a file
+                   if role not in _LLM_ROLES or not llm_role_settings(role, name).get("endpoint")})
     return {"storage_root": storage_root, "files": files, "models": models}
 
 
