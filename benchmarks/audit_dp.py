@@ -20,18 +20,12 @@ Run: ``.venv/bin/python benchmarks/audit_dp.py [--docs 200] [--epsilons 1,8,50] 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for folder in (ROOT, ROOT / "benchmarks"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # the model loaders keep the hub offline
 
 from generate import load_average, real_sentences  # noqa: E402
 

@@ -10,10 +10,10 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
@@ -22,6 +22,8 @@ from flows.annotate_cli import annotate_app
 from tasks.errors import InputError, SynthUGCError
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from tasks.store import ArtifactStore
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
@@ -265,6 +267,34 @@ def _assignments(items: list[str] | None, flag: str) -> dict:
     return params
 
 
+class _Written(NamedTuple):
+    table: pd.DataFrame
+    out: Path
+    failed_inputs: Path
+    n_failed_inputs: int
+
+
+def _corpus_to_table(corpus: Path, out: Path, make: Callable[[pd.DataFrame], pd.DataFrame]) -> _Written:
+    """Read and validate ``corpus``, ``make`` a table from its documents, write it to ``out`` (atomically) and
+    the input rows that failed validation beside it, as import does. Bad input or config exits 2, before
+    anything is written."""
+    from tasks.corpus.importers import failures_path, read_corpus, write_parquet_atomic
+    from tasks.paths import check_output_file
+    from tasks.store import ArtifactStore
+
+    try:
+        out = check_output_file(out)
+        failed_inputs = check_output_file(failures_path(out))
+        validated = read_corpus(corpus)
+        table = make(validated.corpus)
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    with _writing(out):
+        write_parquet_atomic(validated.failures, failed_inputs)
+        ArtifactStore(out.parent).write_table(table, out.name)
+    return _Written(table, out, failed_inputs, len(validated.failures))
+
+
 @app.command()
 def generate(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema).")],
@@ -275,26 +305,17 @@ def generate(
 ) -> None:
     """Run one generation strategy on a corpus without Prefect: one output row per input row."""
     _environment()
-    from tasks.corpus.importers import failures_path, read_corpus, write_parquet_atomic
     from tasks.generate.base import build_strategy, generate_synthetic
-    from tasks.paths import check_output_file
-    from tasks.store import ArtifactStore
 
     params = _assignments(set_, "--set")
-    try:
-        out = check_output_file(out)
-        failed_inputs = check_output_file(failures_path(out))
-        validated = read_corpus(corpus)
-        rewriter = build_strategy(strategy, params, root="strategy").fit(validated.corpus)
-        synthetic = generate_synthetic(rewriter, validated.corpus, seed=seed)
-    except SynthUGCError as exc:
-        _fail(str(exc))
-    with _writing(out):  # the input rows that failed validation go beside the output, as import does
-        write_parquet_atomic(validated.failures, failed_inputs)
-        ArtifactStore(out.parent).write_table(synthetic, out.name)
-    ok = int((synthetic["status"] == "ok").sum())
-    typer.echo(f"{strategy}: {ok} ok, {len(synthetic) - ok} failed, {len(validated.failures)} input rows failed "
-               f"validation -> {out} (failed inputs: {failed_inputs})")
+
+    def rewrite(documents: pd.DataFrame) -> pd.DataFrame:
+        return generate_synthetic(build_strategy(strategy, params, root="strategy").fit(documents), documents, seed=seed)
+
+    written = _corpus_to_table(corpus, out, rewrite)
+    ok = int((written.table["status"] == "ok").sum())
+    typer.echo(f"{strategy}: {ok} ok, {len(written.table) - ok} failed, {written.n_failed_inputs} input rows failed "
+               f"validation -> {written.out} (failed inputs: {written.failed_inputs})")
 
 
 @app.command("audit-dp")
@@ -314,23 +335,12 @@ def audit_dp(
     documents, or DP-BART's distinguishing game with a Clopper-Pearson lower bound on epsilon, each against
     the nominal epsilon."""
     _environment()
-    from tasks.corpus.importers import failures_path, read_corpus, write_parquet_atomic
-    from tasks.paths import check_output_file
     from tasks.privacy.dp_audit import audit_strategy, audit_summary
-    from tasks.store import ArtifactStore
 
     params = _assignments(set_, "--set")
-    try:
-        out = check_output_file(out)
-        failed_inputs = check_output_file(failures_path(out))
-        validated = read_corpus(corpus)
-        table = audit_strategy(strategy, params, validated.corpus, neighbours=neighbours, trials=trials, seed=seed)
-    except SynthUGCError as exc:
-        _fail(str(exc))
-    with _writing(out):  # the input rows that failed validation go beside the output, as generate does
-        write_parquet_atomic(validated.failures, failed_inputs)
-        ArtifactStore(out.parent).write_table(table, out.name)
-    typer.echo(f"{strategy}: {audit_summary(table)} -> {out} (failed inputs: {failed_inputs})")
+    written = _corpus_to_table(corpus, out, lambda documents: audit_strategy(
+        strategy, params, documents, neighbours=neighbours, trials=trials, seed=seed))
+    typer.echo(f"{strategy}: {audit_summary(written.table)} -> {written.out} (failed inputs: {written.failed_inputs})")
 
 
 @app.command()

@@ -219,6 +219,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["--strategy", "dp", "--set", "epsilon=0"], "strategy.dp.epsilon: Input should be greater than 0"),
     (["--strategy", "dp", "--set", "epsilon=-3"], "strategy.dp.epsilon: Input should be greater than 0"),
     (["--strategy", "dp", "--set", "epsilon=lots"], "strategy.dp.epsilon: Input should be a valid number"),
+    (["--strategy", "dp", "--set", "epsilon=.inf"], "strategy.dp.epsilon: Input should be a finite number"),
     (["--strategy", "dp"], "strategy.dp.epsilon: Field required"),
     (["--strategy", "nope"], "unknown strategy 'nope'"),
 ])

@@ -72,7 +72,7 @@ class DPParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     method: Literal["dp-prompt", "dp-bart"] = "dp-prompt"
-    epsilon: float = Field(gt=0, description="per-document budget (both methods); dp-prompt spends "
+    epsilon: float = Field(gt=0, allow_inf_nan=False, description="per-document budget (both methods); dp-prompt spends "
                                              "epsilon / max_tokens per generated token")
     model: str | None = Field(None, description="dp-prompt: an llm (default smollm2); dp-bart: a BART-style "
                                                 "seq2seq folder/hub id (default: the paraphraser's production model)")
