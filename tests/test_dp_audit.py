@@ -24,6 +24,7 @@ from tasks.privacy.dp_audit import (
     DP_BART_COLUMNS,
     DP_PROMPT_COLUMNS,
     EMPTY,
+    MAX_COMPOSED,
     TOLERANCE,
     audit_dp_bart,
     audit_dp_prompt,
@@ -83,6 +84,9 @@ def test_composition_is_not_the_truncated_fft_one():
                                                              value_discretization_interval=1 / 64)
     assert one.self_compose(64, tail_mass_truncation=0.0).get_epsilon_for_delta(0.0) < 0.95
     assert composed_epsilon(1 / 64, 64) == pytest.approx(1.0, rel=1e-12)
+    assert composed_epsilon(0.01, MAX_COMPOSED) == pytest.approx(0.01 * MAX_COMPOSED, rel=1e-12)
+    with pytest.raises(ValueError, match="at most 499"):
+        composed_epsilon(0.1, 800)  # dp-accounting's FFT would say 33.2 instead of 80
 
 
 def test_clopper_pearson_upper_is_the_beta_quantile():
@@ -221,6 +225,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
     (["--strategy", "dp", "--set", "epsilon=lots"], "strategy.dp.epsilon: Input should be a valid number"),
     (["--strategy", "dp", "--set", "epsilon=.inf"], "strategy.dp.epsilon: Input should be a finite number"),
     (["--strategy", "dp"], "strategy.dp.epsilon: Field required"),
+    (["--strategy", "dp", "--set", "epsilon=1", "--set", "max_tokens=800"], "strategy.dp.max_tokens: the audit"),
     (["--strategy", "nope"], "unknown strategy 'nope'"),
 ])
 def test_audit_dp_bad_arguments_exit_2_with_one_line(tmp_path, args, expected):

@@ -56,6 +56,8 @@ THRESHOLDS = 16
 #: Noised representations drawn per call of the mechanism in the game (memory: rows x n x d floats).
 TRIAL_CHUNK = 64
 CONFIDENCE = 0.95
+#: Compositions dp-accounting keeps exact (sparse PMFs of up to 1,000 points; beyond, its FFT loses the top).
+MAX_COMPOSED = 499
 
 EMPTY = "empty after tokenization"
 NO_NEIGHBOUR = "no neighbouring document to compare with"
@@ -79,9 +81,12 @@ def composed_epsilon(epsilon_token: float, count: int) -> float:
     no rounding), composed ``count`` times without tail truncation; the smallest epsilon with delta 0.
 
     Composed pairwise (sparse PMFs, exact products) rather than ``self_compose``, whose FFT loses the
-    ~1e-20 masses at the top of the support and would report less than the true composition."""
+    tiny masses at the top of the support and would report less than the true composition; past
+    :data:`MAX_COMPOSED` mechanisms dp-accounting switches to the FFT too, so that is refused (ValueError)."""
     from dp_accounting.pld import common, privacy_loss_distribution
 
+    if count > MAX_COMPOSED:
+        raise ValueError(f"dp-accounting composes at most {MAX_COMPOSED} per-token mechanisms exactly, not {count}")
     if count < 1:
         return 0.0
     one = privacy_loss_distribution.from_privacy_parameters(
@@ -353,6 +358,9 @@ def audit_strategy(name: str, params: dict[str, Any], corpus: pd.DataFrame, *, n
     if neighbours < 1 or trials < 2:
         raise ConfigError(f"--neighbours ({neighbours}) must be at least 1 and --trials ({trials}) at least 2")
     validated = validate_params(name, params, root="strategy")
+    if validated.method == "dp-prompt" and validated.max_tokens > MAX_COMPOSED:
+        raise ConfigError(f"strategy.{name}.max_tokens: the audit composes at most {MAX_COMPOSED} per-token "
+                          f"epsilons exactly (dp-accounting), got {validated.max_tokens}")
     if validated.method == "dp-bart":
         return audit_dp_bart(validated, corpus, neighbours=neighbours, trials=trials, seed=seed)
     return audit_dp_prompt(build_strategy(name, params, root="strategy"), corpus, neighbours=neighbours, seed=seed)
