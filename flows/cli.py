@@ -10,16 +10,19 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
 from flows import progress
 from flows.annotate_cli import annotate_app
 from tasks.errors import InputError, SynthUGCError, key_path, shown
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
@@ -274,6 +277,34 @@ def _assignments(items: list[str] | None, flag: str) -> dict:
     return params
 
 
+class _Written(NamedTuple):
+    table: pd.DataFrame
+    out: Path
+    failed_inputs: Path
+    n_failed_inputs: int
+
+
+def _corpus_to_table(corpus: Path, out: Path, make: Callable[[pd.DataFrame], pd.DataFrame]) -> _Written:
+    """Read and validate ``corpus``, ``make`` a table from its documents, write it to ``out`` (atomically) and
+    the input rows that failed validation beside it, as import does. Bad input or config exits 2, before
+    anything is written."""
+    from tasks.corpus.importers import failures_path, read_corpus, write_parquet_atomic
+    from tasks.paths import check_output_file
+    from tasks.store import ArtifactStore
+
+    try:
+        out = check_output_file(out)
+        failed_inputs = check_output_file(failures_path(out))
+        validated = read_corpus(corpus)
+        table = make(validated.corpus)
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    with _writing(out):
+        write_parquet_atomic(validated.failures, failed_inputs)
+        ArtifactStore(out.parent).write_table(table, out.name)
+    return _Written(table, out, failed_inputs, len(validated.failures))
+
+
 @app.command()
 def generate(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema).")],
@@ -284,11 +315,8 @@ def generate(
 ) -> None:
     """Run one generation strategy on a corpus without Prefect: one output row per input row."""
     _environment()
-    from tasks.corpus.importers import failures_path, read_corpus, write_parquet_atomic
     from tasks.errors import ConfigError
     from tasks.generate.base import available_strategies, build_strategy, generate_synthetic, validate_params
-    from tasks.paths import check_output_file
-    from tasks.store import ArtifactStore
 
     params = _assignments(set_, "--set")
     try:
@@ -296,19 +324,41 @@ def generate(
             raise ConfigError(f"--strategy {shown(strategy)}: unknown strategy (available: "
                               f"{', '.join(available_strategies())})")
         validate_params(strategy, params, root="--set")
-        out = check_output_file(out)
-        failed_inputs = check_output_file(failures_path(out))
-        validated = read_corpus(corpus)
-        rewriter = build_strategy(strategy, params, root="--set").fit(validated.corpus)
-        synthetic = generate_synthetic(rewriter, validated.corpus, seed=seed)
     except SynthUGCError as exc:
         _fail(str(exc))
-    with _writing(out):  # the input rows that failed validation go beside the output, as import does
-        write_parquet_atomic(validated.failures, failed_inputs)
-        ArtifactStore(out.parent).write_table(synthetic, out.name)
-    ok = int((synthetic["status"] == "ok").sum())
-    typer.echo(f"{strategy}: {ok} ok, {len(synthetic) - ok} failed, {len(validated.failures)} input rows failed "
-               f"validation -> {out} (failed inputs: {failed_inputs})")
+
+    def rewrite(documents: pd.DataFrame) -> pd.DataFrame:
+        return generate_synthetic(build_strategy(strategy, params, root="--set").fit(documents), documents, seed=seed)
+
+    written = _corpus_to_table(corpus, out, rewrite)
+    ok = int((written.table["status"] == "ok").sum())
+    typer.echo(f"{strategy}: {ok} ok, {len(written.table) - ok} failed, {written.n_failed_inputs} input rows failed "
+               f"validation -> {written.out} (failed inputs: {written.failed_inputs})")
+
+
+@app.command("audit-dp")
+def audit_dp(
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema).")],
+    strategy: Annotated[str, typer.Option("--strategy", help="A strategy with a privacy mechanism (dp).")],
+    out: Annotated[Path, typer.Option("--out", help="Audit parquet to write (atomically), one row per document.")],
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Strategy parameter: key=value (YAML value), "
+                                                   "e.g. epsilon=8 or method=dp-bart.")] = None,
+    neighbours: Annotated[int, typer.Option("--neighbours", help="Other documents each output is compared with "
+                                            "(DP-BART: the game uses the most distant of them).")] = 3,
+    trials: Annotated[int, typer.Option("--trials", help="DP-BART: releases per distinguishing game.")] = 1000,
+    seed: Annotated[int, typer.Option("--seed", help="Generation seed (the outputs audited are generate's with "
+                                      "it); also draws the neighbours.")] = 0,
+) -> None:
+    """Audit a DP rewriter on a corpus: DP-Prompt's exact privacy loss of every output against neighbouring
+    documents, or DP-BART's distinguishing game with a Clopper-Pearson lower bound on epsilon, each against
+    the nominal epsilon."""
+    _environment()
+    from tasks.privacy.dp_audit import audit_strategy, audit_summary
+
+    params = _assignments(set_, "--set")
+    written = _corpus_to_table(corpus, out, lambda documents: audit_strategy(
+        strategy, params, documents, neighbours=neighbours, trials=trials, seed=seed))
+    typer.echo(f"{strategy}: {audit_summary(written.table)} -> {written.out} (failed inputs: {written.failed_inputs})")
 
 
 @app.command()

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import pandas as pd
@@ -143,9 +143,25 @@ def dp_prompt_distribution(logits: Any, b_min: float, b_max: float, temperature:
     return torch.softmax(clipped / temperature, dim=-1)
 
 
-def dp_prompt_generate(tokenizer: Any, model: Any, prompts: Sequence[str], *, b_min: float, b_max: float,
-                       temperature: float, max_tokens: int, seeds: Sequence[int]) -> list[tuple[str, int]]:
-    """(text, sampled tokens incl. EOS) per prompt, sampling every token from softmax(clip(logits)/T).
+#: A DP-Prompt next-token distribution: (logits, b_min, b_max, temperature) -> probabilities. The mechanism is
+#: :func:`dp_prompt_distribution`; the audit (tasks/privacy/dp_audit.py) takes another to plant a broken one.
+Distribution = Callable[[Any, float, float, float], Any]
+
+
+def eos_token_ids(tokenizer: Any, model: Any) -> set[int]:
+    """The tokens that end a DP-Prompt output: the tokenizer's EOS and the model's generation-config EOS ids."""
+    eos = {tokenizer.eos_token_id}
+    cfg_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    eos |= set(cfg_eos) if isinstance(cfg_eos, (list, tuple)) else {cfg_eos}
+    eos.discard(None)
+    return eos
+
+
+def dp_prompt_sample(tokenizer: Any, model: Any, prompts: Sequence[str], *, b_min: float, b_max: float,
+                     temperature: float, max_tokens: int, seeds: Sequence[int],
+                     distribution: Distribution = dp_prompt_distribution) -> list[list[int]]:
+    """The sampled token ids (EOS included) per prompt, every token drawn from ``distribution`` (the mechanism:
+    softmax(clip(logits)/T)).
 
     Left-padded batch, KV cache, explicit position ids; prompt i draws from its own
     ``torch.Generator(seed_i)``, so its output does not depend on the other prompts' draws."""
@@ -157,10 +173,7 @@ def dp_prompt_generate(tokenizer: Any, model: Any, prompts: Sequence[str], *, b_
     positions = (mask.long().cumsum(-1) - 1).clamp(min=0)
     n = len(prompts)
     gens = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]
-    eos = {tokenizer.eos_token_id}
-    cfg_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    eos |= set(cfg_eos) if isinstance(cfg_eos, (list, tuple)) else {cfg_eos}
-    eos.discard(None)
+    eos = eos_token_ids(tokenizer, model)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else next(iter(eos), 0)
     tokens: list[list[int]] = [[] for _ in range(n)]
     done = [False] * n
@@ -171,7 +184,7 @@ def dp_prompt_generate(tokenizer: Any, model: Any, prompts: Sequence[str], *, b_
             out = model(input_ids=step_ids, attention_mask=mask, position_ids=step_pos,
                         past_key_values=past, use_cache=True)
             past = out.past_key_values
-            probs = dp_prompt_distribution(out.logits[:, -1, :], b_min, b_max, temperature).cpu()
+            probs = distribution(out.logits[:, -1, :], b_min, b_max, temperature).cpu()
             nxt = []
             for i in range(n):
                 tok = int(torch.multinomial(probs[i], 1, generator=gens[i])) if not done[i] else pad
@@ -184,6 +197,16 @@ def dp_prompt_generate(tokenizer: Any, model: Any, prompts: Sequence[str], *, b_
             step_ids = torch.tensor(nxt, device=model.device).unsqueeze(-1)
             mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=mask.device)], dim=-1)
             step_pos = step_pos[:, -1:] + 1
+    return tokens
+
+
+def dp_prompt_generate(tokenizer: Any, model: Any, prompts: Sequence[str], *, b_min: float, b_max: float,
+                       temperature: float, max_tokens: int, seeds: Sequence[int]) -> list[tuple[str, int]]:
+    """(text, sampled tokens incl. EOS) per prompt, sampling every token from softmax(clip(logits)/T)
+    (:func:`dp_prompt_sample`)."""
+    tokens = dp_prompt_sample(tokenizer, model, prompts, b_min=b_min, b_max=b_max, temperature=temperature,
+                              max_tokens=max_tokens, seeds=seeds)
+    eos = eos_token_ids(tokenizer, model)
     texts = tokenizer.batch_decode([[t for t in toks if t not in eos] for toks in tokens], skip_special_tokens=True)
     return [(text.strip(), len(toks)) for text, toks in zip(texts, tokens, strict=True)]
 
@@ -325,26 +348,29 @@ class DPStrategy(Strategy):
                                        f"strategies.dp.model: /path")
 
     @property
+    def epsilon_doc_bound(self) -> float:
+        """The per-document epsilon the strategy states (meta ``epsilon_doc_bound``): dp-prompt's per-token
+        epsilon over the whole token budget, whatever the stopping point; dp-bart's configured epsilon."""
+        if self.params.method == "dp-bart":
+            return self.params.epsilon
+        return self.epsilon_token * self.params.max_tokens
+
+    @property
     def variant(self) -> str:
         """``<method>-eps<epsilon>``: epsilon is the per-document budget for both methods."""
         return f"{self.params.method}-eps{self.params.epsilon:g}"
 
-    def _seeds(self, texts: Sequence[str], seed: int) -> list[int]:
-        return [request_seed(seed, t, self.params.seed_mode) + (0 if self.params.seed_mode == "per_text" else i)
-                for i, t in enumerate(texts)]
-
     def generate(self, batch: pd.DataFrame, *, seed: int) -> list[Output]:
         texts = [str(t) for t in batch["text"].tolist()]
-        seeds = self._seeds(texts, seed)
+        seeds = self.seeds(texts, seed)
         if self.params.method == "dp-bart":
             return dp_bart_rewrite(self.spec, texts, self.params, seeds=seeds)
         return self._dp_prompt(texts, seeds)
 
-    def _dp_prompt(self, texts: list[str], seeds: list[int]) -> list[Output]:
-        from tasks.models.loaders import load_causal_lm
-
+    def prompts(self, tokenizer: Any, texts: Sequence[str]) -> tuple[list[str], list[bool]]:
+        """DP-Prompt's model input per text (cut to ``max_input_tokens``, templated, chat-wrapped) and whether
+        the text was cut; the audit teacher-forces outputs under exactly these."""
         p = self.params
-        tokenizer, model = load_causal_lm(self.spec)
         prompts, flags = [], []
         for text in texts:
             cut, truncated = truncate_tokens(tokenizer, text, p.max_input_tokens)
@@ -354,6 +380,19 @@ class DPStrategy(Strategy):
                                                         add_generation_prompt=True)
             prompts.append(content)
             flags.append(truncated)
+        return prompts, flags
+
+    def seeds(self, texts: Sequence[str], seed: int) -> list[int]:
+        """The sampling seed of each text (``seed_mode``): the audit replays the strategy's own draws."""
+        return [request_seed(seed, t, self.params.seed_mode) + (0 if self.params.seed_mode == "per_text" else i)
+                for i, t in enumerate(texts)]
+
+    def _dp_prompt(self, texts: list[str], seeds: list[int]) -> list[Output]:
+        from tasks.models.loaders import load_causal_lm
+
+        p = self.params
+        tokenizer, model = load_causal_lm(self.spec)
+        prompts, flags = self.prompts(tokenizer, texts)
         eps_token = self.epsilon_token
         outs: list[Output] = []
         for start in range(0, len(texts), p.batch_size):
@@ -366,7 +405,7 @@ class DPStrategy(Strategy):
                 continue
             for (text, k), truncated in zip(results, flags[chunk], strict=True):
                 meta: dict[str, Any] = {"epsilon_token": eps_token, "n_tokens": float(k), "epsilon_doc": eps_token * k,
-                                        "epsilon_doc_bound": eps_token * p.max_tokens, "temperature": self.temperature,
+                                        "epsilon_doc_bound": self.epsilon_doc_bound, "temperature": self.temperature,
                                         "caveat": CAVEAT}
                 if truncated:
                     meta[TRUNCATED] = True
