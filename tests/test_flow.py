@@ -213,6 +213,12 @@ def test_lost_artifact_is_recomputed_not_trusted(sample_corpus, isolated):
     assert rerun.stages["metrics[backtranslate]"] == "Cached"
     assert (root / "t" / "metrics" / "stymask" / "sample_scores.parquet").exists()
 
+    edited = root / "t" / "metrics" / "backtranslate" / "distribution_scores.parquet"  # truncated on disk
+    edited.write_bytes(edited.read_bytes()[:100])
+    again = experiment_from_mapping(_config(sample_corpus, root))
+    assert again.stages["metrics[backtranslate]"] == "Completed" and again.stages["metrics[stymask]"] == "Cached"
+    assert len(pd.read_parquet(edited)) > 0  # the recomputed table, not the truncated bytes
+
 
 def test_failed_strategy_recorded_others_complete_and_rerun_recomputes_only_it(sample_corpus, isolated, monkeypatch):
     root = isolated / "runs"
