@@ -490,7 +490,7 @@ def with_absolute_paths(cfg: ExperimentConfig) -> ExperimentConfig:
     """The config with every local path made absolute here, where the run is planned (fsspec URLs, short model
     names and hub ids stay as they are), so a stage on a worker started in another folder reads the same files."""
     from tasks.models.registry import looks_like_path
-    from tasks.preflight import absolute
+    from tasks.paths import absolute
 
     def model(name: str) -> str:
         return absolute(name) if looks_like_path(name) else name

@@ -24,7 +24,7 @@ from tasks.metrics.base import make_signature
 from tasks.metrics.catalogue import names as metric_names
 from tasks.models.llm import llm_role_settings
 from tasks.models.registry import model_id
-from tasks.preflight import absolute
+from tasks.paths import absolute
 from tasks.privacy.attacks import attack_class
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, fingerprint_file

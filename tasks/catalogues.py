@@ -15,8 +15,10 @@ from pydantic_core import PydanticUndefined
 REGISTRIES = ("strategies", "attacks", "metrics")
 
 
-def _first_line(doc: str | None) -> str:
-    return (doc or "").strip().splitlines()[0] if (doc or "").strip() else ""
+def summary_line(obj: object) -> str:
+    """The first line of ``obj``'s docstring: a registered entry's one-line description ("" without one)."""
+    doc = (getattr(obj, "__doc__", None) or "").strip()
+    return doc.splitlines()[0] if doc else ""
 
 
 def _model_defaults(model: type[BaseModel]) -> dict[str, Any]:
@@ -45,7 +47,7 @@ def strategy_rows() -> list[dict[str, Any]]:
         llm = "no" if cls.llm_settings_field is None else \
             "yes" if cls.uses_llm(cls.params_model.model_construct()) else "optional"
         rows.append({"name": name, "params": _model_defaults(cls.params_model), "llm": llm,
-                     "description": _first_line(cls.__doc__)})
+                     "description": summary_line(cls)})
     return rows
 
 

@@ -25,6 +25,20 @@ from tasks.errors import ConfigError, InputError
 SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
 
 
+def is_url(path: str) -> bool:
+    """A fsspec URL (``s3://...``, ``file://...``, ``memory://...``) rather than a local path."""
+    return "://" in path
+
+
+def absolute(path: str, base: str | os.PathLike | None = None) -> str:
+    """A local path made absolute against ``base`` (default: the working directory), ``~`` expanded; a URL as
+    it is. Resolved once where the run is planned, so no worker reads it against its own directory."""
+    if is_url(path):
+        return path
+    expanded = Path(os.path.expanduser(path))
+    return str(expanded if expanded.is_absolute() else Path(base or os.getcwd()) / expanded)
+
+
 def segment_problem(value: object) -> str | None:
     """Why ``value`` cannot name a folder or file inside a run, or None when it can."""
     if not isinstance(value, str):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
+
+from tasks.paths import is_url
 
 #: The packages whose versions must match between the planning machine and every worker (numbers differ
 #: across versions of these; distributed's own check covers dask, distributed, msgpack, cloudpickle, ...).
@@ -20,20 +21,6 @@ CHECKED_PACKAGES = ("synthugc", "torch", "transformers", "numpy", "pandas", "pya
 SHARED_STORAGE_HINT = ("mount the storage root at the same path on every worker, or use a shared filesystem URL "
                        "(SYNTHUGC_STORAGE_ROOT or the config's storage_root)")
 SHARED_DATA_HINT = "put the input files on storage every worker mounts at the same path"
-
-
-def is_url(path: str) -> bool:
-    """A fsspec URL (``s3://...``, ``file://...``, ``memory://...``) rather than a local path."""
-    return "://" in path
-
-
-def absolute(path: str, base: str | os.PathLike | None = None) -> str:
-    """A local path made absolute against ``base`` (default: the working directory), ``~`` expanded; a URL as
-    it is. Resolved once where the run is planned, so no worker reads it against its own directory."""
-    if is_url(path):
-        return path
-    expanded = Path(os.path.expanduser(path))
-    return str(expanded if expanded.is_absolute() else Path(base or os.getcwd()) / expanded)
 
 
 def planned_versions() -> dict[str, str]:

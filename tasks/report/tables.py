@@ -314,11 +314,12 @@ def _privacy_header(metric: catalogue.Metric, structure: Mapping[str, object], v
 
 def _attacks_caption(keys: Mapping[object, Mapping[str, object]], found: Sequence[object]) -> str:
     """The re-identification attacks the table shows, each with its registered one-line description."""
-    from tasks.privacy.attacks import attack_class, available_attacks, description
+    from tasks.catalogues import summary_line
+    from tasks.privacy.attacks import attack_class, available_attacks
 
     known = set(available_attacks())
     names = sorted({str(keys[key]["attack"]) for key in found if keys[key].get("attack") in known})
-    return "".join(f" {name}: {description(attack_class(name))}" for name in names)
+    return "".join(f" {name}: {summary_line(attack_class(name))}" for name in names)
 
 
 def privacy_table(summary: pd.DataFrame, families: Mapping[str, str] | None = None,

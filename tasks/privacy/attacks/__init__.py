@@ -29,6 +29,7 @@ from typing import Any, ClassVar, TypeVar, get_type_hints
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
+from tasks.catalogues import summary_line
 from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
 from tasks.privacy.reidentify import HistorySource, ReidResult
@@ -92,7 +93,7 @@ def register_attack(name: str, *, params: type, needs_gpu: bool = False, returns
     def decorate(cls: A) -> A:
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise ValueError(f"attack '{name}' is registered twice ({_REGISTRY[name].__qualname__}, {cls.__qualname__})")
-        if not (cls.__doc__ or "").strip():
+        if not summary_line(cls):
             raise TypeError(f"attack '{name}' needs a docstring: its first line is its description")
         cls.name, cls.params_model = name, params
         cls.needs_gpu, cls.returns_evidence, cls.builds_index = needs_gpu, returns_evidence, builds_index
@@ -123,11 +124,6 @@ def attack_class(name: str, *, root: str = CONFIG_ROOT) -> type[Attack]:
     if name not in registry:
         raise ConfigError(f"{root.rstrip('. ')}: unknown attack {shown(name)} (available: {', '.join(sorted(registry))})")
     return registry[name]
-
-
-def description(cls: type[Attack]) -> str:
-    """The attack's one-line description (its docstring's first line)."""
-    return (cls.__doc__ or "").strip().splitlines()[0]
 
 
 def param_defaults(cls: type[Attack]) -> dict[str, Any]:
@@ -258,5 +254,5 @@ def worst_case(rows: pd.DataFrame, metric: str = "accuracy_at_1", by: Sequence[s
 def catalogue_rows() -> list[dict[str, Any]]:
     """Every registered attack: name, parameters with defaults, GPU or not, evidence or not, description."""
     return [{"name": name, "params": param_defaults(cls), "needs_gpu": cls.needs_gpu,
-             "returns_evidence": cls.returns_evidence, "description": description(cls)}
+             "returns_evidence": cls.returns_evidence, "description": summary_line(cls)}
             for name, cls in sorted(_registry().items())]
