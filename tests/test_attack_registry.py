@@ -149,6 +149,8 @@ def test_config_errors_name_the_key_path(tmp_path, reid, message):
 def test_registration_is_checked():
     with pytest.raises(ValueError, match="registered twice"):
         register_attack("minhash", params=LengthParams)(PostLength)
+    with pytest.raises(ValueError, match=r"attack name '\.\./escape'"):  # it names the history index's folder
+        register_attack("../escape", params=LengthParams)
     with pytest.raises(TypeError, match="must be a dataclass"):
         register_attack("other", params=dict)
 

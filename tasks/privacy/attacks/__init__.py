@@ -31,6 +31,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from tasks.catalogues import summary_line
 from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
+from tasks.paths import segment_problem
 from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
 from tasks.privacy.reidentify import HistorySource, ReidResult
 
@@ -86,11 +87,16 @@ _LOADED = False
 def register_attack(name: str, *, params: type, needs_gpu: bool = False, returns_evidence: bool = False,
                     builds_index: bool = False) -> Callable[[A], A]:
     """Class decorator: register an Attack subclass under ``name`` with its parameters (a dataclass whose
-    fields have defaults) and what it needs and gives."""
+    fields have defaults) and what it needs and gives. The name becomes a folder (its history index), so it is
+    a path segment like every other name that does."""
+    if problem := segment_problem(name):
+        raise ValueError(f"attack name {name!r}: {problem}")
     if not is_dataclass(params):
         raise TypeError(f"attack '{name}': params must be a dataclass, got {params!r}")
 
     def decorate(cls: A) -> A:
+        if not cls.__module__.startswith(f"{__name__}."):  # an attack from elsewhere: the built-ins come first,
+            _registry()                                    # so a name clash with one is caught here
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise ValueError(f"attack '{name}' is registered twice ({_REGISTRY[name].__qualname__}, {cls.__qualname__})")
         if not summary_line(cls):
