@@ -127,7 +127,8 @@ def test_a_killed_run_leaves_no_server_and_the_next_run_takes_over_and_resumes(t
     config = _config(tmp_path)
     run_dir = _run_dir(config)
     first = _start(tmp_path, "run", str(config))
-    _wait_for(lambda: (run_dir / "split" / "corpus.parquet").exists(), "the first run's split")
+    # the split's parquet is written before Prefect records its result; generation starting means it is recorded
+    _wait_for(lambda: any((run_dir / "generate").rglob("*")), "the first run's generation to start")
     (server,) = _server_records(tmp_path)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=30)
