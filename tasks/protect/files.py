@@ -1,0 +1,34 @@
+"""The files one protect run writes beside its output ``P.parquet``: the rounds table, the failures, the
+summary. Every reader and writer takes the names from here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+#: Columns the protected table adds to the synthetic table's schema.
+ROUND_COLUMN, MOVE_COLUMN = "round", "move"
+#: The ``strategy`` label of protected rows (the report and ``release`` name the output by it).
+PROTECT_LABEL = "protect"
+ROUNDS_COLUMNS = ["round", "attack", "adversary", "role", "accuracy_at_1", "accuracy_at_1_ci_low",
+                  "accuracy_at_1_ci_high", "accuracy_at_10", "n_timelines", "meaning", "documents_rewritten",
+                  "seconds"]
+
+
+class ProtectPaths(NamedTuple):
+    """``P.parquet`` and the files beside it."""
+
+    table: Path
+    rounds: Path
+    failures: Path
+    summary: Path
+    private: Path  # folder: the pseudonym mapping, never handed out
+
+
+def protect_paths(out: str | Path) -> ProtectPaths:
+    """The files of the protect output ``out`` (``P.parquet`` -> ``P.rounds.parquet``, ``P.failures.parquet``,
+    ``P.protect.json``, ``private/``)."""
+    out = Path(out)
+    stem = out.name.removesuffix(".parquet")
+    return ProtectPaths(out, out.with_name(f"{stem}.rounds.parquet"), out.with_name(f"{stem}.failures.parquet"),
+                        out.with_name(f"{stem}.protect.json"), out.parent / "private")
