@@ -336,6 +336,114 @@ def generate(
                f"validation -> {written.out} (failed inputs: {written.failed_inputs})")
 
 
+def write_protect_output(result: object, out: Path) -> None:
+    """The protected table, its rounds, failures and summary beside it, the pseudonym mapping under private/:
+    each written atomically, the table last (its presence says the others are complete)."""
+    from tasks.corpus.importers import write_parquet_atomic
+    from tasks.protect.files import protect_paths
+
+    paths = protect_paths(out)
+    write_parquet_atomic(result.rounds, paths.rounds)  # type: ignore[attr-defined]
+    write_parquet_atomic(result.failures, paths.failures)  # type: ignore[attr-defined]
+    if len(result.mapping):  # type: ignore[attr-defined]
+        write_parquet_atomic(result.mapping, paths.private / f"{out.name.removesuffix('.parquet')}.pii_mapping.parquet")  # type: ignore[attr-defined]
+    tmp = paths.summary.with_name(paths.summary.name + ".tmp")
+    tmp.write_text(json.dumps(result.summary, indent=2, sort_keys=True))  # type: ignore[attr-defined]
+    os.replace(tmp, paths.summary)
+    write_parquet_atomic(result.table, paths.table)  # type: ignore[attr-defined]
+
+
+@app.command()
+def protect(
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) to protect.")],
+    out: Annotated[Path, typer.Option("--out", help="Protected parquet P (rounds, failures and summary go beside it).")],
+    histories: Annotated[Path | None, typer.Option("--histories", help="The adversary's posting histories (author_id, "
+                                                   "doc_id, text); default: the corpus itself.")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="e.g. reidentification<=0.10,pii_leakage<=0 "
+                                               "(default: the config's, else reidentification<=0.10).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Run config whose protect: section (and "
+                                                "privacy.reidentify attack parameters) to use.")] = None,
+    start: Annotated[str | None, typer.Option("--start", help="Round 0's move: pseudonymize or a strategy.")] = None,
+    max_rounds: Annotated[int | None, typer.Option("--max-rounds", help="Rounds after round 0 (default 6).")] = None,
+    meaning_floor: Annotated[float | None, typer.Option("--meaning-floor", help="BERTScore F1 a kept move must keep "
+                                                        "(default 0.80).")] = None,
+    on_fail: Annotated[str | None, typer.Option("--on-fail", help="drop | keep | error (default drop).")] = None,
+    ladder: Annotated[str | None, typer.Option("--ladder", help="Comma-separated moves, e.g. "
+                                               "mask-evidence,stymask,mask-evidence,backtranslate.")] = None,
+    judge: Annotated[str | None, typer.Option("--judge", help="Comma-separated judge attacks (default delta,minhash).")] = None,
+    feedback: Annotated[str | None, typer.Option("--feedback", help="Comma-separated feedback attacks "
+                                                 "(default stylometric).")] = None,
+    adversary: Annotated[str | None, typer.Option("--adversary", help="full, disjoint or both (default disjoint).")] = None,
+    timeline_posts: Annotated[int | None, typer.Option("--timeline-posts", help="Attack runs of at most N posts.")] = None,
+    decide_on: Annotated[str | None, typer.Option("--decide-on", help="bound | point (default bound).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed")] = None,
+    verbose: VerboseOption = False,
+) -> None:
+    """Rewrite a corpus until a judge attack the loop never saw fails at the budget, keeping meaning. Exit 0 when
+    the budget is met, 1 when the rounds ran out (P still written, the verdict says so), 2 for bad input."""
+    _environment()
+    from flows.config import load_config, protect_settings
+    from tasks.corpus.importers import read_corpus
+    from tasks.paths import check_output_file
+    from tasks.privacy.attacks import attack_class
+    from tasks.protect.files import protect_paths
+    from tasks.protect.loop import parse_protect_budget, protect_corpus
+    from tasks.settings import get_settings
+    from tasks.store import fingerprint_file
+
+    def names(text: str | None, flag: str) -> list[str] | None:
+        if text is None:
+            return None
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        if not items:
+            _fail(f"{flag} {shown(text)} names nothing")
+        return items
+
+    if not verbose:
+        _quiet_libraries()
+    try:
+        if budget is not None:
+            parse_protect_budget(budget, "--budget")
+        cfg = load_config(config, []) if config is not None else None
+        if adversary is not None and adversary not in ("full", "disjoint", "both"):
+            _fail(f"--adversary {shown(adversary)}: must be full, disjoint or both")
+        attacks = {"judge": names(judge, "--judge"), "feedback": names(feedback, "--feedback")}
+        for role, chosen in attacks.items():
+            for name in chosen or []:
+                attack_class(name, root=f"--{role}")
+        settings = protect_settings(
+            cfg, budget=budget, start=start, max_rounds=max_rounds, meaning_floor=meaning_floor, on_fail=on_fail,
+            ladder=names(ladder, "--ladder"), decide_on=decide_on, seed=seed, timeline_posts=timeline_posts,
+            adversaries=None if adversary is None else (("full", "disjoint") if adversary == "both" else (adversary,)),
+            **attacks)
+        paths = protect_paths(check_output_file(out))
+        for path in paths[1:4]:
+            check_output_file(path)
+        validated = read_corpus(corpus)
+        history_file = histories or corpus
+        if not history_file.exists():
+            _fail(f"--histories {history_file}: file not found")
+        result = protect_corpus(validated.corpus, str(history_file), settings,
+                                cache_dir=Path(get_settings().cache_dir) / "protect",
+                                corpus_fingerprint=fingerprint_file(str(corpus)),
+                                histories_fingerprint=fingerprint_file(str(history_file)), log=_say)
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    if settings.on_fail == "error" and len(result.failures):
+        from tasks.corpus.importers import write_parquet_atomic
+
+        with _writing(paths.failures):
+            write_parquet_atomic(result.failures, paths.failures)
+        _fail(f"{len(result.failures)} documents cannot meet the budget and the floor (--on-fail error); "
+              f"see {paths.failures}")
+    with _writing(out):
+        write_protect_output(result, out)
+    typer.echo(result.summary["verdict"])
+    typer.echo(f"protected: {out} (rounds: {paths.rounds}; failures: {paths.failures}; summary: {paths.summary})")
+    if not result.met:
+        raise typer.Exit(code=1)
+
+
 @app.command("audit-dp")
 def audit_dp(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema).")],

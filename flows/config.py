@@ -320,6 +320,57 @@ class ReportConfig(Section):
         return value
 
 
+class ProtectConfig(Section):
+    """Protect (``synthugc protect``; tasks/protect/loop.py): rewrite the corpus until a judge attack the loop never
+    saw fails at the budget, keeping meaning; the protected output joins the run as the strategy ``protect``."""
+
+    enabled: bool = False
+    budget: str = Field("reidentification<=0.10", description="Bounds on reidentification (the judge's worst "
+                        "accuracy@1) and pii_leakage, joined by commas, e.g. reidentification<=0.10,pii_leakage<=0.")
+    start: str = Field("pseudonymize", description="Round 0's move on every document: pseudonymize or a strategy.")
+    ladder: list[str | dict[str, Any]] | None = Field(
+        None, description="Moves tried in order on documents still caught: pseudonymize, mask-evidence or a strategy "
+                          "(name, or {name, params}). Default: mask-evidence, stymask, mask-evidence, backtranslate "
+                          "(far pivot), syndiff, llm, dp at epsilon 50 then 10.")
+    max_rounds: int = Field(6, ge=0, le=100, description="Rounds after round 0.")
+    meaning_floor: float = Field(0.80, ge=0.0, le=1.0, description="A move is kept only if BERTScore F1 against the "
+                                 "source stays at or above this.")
+    on_fail: Literal["drop", "keep", "error"] = Field("drop", description="Documents that cannot meet budget and floor: "
+                                                      "left out (drop), kept with a flag (keep), or stop (error).")
+    decide_on: Literal["bound", "point"] = Field("bound", description="Budget decided on the 95% upper bound or the value.")
+    feedback: list[str] = Field(default_factory=lambda: ["stylometric"], min_length=1,
+                                description="Attacks whose evidence steers the rewriting (profiles: one half of each "
+                                            "author's history).")
+    judge: list[str] = Field(default_factory=lambda: ["delta", "minhash"], min_length=1,
+                             description="Attacks that decide the budget and never give feedback (the other half).")
+    adversaries: list[Literal["full", "disjoint"]] | None = Field(
+        None, description="Adversary settings of the feedback and judge attacks; default: privacy.reidentify's.")
+    timeline_posts: int | None = Field(None, gt=0, description="Default: privacy.reidentify.timeline_posts.")
+
+    @field_validator("budget")
+    @classmethod
+    def _protect_budget(cls, value: str) -> str:
+        from tasks.protect.loop import parse_protect_budget
+
+        try:
+            parse_protect_budget(value, where="")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("ladder")
+    @classmethod
+    def _moves(cls, value: list[Any] | None) -> list[Any] | None:
+        if value is not None:
+            from tasks.protect.moves import parse_ladder
+
+            try:
+                parse_ladder(value, "")
+            except ConfigError as exc:
+                raise ValueError(str(exc).removeprefix(": ")) from None
+        return value
+
+
 class ExperimentConfig(Section):
     """The whole experiment: what data, how to split, which strategies, which metrics."""
 
@@ -334,6 +385,7 @@ class ExperimentConfig(Section):
     privacy: PrivacyConfig = Field(default_factory=PrivacyConfig)
     utility: UtilityConfig = Field(default_factory=UtilityConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)
+    protect: ProtectConfig = Field(default_factory=ProtectConfig)
 
     @field_validator("experiment")
     @classmethod
@@ -578,3 +630,32 @@ def privacy_options(cfg: ExperimentConfig) -> PrivacyOptions:
         membership=p.membership.enabled, membership_embed=p.membership.embed,
         n_bootstrap=p.membership.n_bootstrap, seed=cfg.seed,
     )
+
+
+def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> Any:
+    """The protect loop's settings (tasks.protect.loop.ProtectSettings) from a run config's ``protect:`` section
+    (its attack parameters, adversaries and timeline runs from ``privacy.reidentify`` unless set there), or the
+    defaults without one; ``overrides`` (CLI flags) win. ConfigError naming the key on a bad value."""
+    from tasks.protect.loop import ProtectSettings
+    from tasks.protect.moves import DEFAULT_LADDER, OWN_MOVES, parse_ladder
+
+    values: dict[str, Any] = {}
+    params: dict[str, dict[str, Any]] = {}
+    if cfg is not None:
+        p, reid = cfg.protect, cfg.privacy.reidentify
+        params = {name: dict(given) for name, given in reid.attack_params(cfg.seed)}
+        values = {"budget": p.budget, "start": p.start, "max_rounds": p.max_rounds, "meaning_floor": p.meaning_floor,
+                  "on_fail": p.on_fail, "decide_on": p.decide_on, "adversaries": tuple(p.adversaries or reid.adversaries),
+                  "timeline_posts": p.timeline_posts or reid.timeline_posts, "seed": cfg.seed,
+                  "feedback": p.feedback, "judge": p.judge,
+                  "ladder": parse_ladder(p.ladder, "protect.ladder") if p.ladder is not None else DEFAULT_LADDER}
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    for role in ("feedback", "judge"):
+        if role in values:
+            values[role] = tuple((name, params.get(name, {})) for name in values[role])
+    if isinstance(values.get("ladder"), (list, tuple)) and values["ladder"] and isinstance(values["ladder"][0], str):
+        values["ladder"] = parse_ladder(values["ladder"], "--ladder")
+    start = values.get("start")
+    if start is not None and start not in (*OWN_MOVES, *available_strategies()):
+        raise ConfigError(f"start: unknown move {shown(start)} (known: {', '.join((*OWN_MOVES, *available_strategies()))})")
+    return ProtectSettings(**values)

@@ -83,6 +83,15 @@ def code_version(*areas: str) -> str:
     return digest.hexdigest()
 
 
+def tool_version() -> str:
+    """``synthugc <version> (source <hash>)``: the installed package and the exact source it runs."""
+    try:
+        version = importlib.metadata.version("synthugc")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a checkout without install
+        version = "unknown"
+    return f"synthugc {version} (source {code_version('tasks', 'flows')[:12]})"
+
+
 def cache_key(stage: str, inputs: Iterable[ArtifactRef | str], config_hash: str, code_hash: str) -> str:
     """A stage's cache key: its name, its inputs' content fingerprints, its config hash and code version."""
     parts = [stage, config_hash, code_hash]

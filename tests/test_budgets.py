@@ -33,8 +33,12 @@ def test_budget_uses_the_worst_attack_and_says_by_how_much_others_miss() -> None
 
 
 def test_budget_errors_name_the_problem() -> None:
-    with pytest.raises(ConfigError, match=r"cannot read 'privacy<0\.1'"):
+    with pytest.raises(ConfigError, match=r"unknown budget figure 'privacy'; known: reidentification, pii_leakage"):
         parse_budget("privacy<0.1")
+    with pytest.raises(ConfigError, match=r"unknown operator '<' in 'reidentification<0\.1'; known: <=, >="):
+        parse_budget("reidentification<0.1")
+    with pytest.raises(ConfigError, match=r"cannot read 'reidentification<=lots'"):
+        parse_budget("reidentification<=lots")
     with pytest.raises(ConfigError, match="no bound"):
         parse_budget(" , ")
     with pytest.raises(ConfigError, match="no column 'utility'"):

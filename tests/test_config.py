@@ -184,7 +184,7 @@ def _strategy(params: dict, name: str = "stymask") -> dict:
     (_raw(privacy={"reidentify": {"params": {"minhash": {"bands": 64, "rows": 8}}}}), "bands*rows <= k"),
     # report.require in a config names the config key, not the CLI flag
     (_raw(report={"require": "privacy is fine"}), "report.require: cannot read 'privacy is fine'"),
-    (_raw(report={"require": "nope<=0.1"}), "report.require: unknown budget column 'nope'"),
+    (_raw(report={"require": "nope<=0.1"}), "report.require: unknown budget figure 'nope'"),
     (_raw(report={"require": "utility>=1e999"}), "report.require: 'utility>=1e999': the limit must be a finite"),
 ])
 def test_numbers_are_strict_finite_and_bounded(raw, expected):

@@ -23,7 +23,8 @@ from tasks.errors import ConfigError, shown
 from tasks.intervals import n_to_decide
 from tasks.scores import BASELINE_ROWS, ORIGINAL
 
-_BOUND = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(<=|>=)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+_BOUND = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*([<>=!]+)\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*$")
+OPERATORS: tuple[str, ...] = ("<=", ">=")
 
 
 @dataclass(frozen=True)
@@ -44,18 +45,25 @@ class Bound:
         return f"{self.column}{self.op}{self.limit:g}"
 
 
-def parse_budget(text: str, where: str = "--require") -> list[Bound]:
-    """``"a<=0.1,b>=0.9"`` -> bounds on :data:`BUDGET_COLUMNS`; ConfigError naming ``where`` (the CLI flag, or
-    empty where the caller adds the config key) and the bad part."""
+def parse_budget(text: str, where: str = "--require", *, columns: tuple[str, ...] | None = None,
+                 operators: tuple[str, ...] = OPERATORS,
+                 example: str = "reidentification<=0.10,utility>=0.90") -> list[Bound]:
+    """``"a<=0.1,b>=0.9"`` -> bounds on ``columns`` (default :data:`BUDGET_COLUMNS`) with one of ``operators``;
+    ConfigError naming ``where`` (the CLI flag, or empty where the caller adds the config key), the bad part
+    and what is known."""
     at = f"{where}: " if where else ""
-    example = "write e.g. reidentification<=0.10,utility>=0.90"
+    columns = BUDGET_COLUMNS if columns is None else columns
+    example = f"write e.g. {example}"
     bounds = []
     for part in [p for p in text.split(",") if p.strip()]:
         m = _BOUND.match(part)
         if not m:
             raise ConfigError(f"{at}cannot read {shown(part.strip())}; {example}")
-        if m.group(1) not in BUDGET_COLUMNS:
-            raise ConfigError(f"{at}unknown budget column {shown(m.group(1))}; known: {', '.join(BUDGET_COLUMNS)}")
+        if m.group(1) not in columns:
+            raise ConfigError(f"{at}unknown budget figure {shown(m.group(1))}; known: {', '.join(columns)}")
+        if m.group(2) not in operators:
+            raise ConfigError(f"{at}unknown operator {shown(m.group(2))} in {shown(part.strip())}; known: "
+                              f"{', '.join(operators)}")
         if not math.isfinite(limit := float(m.group(3))):
             raise ConfigError(f"{at}{shown(part.strip())}: the limit must be a finite number")
         bounds.append(Bound(m.group(1), m.group(2), limit))

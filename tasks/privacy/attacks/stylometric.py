@@ -7,6 +7,7 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -14,7 +15,13 @@ import pandas as pd
 from tasks.privacy.attacks import Attack, register_attack
 from tasks.privacy.attribution import Setting
 from tasks.privacy.reidentify import HistorySource, ReidResult
-from tasks.privacy.stylometric import HistoryProfiles, StyloParams, profile_histories, stylometric_attack
+from tasks.privacy.stylometric import (
+    HistoryProfiles,
+    StyloParams,
+    profile_histories,
+    stylometric_attack,
+    stylometric_evidence,
+)
 
 _PROFILES: OrderedDict[tuple, Any] = OrderedDict()
 _PROFILES_LOCK = threading.Lock()
@@ -43,7 +50,15 @@ def history_profiles(histories: HistorySource, params: StyloParams, held_out: fr
         return profiles
 
 
-@register_attack("stylometric", params=StyloParams)
+@dataclass(frozen=True)
+class _Prepared:
+    profiles: HistoryProfiles
+    setting: Setting
+    histories: HistorySource
+    held_out: frozenset[str] | None
+
+
+@register_attack("stylometric", params=StyloParams, returns_evidence=True)
 class StylometricAttack(Attack):
     """Writing style: TF-IDF author profiles of character 2-4-grams and word 1-2-grams, nearest by cosine."""
 
@@ -54,10 +69,13 @@ class StylometricAttack(Attack):
         return self.params.signature
 
     def prepare(self, histories: HistorySource, setting: Setting, held_out: frozenset[str] | None, *,
-                index: str | None = None) -> tuple[HistoryProfiles, Setting]:
+                index: str | None = None) -> _Prepared:
         """Every history author's profile, without the held-out documents (once per process and setting)."""
-        return history_profiles(histories, self.params, held_out), setting
+        return _Prepared(history_profiles(histories, self.params, held_out), setting, histories, held_out)
 
-    def run(self, prepared: tuple[HistoryProfiles, Setting], timelines: pd.DataFrame) -> ReidResult:
-        profiles, setting = prepared
-        return stylometric_attack(profiles, timelines, setting)
+    def run(self, prepared: _Prepared, timelines: pd.DataFrame) -> ReidResult:
+        return stylometric_attack(prepared.profiles, timelines, prepared.setting)
+
+    def evidence(self, prepared: _Prepared, timelines: pd.DataFrame, top: int = 20) -> pd.DataFrame:
+        """The character and word n-grams that brought each timeline closest to its true author."""
+        return stylometric_evidence(prepared.histories, timelines, self.params, held_out=prepared.held_out, top=top)

@@ -1,0 +1,116 @@
+"""The moves of the protect loop: what a still-caught document gets next.
+
+A ladder is a list of moves tried in order, one rung per round for each document still caught:
+
+- ``pseudonymize``: the consistent pseudonyms of :mod:`tasks.generate.pseudonymize` (direct identifiers);
+- ``mask-evidence``: the features the feedback attack says tied the document's timeline to its author
+  (:meth:`tasks.privacy.attacks.Attack.evidence`) are removed or normalised where the document carries them
+  (:func:`mask_evidence`);
+- any registered generation strategy (``stymask``, ``backtranslate``, ``syndiff``, ``llm``, ``dp``, ...) with
+  its parameters, rewriting the document's current text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasks.errors import ConfigError, shown
+
+PSEUDONYMIZE, MASK_EVIDENCE = "pseudonymize", "mask-evidence"
+#: Moves that are not generation strategies.
+OWN_MOVES: tuple[str, ...] = (PSEUDONYMIZE, MASK_EVIDENCE)
+
+
+@dataclass(frozen=True)
+class Move:
+    """One rung: a move's name and, for a strategy, its parameters."""
+
+    name: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """How the ``move`` column names it: ``pseudonymize``, ``mask-evidence`` or ``strategy:<name>``."""
+        return self.name if self.name in OWN_MOVES else f"strategy:{self.name}"
+
+    def as_config(self) -> str | dict[str, Any]:
+        return self.name if not self.params else {"name": self.name, "params": dict(self.params)}
+
+
+#: The issue's default escalation, weakest first: evidence masking, then ever stronger strategies (the far
+#: pivot of back-translation, a syntax-guided paraphrase, an LLM paraphrase, DP rewriting at decreasing epsilon).
+DEFAULT_LADDER: tuple[Move, ...] = (
+    Move(MASK_EVIDENCE), Move("stymask"), Move(MASK_EVIDENCE), Move("backtranslate", {"pivots": ["hbs"], "backend": "apertium"}),
+    Move("syndiff"), Move("llm"), Move("dp", {"epsilon": 50.0}), Move("dp", {"epsilon": 10.0}),
+)
+
+
+def parse_ladder(items: Iterable[str | Mapping[str, Any]], where: str) -> tuple[Move, ...]:
+    """Moves from config/CLI items (a name, or ``{name, params}``); ConfigError naming ``where`` and the
+    known moves for an unknown one, with the strategy's own validation of its parameters."""
+    from tasks.generate.base import available_strategies, validate_params
+
+    known = [*OWN_MOVES, *available_strategies()]
+    moves = []
+    for i, item in enumerate(items):
+        at = f"{where}[{i}]"
+        if isinstance(item, str):
+            name, params = item.strip(), {}
+        elif isinstance(item, Mapping) and set(item) <= {"name", "params"} and isinstance(item.get("name"), str):
+            name, params = item["name"], dict(item.get("params") or {})
+        else:
+            raise ConfigError(f"{at}: expected a move name or {{name, params}}; got {shown(item)}")
+        if name not in known:
+            raise ConfigError(f"{at}: unknown move {shown(name)} (known: {', '.join(known)})")
+        if name in OWN_MOVES and params:
+            raise ConfigError(f"{at}: the move {name} takes no params")
+        if name not in OWN_MOVES:
+            validate_params(name, params, root=f"{at}.params")
+        moves.append(Move(name, params))
+    if not moves:
+        raise ConfigError(f"{where}: the ladder is empty; name at least one move (known: {', '.join(known)})")
+    return tuple(moves)
+
+
+_SPACES = re.compile(r"[ \t]{2,}")
+_SPACE_BEFORE_PUNCT = re.compile(r"[ \t]+([,.;:!?])")
+
+
+def _tidy(text: str) -> str:
+    return _SPACE_BEFORE_PUNCT.sub(r"\1", _SPACES.sub(" ", text)).strip()
+
+
+def _words_containing(core: str, text: str, lowercase: bool) -> re.Pattern[str]:
+    flags = re.IGNORECASE if lowercase else 0
+    return re.compile(r"\S*" + re.escape(core) + r"\S*", flags)
+
+
+def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: bool = False) -> str:
+    """``text`` without the evidence ``features`` ((feature, kind) pairs, kind ``char`` or ``word``):
+
+    - a word n-gram is removed where it occurs as whole words;
+    - a character n-gram of punctuation or symbols (a signature ending, ``..``, ``!!``, an emoticon) is
+      removed, a run of one repeated mark (``...``, ``!!``) shortened to one;
+    - a character n-gram with a capital letter lowercases the words that carry it (a casing habit);
+    - a character n-gram of letters removes the words that carry it (a favourite word, a habitual
+      misspelling): the meaning floor decides whether that is kept.
+
+    N-grams shorter than two non-space characters are left alone (they are in nearly every word)."""
+    flags = re.IGNORECASE if lowercase else 0
+    for feature, kind in features:
+        core = feature.strip()
+        if len(core) < 2:
+            continue
+        if kind == "word":
+            text = re.sub(r"(?<!\w)" + r"\s+".join(map(re.escape, core.split())) + r"(?!\w)", " ", text, flags=flags)
+        elif not any(ch.isalnum() for ch in core):
+            replacement = core[0] if len(set(core)) == 1 and core[0] in ".!?" else ""
+            text = text.replace(core, replacement)
+        elif any(ch.isupper() for ch in core):
+            text = _words_containing(core, text, False).sub(lambda m: m.group(0).lower(), text)
+        else:
+            text = _words_containing(core, text, lowercase).sub(" ", text)
+    return _tidy(text)
