@@ -18,10 +18,13 @@ Settings: ``full`` and ``disjoint`` (:mod:`tasks.privacy.attribution`).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import pkgutil
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, ClassVar, TypeVar, get_type_hints
@@ -80,6 +83,39 @@ class Attack(ABC):
 
 
 A = TypeVar("A", bound=type[Attack])
+P = TypeVar("P")
+
+
+class HistoryMemo:
+    """What an attack builds from a history file (its author profiles), computed once per process for each
+    (file contents, parameters, held-out documents) and reused by every strategy and variant of a run.
+    DataFrames are not remembered. Each attack keeps its own memo of the last ``kept`` results (2: full and
+    disjoint, which every strategy of a run attacks), so two attacks never evict each other's."""
+
+    def __init__(self, kept: int = 2) -> None:
+        self.kept = kept
+        self._results: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, histories: HistorySource, params: Any, held_out: frozenset[str] | None,
+            build: Callable[..., P]) -> P:
+        """``build(histories, params, held_out=held_out)``, or what it returned for the same key before."""
+        if isinstance(histories, pd.DataFrame):
+            return build(histories, params, held_out=held_out)
+        path = os.fspath(histories)
+        stat = os.stat(path)
+        held = hashlib.sha256("\n".join(sorted(held_out)).encode()).hexdigest() if held_out is not None else None
+        key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns, params, held)
+        with self._lock:  # one thread builds; the others wait for its result instead of redoing it
+            if key in self._results:
+                self._results.move_to_end(key)
+                return self._results[key]
+            result = build(path, params, held_out=held_out)
+            self._results[key] = result
+            while len(self._results) > self.kept:
+                self._results.popitem(last=False)
+            return result
+
 _REGISTRY: dict[str, type[Attack]] = {}
 _LOADED = False
 
