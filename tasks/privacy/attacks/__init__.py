@@ -98,10 +98,10 @@ class HistoryMemo:
         self._lock = threading.Lock()
 
     def get(self, histories: HistorySource, params: Any, held_out: frozenset[str] | None,
-            build: Callable[..., P]) -> P:
-        """``build(histories, params, held_out=held_out)``, or what it returned for the same key before."""
+            build: Callable[[HistorySource], P]) -> P:
+        """``build(histories)``, or what it returned for the same (file contents, ``params``, ``held_out``) before."""
         if isinstance(histories, pd.DataFrame):
-            return build(histories, params, held_out=held_out)
+            return build(histories)
         path = os.fspath(histories)
         stat = os.stat(path)
         held = hashlib.sha256("\n".join(sorted(held_out)).encode()).hexdigest() if held_out is not None else None
@@ -110,7 +110,7 @@ class HistoryMemo:
             if key in self._results:
                 self._results.move_to_end(key)
                 return self._results[key]
-            result = build(path, params, held_out=held_out)
+            result = build(path)
             self._results[key] = result
             while len(self._results) > self.kept:
                 self._results.popitem(last=False)
@@ -143,6 +143,40 @@ def register_attack(name: str, *, params: type, needs_gpu: bool = False, returns
         return cls
 
     return decorate
+
+
+class ProfilingAttack(Attack):
+    """An attack whose adversary side is a profile per history author, built once per process for each (file
+    contents, parameters, held-out documents) by :meth:`profile` (its own :class:`HistoryMemo`: both settings
+    kept) and scored against every strategy's timelines by :meth:`attribute`. Its parameters carry its
+    signature."""
+
+    _memo: ClassVar[HistoryMemo]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._memo = HistoryMemo()
+
+    @property
+    def signature(self) -> str:
+        return self.params.signature
+
+    @abstractmethod
+    def profile(self, histories: HistorySource, held_out: frozenset[str] | None) -> Any:
+        """Every history author's profile, without the held-out documents."""
+
+    @abstractmethod
+    def attribute(self, profiles: Any, timelines: pd.DataFrame, setting: Setting) -> ReidResult:
+        """Attribute every timeline against the profiles built for ``setting``."""
+
+    def prepare(self, histories: HistorySource, setting: Setting, held_out: frozenset[str] | None, *,
+                index: str | None = None) -> tuple[Any, Setting]:
+        """The profiles for this setting (remembered) and the setting."""
+        return self._memo.get(histories, self.params, held_out, lambda source: self.profile(source, held_out)), setting
+
+    def run(self, prepared: tuple[Any, Setting], timelines: pd.DataFrame) -> ReidResult:
+        profiles, setting = prepared
+        return self.attribute(profiles, timelines, setting)
 
 
 def _registry() -> dict[str, type[Attack]]:
