@@ -51,6 +51,23 @@ from tasks.privacy.stylometric import (
 SIZES = {"full": (37_900, 8_700_000, 500, 17_800), "small": (2_000, 200_000, 50, 1_780)}
 
 
+def simulated_data(data: Path, n_users: int, n_posts: int, n_tl: int, n_syn: int,
+                   strengths: list[float]) -> tuple[str, dict[float, str]]:
+    """(history parquet, {strength: synthetic parquet}) in ``data``: the histories simulated once (reused by
+    later runs of any benchmark), the timelines of every strength rewritten from the same source posts."""
+    data.mkdir(parents=True, exist_ok=True)
+    hist = str(data / f"histories_{n_users}_{n_posts}_s0_v2.parquet")
+    if not Path(hist).exists():
+        t0 = time.perf_counter()
+        simulate_histories(n_users, n_posts, seed=0, out_path=hist)
+        print(f"simulated {n_posts:,} posts of {n_users:,} users in {time.perf_counter() - t0:.1f} s -> {hist}")
+    syn_paths = {}
+    for strength in strengths:
+        syn_paths[strength] = str(data / f"synthetic_{n_users}_{n_posts}_{n_tl}_{n_syn}_{strength}.parquet")
+        simulate_synthetic(hist, n_tl, n_syn, rewrite_strength=strength, seed=1).to_parquet(syn_paths[strength])
+    return hist, syn_paths
+
+
 def _peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
@@ -178,17 +195,7 @@ def main() -> None:
     stylo = {"width": args.width, "hash_bits": args.hash_bits, "df_sample": args.df_sample,
              "word_max": 2 if args.words else 0}
     features = StyloParams(**stylo).features
-    data = Path(args.data_dir)
-    data.mkdir(parents=True, exist_ok=True)
-    hist = str(data / f"histories_{n_users}_{n_posts}_s0_v2.parquet")
-    if not Path(hist).exists():
-        t0 = time.perf_counter()
-        simulate_histories(n_users, n_posts, seed=0, out_path=hist)
-        print(f"simulated {n_posts:,} posts of {n_users:,} users in {time.perf_counter() - t0:.1f} s -> {hist}")
-    syn_paths = {}
-    for strength in args.strengths:
-        syn_paths[strength] = str(data / f"synthetic_{n_users}_{n_posts}_{n_tl}_{n_syn}_{strength}.parquet")
-        simulate_synthetic(hist, n_tl, n_syn, rewrite_strength=strength, seed=1).to_parquet(syn_paths[strength])
+    hist, syn_paths = simulated_data(Path(args.data_dir), n_users, n_posts, n_tl, n_syn, args.strengths)
     warm = pd.read_parquet(syn_paths[args.strengths[0]]).head(200)  # compile and cache the kernels, untimed
     for mode in ("sketch", "exact"):
         stylometric_attack(profile_histories(warm, StyloParams(**{**stylo, "mode": mode})), warm)

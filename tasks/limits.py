@@ -40,6 +40,9 @@ MAX_LOGIT = 1000.0
 MAX_HASHES = 4096
 #: Character n-gram length (minhash n, stylometric ngram_max): longer n-grams are whole phrases, not style.
 MAX_NGRAM = 32
+#: Most frequent words (delta mfw): stylometry uses 100-5000; the profiles cost authors x words x 8 B
+#: (3 GB at 37.9k authors and 10^4 words), and past that the "frequent" words are rare ones.
+MAX_MFW = 10_000
 
 
 def check_range(name: str, value: float, low: float, high: float) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any, Literal
 
 import numpy as np
@@ -156,6 +157,29 @@ def attribute_scores(scores: np.ndarray, authors: np.ndarray, groups: Sequence[A
         predicted = np.asarray(authors, dtype=object)[best]
     per = attribution_table(groups, true_author, predicted, rank, score_true, score_top, n_posts)
     return per, attribution_summary(per, len(authors))
+
+
+def attack_summary(attack: str, setting: Setting, summary: dict[str, Any], params: Any, *, n_history_posts: int,
+                   n_history_users: int, n_synthetic_posts: int) -> dict[str, Any]:
+    """The summary of an attack that profiles the histories: :func:`attribution_summary`'s figures, the
+    attack, the setting, the counts, its parameters' signature and each parameter as ``param_<name>``."""
+    return {"attack": attack, "adversary": setting, **summary, "accuracy": summary["accuracy_at_1"],
+            "n_history_posts": n_history_posts, "n_history_users": n_history_users,
+            "n_synthetic_posts": n_synthetic_posts, "signature": params.signature,
+            **{f"param_{k}": v for k, v in asdict(params).items()}}
+
+
+def check_timelines(synthetic: pd.DataFrame) -> None:
+    """InputError unless the synthetic table has group_id, author_id and text and one author per timeline."""
+    from tasks.errors import InputError
+
+    for col in ("group_id", "author_id", "text"):
+        if col not in synthetic.columns:
+            raise InputError("synthetic data lacks required column", column=col)
+    per_group = synthetic.groupby("group_id", sort=False, dropna=False)["author_id"].nunique(dropna=False)
+    if (per_group > 1).any():
+        raise InputError(f"timeline '{per_group.index[(per_group > 1).argmax()]}' has several true authors",
+                         column="author_id")
 
 
 def timeline_codes(synthetic: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -50,7 +50,13 @@ import pyarrow.parquet as pq
 
 from tasks.errors import InputError
 from tasks.limits import MAX_HASHES, MAX_NGRAM, MAX_SEED, check_range
-from tasks.privacy.attribution import Setting, attribution_summary, attribution_table, held_out_doc_ids
+from tasks.privacy.attribution import (
+    Setting,
+    attribution_summary,
+    attribution_table,
+    check_timelines,
+    held_out_doc_ids,
+)
 from tasks.privacy.minhash import MinHashParams, Scheme, sign
 
 HistorySource = str | os.PathLike | pd.DataFrame
@@ -181,11 +187,7 @@ def _check_columns(df: pd.DataFrame, columns: Sequence[str], what: str) -> None:
 def build_index(synthetic: pd.DataFrame, params: LSHParams, *, with_signatures: bool = False,
                 parallel: bool = True) -> SyntheticIndex:
     """Sign and index the synthetic posts (columns group_id, author_id, text)."""
-    _check_columns(synthetic, ("group_id", "author_id", "text"), "synthetic data")
-    per_group = synthetic.groupby("group_id", sort=False, dropna=False)["author_id"].nunique(dropna=False)
-    if (per_group > 1).any():
-        raise InputError(f"timeline '{per_group.index[(per_group > 1).argmax()]}' has several true authors",
-                         column="author_id")
+    check_timelines(synthetic)
     texts = pa.array(synthetic["text"].astype(object).where(synthetic["text"].notna(), None).tolist(), pa.large_string())
     sig, keys = sign(texts, params.minhash, bands=params.bands, rows=params.rows,
                      want_signatures=with_signatures, parallel=parallel)

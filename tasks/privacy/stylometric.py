@@ -49,8 +49,8 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import llvmlite.ir as llvm_ir
@@ -64,10 +64,16 @@ import scipy.sparse as sp
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from tasks.errors import InputError
 from tasks.limits import MAX_DOCS, MAX_NGRAM, MAX_SEED, check_range
 from tasks.metrics.base import make_signature
-from tasks.privacy.attribution import Setting, attribute_scores, held_out_doc_ids, timeline_codes
+from tasks.privacy.attribution import (
+    Setting,
+    attack_summary,
+    attribute_scores,
+    check_timelines,
+    held_out_doc_ids,
+    timeline_codes,
+)
 from tasks.privacy.minhash import fmix64, utf8_at
 from tasks.privacy.reidentify import HistorySource, ReidResult, text_batches
 
@@ -559,7 +565,7 @@ def _exact_tfidf(texts: pa.Array, params: StyloParams, vocab: np.ndarray | None,
 
 # ------------------------------------------------------------------------------------------ profiling
 
-def _author_codes(col: pa.Array, index: dict[Any, int], grow: bool) -> np.ndarray:
+def author_codes(col: pa.Array, index: dict[Any, int], grow: bool) -> np.ndarray:
     """Global author code per row (-1 for null or, when not ``grow``, unknown authors)."""
     enc = pc.dictionary_encode(col)
     if isinstance(enc, pa.ChunkedArray):
@@ -573,7 +579,9 @@ def _author_codes(col: pa.Array, index: dict[Any, int], grow: bool) -> np.ndarra
     return lut[idx]
 
 
-def _batches(histories: HistorySource, chunk_rows: int, held_out: frozenset[str] | None):
+def author_batches(histories: HistorySource, chunk_rows: int,
+                   held_out: frozenset[str] | None) -> Iterator[pa.RecordBatch]:
+    """(author_id, text) batches of the histories without held-out documents and posts of no author."""
     for batch in text_batches(histories, chunk_rows, held_out):
         keep = pc.is_valid(batch.column("author_id"))
         yield batch.filter(keep) if batch.column("author_id").null_count else batch
@@ -599,8 +607,8 @@ def _sketch_df(histories: HistorySource, params: StyloParams, chunk_rows: int, h
     df = np.zeros(1 << params.hash_bits, np.int64)
     authors: dict[Any, int] = {}
     n_posts = n_sampled = 0
-    for batch in _batches(histories, chunk_rows, held_out):
-        _author_codes(batch.column("author_id"), authors, grow=True)
+    for batch in author_batches(histories, chunk_rows, held_out):
+        author_codes(batch.column("author_id"), authors, grow=True)
         texts = _sample(batch.column("text"), stride)
         offsets, data, valid = _views(normalize_texts(texts, params.lowercase))
         if len(texts):
@@ -629,8 +637,8 @@ def _sketch_rows(histories: HistorySource, params: StyloParams, idf: np.ndarray,
     sketch = np.zeros((len(authors), params.width), np.float32)
     posts = np.zeros(len(authors), np.int64)
     table = _bucket_table(idf, params.width, params.seed)
-    for batch in _batches(histories, chunk_rows, held_out):
-        owner = _author_codes(batch.column("author_id"), authors, grow=False)
+    for batch in author_batches(histories, chunk_rows, held_out):
+        owner = author_codes(batch.column("author_id"), authors, grow=False)
         offsets, data, valid = _views(normalize_texts(batch.column("text"), params.lowercase))
         if len(batch):
             _sketch_add(offsets, data, valid, owner, params, table, sketch, parallel)
@@ -639,7 +647,8 @@ def _sketch_rows(histories: HistorySource, params: StyloParams, idf: np.ndarray,
     return present, sketch if len(present) == len(authors) else sketch[present]
 
 
-def _ordered_authors(authors: dict[Any, int]) -> np.ndarray:
+def ordered_authors(authors: dict[Any, int]) -> np.ndarray:
+    """The author ids of an :func:`author_codes` index, in code order."""
     out = np.empty(len(authors), dtype=object)
     for name, code in authors.items():
         out[code] = name
@@ -651,16 +660,16 @@ def profile_histories(histories: HistorySource, params: StyloParams = StyloParam
     """Profile every history author once (parquet path or DataFrame with author_id, text; doc_id when
     ``held_out`` names documents the adversary lacks)."""
     if params.mode == "exact":
-        batches = list(_batches(histories, chunk_rows, held_out))
+        batches = list(author_batches(histories, chunk_rows, held_out))
         table = pa.Table.from_batches(batches) if batches else None
         if table is None or table.num_rows == 0:
             return HistoryProfiles(params, np.empty(0, object), np.zeros(0), np.zeros(0, np.uint64),
                                    sp.csr_matrix((0, 0)), 0)
         authors: dict[Any, int] = {}
-        owner = _author_codes(table.column("author_id"), authors, grow=True)
+        owner = author_codes(table.column("author_id"), authors, grow=True)
         rows, vocab, idf = _exact_tfidf(normalize_texts(table.column("text"), params.lowercase), params, None, None)
         profiles = _l2_rows(_mean_rows(rows, owner, len(authors))).tocsr()
-        return HistoryProfiles(params, _ordered_authors(authors), idf, vocab, profiles, table.num_rows)
+        return HistoryProfiles(params, ordered_authors(authors), idf, vocab, profiles, table.num_rows)
     df, n_posts, n_sampled, authors = _sketch_df(histories, params, chunk_rows, held_out,
                                                  df_stride(history_rows(histories), params))
     idf = estimated_idf(df, n_sampled, n_posts)
@@ -670,7 +679,7 @@ def profile_histories(histories: HistorySource, params: StyloParams = StyloParam
     else:
         sketch = np.zeros((len(authors), params.width), np.float32)
         sketch[present] = rows
-    return HistoryProfiles(params, _ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts)
+    return HistoryProfiles(params, ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts)
 
 
 def profile_histories_dask(client: Any, shards: Sequence[HistorySource], params: StyloParams = StyloParams(), *,
@@ -695,7 +704,7 @@ def profile_histories_dask(client: Any, shards: Sequence[HistorySource], params:
     for present, rows in map_shards(client, _sketch_rows, list(shards), params=params, idf=idf_future,
                                     authors=authors_future, chunk_rows=chunk_rows, held_out=held_out, parallel=False):
         sketch[present] += rows
-    return HistoryProfiles(params, _ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts)
+    return HistoryProfiles(params, ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts)
 
 
 # ------------------------------------------------------------------------------------------- the attack
@@ -704,13 +713,7 @@ def timeline_profiles(profiles: HistoryProfiles, synthetic: pd.DataFrame) -> tup
                                                                                      np.ndarray]:
     """(L2-normalised timeline profiles, timeline ids, true authors, posts per timeline) of the synthetic
     side under the histories' vocabulary and IDF."""
-    for col in ("group_id", "author_id", "text"):
-        if col not in synthetic.columns:
-            raise InputError("synthetic data lacks required column", column=col)
-    per_group = synthetic.groupby("group_id", sort=False, dropna=False)["author_id"].nunique(dropna=False)
-    if (per_group > 1).any():
-        raise InputError(f"timeline '{per_group.index[(per_group > 1).argmax()]}' has several true authors",
-                         column="author_id")
+    check_timelines(synthetic)
     codes, groups, true_author, n_posts = timeline_codes(synthetic)
     texts = normalize_texts(pa.array(synthetic["text"].astype(object).where(synthetic["text"].notna(), None).tolist(),
                                      pa.large_string()), profiles.params.lowercase)
@@ -742,11 +745,9 @@ def stylometric_attack(profiles: HistoryProfiles, synthetic: pd.DataFrame, setti
     most similar profile; ``setting`` is recorded (the profiles were built for it)."""
     timelines, groups, true_author, n_posts = timeline_profiles(profiles, synthetic)
     per, summary = attribute_scores(similarity(timelines, profiles), profiles.authors, groups, true_author, n_posts)
-    summary = {"attack": "stylometric", "adversary": setting, **summary, "accuracy": summary["accuracy_at_1"],
-               "n_history_posts": profiles.n_posts, "n_history_users": len(profiles.authors),
-               "n_synthetic_posts": len(synthetic), "signature": profiles.params.signature,
-               **{f"param_{k}": v for k, v in asdict(profiles.params).items()}}
-    return ReidResult(per_timeline=per, summary=summary)
+    return ReidResult(per_timeline=per, summary=attack_summary(
+        "stylometric", setting, summary, profiles.params, n_history_posts=profiles.n_posts,
+        n_history_users=len(profiles.authors), n_synthetic_posts=len(synthetic)))
 
 
 def reidentify_stylometric(histories: HistorySource, synthetic: pd.DataFrame, params: StyloParams = StyloParams(), *,
@@ -789,7 +790,7 @@ def stylometric_evidence(histories: HistorySource, timelines: pd.DataFrame, para
     own_author: list[str] = []
     others: list[str] = []
     seen = 0
-    for batch in _batches(histories, chunk_rows, held_out):
+    for batch in author_batches(histories, chunk_rows, held_out):
         authors = batch.column("author_id").cast(pa.string())
         mine = pc.is_in(authors, value_set=pa.array(sorted(wanted), pa.string()))
         own_text += batch.column("text").filter(mine).to_pylist()

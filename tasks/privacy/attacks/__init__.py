@@ -18,13 +18,16 @@ Settings: ``full`` and ``disjoint`` (:mod:`tasks.privacy.attribution`).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import os
 import pkgutil
+import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields, is_dataclass
-from typing import Any, ClassVar, TypeVar, get_type_hints
+from typing import Any, ClassVar, NamedTuple, TypeVar, get_type_hints
 
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
@@ -80,6 +83,39 @@ class Attack(ABC):
 
 
 A = TypeVar("A", bound=type[Attack])
+P = TypeVar("P")
+
+
+class HistoryMemo:
+    """What an attack builds from a history file (its author profiles), computed once per process for each
+    (file contents, parameters, held-out documents) and reused by every strategy and variant of a run.
+    DataFrames are not remembered. Each attack keeps its own memo of the last ``kept`` results (2: full and
+    disjoint, which every strategy of a run attacks), so two attacks never evict each other's."""
+
+    def __init__(self, kept: int = 2) -> None:
+        self.kept = kept
+        self._results: OrderedDict[tuple, Any] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, histories: HistorySource, params: Any, held_out: frozenset[str] | None,
+            build: Callable[[HistorySource], P]) -> P:
+        """``build(histories)``, or what it returned for the same (file contents, ``params``, ``held_out``) before."""
+        if isinstance(histories, pd.DataFrame):
+            return build(histories)
+        path = os.fspath(histories)
+        stat = os.stat(path)
+        held = hashlib.sha256("\n".join(sorted(held_out)).encode()).hexdigest() if held_out is not None else None
+        key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns, params, held)
+        with self._lock:  # one thread builds; the others wait for its result instead of redoing it
+            if key in self._results:
+                self._results.move_to_end(key)
+                return self._results[key]
+            result = build(path)
+            self._results[key] = result
+            while len(self._results) > self.kept:
+                self._results.popitem(last=False)
+            return result
+
 _REGISTRY: dict[str, type[Attack]] = {}
 _LOADED = False
 
@@ -107,6 +143,49 @@ def register_attack(name: str, *, params: type, needs_gpu: bool = False, returns
         return cls
 
     return decorate
+
+
+class Prepared(NamedTuple):
+    """A profiling attack's side for one setting: the profiles and what they were built from."""
+
+    profiles: Any
+    setting: Setting
+    histories: HistorySource
+    held_out: frozenset[str] | None
+
+
+class ProfilingAttack(Attack):
+    """An attack whose adversary side is a profile per history author, built once per process for each (file
+    contents, parameters, held-out documents) by :meth:`profile` (its own :class:`HistoryMemo`: both settings
+    kept) and scored against every strategy's timelines by :meth:`attribute`. Its parameters carry its
+    signature."""
+
+    _memo: ClassVar[HistoryMemo]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._memo = HistoryMemo()
+
+    @property
+    def signature(self) -> str:
+        return self.params.signature
+
+    @abstractmethod
+    def profile(self, histories: HistorySource, held_out: frozenset[str] | None) -> Any:
+        """Every history author's profile, without the held-out documents."""
+
+    @abstractmethod
+    def attribute(self, profiles: Any, timelines: pd.DataFrame, setting: Setting) -> ReidResult:
+        """Attribute every timeline against the profiles built for ``setting``."""
+
+    def prepare(self, histories: HistorySource, setting: Setting, held_out: frozenset[str] | None, *,
+                index: str | None = None) -> Prepared:
+        """The profiles for this setting (remembered), with what they were built from (for the evidence)."""
+        profiles = self._memo.get(histories, self.params, held_out, lambda source: self.profile(source, held_out))
+        return Prepared(profiles, setting, histories, held_out)
+
+    def run(self, prepared: Prepared, timelines: pd.DataFrame) -> ReidResult:
+        return self.attribute(prepared.profiles, timelines, prepared.setting)
 
 
 def _registry() -> dict[str, type[Attack]]:
