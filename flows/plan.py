@@ -26,6 +26,7 @@ from tasks.models.llm import llm_role_settings
 from tasks.models.registry import model_id
 from tasks.paths import absolute
 from tasks.privacy.attacks import attack_class
+from tasks.protect.files import PROTECT_LABEL
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, fingerprint_file
 from tasks.training.utility import utility_design
@@ -217,6 +218,13 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
         source = Use("pseudonymize", "corpus") if pseudo is not None and strategy.pseudonymize else corpus
         shards[label] = [Use(plan.add("generate", stages.generate, resource=resource, corpus=source, label=label,
                                       shard=i, options=options).name, "shard") for i in range(n_shards)]
+    if cfg.protect.enabled:  # the protected output is evaluated like any strategy's
+        from flows.config import protect_settings
+
+        protected = plan.add("protect", stages.protect, corpus=corpus,
+                             histories=histories_ref(reid.histories), options=protect_settings(cfg))
+        shards[PROTECT_LABEL] = [Use(protected.name, "shard")]
+    for label in shards:
         if "metrics" in families:
             plan.add("metrics", stages.metrics, corpus=corpus, shards=shards[label], label=label,
                      names=tuple(cfg.metrics.names), options=metric_opts)

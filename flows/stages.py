@@ -220,6 +220,45 @@ def generate(corpus: ArtifactRef, place: RunPlace, label: str, shard: int, optio
     return out.result()
 
 
+def _run_log(line: str) -> None:
+    """A line for the run's log in the Prefect UI (and the console with --verbose)."""
+    from contextlib import suppress
+
+    from prefect.exceptions import MissingContextError
+    from prefect.logging import get_run_logger
+
+    with suppress(MissingContextError):  # called outside a flow run (tests calling the stage function)
+        get_run_logger().info(line)
+
+
+@_stage("protect")
+def protect(corpus: ArtifactRef, histories: ArtifactRef, place: RunPlace, options: Any) -> StageResult:
+    """Rewrite the corpus until the judge attacks fail at the budget (tasks/protect/loop.py); its rounds are cached
+    in the local cache folder as they end, so a killed stage resumes at the round it was in."""
+    import json
+
+    from tasks.corpus.importers import write_parquet_atomic
+    from tasks.protect.loop import protect_corpus
+
+    store = place.store()
+    source = store.local_or_table(histories)
+    folder = Path(place.cache_dir) / "protect"
+    if not isinstance(source, str):  # a remote store: the loop streams a local copy
+        source_path = folder / f"histories-{histories.fingerprint[:16]}.parquet"
+        if not source_path.exists():
+            write_parquet_atomic(source, source_path)
+        source = str(source_path)
+    result = protect_corpus(store.read_table(corpus), source, options, cache_dir=folder,
+                            corpus_fingerprint=corpus.fingerprint, histories_fingerprint=histories.fingerprint,
+                            log=_run_log)
+    out = place.writer("protect")
+    out.table("shard", result.table)
+    out.table("rounds", result.rounds)
+    out.table("failures", result.failures)
+    out.text("summary", json.dumps(result.summary, indent=2, sort_keys=True))
+    return out.result(verdict=result.summary["verdict"], met=result.met)
+
+
 @_stage("metrics")
 def metrics(corpus: ArtifactRef, shards: list[ArtifactRef], place: RunPlace, label: str, names: tuple[str, ...],
             options: MetricOptions) -> StageResult:

@@ -523,8 +523,8 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     from tasks.intervals import bootstrap
 
     low, high = bootstrap(meaning, seed=settings.seed) if len(meaning) else (math.nan, math.nan)
-    feedback = _worst(summaries, "feedback", "point")
-    judge = figures["reidentification"]
+    last = _summaries(state.attacks)  # before any document is left out: where the loop itself stopped
+    feedback, judge = _worst(last, "feedback", "point"), _worst(last, "judge", "point")
     rewritten = int((table[ROUND_COLUMN] > 0).sum()) if len(table) else 0
     verdict = (f"protect: judge {', '.join(words)} after {state.round} round(s), BERTScore "
                f"{np.mean(meaning) if len(meaning) else math.nan:.2f}, {rewritten}/{len(corpus)} rewritten after "
@@ -547,7 +547,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         "feedback": [n for n, _ in settings.feedback], "judge": [n for n, _ in settings.judge],
         "adversaries": list(settings.adversaries),
         "figures": {k: _plain(v) for k, v in figures.items()},
-        "feedback_worst": _plain(feedback),
+        "feedback_worst": _plain(feedback), "judge_worst_before_failures_left_out": _plain(judge),
         "meaning": _plain({"value": float(np.mean(meaning)) if len(meaning) else math.nan, "ci_low": low,
                            "ci_high": high, "n": len(meaning)}),
         "documents": {"input": len(corpus), "kept": len(table), "rewritten": rewritten, "failed": len(failures)},
