@@ -766,10 +766,11 @@ def release(
         out = rel.check_release_folder(out, overwrite)
         made = rel.read_input(source, strategy, variant)
         decided_on = decide_on or made.decide_on
+        whose = "--require" if require is not None else f"the {made.kind}'s budget"
         verdict = rel.decide(made, require if require is not None else made.budget, decided_on,
-                             where="--require" if require is not None else f"the budget of {source}")
+                             where=whose if require is not None else f"{whose} ({made.path})")
         if not verdict.met and not force:
-            raise InputError(f"strategy {made.label!r} misses the budget: {'; '.join(verdict.failing)}; --force "
+            raise InputError(f"strategy {made.label!r} misses {whose}: {'; '.join(verdict.failing)}; --force "
                              "releases it anyway and the card says so")
         rows = rel.release_table(made.table, [c.strip() for c in (keep or "").split(",") if c.strip()],
                                  keep_unchanged=keep_unchanged)

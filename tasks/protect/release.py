@@ -73,7 +73,7 @@ def _figure(values: Mapping[str, Any]) -> dict[str, Any]:
 class ReleaseInput:
     """What a release is made of, read from a run's strategy or from a protect output."""
 
-    kind: str  # "run" or "protect"
+    kind: str  # "run" or "protect output"
     path: Path
     label: str  # the strategy label (a variant in parentheses)
     table: pd.DataFrame  # the strategy's synthetic rows, every status
@@ -272,7 +272,7 @@ def read_protect(path: str | Path) -> ReleaseInput:
              "documents": ", ".join(f"{k} {v}" for k, v in documents.items()),
              "protect verdict": str(summary["verdict"])}
     return ReleaseInput(
-        kind="protect", path=paths.table, label=PROTECT_LABEL, table=table,
+        kind="protect output", path=paths.table, label=PROTECT_LABEL, table=table,
         leaks={name: _figure(f) for name, f in summary["figures"].items()},
         keeps=[{"name": str(summary["meaning_metric"]), "aspect": "meaning", **_figure(meaning)}],
         budget=summary["budget"] or None, decide_on=summary["decide_on"], signature=str(summary["signature"]),
