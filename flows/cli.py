@@ -745,6 +745,9 @@ def release(
                                                       "text-classification with label kept, else "
                                                       "text-generation).")] = None,
     pretty_name: Annotated[str | None, typer.Option("--pretty-name", help="The card's title.")] = None,
+    dp_audit: Annotated[Path | None, typer.Option("--dp-audit", help="A DP strategy's `synthugc audit-dp` table: "
+                                                  "the card states the audited epsilon beside the nominal one.")]
+    = None,
 ) -> None:
     """A folder to hand out: the synthetic texts and the kept columns (ids pseudonymised), a Hugging Face
     dataset card and checksums; never the source texts, the pseudonym mapping, failures or histories."""
@@ -776,7 +779,9 @@ def release(
                                  keep_unchanged=keep_unchanged)
         options = rel.CardOptions(pretty_name=pretty_name or f"{made.label}: synthetic user-generated text",
                                   license=license_, language=tuple(codes), task_category=task_category)
-        card = rel.render_card(made, rows, verdict, options, forced=not verdict.met, decide_on=decided_on)
+        audited = rel.dp_audit_line(dp_audit, made) if dp_audit is not None else None
+        card = rel.render_card(made, rows, verdict, options, forced=not verdict.met, decide_on=decided_on,
+                               dp_audit=audited)
     except SynthUGCError as exc:
         _fail(str(exc))
     with _writing(out):

@@ -54,22 +54,21 @@ FIGURES = {  # the judge's worst case, as the protect summary states it
 }
 
 
-@pytest.fixture(scope="module")
-def protect_output(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+def _protect(base: Path, corpus: pd.DataFrame, *generate: str, meta: dict | None = None) -> Path:
     """A protect output built from real files in the protect format (P.parquet: `synthugc generate`'s schema
     plus round and move, strategy 'protect'; P.rounds.parquet, P.failures.parquet, P.protect.json and the
-    private mapping beside it), from 48 debate turns rewritten by stymask. Returns P and the source corpus."""
-    base = tmp_path_factory.mktemp("protect")
-    debates = pd.read_parquet(fetch_dataset("debates", REPO / "data"))
-    corpus = debates.sort_values(["group_id", "position"]).groupby("group_id").head(12).reset_index(drop=True)
+    private mapping beside it): ``corpus`` rewritten by ``generate``'s strategy, one rewritten row failed;
+    ``meta``: further columns of every row (a strategy's meta columns)."""
     corpus.to_parquet(base / "corpus.parquet")
     out = base / "out" / "P.parquet"
-    proc = _run("generate", "--corpus", str(base / "corpus.parquet"), "--strategy", "stymask", "--out", str(out))
+    proc = _run("generate", "--corpus", str(base / "corpus.parquet"), *generate, "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = pd.read_parquet(out)
     table["strategy"], table["variant"] = PROTECT_LABEL, "first"
     table[ROUND_COLUMN] = pd.array([0] * len(table), dtype="Int64")
-    table[MOVE_COLUMN] = pd.array(["strategy:stymask"] * len(table), dtype="string")
+    table[MOVE_COLUMN] = pd.array([f"strategy:{generate[1]}"] * len(table), dtype="string")
+    for column, value in (meta or {}).items():
+        table[column] = value
     failed = table.index[~table["unchanged"].astype(bool)][0]  # a rewritten document that missed the floor
     table.loc[failed, ["status", "reason"]] = ["failed", "budget and meaning floor not both met"]
     table.to_parquet(out)
@@ -85,13 +84,21 @@ def protect_output(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
                   "text": corpus["text"]}).to_parquet(paths.private / "P.mapping.parquet")
     ok = table[table["status"] == "ok"]
     paths.summary.write_text(json.dumps({
-        "tool_version": "0.1.0", "signature": "protect start=stymask ladder=pseudonymize,mask-evidence seed=0",
-        "budget": "reidentification<=0.10", "decide_on": "bound", "met": True, "rounds": 1, "start": "stymask",
+        "tool_version": "0.1.0", "signature": f"protect start={generate[1]} ladder=pseudonymize,mask-evidence seed=0",
+        "budget": "reidentification<=0.10", "decide_on": "bound", "met": True, "rounds": 1, "start": generate[1],
         "ladder": ["pseudonymize", "mask-evidence"], "meaning_metric": "bertscore_f1", "meaning_floor": 0.85,
         "on_fail": "drop", "figures": FIGURES, "meaning": {"value": 0.93, "ci_low": 0.91, "ci_high": 0.95, "n": len(ok)},
         "documents": {"input": len(table), "kept": len(ok), "rewritten": int((~ok["unchanged"]).sum()), "failed": 1},
         "verdict": "protect: budget met"}))
-    return out, corpus
+    return out
+
+
+@pytest.fixture(scope="module")
+def protect_output(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+    """A protect output of 48 debate turns started from stymask; returns P and the source corpus."""
+    debates = pd.read_parquet(fetch_dataset("debates", REPO / "data"))
+    corpus = debates.sort_values(["group_id", "position"]).groupby("group_id").head(12).reset_index(drop=True)
+    return _protect(tmp_path_factory.mktemp("protect"), corpus, "--strategy", "stymask"), corpus
 
 
 def _card_header(card: str) -> dict:
@@ -248,6 +255,33 @@ def test_missing_summary_and_busy_folders_exit_2(protect_output, tmp_path):
     assert _release(p, out, "--overwrite").returncode == 0  # an earlier release is replaced whole
     assert list(pd.read_parquet(out / DATA_FILE).columns) == ["doc_id", "text"]
     assert not [f for f in tmp_path.iterdir() if f.name.startswith(".tmp-")]
+
+
+def test_a_dp_release_states_the_nominal_and_the_audited_epsilon(protect_output, tmp_path):
+    """dp-bart's paraphraser is not in the offline model cache, so the protected rows are stymask's with the
+    epsilon columns the dp strategy writes (tasks/generate/dp.py); the audit is `synthugc audit-dp`'s own."""
+    texts = ["The new bus line finally opened and it is FAST!!!", "Our team lost the match AGAIN this weekend!!!",
+             "The library will close early on public holidays!!!", "I cooked a HUGE pot of soup for the week!!!",
+             "Traffic on the bridge was terrible this morning!!!"]
+    corpus = pd.DataFrame({"doc_id": [f"d{i}" for i in range(5)], "text": texts,
+                           "author_id": [f"user{i % 2}" for i in range(5)]})
+    dp = ["--set", "method=dp-bart", "--set", "epsilon=1", "--set", "max_input_tokens=16"]
+    p = _protect(tmp_path, corpus, "--strategy", "stymask", meta={"epsilon_doc": 1.0, "epsilon_doc_bound": 1.0})
+    audit = tmp_path / "audit.parquet"
+    proc = _run("audit-dp", "--corpus", str(tmp_path / "corpus.parquet"), "--strategy", "dp", *dp, "--trials", "100",
+                "--neighbours", "2", "--out", str(audit))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    audited = proc.stdout.split(" -> ")[0].removeprefix("dp: ")
+    assert audited.startswith("dp-bart: nominal epsilon 1 per document, audited (largest epsilon lower bound)")
+    out = tmp_path / "release"
+    proc = _release(p, out, "--dp-audit", str(audit))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    card = (out / CARD_FILE).read_text()
+    assert f"nominal epsilon 1\n  per document; audited with `synthugc audit-dp`: {audited}." in card
+    line = _one_error_line(_release(protect_output[0], tmp_path / "stymask", "--dp-audit", str(audit)))
+    assert "--dp-audit: strategy 'protect' has no DP epsilon to audit" in line
+    assert "not an audit written by `synthugc audit-dp`" in _one_error_line(
+        _release(p, tmp_path / "bad", "--dp-audit", str(p)))
 
 
 # ------------------------------------------------------------------------------------------------ a run

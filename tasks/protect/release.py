@@ -249,6 +249,7 @@ def read_protect(path: str | Path) -> ReleaseInput:
     """A protect output: ``P.parquet`` (the synthetic table plus round and move) and its summary
     ``P.protect.json`` (figures, budget, signature); the rounds, failures and private files are not read."""
     from tasks.corpus.importers import read_synthetic
+    from tasks.scores import variant_epsilons
 
     paths = protect_paths(path)
     if not paths.summary.is_file():
@@ -276,7 +277,27 @@ def read_protect(path: str | Path) -> ReleaseInput:
         leaks={name: _figure(f) for name, f in summary["figures"].items()},
         keeps=[{"name": str(summary["meaning_metric"]), "aspect": "meaning", **_figure(meaning)}],
         budget=summary["budget"] or None, decide_on=summary["decide_on"], signature=str(summary["signature"]),
-        tool_version=str(summary["tool_version"]), facts=facts)
+        tool_version=str(summary["tool_version"]), epsilon=next(iter(variant_epsilons(table).values()), None),
+        facts=facts)
+
+
+def dp_audit_line(path: str | Path, release: ReleaseInput) -> str:
+    """The one-line summary of a ``synthugc audit-dp`` table (nominal against audited epsilon) for the card;
+    InputError for a file that is not such an audit, or a release of a strategy without a DP epsilon."""
+    from tasks.corpus.importers import check_parquet_file
+    from tasks.privacy.dp_audit import DP_BART_COLUMNS, DP_PROMPT_COLUMNS, audit_summary
+
+    if release.epsilon is None:
+        raise InputError(f"--dp-audit: strategy {release.label!r} has no DP epsilon to audit", file=str(path))
+    check_parquet_file(path)
+    table = pd.read_parquet(path)
+    columns = {"dp-prompt": DP_PROMPT_COLUMNS, "dp-bart": DP_BART_COLUMNS}
+    method = str(table["method"].iloc[0]) if "method" in table.columns and len(table) else ""
+    missing = [c for c in columns.get(method, ("method",)) if c not in table.columns or method not in columns]
+    if missing:
+        raise InputError("not an audit written by `synthugc audit-dp` (one row per document)", file=str(path),
+                         column=missing[0])
+    return audit_summary(table)
 
 
 # ------------------------------------------------------------------------------------------------ budget
