@@ -16,8 +16,9 @@ import pytest
 import yaml
 
 from tasks.corpus.datasets import fetch_dataset
+from tasks.errors import InputError
 from tasks.protect.files import MOVE_COLUMN, PROTECT_LABEL, ROUND_COLUMN, ROUNDS_COLUMNS, protect_paths
-from tasks.protect.release import CARD_FILE, CHECKSUMS_FILE, DATA_FILE
+from tasks.protect.release import CARD_FILE, CHECKSUMS_FILE, DATA_FILE, release_table, size_category
 from tasks.report.render import with_interval
 
 REPO = Path(__file__).resolve().parent.parent
@@ -177,6 +178,18 @@ def test_keep_unchanged_releases_the_users_own_words_and_says_so(protect_output,
     card = (out / CARD_FILE).read_text()
     assert "are released (`--keep-unchanged`): those rows are the" in card
     assert _card_header(card)["task_categories"] == ["text-generation"]
+
+
+def test_a_release_of_nothing_but_source_texts_is_refused(protect_output):
+    table = pd.read_parquet(protect_output[0]).assign(unchanged=True)
+    with pytest.raises(InputError, match=r"nothing to release: of 48 rows, 1 failed and 47 are unchanged"):
+        release_table(table, ["label"])
+    assert len(release_table(table, ["label"], keep_unchanged=True).table) == 47
+
+
+def test_size_categories_are_hugging_faces_buckets():
+    assert [size_category(n) for n in (0, 999, 1000, 9999, 10_000, 2_500_000)] == [
+        "n<1K", "n<1K", "1K<n<10K", "1K<n<10K", "10K<n<100K", "1M<n<10M"]
 
 
 def test_a_missed_budget_exits_2_naming_the_figure_unless_forced(protect_output, tmp_path):

@@ -402,6 +402,9 @@ def release_table(table: pd.DataFrame, keep: Sequence[str], *, keep_unchanged: b
                  else [False] * len(ok))
     n_unchanged = int(sum(unchanged))
     out = (ok if keep_unchanged else ok[[not u for u in unchanged]])[columns].reset_index(drop=True)
+    if out.empty:
+        raise InputError(f"nothing to release: of {len(table)} rows, {len(table) - len(ok)} failed and "
+                         f"{n_unchanged} are unchanged (their text is the source's; --keep-unchanged releases them)")
     key = secrets.token_bytes(32) if key is None else key
     for column in PSEUDONYMISED:
         if column in out.columns:
