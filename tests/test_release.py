@@ -240,6 +240,7 @@ def test_a_bad_budget_in_the_protect_summary_exits_2(protect_output, tmp_path):
                          "label, attr_party, round, move"),
     (["--keep", "unchanged"], "--keep 'unchanged': never released"),
     (["--strategy", "stymask"], "--strategy 'stymask': a protect output holds one strategy, 'protect'"),
+    (["--variant", "first"], "--variant: a protect output holds one strategy, 'protect', of one variant"),
     (["--license", "CC BY"], "--license 'CC BY': expected a Hugging Face id such as cc-by-4.0"),
     (["--language", "english!"], "--language 'english!': expected a Hugging Face id"),
     (["--decide-on", "upper"], "--decide-on must be one of bound, point"),

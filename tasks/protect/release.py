@@ -111,9 +111,9 @@ def read_input(path: str | Path, label: str | None = None, variant: str | None =
     if path.is_dir():
         return read_run(path, label, variant)
     if path.suffix == ".parquet" and path.is_file():
-        if label not in (None, PROTECT_LABEL):
-            raise InputError(f"--strategy {shown(label)}: a protect output holds one strategy, "
-                             f"{PROTECT_LABEL!r}", file=str(path))
+        if label not in (None, PROTECT_LABEL) or variant is not None:
+            raise InputError(f"{'--variant' if label in (None, PROTECT_LABEL) else f'--strategy {shown(label)}'}: "
+                             f"a protect output holds one strategy, {PROTECT_LABEL!r}, of one variant", file=str(path))
         return read_protect(path)
     raise InputError("is neither a run directory nor a protect output (P.parquet)", file=str(path))
 
