@@ -822,6 +822,82 @@ def report(
     typer.echo(f"{rebuilt.markdown}\n{rebuilt.html}")
 
 
+_CARD_CODE = r"[a-z0-9][a-z0-9.+-]{0,63}"  # a license id, language code or task category of the card's header
+
+
+@app.command()
+def release(
+    source: Annotated[Path, typer.Argument(help="A finished run (<storage_root>/<experiment>) or a protect output "
+                                           "P.parquet.")],
+    out: Annotated[Path, typer.Option("--out", help="The release folder to write (new or empty; written "
+                                      "atomically).")],
+    strategy: Annotated[str | None, typer.Option("--strategy", help="The strategy label to release (a run's; a "
+                                                 "protect output's is 'protect').")] = None,
+    variant: Annotated[str | None, typer.Option("--variant", help="The variant, where the strategy has several.")]
+    = None,
+    keep: Annotated[str | None, typer.Option("--keep", help="Further columns to release, comma-separated (e.g. "
+                                             "label,author_id); doc_id and text always go, ids as pseudonyms.")]
+    = None,
+    keep_unchanged: Annotated[bool, typer.Option("--keep-unchanged", help="Also release the rows whose text is "
+                                                 "their source's (the users' own words).")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Release a strategy that misses the budget; the card "
+                                        "says so.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier release in --out.")] = False,
+    require: Annotated[str | None, typer.Option("--require", help="A budget instead of the input's, e.g. "
+                                                "'reidentification<=0.10'.")] = None,
+    decide_on: Annotated[str | None, typer.Option("--decide-on", help="bound or point (default: the input's).")]
+    = None,
+    license_: Annotated[str, typer.Option("--license", help="The card's license id (e.g. cc-by-4.0).")] = "other",
+    language: Annotated[str, typer.Option("--language", help="ISO 639 codes, comma-separated.")] = "en",
+    task_category: Annotated[str | None, typer.Option("--task-category", help="The card's task category (default: "
+                                                      "text-classification with label kept, else "
+                                                      "text-generation).")] = None,
+    pretty_name: Annotated[str | None, typer.Option("--pretty-name", help="The card's title.")] = None,
+    dp_audit: Annotated[Path | None, typer.Option("--dp-audit", help="A DP strategy's `synthugc audit-dp` table: "
+                                                  "the card states the audited epsilon beside the nominal one.")]
+    = None,
+) -> None:
+    """A folder to hand out: the synthetic texts and the kept columns (ids pseudonymised), a Hugging Face
+    dataset card and checksums; never the source texts, the pseudonym mapping, failures or histories."""
+    import re
+
+    from tasks.protect import release as rel
+    from tasks.report.budgets import DECIDE_ON
+
+    codes = [c.strip() for c in language.split(",") if c.strip()] or [language]
+    examples = {"--license": "cc-by-4.0", "--language": "en", "--task-category": "text-generation"}
+    for flag, values in (("--license", [license_]), ("--language", codes),
+                         ("--task-category", [task_category] if task_category is not None else [])):
+        for value in values:
+            if not re.fullmatch(_CARD_CODE, value):
+                _fail(f"{flag} {shown(value)}: expected a Hugging Face id such as {examples[flag]}")
+    if decide_on is not None and decide_on not in DECIDE_ON:
+        _fail(f"--decide-on must be one of {', '.join(DECIDE_ON)}; got {shown(decide_on)}")
+    try:
+        out = rel.check_release_folder(out, overwrite)
+        made = rel.read_input(source, strategy, variant)
+        decided_on = decide_on or made.decide_on
+        whose = "--require" if require is not None else f"the {made.kind}'s budget"
+        verdict = rel.decide(made, require if require is not None else made.budget, decided_on,
+                             where=whose if require is not None else f"{whose} ({made.path})")
+        if not verdict.met and not force:
+            raise InputError(f"strategy {made.label!r} misses {whose}: {'; '.join(verdict.failing)}; --force "
+                             "releases it anyway and the card says so")
+        rows = rel.release_table(made.table, [c.strip() for c in (keep or "").split(",") if c.strip()],
+                                 keep_unchanged=keep_unchanged)
+        options = rel.CardOptions(pretty_name=pretty_name or f"{made.label}: synthetic user-generated text",
+                                  license=license_, language=tuple(codes), task_category=task_category)
+        audited = rel.dp_audit_line(dp_audit, made) if dp_audit is not None else None
+        card = rel.render_card(made, rows, verdict, options, forced=not verdict.met, decide_on=decided_on,
+                               dp_audit=audited)
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    with _writing(out):
+        rel.write_release(out, rows.table, card)
+    said = verdict.summary() + (", released with --force" if not verdict.met else "")
+    typer.echo(f"release: {len(rows.table)} documents -> {out} ({said})")
+
+
 @app.command()
 def deploy(
     prefect_file: Annotated[Path | None, typer.Option("--prefect-file", help="Deployments file "

@@ -189,8 +189,7 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
             mine = substitution(strategy)
             share = mine / real if catalogue.direction(task_metric) >= 0 else (real / mine if mine else math.nan)
         row: dict[str, object] = {"strategy": strategy if not variant else f"{strategy} ({variant})"}
-        for column, metric in (("reidentification", "reid_accuracy"), ("pii_leakage", "pii_leakage"),
-                               ("membership_auc", "membership_auc"), ("profiling", "profiling_accuracy")):
+        for column, metric in BUDGET_METRICS.items():
             figure = worst(metric, strategy, variant, entity=metric == "pii_leakage")
             row.update({column: figure["value"], f"{column}_ci_low": figure["ci_low"],
                         f"{column}_ci_high": figure["ci_high"], f"{column}_n": figure["n"]})
@@ -199,5 +198,8 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["strategy", *BUDGET_COLUMNS, *interval])
 
 
+#: The score table's metric behind each privacy budget column (its worst row counts).
+BUDGET_METRICS: dict[str, str] = {"reidentification": "reid_accuracy", "pii_leakage": "pii_leakage",
+                                  "membership_auc": "membership_auc", "profiling": "profiling_accuracy"}
 #: What a budget can bound (the columns of :func:`budget_table`).
 BUDGET_COLUMNS: tuple[str, ...] = ("reidentification", "pii_leakage", "membership_auc", "profiling", "utility")

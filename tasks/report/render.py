@@ -118,13 +118,19 @@ def _plots(data: ReportData) -> list[plots.Plot]:
 
 
 # ------------------------------------------------------------------------------------------------ markdown
-def cell_text(table: ArticleTable, row: int, metric: str) -> str:
-    """A table cell as the report prints it: the value, and its 95% interval where it has one
-    (``0.400 [0.168, 0.687]``)."""
-    text = fmt(table.value(row, metric))
-    if (interval := table.interval(row, metric)) is not None and text != "–":
-        text += f" [{fmt(interval[0])}, {fmt(interval[1])}]"
+def with_interval(value: object, low: object = None, high: object = None) -> str:
+    """A number as the report prints it, with its 95% interval where both bounds are known
+    (``0.400 [0.168, 0.687]``); the release's dataset card prints its figures so too."""
+    text = fmt(value)
+    known = [b for b in (low, high) if isinstance(b, float | int) and not math.isnan(float(b))]
+    if len(known) == 2 and text != "–":
+        text += f" [{fmt(low)}, {fmt(high)}]"
     return text
+
+
+def cell_text(table: ArticleTable, row: int, metric: str) -> str:
+    """A table cell as the report prints it: the value, and its 95% interval where it has one."""
+    return with_interval(table.value(row, metric), *(table.interval(row, metric) or (None, None)))
 
 
 def _md_cell(table: ArticleTable, row: int, metric: str) -> str:

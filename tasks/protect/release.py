@@ -1,0 +1,522 @@
+"""``synthugc release``: a folder a user can hand out, made from a run's strategy or a protect output.
+
+The folder holds the synthetic texts and the columns the user keeps (``--keep``), a dataset card
+(``README.md``, Hugging Face's dataset-card format: a YAML header, then how the texts were made, what they
+keep, what they leak, the budget and the limitations) and ``checksums.sha256`` (``sha256sum -c`` checks it).
+It loads with ``datasets.load_dataset("parquet", data_dir=...)`` and with pandas.
+
+What never goes out: the source texts (rows whose text is their source's, ``unchanged``, are left out unless
+the user keeps them, and the card counts them), failed rows, the private pseudonym mapping, failure texts,
+histories, and any identifier in clear: doc, author and group ids become keyed-hash pseudonyms whose key is
+drawn fresh for each release and never written, so no one (the releaser included) can map them back, and two
+releases cannot be joined on them. Within a release the same id has the same pseudonym on every row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import math
+import os
+import secrets
+import shutil
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.corpus.schema import STATUS_OK
+from tasks.errors import InputError, shown
+from tasks.protect.files import PROTECT_LABEL, protect_paths
+from tasks.report.budgets import BUDGET_METRICS, DECIDE_ON, check_budget, parse_budget
+from tasks.report.render import with_interval
+
+#: The release folder's files: one train split in Hugging Face's layout, the card, the checksums.
+DATA_FILE = "data/train-00000-of-00001.parquet"
+CARD_FILE = "README.md"
+CHECKSUMS_FILE = "checksums.sha256"
+CARD_TEMPLATE = "dataset_card.md.j2"
+
+#: Always released: every row's id (as a pseudonym) and its synthetic text.
+ALWAYS_KEPT: tuple[str, ...] = ("doc_id", "text")
+#: Identifiers released only as keyed-hash pseudonyms.
+PSEUDONYMISED: tuple[str, ...] = ("doc_id", "author_id", "group_id")
+#: Never released, whatever ``--keep`` says: how a row was made (its status, a failure's reason, whether its
+#: text is its source's).
+WITHHELD: tuple[str, ...] = ("status", "reason", "unchanged")
+#: The figures a release states about what its texts leak, by the score table's metric behind each: the
+#: privacy budget columns, and the profiling advantage over guessing the most common value.
+LEAK_METRICS: dict[str, str] = {**BUDGET_METRICS, "profiling_advantage": "profiling_advantage"}
+#: The keys of a figure, as the protect summary writes them.
+FIGURE_KEYS: tuple[str, ...] = ("value", "ci_low", "ci_high", "n", "attack", "adversary")
+#: The protect summary's keys that the release reads (the protect format).
+PROTECT_SUMMARY_KEYS: tuple[str, ...] = ("tool_version", "signature", "budget", "decide_on", "met", "rounds",
+                                         "start", "ladder", "meaning_metric", "meaning_floor", "on_fail", "figures",
+                                         "meaning", "documents", "verdict")
+#: Hugging Face's ``size_categories`` buckets: (upper bound, name); the last has none.
+SIZE_CATEGORIES: tuple[tuple[float, str], ...] = (
+    (1e3, "n<1K"), (1e4, "1K<n<10K"), (1e5, "10K<n<100K"), (1e6, "100K<n<1M"), (1e7, "1M<n<10M"),
+    (1e8, "10M<n<100M"), (1e9, "100M<n<1B"), (1e10, "1B<n<10B"), (1e11, "10B<n<100B"), (1e12, "100B<n<1T"),
+    (math.inf, "n>1T"))
+
+
+def _figure(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A figure with every key of :data:`FIGURE_KEYS` (missing ones null)."""
+    return {key: values.get(key) for key in FIGURE_KEYS}
+
+
+@dataclass
+class ReleaseInput:
+    """What a release is made of, read from a run's strategy or from a protect output."""
+
+    kind: str  # "run" or "protect output"
+    path: Path
+    label: str  # the strategy label (a variant in parentheses)
+    table: pd.DataFrame  # the strategy's synthetic rows, every status
+    leaks: dict[str, dict[str, Any]]  # figure name -> FIGURE_KEYS (the worst case)
+    keeps: list[dict[str, Any]]  # meaning, style and utility figures: name, aspect and FIGURE_KEYS
+    budget: str | None
+    decide_on: str
+    signature: str
+    tool_version: str
+    epsilon: float | None = None  # the nominal per-document DP epsilon, for a DP strategy
+    facts: dict[str, str] = field(default_factory=dict)  # further lines of "how it was made"
+
+    def budget_row(self) -> dict[str, Any]:
+        """The figures as one row of :func:`tasks.report.budgets.check_budget`'s table."""
+        row: dict[str, Any] = {"strategy": self.label}
+        for name, figure in [*self.leaks.items(), *((k["name"], k) for k in self.keeps if k.get("budget"))]:
+            row[name] = _number(figure.get("value"))
+            for part in ("ci_low", "ci_high", "n"):
+                row[f"{name}_{part}"] = _number(figure.get(part))
+        return row
+
+
+def _number(value: object) -> float:
+    try:
+        return math.nan if value is None or value is pd.NA else float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+# ----------------------------------------------------------------------------------------------- inputs
+def read_input(path: str | Path, label: str | None = None, variant: str | None = None) -> ReleaseInput:
+    """A run directory (with ``label``, and ``variant`` where the strategy has several) or a protect output
+    ``P.parquet`` (its label is :data:`PROTECT_LABEL`). InputError (exit 2) names what is wrong."""
+    path = Path(path)
+    if path.is_dir():
+        return read_run(path, label, variant)
+    if path.suffix == ".parquet" and path.is_file():
+        if label not in (None, PROTECT_LABEL) or variant is not None:
+            raise InputError(f"{'--variant' if label in (None, PROTECT_LABEL) else f'--strategy {shown(label)}'}: "
+                             f"a protect output holds one strategy, {PROTECT_LABEL!r}, of one variant", file=str(path))
+        return read_protect(path)
+    raise InputError("is neither a run directory nor a protect output (P.parquet)", file=str(path))
+
+
+def _one_variant(table: pd.DataFrame, label: str, variant: str | None, where: str) -> tuple[pd.DataFrame, str]:
+    """The rows of one variant: ``variant``, or the only one the strategy has."""
+    variants = list(dict.fromkeys(table["variant"].fillna("").astype(str)))
+    if variant is None:
+        if len(variants) > 1:
+            raise InputError(f"strategy {label!r} has variants {', '.join(variants)}; name one with --variant",
+                             file=where)
+        variant = variants[0] if variants else ""
+    elif variant not in variants:
+        raise InputError(f"--variant {shown(variant)}: strategy {label!r} has variants {', '.join(variants)}",
+                         file=where)
+    return table[table["variant"].fillna("").astype(str) == variant].reset_index(drop=True), variant
+
+
+def read_run(run_dir: str | Path, label: str | None, variant: str | None = None) -> ReleaseInput:
+    """A strategy of a finished run: its synthetic shards (checked against the fingerprints the run recorded),
+    its figures from the run's long score table and the run's budget (``report.require``)."""
+    from tasks.privacy.attacks import worst_case
+    from tasks.report.build import score_summary, utility_runs
+    from tasks.report.rebuild import run_layout
+    from tasks.report.run_files import RunFiles
+    from tasks.scores import BASELINE_ROWS, variant_epsilons
+    from tasks.store import ArtifactStore, fingerprint_file
+
+    run = RunFiles.open(run_dir)
+    labels = run.strategy_labels()  # not the strategies that rewrote the raw texts of a pseudonymising run
+    if label is None or label not in labels:
+        said = "name the strategy to release with --strategy" if label is None else \
+            f"--strategy {shown(label)}: not a strategy of this run"
+        raise InputError(f"{said} (its strategies: {', '.join(labels) or 'none'})", file=str(run.root))
+    layout = run_layout(run)
+    store = ArtifactStore(run.root)
+    shards = layout.shards(public=True)[label]
+    table, variant = _one_variant(pd.concat([store.read_table(r) for r in shards], ignore_index=True), label,
+                                  variant, str(run.root))
+    manifest = run.manifest()
+    context = manifest.get("report") or {}
+    summary = score_summary(layout, store.read_table, runs=utility_runs(layout, store.read_table),
+                            utility_signature=context.get("utility_signature", ""))
+    mine = summary[((summary["strategy"] == label) & summary["variant"].isin([variant, ""]))
+                   | summary["strategy"].isin(BASELINE_ROWS)]
+
+    leaks = _run_leaks(mine[mine["strategy"] == label], worst_case)
+    keeps = _run_keeps(mine, label)
+    config = manifest.get("config", {})
+    spec = next((s for s in config.get("generate", {}).get("strategies", [])
+                 if (s.get("label") or s["name"]) == label), {})
+    name = strategy_name(label, variant)
+    signature = (f"{spec.get('name', label)} params={json.dumps(spec.get('params') or {}, sort_keys=True)} "
+                 f"seed={config.get('seed')} shard_size={config.get('generate', {}).get('shard_size')} "
+                 f"shards={','.join(fingerprint_file(r.path)[:16] for r in shards)}")
+    report = config.get("report", {})
+    return ReleaseInput(
+        kind="run", path=run.root, label=name, table=table, leaks=leaks, keeps=keeps,
+        budget=report.get("require"), decide_on=report.get("decide_on", DECIDE_ON[0]), signature=signature,
+        tool_version=str(manifest.get("versions", {}).get("synthugc", "unknown")),
+        epsilon=variant_epsilons(table).get(variant),
+        facts={"run": f"experiment {manifest.get('experiment', run.root.name)!r}"})
+
+
+def strategy_name(label: str, variant: str) -> str:
+    """How the report's budget table names a strategy variant (``stymask``, ``backtranslate (pivot-eo)``)."""
+    from tasks.report.tables import strategy_label
+
+    return strategy_label(label, variant)
+
+
+def _run_leaks(privacy: pd.DataFrame, worst_case: Any) -> dict[str, dict[str, Any]]:
+    """The worst case of each leak figure over attacks, adversary settings, attributes and entity types: the
+    row with the highest upper bound (its value where it has none), as the budget is decided."""
+    leaks: dict[str, dict[str, Any]] = {}
+    for name, metric in LEAK_METRICS.items():
+        rows = privacy[(privacy["level"] == "privacy") & (privacy["metric"] == metric) & privacy["value"].notna()]
+        if metric == "pii_leakage":
+            rows = rows[rows["entity"].fillna("all") == "all"]
+        if rows.empty:
+            continue
+        rows = rows.assign(upper=rows["ci_high"].astype(float).fillna(rows["value"].astype(float)),
+                           attack=rows["attack"].fillna(""), adversary=rows["adversary"].fillna(""))
+        worst = worst_case(rows, metric="upper", by=("strategy",)).iloc[0]
+        top = rows[(rows["attack"] == worst["attack"]) & (rows["adversary"] == worst["adversary"])]
+        row = top.loc[top["upper"].idxmax()]
+        figure = _figure({**row.to_dict(), "attack": row["attack"] or None, "adversary": row["adversary"] or None})
+        if isinstance(row.get("attribute"), str):
+            figure["attribute"] = row["attribute"]
+        leaks[name] = figure
+    return leaks
+
+
+def _run_keeps(summary: pd.DataFrame, label: str) -> list[dict[str, Any]]:
+    """Meaning and style (the catalogue's headline metrics, mean over the documents) and utility (the
+    substitution model's score as a share of the real-data model's) of ``label``."""
+    from tasks.metrics import catalogue
+    from tasks.report.budgets import budget_table
+
+    mine = summary[summary["strategy"] == label]
+    keeps = []
+    for aspect in ("meaning", "style"):
+        for metric in catalogue.headline_metrics(aspect):
+            rows = mine[(mine["metric"] == metric.name) & (mine["level"] == catalogue.SUMMARY_LEVEL[metric.level])]
+            if len(rows):
+                keeps.append({"name": metric.description, "aspect": aspect, **_figure(rows.iloc[0].to_dict())})
+    budget = budget_table(summary)
+    share = float(budget["utility"].iloc[0]) if len(budget) else math.nan
+    if not math.isnan(share):
+        keeps.append({"name": "utility", "aspect": "utility", "budget": True,
+                      "what": "the task model trained on the synthetic texts, as a share of the one trained on the "
+                              "real texts", **_figure({"value": share})})
+    return keeps
+
+
+def _protect_problem(summary: Any) -> str | None:
+    """What is wrong with a protect summary (the protect format), or None."""
+    if not isinstance(summary, dict):
+        return "is not a JSON object"
+    missing = [k for k in PROTECT_SUMMARY_KEYS if k not in summary]
+    if missing:
+        return f"lacks key(s) {', '.join(missing)} of the protect format"
+    if not isinstance(summary["figures"], dict) or not all(isinstance(f, dict) for f in summary["figures"].values()):
+        return "key 'figures': expected a mapping from figure name to {value, ci_low, ci_high, n, attack, adversary}"
+    if not isinstance(summary["meaning"], dict) or not isinstance(summary["documents"], dict):
+        return "keys 'meaning' and 'documents': expected mappings"
+    if summary["decide_on"] not in DECIDE_ON:
+        return f"key 'decide_on': must be one of {', '.join(DECIDE_ON)}, got {shown(summary['decide_on'])}"
+    return None
+
+
+def read_protect(path: str | Path) -> ReleaseInput:
+    """A protect output: ``P.parquet`` (the synthetic table plus round and move) and its summary
+    ``P.protect.json`` (figures, budget, signature); the rounds, failures and private files are not read."""
+    from tasks.corpus.importers import read_synthetic
+    from tasks.scores import variant_epsilons
+
+    paths = protect_paths(path)
+    if not paths.summary.is_file():
+        raise InputError(f"the protect summary {paths.summary.name} is missing beside it", file=str(paths.table))
+    try:
+        summary = json.loads(paths.summary.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"not JSON: {exc}", file=str(paths.summary)) from None
+    if problem := _protect_problem(summary):
+        raise InputError(problem, file=str(paths.summary))
+    table = read_synthetic(paths.table)
+    labels = sorted(set(table["strategy"].astype(str)))
+    if labels != [PROTECT_LABEL]:
+        raise InputError(f"strategy {', '.join(labels)}: a protect output's rows are all {PROTECT_LABEL!r}",
+                         file=str(paths.table), column="strategy")
+    meaning = summary["meaning"]
+    documents = summary["documents"]
+    facts = {"protect": f"{summary['rounds']} round(s) from {summary['start']!s}, ladder "
+                        f"{', '.join(map(str, summary['ladder'])) or 'none'}; meaning floor {summary['meaning_metric']}"
+                        f" >= {summary['meaning_floor']}; documents that missed budget or floor: {summary['on_fail']}",
+             "documents": ", ".join(f"{k} {v}" for k, v in documents.items()),
+             "protect verdict": str(summary["verdict"])}
+    return ReleaseInput(
+        kind="protect output", path=paths.table, label=PROTECT_LABEL, table=table,
+        leaks={name: _figure(f) for name, f in summary["figures"].items()},
+        keeps=[{"name": str(summary["meaning_metric"]), "aspect": "meaning", **_figure(meaning)}],
+        budget=summary["budget"] or None, decide_on=summary["decide_on"], signature=str(summary["signature"]),
+        tool_version=str(summary["tool_version"]), epsilon=next(iter(variant_epsilons(table).values()), None),
+        facts=facts)
+
+
+def dp_audit_line(path: str | Path, release: ReleaseInput) -> str:
+    """The one-line summary of a ``synthugc audit-dp`` table (nominal against audited epsilon) for the card;
+    InputError for a file that is not such an audit, or a release of a strategy without a DP epsilon."""
+    from tasks.corpus.importers import check_parquet_file
+    from tasks.privacy.dp_audit import DP_BART_COLUMNS, DP_PROMPT_COLUMNS, audit_summary
+
+    if release.epsilon is None:
+        raise InputError(f"--dp-audit: strategy {release.label!r} has no DP epsilon to audit", file=str(path))
+    check_parquet_file(path)
+    table = pd.read_parquet(path)
+    columns = {"dp-prompt": DP_PROMPT_COLUMNS, "dp-bart": DP_BART_COLUMNS}
+    method = str(table["method"].iloc[0]) if "method" in table.columns and len(table) else ""
+    missing = [c for c in columns.get(method, ("method",)) if c not in table.columns or method not in columns]
+    if missing:
+        raise InputError("not an audit written by `synthugc audit-dp` (one row per document)", file=str(path),
+                         column=missing[0])
+    return audit_summary(table)
+
+
+# ------------------------------------------------------------------------------------------------ budget
+@dataclass(frozen=True)
+class Verdict:
+    """Whether the figures meet a budget, and the words for each bound."""
+
+    budget: str | None
+    met: bool  # True without a budget
+    lines: tuple[str, ...]  # one per bound: "reidentification 0.020 [0.000, 0.080] <= 0.1"
+    failing: tuple[str, ...]  # the lines of the bounds not met
+
+    def summary(self) -> str:
+        if self.budget is None:
+            return "no budget stated"
+        return f"budget {'met' if self.met else 'missed'}: " + "; ".join(self.failing if not self.met else self.lines)
+
+
+def decide(release: ReleaseInput, budget: str | None, decide_on: str, where: str) -> Verdict:
+    """Each bound of ``budget`` decided on the release's figures as the report decides it (the interval's
+    bound by default); a figure the input lacks is unknown, so not met."""
+    if not budget:
+        return Verdict(None, True, (), ())
+    bounds = parse_budget(budget, where=where)
+    row = release.budget_row()
+    lines, failing = [], []
+    side = {"<=": "upper", ">=": "lower"}
+    for bound in bounds:
+        figure = bound.column
+        row.setdefault(figure, math.nan)
+        verdict = check_budget(pd.DataFrame([row]), [bound], decide_on=decide_on).iloc[0]
+        shown_figure = f"{figure} {with_interval(row[figure], row.get(f'{figure}_ci_low'), row.get(f'{figure}_ci_high'))}"
+        how = ("on the point estimate" if decide_on == "point" or math.isnan(_number(row.get(f"{figure}_ci_high")))
+               else f"on the 95% interval's {side[bound.op]} bound")
+        if verdict["meets"]:
+            lines.append(f"{shown_figure} {bound.op} {bound.limit:g} (decided {how})")
+            continue
+        if math.isnan(row[figure]):
+            line = f"{figure} is not measured for {release.label!r}, so {bound} cannot be shown met"
+        elif verdict["undecided"]:
+            line = f"{shown_figure} is undecided for {bound} (decided {how}: the interval straddles it)"
+        else:
+            line = f"{shown_figure} {'>' if bound.op == '<=' else '<'} {bound.limit:g} (decided {how})"
+        lines.append(line)
+        failing.append(line)
+    return Verdict(budget, not failing, tuple(lines), tuple(failing))
+
+
+# ------------------------------------------------------------------------------------------------- table
+@dataclass(frozen=True)
+class ReleaseTable:
+    """The released rows and what was left out."""
+
+    table: pd.DataFrame
+    n_input: int
+    n_failed: int
+    n_unchanged: int  # rows whose text is their source's
+    unchanged_kept: bool
+
+
+def keepable_columns(table: pd.DataFrame) -> list[str]:
+    """The columns ``--keep`` may name: every column but the always-released and the withheld ones."""
+    return [c for c in table.columns if c not in ALWAYS_KEPT and c not in WITHHELD]
+
+
+def check_keep(table: pd.DataFrame, keep: Sequence[str]) -> list[str]:
+    """``keep`` without repeats, each a keepable column; else InputError listing the columns available."""
+    available = keepable_columns(table)
+    for column in keep:
+        if column in ALWAYS_KEPT:
+            continue
+        if column in WITHHELD:
+            raise InputError(f"--keep {shown(column)}: never released (it says how a row was made); available: "
+                             f"{', '.join(available)}")
+        if column not in available:
+            raise InputError(f"--keep {shown(column)}: no such column; available: {', '.join(available) or 'none'}")
+    return [c for c in dict.fromkeys(keep) if c not in ALWAYS_KEPT]
+
+
+def pseudonyms(values: pd.Series, key: bytes, column: str) -> pd.Series:
+    """Each value as ``<kind>-<20 hex digits>``: HMAC-SHA256 under ``key`` of the column and the value (the
+    same value in another column gets another pseudonym); nulls stay null."""
+    prefix = column.split("_")[0]
+
+    def one(value: object) -> object:
+        if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+            return pd.NA
+        digest = hmac.new(key, f"{column}\x00{value}".encode(), hashlib.sha256).hexdigest()
+        return f"{prefix}-{digest[:20]}"
+
+    return values.map(one).astype("string")
+
+
+def release_table(table: pd.DataFrame, keep: Sequence[str], *, keep_unchanged: bool = False,
+                  key: bytes | None = None) -> ReleaseTable:
+    """The rows a release hands out: ok rows only, not the unchanged ones (their text is the source's) unless
+    ``keep_unchanged``; ``doc_id``, ``text`` and the ``keep`` columns, identifiers as pseudonyms under ``key``
+    (default: a fresh random key, never kept)."""
+    columns = [*ALWAYS_KEPT, *check_keep(table, keep)]
+    ok = table[table["status"] == STATUS_OK]
+    unchanged = (ok["unchanged"].astype("boolean").fillna(False).to_numpy(dtype=bool) if "unchanged" in ok.columns
+                 else [False] * len(ok))
+    n_unchanged = int(sum(unchanged))
+    out = (ok if keep_unchanged else ok[[not u for u in unchanged]])[columns].reset_index(drop=True)
+    if out.empty:
+        raise InputError(f"nothing to release: of {len(table)} rows, {len(table) - len(ok)} failed and "
+                         f"{n_unchanged} are unchanged (their text is the source's; --keep-unchanged releases them)")
+    key = secrets.token_bytes(32) if key is None else key
+    for column in PSEUDONYMISED:
+        if column in out.columns:
+            out[column] = pseudonyms(out[column], key, column)
+    if out["doc_id"].duplicated().any():
+        raise InputError("two documents share a doc_id; a release needs one row per document", column="doc_id")
+    return ReleaseTable(out, len(table), len(table) - len(ok), n_unchanged, keep_unchanged)
+
+
+# -------------------------------------------------------------------------------------------------- card
+def size_category(n: int) -> str:
+    """Hugging Face's ``size_categories`` bucket of ``n`` rows."""
+    return next(name for bound, name in SIZE_CATEGORIES if n < bound)
+
+
+@dataclass(frozen=True)
+class CardOptions:
+    """The card's metadata a user chooses (the YAML header)."""
+
+    pretty_name: str
+    license: str = "other"
+    language: tuple[str, ...] = ("en",)
+    task_category: str | None = None  # default: text-classification with labels kept, else text-generation
+
+
+def render_card(release: ReleaseInput, rows: ReleaseTable, verdict: Verdict, options: CardOptions, *,
+                forced: bool, decide_on: str, dp_audit: str | None = None) -> str:
+    """The dataset card (``README.md``): Hugging Face's YAML header, then how the texts were made, what they
+    keep and leak, the budget and the limitations."""
+    from tasks.metrics import catalogue
+    from tasks.report.templating import render
+
+    task = options.task_category or ("text-classification" if "label" in rows.table.columns else "text-generation")
+
+    def shown_figure(figure: Mapping[str, Any]) -> str:
+        return with_interval(_number(figure.get("value")), _number(figure.get("ci_low")), _number(figure.get("ci_high")))
+
+    def count(n: object) -> str:
+        return "–" if math.isnan(_number(n)) else f"{_number(n):.0f}"
+
+    def worst(figure: Mapping[str, Any]) -> str:
+        parts = [f"{key} {figure[key]}" for key in ("attack", "adversary", "attribute") if figure.get(key)]
+        return text(", ".join(parts)) or "–"
+
+    def describe(name: str) -> str:
+        metric = catalogue.lookup(LEAK_METRICS.get(name, name))
+        return metric.description if metric is not None else ""
+
+    columns = list(rows.table.columns)
+    return render(CARD_TEMPLATE, meta={"pretty_name": options.pretty_name, "language": list(options.language),
+                                       "license": options.license, "size_categories": [size_category(len(rows.table))],
+                                       "task_categories": [task]},
+                  release=release, rows=rows, verdict=verdict, forced=forced, decide_on=decide_on, text=text,
+                  figure=shown_figure, count=count, worst=worst, describe=describe, columns=columns,
+                  pseudonymised=[c for c in PSEUDONYMISED if c in columns], dp_audit=dp_audit, data_file=DATA_FILE)
+
+
+def text(value: object) -> str:
+    """A value as one line of markdown: whitespace collapsed, no backticks or table bars to break the card."""
+    return " ".join(str(value).split()).replace("`", "'").replace("|", "/")
+
+
+# ------------------------------------------------------------------------------------------------- write
+def is_release(folder: Path) -> bool:
+    """Whether ``folder`` holds an earlier release (its card and checksums)."""
+    return (folder / CARD_FILE).is_file() and (folder / CHECKSUMS_FILE).is_file()
+
+
+def check_release_folder(out: str | Path, overwrite: bool) -> Path:
+    """``out`` resolved, when a release may be written there: a new or empty folder, or with ``overwrite`` an
+    earlier release (never another non-empty folder). InputError otherwise."""
+    from tasks.paths import check_output_folder
+
+    out = check_output_folder(out)
+    if out.is_dir() and any(out.iterdir()):
+        if not overwrite:
+            raise InputError("is not empty; give a new folder, or --overwrite to replace an earlier release there",
+                             file=str(out))
+        if not is_release(out):
+            raise InputError(f"is not empty and holds no earlier release (no {CARD_FILE} and {CHECKSUMS_FILE}); "
+                             "--overwrite replaces only a release", file=str(out))
+    return out
+
+
+def checksums(folder: Path) -> str:
+    """``sha256sum``'s format for every file under ``folder``, by relative path."""
+    files = sorted(p for p in folder.rglob("*") if p.is_file())
+    return "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(folder).as_posix()}\n"
+                   for p in files)
+
+
+def write_release(out: Path, table: pd.DataFrame, card: str) -> Path:
+    """Write the release into ``out`` (checked by :func:`check_release_folder`) through a temporary folder
+    beside it, renamed at the end: a reader sees the old folder or the whole new one."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    temporary = out.parent / f".tmp-{uuid.uuid4().hex}-{out.name}"
+    old = out.parent / f".tmp-{uuid.uuid4().hex}-old-{out.name}"
+    try:
+        (temporary / DATA_FILE).parent.mkdir(parents=True)
+        table.to_parquet(temporary / DATA_FILE, index=False)
+        (temporary / CARD_FILE).write_text(card, encoding="utf-8")
+        (temporary / CHECKSUMS_FILE).write_text(checksums(temporary), encoding="utf-8")
+        if out.exists():
+            os.rename(out, old)
+        try:
+            os.rename(temporary, out)
+        except OSError:
+            if old.exists():
+                os.rename(old, out)  # the earlier release stays as it was
+            raise
+    finally:
+        shutil.rmtree(temporary, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+    return out
