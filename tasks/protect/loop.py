@@ -35,7 +35,7 @@ import pandas as pd
 from tasks.corpus.schema import CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
 from tasks.errors import ConfigError
 from tasks.intervals import wilson
-from tasks.protect.files import MOVE_COLUMN, PROTECT_LABEL, ROUND_COLUMN, ROUNDS_COLUMNS
+from tasks.protect.files import MOVE_COLUMN, PROTECT_LABEL, PROTECT_SUMMARY_KEYS, ROUND_COLUMN, ROUNDS_COLUMNS
 from tasks.protect.moves import DEFAULT_LADDER, MASK_EVIDENCE, PSEUDONYMIZE, Move, mask_evidence
 from tasks.report.budgets import Bound, parse_budget
 from tasks.store import fingerprint_config
@@ -554,6 +554,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         "moves": {str(k): int(v) for k, v in table[MOVE_COLUMN].value_counts().items()} if len(table) else {},
         "notes": notes, "verdict": verdict + ("; " + "; ".join(notes) if notes else ""),
     }
+    assert set(PROTECT_SUMMARY_KEYS) <= set(summary), set(PROTECT_SUMMARY_KEYS) - set(summary)
     mapping = pd.concat(protector.mappings, ignore_index=True) if protector.mappings else pd.DataFrame()
     return ProtectResult(table, pd.DataFrame(rounds, columns=ROUNDS_COLUMNS), failures, summary, mapping, bool(met))
 

@@ -31,7 +31,7 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.errors import InputError, shown
-from tasks.protect.files import PROTECT_LABEL, protect_paths
+from tasks.protect.files import PROTECT_LABEL, PROTECT_SUMMARY_KEYS, protect_paths
 from tasks.report.budgets import BUDGET_METRICS, DECIDE_ON, check_budget, parse_budget
 from tasks.report.render import with_interval
 
@@ -54,9 +54,6 @@ LEAK_METRICS: dict[str, str] = {**BUDGET_METRICS, "profiling_advantage": "profil
 #: The keys of a figure, as the protect summary writes them.
 FIGURE_KEYS: tuple[str, ...] = ("value", "ci_low", "ci_high", "n", "attack", "adversary")
 #: The protect summary's keys that the release reads (the protect format).
-PROTECT_SUMMARY_KEYS: tuple[str, ...] = ("tool_version", "signature", "budget", "decide_on", "met", "rounds",
-                                         "start", "ladder", "meaning_metric", "meaning_floor", "on_fail", "figures",
-                                         "meaning", "documents", "verdict")
 #: Hugging Face's ``size_categories`` buckets: (upper bound, name); the last has none.
 SIZE_CATEGORIES: tuple[tuple[float, str], ...] = (
     (1e3, "n<1K"), (1e4, "1K<n<10K"), (1e5, "10K<n<100K"), (1e6, "100K<n<1M"), (1e7, "1M<n<10M"),
