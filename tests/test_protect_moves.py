@@ -1,0 +1,68 @@
+"""The protect loop's pieces without models: evidence masking, the ladder and budget parsing, and the
+stylometric attack's evidence against scikit-learn (its contributions add up to the profiles' cosine)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from flows.config import protect_settings
+from tasks.errors import ConfigError
+from tasks.privacy.stylometric import StyloParams, reference_vectorizer, stylometric_evidence
+from tasks.protect.loop import parse_protect_budget
+from tasks.protect.moves import DEFAULT_LADDER, Move, mask_evidence, parse_ladder
+
+
+@pytest.mark.parametrize(("text", "features", "expected"), [
+    ("Great news!!! We won lol", [("!!", "char"), ("lol", "word")], "Great news! We won"),
+    ("We Will Win, Again :)", [("We W", "char"), (" :)", "char")], "we will Win, Again"),
+    ("the zorbly plan is zorbly good", [("orbl", "char")], "the plan is good"),
+    ("no evidence here", [("xyz", "char"), ("a", "char")], "no evidence here"),
+    ("tax cuts and tax cuts", [("tax cuts", "word")], "and"),
+])
+def test_mask_evidence_removes_or_normalises_what_the_attack_named(text, features, expected):
+    assert mask_evidence(text, features) == expected
+
+
+def test_ladder_and_budget_errors_name_the_problem():
+    assert parse_ladder(["mask-evidence", {"name": "dp", "params": {"epsilon": 8.0}}], "protect.ladder") == (
+        Move("mask-evidence"), Move("dp", {"epsilon": 8.0}))
+    assert Move("stymask").label == "strategy:stymask" and Move("mask-evidence").label == "mask-evidence"
+    with pytest.raises(ConfigError, match=r"protect.ladder\[1\]: unknown move 'paint' \(known: pseudonymize, "
+                                          r"mask-evidence, backtranslate"):
+        parse_ladder(["stymask", "paint"], "protect.ladder")
+    with pytest.raises(ConfigError, match=r"protect.ladder\[0\].params"):
+        parse_ladder([{"name": "dp", "params": {"epsilon": "lots"}}], "protect.ladder")
+    with pytest.raises(ConfigError, match="takes no params"):
+        parse_ladder([{"name": "mask-evidence", "params": {"k": 1}}], "protect.ladder")
+    assert [str(b) for b in parse_protect_budget("reidentification<=0.1, pii_leakage<=0")] == [
+        "reidentification<=0.1", "pii_leakage<=0"]
+    with pytest.raises(ConfigError, match="unknown budget figure 'utility'; known: reidentification, pii_leakage"):
+        parse_protect_budget("utility>=0.9")
+    settings = protect_settings(None, ladder=["stymask"], judge=["delta"], max_rounds=2)
+    assert settings.ladder == (Move("stymask"),) and settings.judge == (("delta", {}),) and settings.max_rounds == 2
+    assert protect_settings(None).ladder == DEFAULT_LADDER
+    with pytest.raises(ConfigError, match="start: unknown move 'nothing'"):
+        protect_settings(None, start="nothing")
+
+
+def test_stylometric_evidence_is_the_cosine_split_by_feature():
+    histories = pd.DataFrame({
+        "author_id": ["a", "a", "a", "b", "b", "c"],
+        "doc_id": ["h1", "h2", "h3", "h4", "h5", "h6"],
+        "text": ["Totally GREAT day!!", "GREAT stuff, totally!!", "we won!!", "a calm remark.", "another remark.",
+                 "hello there"]})
+    timelines = pd.DataFrame({"group_id": ["t1", "t1"], "author_id": ["a", "a"], "doc_id": ["s1", "s2"],
+                              "text": ["Totally GREAT!!", "great game!!"]})
+    params = StyloParams(mode="exact")
+    evidence = stylometric_evidence(histories, timelines, params, held_out=None, top=100_000)
+    vectorizer = reference_vectorizer(params).fit(histories["text"])  # every post enters the IDF here (< sample)
+    profile = np.asarray(vectorizer.transform(histories["text"][:3]).mean(axis=0)).ravel()
+    timeline = np.asarray(vectorizer.transform(timelines["text"]).mean(axis=0)).ravel()
+    cosine = profile @ timeline / np.linalg.norm(profile) / np.linalg.norm(timeline)
+    assert evidence["contribution"].sum() == pytest.approx(cosine, rel=1e-9)
+    top = evidence.sort_values("contribution", ascending=False).iloc[0]
+    assert top["group_id"] == "t1" and top["author_id"] == "a" and "!!" in top["feature"] + "GREAT!!"
+    assert set(evidence["kind"]) == {"char", "word"}
+    assert (evidence.loc[evidence["kind"] == "word", "feature"].str.contains("totally|great", case=False)).any()
