@@ -215,8 +215,8 @@ class ReidentifyConfig(Section):
     attacks: list[str] = Field(
         default_factory=lambda: ["minhash", "stylometric"], min_length=1,
         description="Registered attacks (`synthugc attacks` lists them with their parameters): minhash "
-                    "(near-duplicate posts), stylometric (writing-style author profiles), embedding (mean sentence "
-                    "embeddings; slow without a GPU).")
+                    "(near-duplicate posts), stylometric (writing-style author profiles), delta (Burrows' Delta over "
+                    "the most frequent words), embedding (mean sentence embeddings; slow without a GPU).")
     adversaries: list[Literal["full", "disjoint"]] = Field(
         default_factory=lambda: ["full", "disjoint"], min_length=1,
         description="full: the histories hold the rewritten originals (the article's setting); disjoint: only "

@@ -116,6 +116,7 @@ class HistoryMemo:
                 self._results.popitem(last=False)
             return result
 
+
 _REGISTRY: dict[str, type[Attack]] = {}
 _LOADED = False
 
