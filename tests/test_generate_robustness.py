@@ -114,12 +114,15 @@ def test_long_input_is_truncated_and_flagged_where_there_is_a_model_context(name
 @pytest.mark.parametrize("name", strategy_params())
 def test_a_text_returned_as_is_is_flagged_unchanged(name: str) -> None:
     """A rewrite that returns its input (no rule applies, a script the strategy cannot handle) is visible:
-    ``unchanged`` is true exactly on the ok rows whose text is the source up to whitespace, null on failed rows."""
+    ``unchanged`` is true exactly on the ok rows whose text is the source up to whitespace or copies the whole
+    source, null on failed rows."""
     _, table = run(name)
     for row in table.itertuples():
         where = f"{name}/{row.doc_id}/{row.variant}"
         if row.status == STATUS_OK:
-            same = " ".join(row.text.split()) == " ".join(INPUTS[row.doc_id].split())
+            source = INPUTS[row.doc_id]
+            spaced, text = " ".join(source.split()), " ".join(row.text.split())
+            same = spaced == text or (len(spaced) > 20 and spaced in text)
             assert bool(row.unchanged) == same, (where, row.text)
         else:
             assert pd.isna(row.unchanged), where

@@ -66,3 +66,15 @@ def test_stylometric_evidence_is_the_cosine_split_by_feature():
     assert top["group_id"] == "t1" and top["author_id"] == "a" and "!!" in top["feature"] + "GREAT!!"
     assert set(evidence["kind"]) == {"char", "word"}
     assert (evidence.loc[evidence["kind"] == "word", "feature"].str.contains("totally|great", case=False)).any()
+
+
+@pytest.mark.parametrize(("source", "output", "unchanged"), [
+    ("We will win, believe me", "We  will win, believe me ", True),          # whitespace only
+    ("We will win, believe me", "We will win, believe me. Truly.", True),   # the whole source copied in
+    ("We will win, believe me", "we will win, believe me.", False),          # a style change (casing)
+    ("short one", "short one, yes", False),                                  # 20 characters or fewer
+])
+def test_a_text_that_keeps_the_source_words_counts_as_unchanged(source, output, unchanged):
+    from tasks.generate.base import is_unchanged
+
+    assert is_unchanged(source, output) is unchanged

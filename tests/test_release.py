@@ -214,8 +214,8 @@ def test_a_missed_budget_exits_2_naming_the_figure_unless_forced(protect_output,
 
 
 @pytest.mark.parametrize(("budget", "expected"), [
-    ("reid<=0.1", "--require: unknown budget column 'reid'; known: reidentification, pii_leakage"),
-    ("reidentification=0.1", "--require: cannot read 'reidentification=0.1'"),
+    ("reid<=0.1", "--require: unknown budget figure 'reid'; known: reidentification, pii_leakage"),
+    ("reidentification=0.1", "--require: unknown operator '=' in 'reidentification=0.1'; known: <=, >="),
     ("reidentification<=1e999", "the limit must be a finite number"),
     (",", "--require: no bound given"),
 ])
@@ -232,7 +232,7 @@ def test_a_bad_budget_in_the_protect_summary_exits_2(protect_output, tmp_path):
     summary = json.loads(protect_paths(p).summary.read_text())
     protect_paths(copy).summary.write_text(json.dumps({**summary, "budget": "reidentification<0.1"}))
     line = _one_error_line(_release(copy, tmp_path / "release"))
-    assert f"the protect output's budget ({copy}): cannot read 'reidentification<0.1'" in line
+    assert f"the protect output's budget ({copy}): unknown operator '<' in 'reidentification<0.1'; known: <=, >=" in line
 
 
 @pytest.mark.parametrize(("args", "expected"), [

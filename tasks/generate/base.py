@@ -22,9 +22,10 @@ extra column (after the ``attr_*`` columns), null on rows that did not set it. C
   :func:`truncate_tokens`); the column is present whenever any row sets it, False on the other ok rows.
 - DP strategies report ``epsilon_token`` / ``epsilon_doc`` (floats) and a ``caveat`` (str).
 
-Every table has an ``unchanged`` column (:func:`is_unchanged`): True on an ok row whose text equals its
-source up to whitespace, i.e. the strategy returned its input (no rule applied, a script it cannot
-handle), so a user sees that this text was not rewritten; null on failed rows.
+Every table has an ``unchanged`` column (:func:`is_unchanged`): True on an ok row whose text still is its
+source (up to whitespace, or the whole source copied into it), i.e.
+the strategy returned its input (no rule applied, a script it cannot handle), so a user sees that this text
+was not rewritten and a release leaves it out; null on failed rows.
 """
 
 from __future__ import annotations
@@ -198,8 +199,13 @@ def truncate_tokens(tokenizer: Any, text: str, max_tokens: int) -> tuple[str, bo
 
 
 def is_unchanged(source: Any, output: str) -> bool:
-    """Whether ``output`` is ``source`` up to whitespace (runs of spaces/newlines, leading/trailing)."""
-    return isinstance(source, str) and " ".join(source.split()) == " ".join(output.split())
+    """Whether ``output`` still is the user's own text: the source up to whitespace (runs of spaces/newlines,
+    leading/trailing), or a source of more than 20 characters copied whole into it (a full stop or a sentence
+    added: the user's words, verbatim)."""
+    if not isinstance(source, str):
+        return False
+    spaced, out = " ".join(source.split()), " ".join(output.split())
+    return spaced == out or (len(spaced) > 20 and spaced in out)
 
 
 def _column(batch: pd.DataFrame, col: str, dtype: str) -> pd.Series:

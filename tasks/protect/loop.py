@@ -309,7 +309,9 @@ class _Protector:
             first = table.drop_duplicates("doc_id", keep="first").set_index("doc_id")
             first = first.reindex(rows["doc_id"])
             out = [t if s == STATUS_OK else None for t, s in zip(first["text"], first["status"], strict=True)]
-        return [o if isinstance(o, str) and o.strip() and o != t else None
+        from tasks.generate.base import is_unchanged
+
+        return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) else None
                 for o, t in zip(out, rows["text"].astype(str), strict=True)]
 
     # -- rounds

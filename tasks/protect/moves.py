@@ -107,8 +107,10 @@ def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: 
         if kind == "word":
             text = re.sub(r"(?<!\w)" + r"\s+".join(map(re.escape, core.split())) + r"(?!\w)", " ", text, flags=flags)
         elif not any(ch.isalnum() for ch in core):
-            replacement = core[0] if len(set(core)) == 1 and core[0] in ".!?" else ""
-            text = text.replace(core, replacement)
+            if len(set(core)) == 1 and core[0] in ".!?":  # a run of one mark: shortened to one
+                text = re.sub(re.escape(core[0]) + "{2,}", core[0], text)
+            else:
+                text = text.replace(core, "")
         elif any(ch.isupper() for ch in core):
             text = _words_containing(core, text, False).sub(lambda m: m.group(0).lower(), text)
         else:
