@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.generate.base import available_strategies, validate_params
+from tasks.intervals import N_RESAMPLES
 from tasks.limits import (
     MAX_DOCS,
     MAX_EXAMPLES,
@@ -177,6 +178,8 @@ class MetricsConfig(Section):
     fbd: FbdConfig = Field(default_factory=FbdConfig)
     transfer: TransferConfig = Field(default_factory=TransferConfig)
     metaeval: MetaevalConfig = Field(default_factory=MetaevalConfig)
+    n_bootstrap: int = Field(N_RESAMPLES, ge=10, le=MAX_REPEATS,
+                             description="Resamples of the 95% interval of each mean score (bootstrap over documents).")
 
     @field_validator("names")
     @classmethod
@@ -204,7 +207,9 @@ class MembershipConfig(Section):
 
     enabled: bool = True
     embed: Literal["tfidf", "sbert"] = "tfidf"
-    n_bootstrap: int = Field(1000, ge=10, le=MAX_REPEATS)
+    n_bootstrap: int = Field(N_RESAMPLES, ge=10, le=MAX_REPEATS,
+                             description="Resamples of every privacy bootstrap interval (membership AUC, profiling "
+                                         "macro-F1).")
 
 
 class ReidentifyConfig(Section):
@@ -273,6 +278,9 @@ class UtilityConfig(Section):
     coverage: Literal["timeline", "pooled"] = Field(
         "timeline", description="Timeline coverage Cp/Cr: per timeline then averaged (the task's evaluation "
                                 "script), or pooled over all timelines.")
+    n_bootstrap: int = Field(N_RESAMPLES, ge=10, le=MAX_REPEATS,
+                             description="Resamples of the 95% interval of each utility score (bootstrap over "
+                                         "the real test documents).")
 
     @field_validator("fractions")
     @classmethod
@@ -565,7 +573,7 @@ def metric_options(cfg: ExperimentConfig) -> MetricOptions:
         fbd_layer=m.fbd.layer, fbd_pooling=m.fbd.pooling,
         transfer_classifier=m.transfer.classifier, transfer_target=m.transfer.target,
         cps_mask=m.transfer.cps_mask, cps_threshold=m.transfer.cps_threshold,
-        bag_group=m.bag_group, seed=cfg.seed, shard_size=m.shard_size,
+        bag_group=m.bag_group, seed=cfg.seed, shard_size=m.shard_size, n_bootstrap=m.n_bootstrap,
     )
 
 

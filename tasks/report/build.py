@@ -191,31 +191,29 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
 
 
 def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification (the worst attack)
-    with its 95% interval and its chance rate: the numbers of the trade-off and re-identification plots.
-    Strategies match on label across levels."""
-    def pick(metric: str, level: str) -> pd.Series:
+    """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification (the worst attack),
+    each with its 95% interval (``<aspect>_ci_low``/``_ci_high``), and the chance rate: the numbers of the
+    trade-off and re-identification plots. Strategies match on label across levels."""
+    def pick(metric: str, level: str) -> pd.DataFrame:
         part = summary[(summary["level"] == level) & (summary["metric"] == metric)]
-        return part.set_index(["strategy", "variant"])["value"].astype(float)
+        return part.set_index(["strategy", "variant"])[["value", "ci_low", "ci_high"]].astype(float)
 
-    meaning, divergence = pick("bertscore_f1", "sample-mean"), pick("bleu_divergence", "sample-mean")
+    aspects = {"meaning": pick("bertscore_f1", "sample-mean"), "divergence": pick("bleu_divergence", "sample-mean")}
     reid = summary[(summary["level"] == "privacy") & (summary["metric"] == "reid_accuracy")]
-    keys = [k for k in dict.fromkeys([*meaning.index, *divergence.index]) if k[0] not in BASELINE_ROWS]
+    keys = [k for k in dict.fromkeys([*aspects["meaning"].index, *aspects["divergence"].index])
+            if k[0] not in BASELINE_ROWS]
     chance = reid.loc[reid["strategy"] == CHANCE, "value"]
     # several attacks and adversary settings: the worst case (the highest share re-identified) counts
     measured = reid[reid["value"].notna()]
     worst = measured.loc[measured.groupby(["strategy", "variant"])["value"].idxmax()] if len(measured) else measured
-    worst = worst.set_index(["strategy", "variant"])
+    aspects["reidentification"] = worst.set_index(["strategy", "variant"])[["value", "ci_low", "ci_high"]]
+    columns = [f"{aspect}{part}" for aspect in aspects for part in ("", "_ci_low", "_ci_high")]
     rows = []
     for strategy, variant in keys:
-        found = (strategy, variant) in worst.index
-        row = worst.loc[(strategy, variant)] if found else {}
-        rows.append({"strategy": strategy, "variant": variant,
-                     "meaning": float(meaning.get((strategy, variant), math.nan)),
-                     "divergence": float(divergence.get((strategy, variant), math.nan)),
-                     **{c: float(row[k]) if found and k in row else math.nan
-                        for c, k in (("reidentification", "value"), ("reidentification_ci_low", "ci_low"),
-                                     ("reidentification_ci_high", "ci_high"))},
-                     "chance": float(chance.iloc[0]) if len(chance) else math.nan})
-    return pd.DataFrame(rows, columns=["strategy", "variant", "meaning", "divergence", "reidentification",
-                                       "reidentification_ci_low", "reidentification_ci_high", "chance"])
+        row: dict[str, object] = {"strategy": strategy, "variant": variant}
+        for aspect, frame in aspects.items():
+            found = (strategy, variant) in frame.index
+            for part, column in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high")):
+                row[f"{aspect}{part}"] = float(frame.loc[(strategy, variant), column]) if found else math.nan
+        rows.append({**row, "chance": float(chance.iloc[0]) if len(chance) else math.nan})
+    return pd.DataFrame(rows, columns=["strategy", "variant", *columns, "chance"])
