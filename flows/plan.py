@@ -268,7 +268,7 @@ def report_options(cfg: ExperimentConfig, facts: Mapping[str, str]) -> stages.Re
         title=cfg.report.title or f"synthugc report: {cfg.experiment}", facts=tuple(facts.items()),
         level=cfg.utility.task, families=tuple((s.key, s.name) for s in cfg.generate.strategies),
         utility_signature=utility_signature(cfg), goals=tuple(cfg.report.goals), examples=cfg.report.examples,
-        seed=cfg.seed, budget=cfg.report.require, decide_on=cfg.report.decide_on)
+        seed=cfg.seed, budget=cfg.report.require, decide_on=cfg.report.decide_on, n_bootstrap=cfg.utility.n_bootstrap)
 
 
 def report_params(cfg: ExperimentConfig, results: Mapping[str, StageResult], failed: Mapping[str, str],

@@ -105,7 +105,9 @@ STAGES: dict[str, StageKind] = {kind.name: kind for kind in (
     StageKind("llm-profile", "privacy/{label}", ("label",), (
         Output("predictions", "llm_profiling_predictions.parquet"), Output("scores", "llm_profiling_scores.parquet", table="scores"))),
     StageKind("utility", "utility/{label}", ("label", "setting", "fraction", "seed"), (
-        Output("run", "{setting}-{pct:03d}pct-seed{seed}.parquet", table="utility_runs"),)),
+        Output("run", "{setting}-{pct:03d}pct-seed{seed}.parquet", table="utility_runs"),
+        Output("predictions", "{setting}-{pct:03d}pct-seed{seed}-predictions.parquet", optional=True,
+               table="utility_predictions"))),
     StageKind("report", "", (), (
         Output("markdown", "report.md"), Output("html", "report.html"),
         Output("scores", "report/scores.parquet", table="scores"),
