@@ -254,12 +254,27 @@ class LLMProfilingConfig(Section):
     n: int | None = Field(None, gt=0, le=MAX_DOCS, description="Dialogues per stratum (default: the rarest class size).")
 
 
+class AuditDPConfig(Section):
+    """The empirical DP audit (tasks/privacy/dp_audit.py, as ``synthugc audit-dp``) of every strategy with a privacy
+    mechanism: stage ``audit-dp[<label>]``, nominal against audited epsilon in the report; off by default (it
+    replays the strategy's generation on the audited documents, then scores each against its neighbours)."""
+
+    enabled: bool = False
+    neighbours: int = Field(3, ge=1, le=MAX_REPEATS, description="Neighbouring documents each output is compared "
+                                                                 "with (DP-Prompt) or drawn from (DP-BART).")
+    trials: int = Field(1000, ge=2, le=MAX_REPEATS, description="Releases per document in DP-BART's "
+                                                                "distinguishing game.")
+    max_docs: int = Field(50, gt=0, le=MAX_DOCS, description="Audit the first this many documents (by doc_id) "
+                                                              "the strategy rewrote.")
+
+
 class PrivacyConfig(Section):
     enabled: bool = True
     profiling: ProfilingConfig = Field(default_factory=ProfilingConfig)
     membership: MembershipConfig = Field(default_factory=MembershipConfig)
     reidentify: ReidentifyConfig = Field(default_factory=ReidentifyConfig)
     llm_profiling: LLMProfilingConfig = Field(default_factory=LLMProfilingConfig)
+    audit_dp: AuditDPConfig = Field(default_factory=AuditDPConfig)
 
 
 class UtilityConfig(Section):

@@ -18,7 +18,7 @@ from flows import stages
 from flows.config import ExperimentConfig, metric_options, privacy_options
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import ConfigError, SynthUGCError
-from tasks.generate.base import strategy_uses_llm
+from tasks.generate.base import strategy_uses_llm, with_llm_settings
 from tasks.layout import StageResult, stage_kind
 from tasks.metrics.base import make_signature
 from tasks.metrics.catalogue import names as metric_names
@@ -26,6 +26,7 @@ from tasks.models.llm import llm_role_settings
 from tasks.models.registry import model_id
 from tasks.paths import absolute
 from tasks.privacy.attacks import attack_class
+from tasks.privacy.dp_audit import has_mechanism
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, fingerprint_file
 from tasks.training.utility import utility_design
@@ -229,6 +230,13 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
                      corpus=corpus, shards=shards[label], label=label,
                      options=stages.LLMProfilingOptions(backend=backend, max_tokens=lp.max_tokens, n=lp.n,
                                                         seed=cfg.seed))
+        if do_privacy and cfg.privacy.audit_dp.enabled and has_mechanism(strategy.name):
+            audit = cfg.privacy.audit_dp
+            plan.add("audit-dp", stages.audit_dp, resource=generation_resource(strategy.name, strategy.params, {}),
+                     corpus=source, label=label, options=stages.AuditDPOptions(  # the model generation used
+                         strategy=strategy.name, params=with_llm_settings(strategy.name, strategy.params, options.llm),
+                         neighbours=audit.neighbours,
+                         trials=audit.trials, max_docs=audit.max_docs, seed=cfg.seed))
         if do_privacy and reid.enabled:
             plan.add("reidentify", stages.reidentify, histories=histories,
                      indexes=[Use(call, "index") for call in index_calls],

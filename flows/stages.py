@@ -129,6 +129,19 @@ class LLMProfilingOptions:
 
 
 @dataclass(frozen=True)
+class AuditDPOptions:
+    """One strategy's DP audit: the strategy as configured, the audit's settings (``privacy.audit_dp``) and the
+    generation seed (the outputs audited are those generation emitted)."""
+
+    strategy: str
+    params: dict[str, Any]
+    neighbours: int
+    trials: int
+    max_docs: int
+    seed: int
+
+
+@dataclass(frozen=True)
 class UtilityOptions:
     task: str
     model: str
@@ -297,6 +310,21 @@ def llm_profile(corpus: ArtifactRef, shards: list[ArtifactRef], place: RunPlace,
     out = place.writer("llm-profile", label=label)
     out.table("predictions", result.predictions)
     out.table("scores", summary_frame(llm_profiling_rows(result, label)))
+    return out.result()
+
+
+@_stage("audit-dp")
+def audit_dp(corpus: ArtifactRef, place: RunPlace, label: str, options: AuditDPOptions) -> StageResult:
+    """The empirical DP audit of one strategy with a privacy mechanism on the first ``max_docs`` documents it
+    rewrote: per document its measured privacy loss (DP-Prompt) or epsilon lower bound (DP-BART) against the
+    nominal epsilon (:func:`tasks.privacy.dp_audit.audit_strategy`)."""
+    from tasks.privacy.dp_audit import audit_strategy
+
+    documents = place.store().read_table(corpus).iloc[:options.max_docs]
+    table = audit_strategy(options.strategy, options.params, documents[["doc_id", "text"]],
+                           neighbours=options.neighbours, trials=options.trials, seed=options.seed)
+    out = place.writer("audit-dp", label=label)
+    out.table("audit", table)
     return out.result()
 
 

@@ -62,6 +62,7 @@ class ReportData:
     goals: list = field(default_factory=list)  # tasks.report.recommend.Goal, in the order the report shows them
     budget: str | None = None  # "reidentification<=0.10,utility>=0.90": the strategies that meet it are listed
     decide_on: str = "bound"  # the budget is decided on the interval's bound or on the point estimate
+    dp_audits: dict[str, pd.DataFrame] = field(default_factory=dict)  # strategy label -> its audit-dp table
 
     @property
     def order(self) -> list[str]:
@@ -195,7 +196,8 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
         correlations=correlations if has_correlations else None, metaeval=metaeval, utility_runs=runs,
         human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
         examples=example_outputs(layout, read, n=examples, seed=seed, order=list(families)),
-        goals=list(goals), budget=budget, decide_on=decide_on)
+        goals=list(goals), budget=budget, decide_on=decide_on,
+        dp_audits={label: read(ref) for label, ref in sorted(layout.by_label("audit-dp", "audit").items())})
 
 
 #: A figure and its 95% interval, as the long score table holds them.

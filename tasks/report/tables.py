@@ -398,6 +398,41 @@ def residual_risk_table(summary: pd.DataFrame, order: Sequence[str] | None = Non
     return pd.DataFrame(rows, columns=columns)
 
 
+#: What the DP table says for a DP setting whose run did not audit it.
+NOT_AUDITED = "not audited (enable privacy.audit_dp)"
+DP_COLUMNS = ["strategy", "nominal epsilon (per document)", "audited epsilon", "documents audited", "violations"]
+
+
+def dp_table(summary: pd.DataFrame, audits: Mapping[str, pd.DataFrame], order: Sequence[str] | None = None
+             ) -> pd.DataFrame:
+    """One row per DP setting of the run (a strategy variant generated with an epsilon, or an audited strategy):
+    the nominal epsilon against the audited one (the ``audit-dp`` stage's table, by strategy label: DP-Prompt's
+    largest measured privacy loss, DP-BART's largest epsilon lower bound), the documents scored and the
+    violations; without an audit, the nominal epsilon and :data:`NOT_AUDITED`."""
+    from tasks.privacy.dp_audit import audited_epsilon
+
+    settings = summary.dropna(subset=["epsilon"]) if "epsilon" in summary.columns else summary.iloc[:0]
+    settings = settings[~settings["strategy"].isin(BASELINE_ROWS)].drop_duplicates(["strategy", "variant"])
+    found = {(str(s), str(v)): float(e) for s, v, e in settings[["strategy", "variant", "epsilon"]].itertuples(
+        index=False, name=None)}
+    for label in audits:
+        if not any(s == label for s, _ in found):
+            found[(label, "")] = float("nan")
+    rank = {s: i for i, s in enumerate(order or [])}
+    rows = []
+    for (strategy, variant), epsilon in sorted(found.items(), key=lambda kv: (rank.get(kv[0][0], len(rank)), kv[0])):
+        row = {"strategy": strategy_label(strategy, variant), "nominal epsilon (per document)": f"{epsilon:g}",
+               "audited epsilon": NOT_AUDITED, "documents audited": "–", "violations": "–"}
+        if strategy in audits and len(audits[strategy]):
+            f = audited_epsilon(audits[strategy])
+            row.update({"nominal epsilon (per document)": f"{f['nominal']:g}",
+                        "audited epsilon": f"{f['audited']:.4g} ({f['method']}: {f['what']})",
+                        "documents audited": f"{f['scored']} (+{f['not_scored']} not scored)" if f["not_scored"]
+                        else str(f["scored"]), "violations": str(f["violations"])})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=DP_COLUMNS)
+
+
 def article_tables(summary: pd.DataFrame, *, level: str = "post", families: Mapping[str, str] | None = None,
                    order: Sequence[str] | None = None) -> list[ArticleTable]:
     """Every table the run has numbers for, in the article's order: 4, 13, bags, 5, 6, 7-9."""
