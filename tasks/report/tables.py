@@ -411,10 +411,9 @@ def dp_table(summary: pd.DataFrame, audits: Mapping[str, pd.DataFrame], order: S
     violations; without an audit, the nominal epsilon and :data:`NOT_AUDITED`."""
     from tasks.privacy.dp_audit import audited_epsilon
 
-    settings = summary.dropna(subset=["epsilon"]) if "epsilon" in summary.columns else summary.iloc[:0]
+    settings = summary.reindex(columns=["strategy", "variant", "epsilon"]).dropna(subset=["epsilon"])
     settings = settings[~settings["strategy"].isin(BASELINE_ROWS)].drop_duplicates(["strategy", "variant"])
-    found = {(str(s), str(v)): float(e) for s, v, e in settings[["strategy", "variant", "epsilon"]].itertuples(
-        index=False, name=None)}
+    found = {(str(s), str(v)): float(e) for s, v, e in settings.itertuples(index=False, name=None)}
     for label in audits:
         if not any(s == label for s, _ in found):
             found[(label, "")] = float("nan")
