@@ -107,7 +107,7 @@ STAGES: dict[str, StageKind] = {kind.name: kind for kind in (
     StageKind("audit-dp", "privacy/{label}", ("label",), (Output("audit", "dp_audit.parquet"),)),
     StageKind("utility", "utility/{label}", ("label", "setting", "fraction", "seed"), (
         Output("run", "{setting}-{pct:03d}pct-seed{seed}.parquet", table="utility_runs"),
-        Output("predictions", "{setting}-{pct:03d}pct-seed{seed}-predictions.parquet", optional=True,
+        Output("predictions", "predictions/{setting}-{pct:03d}pct-seed{seed}.parquet", optional=True,
                table="utility_predictions"))),
     StageKind("report", "", (), (
         Output("markdown", "report.md"), Output("html", "report.html"),
