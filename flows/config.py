@@ -318,8 +318,9 @@ class ReportConfig(Section):
     require: str | None = Field(None, description="A budget, e.g. reidentification<=0.10,utility>=0.90: the report "
                                                   "lists the strategies that meet it under the worst-case attack.")
     decide_on: Literal["bound", "point"] = Field(
-        "bound", description="Decide the budget on the 95% interval's bound (a risk's upper bound, utility's lower "
-                             "bound; a straddled budget is 'undecided') or on the point estimate alone.")
+        "bound", description="Decide the budget on the 95% interval's bound (a risk's upper bound, utility's and "
+                             "meaning's lower bound; a straddled budget is 'undecided') or on the point estimate "
+                             "alone.")
 
     @field_validator("require")
     @classmethod
