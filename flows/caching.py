@@ -31,6 +31,7 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
                    "tasks/scores.py", "tasks/store.py"),
     "llm-profile": ("tasks/privacy/llm_profiling.py", "tasks/privacy/audit.py", "tasks/models", "tasks/corpus/schema.py",
                     "tasks/metrics/base.py", "tasks/scores.py", "tasks/store.py"),
+    "audit-dp": ("tasks/privacy/dp_audit.py", "tasks/generate", "tasks/models", "tasks/store.py"),
     "utility": ("tasks/training", "tasks/corpus", "tasks/models", "tasks/metrics/base.py", "tasks/scores.py",
                 "tasks/store.py"),
     "report": ("tasks/report", "tasks/metrics/suite.py", "tasks/metrics/catalogue.py", "tasks/metrics/metaeval.py",

@@ -795,8 +795,8 @@ def report(
                                                 "it under the worst-case attack, and by how much the others miss it.")]
     = None,
     decide_on: Annotated[str | None, typer.Option("--decide-on", help="bound (default: a risk's 95% upper bound, "
-                                                  "utility's lower bound; a straddled budget is undecided) or point "
-                                                  "(the estimate alone). Default: the run's report.decide_on.")]
+                                                  "utility's and meaning's lower bound; a straddled budget is undecided) "
+                                                  "or point (the estimate alone). Default: the run's report.decide_on.")]
     = None,
 ) -> None:
     """Rebuild report.md and report.html of a finished run from its artifacts, recomputing nothing (after

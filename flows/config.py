@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.generate.base import available_strategies, validate_params
+from tasks.intervals import N_RESAMPLES
 from tasks.limits import (
     MAX_DOCS,
     MAX_EXAMPLES,
@@ -177,6 +178,8 @@ class MetricsConfig(Section):
     fbd: FbdConfig = Field(default_factory=FbdConfig)
     transfer: TransferConfig = Field(default_factory=TransferConfig)
     metaeval: MetaevalConfig = Field(default_factory=MetaevalConfig)
+    n_bootstrap: int = Field(N_RESAMPLES, ge=10, le=MAX_REPEATS,
+                             description="Resamples of the 95% interval of each mean score (bootstrap over documents).")
 
     @field_validator("names")
     @classmethod
@@ -204,7 +207,9 @@ class MembershipConfig(Section):
 
     enabled: bool = True
     embed: Literal["tfidf", "sbert"] = "tfidf"
-    n_bootstrap: int = Field(1000, ge=10, le=MAX_REPEATS)
+    n_bootstrap: int = Field(N_RESAMPLES, ge=10, le=MAX_REPEATS,
+                             description="Resamples of every privacy bootstrap interval (membership AUC, profiling "
+                                         "macro-F1).")
 
 
 class ReidentifyConfig(Section):
@@ -249,12 +254,27 @@ class LLMProfilingConfig(Section):
     n: int | None = Field(None, gt=0, le=MAX_DOCS, description="Dialogues per stratum (default: the rarest class size).")
 
 
+class AuditDPConfig(Section):
+    """The empirical DP audit (tasks/privacy/dp_audit.py, as ``synthugc audit-dp``) of every strategy with a privacy
+    mechanism: stage ``audit-dp[<label>]``, nominal against audited epsilon in the report; off by default (it
+    replays the strategy's generation on the audited documents, then scores each against its neighbours)."""
+
+    enabled: bool = False
+    neighbours: int = Field(3, ge=1, le=MAX_REPEATS, description="Neighbouring documents each output is compared "
+                                                                 "with (DP-Prompt) or drawn from (DP-BART).")
+    trials: int = Field(1000, ge=2, le=MAX_REPEATS, description="Releases per document in DP-BART's "
+                                                                "distinguishing game.")
+    max_docs: int = Field(50, gt=0, le=MAX_DOCS, description="Audit the first this many documents (by doc_id) "
+                                                              "the strategy rewrote.")
+
+
 class PrivacyConfig(Section):
     enabled: bool = True
     profiling: ProfilingConfig = Field(default_factory=ProfilingConfig)
     membership: MembershipConfig = Field(default_factory=MembershipConfig)
     reidentify: ReidentifyConfig = Field(default_factory=ReidentifyConfig)
     llm_profiling: LLMProfilingConfig = Field(default_factory=LLMProfilingConfig)
+    audit_dp: AuditDPConfig = Field(default_factory=AuditDPConfig)
 
 
 class UtilityConfig(Section):
@@ -273,6 +293,9 @@ class UtilityConfig(Section):
     coverage: Literal["timeline", "pooled"] = Field(
         "timeline", description="Timeline coverage Cp/Cr: per timeline then averaged (the task's evaluation "
                                 "script), or pooled over all timelines.")
+    n_bootstrap: int = Field(N_RESAMPLES, ge=10, le=MAX_REPEATS,
+                             description="Resamples of the 95% interval of each utility score (bootstrap over "
+                                         "the real test documents).")
 
     @field_validator("fractions")
     @classmethod
@@ -295,8 +318,9 @@ class ReportConfig(Section):
     require: str | None = Field(None, description="A budget, e.g. reidentification<=0.10,utility>=0.90: the report "
                                                   "lists the strategies that meet it under the worst-case attack.")
     decide_on: Literal["bound", "point"] = Field(
-        "bound", description="Decide the budget on the 95% interval's bound (a risk's upper bound, utility's lower "
-                             "bound; a straddled budget is 'undecided') or on the point estimate alone.")
+        "bound", description="Decide the budget on the 95% interval's bound (a risk's upper bound, utility's and "
+                             "meaning's lower bound; a straddled budget is 'undecided') or on the point estimate "
+                             "alone.")
 
     @field_validator("require")
     @classmethod
@@ -617,7 +641,7 @@ def metric_options(cfg: ExperimentConfig) -> MetricOptions:
         fbd_layer=m.fbd.layer, fbd_pooling=m.fbd.pooling,
         transfer_classifier=m.transfer.classifier, transfer_target=m.transfer.target,
         cps_mask=m.transfer.cps_mask, cps_threshold=m.transfer.cps_threshold,
-        bag_group=m.bag_group, seed=cfg.seed, shard_size=m.shard_size,
+        bag_group=m.bag_group, seed=cfg.seed, shard_size=m.shard_size, n_bootstrap=m.n_bootstrap,
     )
 
 

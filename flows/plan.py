@@ -18,7 +18,7 @@ from flows import stages
 from flows.config import ExperimentConfig, metric_options, privacy_options
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import ConfigError, SynthUGCError
-from tasks.generate.base import strategy_uses_llm
+from tasks.generate.base import strategy_uses_llm, with_llm_settings
 from tasks.layout import StageResult, stage_kind
 from tasks.metrics.base import make_signature
 from tasks.metrics.catalogue import names as metric_names
@@ -26,6 +26,7 @@ from tasks.models.llm import llm_role_settings
 from tasks.models.registry import model_id
 from tasks.paths import absolute
 from tasks.privacy.attacks import attack_class
+from tasks.privacy.dp_audit import has_mechanism
 from tasks.protect.files import PROTECT_LABEL
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, fingerprint_file
@@ -218,6 +219,13 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
         source = Use("pseudonymize", "corpus") if pseudo is not None and strategy.pseudonymize else corpus
         shards[label] = [Use(plan.add("generate", stages.generate, resource=resource, corpus=source, label=label,
                                       shard=i, options=options).name, "shard") for i in range(n_shards)]
+        if do_privacy and cfg.privacy.audit_dp.enabled and has_mechanism(strategy.name):
+            audit = cfg.privacy.audit_dp
+            plan.add("audit-dp", stages.audit_dp, resource=generation_resource(strategy.name, strategy.params, {}),
+                     corpus=source, label=label, options=stages.AuditDPOptions(  # the model generation used
+                         strategy=strategy.name, params=with_llm_settings(strategy.name, strategy.params, options.llm),
+                         neighbours=audit.neighbours,
+                         trials=audit.trials, max_docs=audit.max_docs, seed=cfg.seed))
     if cfg.protect.enabled:  # the protected output is evaluated like any strategy's
         from flows.config import protect_settings
 
@@ -276,7 +284,7 @@ def report_options(cfg: ExperimentConfig, facts: Mapping[str, str]) -> stages.Re
         title=cfg.report.title or f"synthugc report: {cfg.experiment}", facts=tuple(facts.items()),
         level=cfg.utility.task, families=tuple((s.key, s.name) for s in cfg.generate.strategies),
         utility_signature=utility_signature(cfg), goals=tuple(cfg.report.goals), examples=cfg.report.examples,
-        seed=cfg.seed, budget=cfg.report.require, decide_on=cfg.report.decide_on)
+        seed=cfg.seed, budget=cfg.report.require, decide_on=cfg.report.decide_on, n_bootstrap=cfg.utility.n_bootstrap)
 
 
 def report_params(cfg: ExperimentConfig, results: Mapping[str, StageResult], failed: Mapping[str, str],

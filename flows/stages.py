@@ -24,6 +24,7 @@ from tasks.corpus.importers import read_corpus
 from tasks.corpus.schema import corpus_level
 from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic, with_llm_settings
+from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout, StageResult, StageWriter
 from tasks.metrics.suite import MetricOptions, metaeval_metrics, score_strategy
 from tasks.models.embeddings import EmbeddingCache
@@ -128,6 +129,19 @@ class LLMProfilingOptions:
 
 
 @dataclass(frozen=True)
+class AuditDPOptions:
+    """One strategy's DP audit: the strategy as configured, the audit's settings (``privacy.audit_dp``) and the
+    generation seed (the outputs audited are those generation emitted)."""
+
+    strategy: str
+    params: dict[str, Any]
+    neighbours: int
+    trials: int
+    max_docs: int
+    seed: int
+
+
+@dataclass(frozen=True)
 class UtilityOptions:
     task: str
     model: str
@@ -155,6 +169,7 @@ class ReportOptions:
     seed: int
     budget: str | None = None
     decide_on: str = "bound"
+    n_bootstrap: int = N_RESAMPLES  # resamples of the utility scores' intervals (utility.n_bootstrap)
 
 
 def _stage(name: str, **options: Any):
@@ -337,6 +352,21 @@ def llm_profile(corpus: ArtifactRef, shards: list[ArtifactRef], place: RunPlace,
     return out.result()
 
 
+@_stage("audit-dp")
+def audit_dp(corpus: ArtifactRef, place: RunPlace, label: str, options: AuditDPOptions) -> StageResult:
+    """The empirical DP audit of one strategy with a privacy mechanism on the first ``max_docs`` documents it
+    rewrote: per document its measured privacy loss (DP-Prompt) or epsilon lower bound (DP-BART) against the
+    nominal epsilon (:func:`tasks.privacy.dp_audit.audit_strategy`)."""
+    from tasks.privacy.dp_audit import audit_strategy
+
+    documents = place.store().read_table(corpus).iloc[:options.max_docs]
+    table = audit_strategy(options.strategy, options.params, documents[["doc_id", "text"]],
+                           neighbours=options.neighbours, trials=options.trials, seed=options.seed)
+    out = place.writer("audit-dp", label=label)
+    out.table("audit", table)
+    return out.result()
+
+
 @_stage("utility")
 def utility(corpus: ArtifactRef, shards: list[ArtifactRef], place: RunPlace, label: str, setting: str,
             fraction: float, seed: int, options: UtilityOptions) -> StageResult:
@@ -345,10 +375,14 @@ def utility(corpus: ArtifactRef, shards: list[ArtifactRef], place: RunPlace, lab
     store = place.store()
     synthetic = _synthetic(store, shards) if shards else None
     embed = None if options.task == "post" else sentence_embedder(cache=EmbeddingCache(place.embeddings))
+    predictions: list[pd.DataFrame] = []
     results = run_one(store.read_table(corpus), synthetic, label, setting, fraction, seed, task=options.task,
-                      model=options.model, label_col=options.label, embed=embed, coverage=options.coverage)
+                      model=options.model, label_col=options.label, embed=embed, coverage=options.coverage,
+                      predictions=predictions)
     out = place.writer("utility", label=label, setting=setting, fraction=fraction, seed=seed)
     out.table("run", results)
+    if predictions:  # the test predictions the report's interval resamples (post tasks)
+        out.table("predictions", pd.concat(predictions, ignore_index=True))
     return out.result()
 
 
@@ -377,7 +411,7 @@ def report(results: list[StageResult], human_eval: list[ArtifactRef], failed_sta
         RunLayout(results), store.read_table, title=o.title, facts=dict(o.facts), level=o.level,
         families=dict(o.families), failed_stages=failed_stages, utility_signature=o.utility_signature,
         human_eval_dir=Path(human_eval[0].path).parent if human_eval else None, examples=o.examples, seed=o.seed,
-        goals=[parse_goal(g) for g in o.goals], budget=o.budget, decide_on=o.decide_on)
+        goals=[parse_goal(g) for g in o.goals], budget=o.budget, decide_on=o.decide_on, n_bootstrap=o.n_bootstrap)
     out = place.writer("report")
     out.table("scores", data.summary)
     if data.utility_runs is not None:

@@ -107,8 +107,11 @@ STAGES: dict[str, StageKind] = {kind.name: kind for kind in (
         Output("per_timeline", "reidentification.parquet"), Output("scores", "reid_scores.parquet", table="scores"))),
     StageKind("llm-profile", "privacy/{label}", ("label",), (
         Output("predictions", "llm_profiling_predictions.parquet"), Output("scores", "llm_profiling_scores.parquet", table="scores"))),
+    StageKind("audit-dp", "privacy/{label}", ("label",), (Output("audit", "dp_audit.parquet"),)),
     StageKind("utility", "utility/{label}", ("label", "setting", "fraction", "seed"), (
-        Output("run", "{setting}-{pct:03d}pct-seed{seed}.parquet", table="utility_runs"),)),
+        Output("run", "{setting}-{pct:03d}pct-seed{seed}.parquet", table="utility_runs"),
+        Output("predictions", "predictions/{setting}-{pct:03d}pct-seed{seed}.parquet", optional=True,
+               table="utility_predictions"))),
     StageKind("report", "", (), (
         Output("markdown", "report.md"), Output("html", "report.html"),
         Output("scores", "report/scores.parquet", table="scores"),

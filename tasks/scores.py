@@ -101,6 +101,14 @@ UTILITY_RUNS = ScoreTable(
     extra="float", description="one row per setting x fraction x strategy x variant x seed; one float column per "
                                "task metric")
 
+#: Per downstream run of a post task, every real test document's true label and the model's prediction (as
+#: text): what the 95% interval of the run's scores resamples (:func:`tasks.training.utility.utility_intervals`).
+UTILITY_PREDICTIONS = ScoreTable(
+    "utility_predictions",
+    {"setting": "text", "fraction": "float", "strategy": "text", "variant": "text", "seed": "int", "doc_id": "text",
+     "truth": "text", "prediction": "text"},
+    description="one row per downstream run x real test document: its true label and the model's prediction")
+
 #: The metric meta-evaluation: Spearman of each metric with the true ranking of manipulated bags.
 METAEVAL_SUMMARY = ScoreTable(
     "metaeval_summary",
@@ -119,7 +127,8 @@ METRIC_CORRELATIONS = ScoreTable("metric_correlations", {"metric": "text"}, extr
 
 #: Every declared table, by name.
 TABLES: dict[str, ScoreTable] = {t.name: t for t in (SCORES, SAMPLE_SCORES, DISTRIBUTIONS, UTILITY_RUNS,
-                                                      METAEVAL_SUMMARY, METAEVAL_ROWS, METRIC_CORRELATIONS)}
+                                                      UTILITY_PREDICTIONS, METAEVAL_SUMMARY, METAEVAL_ROWS,
+                                                      METRIC_CORRELATIONS)}
 
 
 def _fits(series: pd.Series, kind: Kind) -> bool:

@@ -121,3 +121,39 @@ def test_budget_is_decided_on_the_bound_and_says_undecided_plainly(tmp_path) -> 
     assert point.loc["ten", "meets"] and point.loc["close", "meets"] and not point.loc["leaky", "meets"]
     with pytest.raises(ConfigError, match="--decide-on"):
         check_budget(table, parse_budget("utility>=0.9"), decide_on="median")
+
+
+def _mean(strategy: str, metric: str, value: float, low: float, high: float, n: int, **structure) -> dict:
+    level = "utility" if metric == "macro_f1" else "sample-mean"
+    return {**_row(strategy, metric, value, **structure), "level": level, "n": n, "ci_low": low, "ci_high": high}
+
+
+def test_utility_and_meaning_are_decided_on_their_lower_bound(tmp_path) -> None:
+    """Utility (a share of the real model: the synthetic model's interval over the test documents divided by the
+    real model's score) and meaning (BERTScore F1's mean over documents) pass a >= budget only when their lower
+    bound clears it; an interval across the limit is undecided, one wholly below it missed."""
+    from tasks.scores import score_frame
+
+    path = tmp_path / "scores.parquet"
+    rows = [_mean("original", "macro_f1", 0.80, 0.70, 0.88, 40, setting="baseline", fraction=1.0)]
+    for strategy, f1, f1_low, f1_high, bsc, bsc_low, bsc_high in (("sure", 0.79, 0.76, 0.82, 0.95, 0.93, 0.97),
+                                                                  ("open", 0.74, 0.66, 0.80, 0.90, 0.84, 0.95),
+                                                                  ("poor", 0.40, 0.30, 0.50, 0.60, 0.55, 0.66)):
+        rows += [_mean(strategy, "macro_f1", f1, f1_low, f1_high, 40, setting="substitution", fraction=1.0),
+                 _mean(strategy, "bertscore_f1", bsc, bsc_low, bsc_high, 120)]
+    score_frame(rows).to_parquet(path)
+    table = budget_table(pd.read_parquet(path)).set_index("strategy")
+    assert table.loc["open", ["utility", "utility_ci_low", "utility_ci_high"]].tolist() == pytest.approx(
+        [0.74 / 0.80, 0.66 / 0.80, 0.80 / 0.80])
+    assert table.loc["open", "utility_n"] == 40 and table.loc["open", "meaning_n"] == 120
+    assert table.loc["sure", ["meaning", "meaning_ci_low", "meaning_ci_high"]].tolist() == pytest.approx(
+        [0.95, 0.93, 0.97])
+    got = check_budget(table.reset_index(), parse_budget("utility>=0.9,meaning>=0.88")).set_index("strategy")
+    assert got.loc["sure", "meets"]  # 0.95 and 0.93: both lower bounds clear
+    assert got.loc["open", "undecided"] and not got.loc["open", "meets"]  # 0.93 [0.83, 1.0] straddles 0.9
+    assert "utility 0.925 [0.825, 1] is undecided for utility>=0.9 with n=40" in got.loc["open", "verdict"]
+    assert "meaning 0.9 [0.84, 0.95] is undecided for meaning>=0.88" in got.loc["open", "verdict"]
+    assert not got.loc["poor", "undecided"] and "whole 95% interval misses it" in got.loc["poor", "verdict"]
+    point = check_budget(table.reset_index(), parse_budget("utility>=0.9,meaning>=0.88"),
+                         decide_on="point").set_index("strategy")
+    assert point.loc["open", "meets"]  # on the point estimates alone it passes

@@ -73,7 +73,8 @@ def test_a_registered_metric_is_computed_shown_and_bolded_by_its_direction(toy_m
     assert bold == {"same"}  # lower is better: the unchanged length wins, not the longest
     page = render_html(ReportData(title="t", facts={}, summary=summary))
     assert 'title="relative change in length ↓"' in page and ">Len Δ<sup>" in page
-    assert "**0.000**" in render_markdown(ReportData(title="t", facts={}, summary=summary))
+    # the best cell in bold, with its 95% interval over documents (every pair kept the length: [0, 0])
+    assert "**0.000 [0.000, 0.000]**" in render_markdown(ReportData(title="t", facts={}, summary=summary))
 
 
 def distinct_outputs(outputs_by_input: list[list[str]], options: object, cache: object) -> MetricResult:

@@ -210,6 +210,30 @@ def test_dp_bart_records_a_document_without_tokens(tmp_path):
     assert "d3" not in set(table["neighbour"].dropna())
 
 
+def test_report_dp_table_sets_the_audited_epsilon_beside_the_nominal_one(tmp_path, corpus):
+    """The report's DP table: an audited DP setting shows its audit's figures (here DP-BART's largest lower bound,
+    as read back from the parquet the audit-dp stage writes), one without an audit its nominal epsilon and how to
+    audit it; a strategy without an epsilon is no DP setting."""
+    from tasks.report.tables import NOT_AUDITED, dp_table
+    from tasks.scores import score_frame
+
+    params = validate_params("dp", {"method": "dp-bart", "epsilon": 1.0, "max_input_tokens": 8})
+    audit_dp_bart(params, corpus, neighbours=2, trials=40, seed=0).to_parquet(tmp_path / "dp_audit.parquet")
+    audit = pd.read_parquet(tmp_path / "dp_audit.parquet")
+    row = {"level": "sample-mean", "metric": "bleu_divergence", "value": 0.5, "n": 5, "n_failed": 0, "signature": "",
+           "reason": None}
+    summary = score_frame([{**row, "strategy": "bart", "variant": "dp-bart-eps1", "epsilon": 1.0},
+                           {**row, "strategy": "prompt", "variant": "dp-prompt-eps8", "epsilon": 8.0},
+                           {**row, "strategy": "stymask", "variant": "first"}])
+    table = dp_table(summary, {"bart": audit}, order=["prompt", "bart", "stymask"]).set_index("strategy")
+    assert list(table.index) == ["prompt (dp-prompt-eps8)", "bart (dp-bart-eps1)"]
+    bound = audit.loc[audit["reason"].isna(), "epsilon_lower_bound"].max()
+    assert table.loc["bart (dp-bart-eps1)"].tolist() == [
+        "1", f"{bound:.4g} (dp-bart: largest epsilon lower bound)", str(len(TEXTS)),
+        str(int(audit["violation"].sum()))]
+    assert table.loc["prompt (dp-prompt-eps8)"].tolist() == ["8", NOT_AUDITED, "–", "–"]
+
+
 # --- the command --------------------------------------------------------------------------------------------------
 
 

@@ -294,3 +294,41 @@ def test_llm_profiling_stage_with_the_offline_llm(sample_corpus, isolated):
     accuracy = scores[scores["metric"] == "llm_profiling_accuracy"]
     assert set(accuracy["attribute"]) == {"party"} and accuracy["model"].isna().all()  # the attribute in its column
     assert "LLM profiling party ↓" in (root / "t" / "report.md").read_text()  # Table 6's column for it
+
+
+def test_dp_audit_stage_feeds_the_reports_dp_table(sample_corpus, isolated):
+    """privacy.audit_dp adds audit-dp[<label>] for each strategy with a privacy mechanism (not stymask); its table
+    is the audit `synthugc audit-dp` writes, and the report's DP table sets the audited epsilon beside the nominal
+    one. With the audit off the table shows the nominal epsilon alone and says how to audit it."""
+    from tasks.privacy.dp_audit import DP_PROMPT_COLUMNS, audited_epsilon
+
+    root = isolated / "runs"
+    short = isolated / "short.parquet"  # short turns keep the prompts small for the CPU model
+    pd.read_parquet(sample_corpus).assign(text=lambda f: f["text"].str.slice(0, 60)).to_parquet(short)
+    config = _config(short, root, metrics=["bleu_divergence"])
+    config["generate"]["strategies"] = [{"name": "dp", "params": {"epsilon": 4, "max_tokens": 6}}, {"name": "stymask"}]
+    config["privacy"] = {"membership": {"enabled": False}, "reidentify": {"enabled": False},
+                         "audit_dp": {"enabled": True, "neighbours": 2, "max_docs": 3}}
+    config["utility"] = {"enabled": False}
+    summary = experiment_from_mapping(config)
+    assert summary.stages["audit-dp[dp]"] == "Completed" and "audit-dp[stymask]" not in summary.stages
+    audit = pd.read_parquet(root / "t" / "privacy" / "dp" / "dp_audit.parquet")
+    assert list(audit.columns) == list(DP_PROMPT_COLUMNS) and len(audit) == 3
+    assert list(audit["doc_id"]) == sorted(pd.read_parquet(root / "t" / "split" / "corpus.parquet")["doc_id"])[:3]
+    figures = audited_epsilon(audit)
+    assert figures["nominal"] == 4 and 0 < figures["audited"] <= 4 and figures["violations"] == 0
+    assert f"| dp (dp-prompt-eps4) | 4 | {figures['audited']:.4g} (dp-prompt: largest privacy loss) | 3 | 0 |" in \
+        _dp_rows(root)
+    assert 'id="dp"' in (root / "t" / "report.html").read_text()
+
+    config["privacy"]["audit_dp"]["enabled"] = False
+    again = experiment_from_mapping(config)
+    assert "audit-dp[dp]" not in again.stages and again.stages["generate[dp][0]"] == "Cached"
+    assert "| dp (dp-prompt-eps4) | 4 | not audited (enable privacy.audit_dp) | – | – |" in _dp_rows(root)
+
+
+def _dp_rows(root: Path) -> list[str]:
+    """The rows of the report's DP table (markdown)."""
+    section = (root / "t" / "report.md").read_text().split("## Differential privacy: nominal against audited epsilon")
+    assert len(section) == 2, "the report has no DP table"
+    return [line for line in section[1].split("\n## ")[0].splitlines() if line.startswith("| dp")]

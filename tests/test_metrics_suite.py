@@ -116,6 +116,28 @@ def test_every_metric_sequential_and_on_dask_agree(tmp_path, options):
     assert {"real", "synthetic"} <= set(here.distributions.loc[here.distributions["metric"] == "fcsd", "series"])
 
 
+def test_sample_means_carry_the_bootstrap_interval_over_documents(tmp_path, options):
+    """A mean meaning (or any sample) score carries its 95% interval: scipy's percentile bootstrap of the mean over
+    the scored documents, with the run's seed and the configured resamples; n counts the scored documents."""
+    from scipy import stats
+
+    corpus = _corpus()
+    synthetic = _synthetic(corpus)
+    result = score_strategy(corpus, synthetic, ["bertscore_f1", "bleu_divergence"],
+                            replace(options, seed=5, n_bootstrap=400), tmp_path / "ci.sqlite")
+    rows = result.distribution_scores.set_index("metric")
+    for metric in ("bertscore_f1", "bleu_divergence"):
+        values = result.sample_scores[metric].dropna().to_numpy(float)
+        ref = stats.bootstrap((values,), np.mean, n_resamples=400, method="percentile", rng=5, vectorized=True)
+        row = rows.loc[metric]
+        assert row["n"] == len(values) == len(corpus) - 1  # the failed generation is not a document scored
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
+        assert row["ci_low"] < row["value"] < row["ci_high"]
+    other = score_strategy(corpus, synthetic, ["bertscore_f1"], replace(options, seed=6, n_bootstrap=400),
+                           tmp_path / "ci.sqlite").distribution_scores.set_index("metric")
+    assert other.loc["bertscore_f1", "ci_low"] != rows.loc["bertscore_f1", "ci_low"]  # seeded by the run's seed
+
+
 def test_variants_give_self_bleu_and_degenerate_sets_give_reasons(tmp_path, options):
     corpus = _corpus().iloc[:3]
     first = _synthetic(_corpus()).iloc[:3]

@@ -88,12 +88,18 @@ def test_report_tables_show_the_parquet_numbers(finished_run):
     scores = _artifact_scores(finished_run)
     tables = {c["table"] for c in page.cells}
     assert {"table4-table", "table13-table", "table5-table", "table6-table", "table7-table"} <= tables
-    privacy = pd.concat([pd.read_parquet(f) for f in (*finished_run.glob("privacy/*/privacy_scores.parquet"),
-                                                      *finished_run.glob("privacy/*/reid_scores.parquet"))])
-    privacy = privacy[privacy["ci_low"].notna()].assign(variant=lambda f: f["variant"].fillna("").astype(str))
-    intervals = {(s, v, k): (lo, hi) for s, v, k, lo, hi in zip(privacy["strategy"], privacy["variant"],
-                                                                column_keys(privacy), privacy["ci_low"],
-                                                                privacy["ci_high"], strict=True)}
+    # the intervals the stages wrote (privacy, and the metrics' means over documents), and the utility intervals
+    # the report resampled from the runs' test predictions (in its score table)
+    report_scores = pd.read_parquet(finished_run / "report" / "scores.parquet")
+    scored = pd.concat([*(pd.read_parquet(f) for f in (*finished_run.glob("privacy/*/privacy_scores.parquet"),
+                                                       *finished_run.glob("privacy/*/reid_scores.parquet"),
+                                                       *finished_run.glob("metrics/*/distribution_scores.parquet"))),
+                        report_scores[report_scores["level"] == "utility"]])
+    scored = scored[scored["ci_low"].notna()].assign(variant=lambda f: f["variant"].fillna("").astype(str))
+    intervals = {(s, v, k): (lo, hi) for s, v, k, lo, hi in zip(scored["strategy"], scored["variant"],
+                                                                column_keys(scored), scored["ci_low"],
+                                                                scored["ci_high"], strict=True)}
+    assert set(report_scores.loc[report_scores["ci_low"].notna(), "level"]) >= {"sample-mean", "utility", "privacy"}
     checked = with_interval = 0
     for cell in page.cells:
         strategy, variant = cell["row"]
@@ -103,7 +109,7 @@ def test_report_tables_show_the_parquet_numbers(finished_run):
         expected = scores.get((strategy, variant, metric), math.nan)
         shown = float(cell["value"])
         assert (math.isnan(shown) and math.isnan(expected)) or shown == pytest.approx(expected, rel=1e-12), cell
-        value_text, _, interval = cell["text"].partition(" [")  # privacy cells: "0.400 [0.168, 0.687]"
+        value_text, _, interval = cell["text"].partition(" [")  # cells with an interval: "0.400 [0.168, 0.687]"
         assert value_text == fmt(round(expected, 12)), cell
         if interval:
             low, high = intervals[(strategy, variant, metric)]
@@ -111,7 +117,7 @@ def test_report_tables_show_the_parquet_numbers(finished_run):
             assert low <= expected <= high, cell
             with_interval += 1
         checked += 1
-    assert checked >= 40 and with_interval >= 4  # the re-identification and profiling cells of Table 6
+    assert checked >= 40 and with_interval >= 12  # Table 6's privacy cells, Table 4's means, the utility cells
     # every strategy is in the sample-level table, with the meaning score the metric stage wrote
     table4_rows = list(dict.fromkeys(c["row"][0] for c in page.cells if c["table"] == "table4-table"))
     assert table4_rows == list(STRATEGIES)  # in the config's order

@@ -39,6 +39,41 @@ def _distributions() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _bar_segments(chart, aspects: pd.DataFrame, monkeypatch) -> dict[str, np.ndarray]:
+    """The error bars a chart drew, by axis (``x``, ``y``): each bar's two end points, in data coordinates, as
+    the figure holds them when it is turned into the PNG."""
+    from matplotlib.collections import LineCollection
+
+    from tasks.report import plots
+
+    figures = []
+    original = plots._finished
+    monkeypatch.setattr(plots, "_finished", lambda *a: figures.append(a[-1]) or original(*a))
+    assert chart(aspects).ok
+    ax = figures[-1].axes[0]
+    return {axis: np.array(c.get_segments()) for c in ax.collections if isinstance(c, LineCollection)
+            for axis in ("x", "y") if c.get_gid() == f"ci-{axis}"}
+
+
+def test_tradeoff_draws_both_95_intervals_as_error_bars(monkeypatch) -> None:
+    """Meaning (y) and divergence (x) carry their bootstrap intervals as bars on both axes, where known."""
+    plain = tradeoff_chart(_aspects())
+    both = _aspects().assign(meaning_ci_low=[0.97, 0.80, 0.70], meaning_ci_high=[0.99, 0.86, 0.79],
+                             divergence_ci_low=[0.10, 0.45, np.nan], divergence_ci_high=[0.15, 0.52, np.nan])
+    bars = _bar_segments(tradeoff_chart, both, monkeypatch)
+    # sorted by label: backtranslate, paraphrase, stymask; paraphrase has no divergence interval
+    np.testing.assert_allclose(bars["y"], [[[0.49, 0.80], [0.49, 0.86]], [[0.7, 0.70], [0.7, 0.79]],
+                                           [[0.12, 0.97], [0.12, 0.99]]])
+    np.testing.assert_allclose(bars["x"], [[[0.45, 0.83], [0.52, 0.83]], [[0.10, 0.98], [0.15, 0.98]]])
+    chart = tradeoff_chart(both)
+    assert chart.png != plain.png and "Bars: the 95% interval" not in plain.caption
+    assert "of divergence and of meaning" in chart.caption
+    only_meaning = tradeoff_chart(both.drop(columns=["divergence_ci_low", "divergence_ci_high"]))
+    assert "of meaning." in only_meaning.caption and only_meaning.png not in (plain.png, chart.png)
+    assert set(_bar_segments(tradeoff_chart, both.drop(columns=["divergence_ci_low", "divergence_ci_high"]),
+                             monkeypatch)) == {"y"}
+
+
 def _aspects() -> pd.DataFrame:
     return pd.DataFrame({"strategy": ["stymask", "backtranslate", "paraphrase"],
                          "variant": ["first", "pivot-spa", "first"],
@@ -274,7 +309,7 @@ def test_reid_takes_a_chance_row_as_the_chance_rate(rendered: dict[str, Plot]) -
     assert reid_vs_divergence(with_row).png == rendered["reid"].png
 
 
-def test_reid_draws_the_95_interval_as_error_bars() -> None:
+def test_reid_draws_the_95_interval_as_error_bars(monkeypatch) -> None:
     from tasks.intervals import wilson
 
     plain = reid_vs_divergence(_aspects())
@@ -283,3 +318,6 @@ def test_reid_draws_the_95_interval_as_error_bars() -> None:
                                                    reidentification_ci_high=[hi1, hi2, np.nan]))
     assert with_ci.ok and with_ci.png != plain.png
     assert "Bars: the 95% interval" in with_ci.caption and "Bars" not in plain.caption
+    assert set(_bar_segments(reid_vs_divergence, _aspects().assign(reidentification_ci_low=[lo1, lo2, np.nan],
+                                                                  reidentification_ci_high=[hi1, hi2, np.nan]),
+                             monkeypatch)) == {"y"}

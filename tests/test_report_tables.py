@@ -261,3 +261,33 @@ def test_a_cell_shows_the_interval_of_the_row_it_shows(summary):
     table = privacy_table(pd.concat([summary, pd.DataFrame(rows)], ignore_index=True))
     row = table.rows.index(("a", "first"))
     assert table.value(row, "pii_leakage") == 0.95 and table.interval(row, "pii_leakage") == (0.92, 0.97)
+
+
+def test_mean_and_utility_cells_show_their_interval_the_original_row_its_baselines(summary):
+    """Table 4's means over documents and Tables 5/7's utility cells show the interval the score table holds; the
+    'trained on original data' row shows the baseline's own interval at the same training fraction."""
+    with_ci = summary.assign(ci_low=math.nan, ci_high=math.nan)
+    intervals = {("a", "sample-mean", "bertscore_f1", None): (0.88, 0.92),
+                 ("a", "utility", "macro_f1", ("substitution", 1.0)): (0.78, 0.86),
+                 ("a", "utility", "macro_f1", ("augmentation", 0.1)): (0.50, 0.60),
+                 ("original", "utility", "macro_f1", ("baseline", 1.0)): (0.74, 0.85),
+                 ("original", "utility", "macro_f1", ("baseline", 0.1)): (0.44, 0.56)}
+    for (strategy, level, metric, structure), bounds in intervals.items():
+        where = ((with_ci["strategy"] == strategy) & (with_ci["level"] == level) & (with_ci["metric"] == metric))
+        if structure:
+            where &= (with_ci["setting"] == structure[0]) & (with_ci["fraction"] == structure[1])
+        assert where.sum() == 1
+        with_ci.loc[where, ["ci_low", "ci_high"]] = bounds
+    table4 = intrinsic_table(with_ci, "sample-mean")
+    assert table4.interval(table4.rows.index(("a", "first")), "bertscore_f1") == (0.88, 0.92)
+    assert table4.interval(table4.rows.index(("b", "first")), "bertscore_f1") is None
+    table5 = substitution_table(with_ci)
+    col = key(U("substitution", 100, "macro_f1"))
+    assert table5.interval(table5.rows.index(("a", "")), col) == (0.78, 0.86)
+    assert table5.interval(len(table5.rows) - 1, col) == (0.74, 0.85)  # the real-data model's own interval
+    table7 = augmentation_table(with_ci)
+    col = key(U("augmentation", 10, "macro_f1"))
+    assert table7.interval(table7.rows.index(("a", "")), col) == (0.50, 0.60)
+    assert table7.interval(len(table7.rows) - 1, col) == (0.44, 0.56)
+    text = render_markdown(ReportData(title="t", facts={}, summary=with_ci, level="post"))
+    assert "0.900 [0.880, 0.920]" in text and "0.820 [0.780, 0.860]" in text and "0.800 [0.740, 0.850]" in text

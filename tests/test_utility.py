@@ -19,6 +19,7 @@ from tasks.training.utility import (
     ORIGINAL,
     design,
     deterministic_note,
+    post_evaluator,
     run_one,
     run_post_utility,
     run_utility,
@@ -185,6 +186,43 @@ def test_post_utility_with_the_encoder(corpus, syn):
                                seeds=(0,), model="encoder", model_kwargs={"epochs": 1, "batch_size": 8})
     assert (results["status"] == "ok").all(), results["reason"].tolist()
     assert results["macro_f1"].between(0, 1).all()
+
+
+def test_utility_scores_carry_a_bootstrap_interval_over_the_test_documents(corpus, syn):
+    """Each run of a post task gives its test predictions (their macro-F1 is the run's); a cell's interval is
+    scipy's paired percentile bootstrap over the test documents of the macro-F1 averaged over the cell's seeds."""
+    from scipy import stats
+
+    predictions: list[pd.DataFrame] = []
+    results = run_utility(corpus, {"noise": syn["noise"]}, post_evaluator(), settings=("augmentation",),
+                          fractions=(0.5,), seeds=(0, 1), predictions=predictions)
+    table = pd.concat(predictions, ignore_index=True)
+    n_test = int((corpus["split"] == "test").sum())
+    assert len(predictions) == len(results) == 4 and (table.groupby(["setting", "strategy", "seed"]).size() == n_test).all()
+    for run in results.to_dict("records"):
+        mine = table[(table["setting"] == run["setting"]) & (table["strategy"] == run["strategy"])
+                     & (table["seed"] == run["seed"])]
+        assert f1_score(mine["truth"], mine["prediction"], average="macro") == pytest.approx(run["macro_f1"])
+
+    rows = utility_summary_rows(results, "sig", table, n_resamples=300, seed=4).set_index(["setting", "strategy"])
+    for setting, strategy in (("augmentation", "noise"), ("baseline", ORIGINAL)):
+        cell = table[(table["setting"] == setting) & (table["strategy"] == strategy)]
+        wide = cell.pivot(index="doc_id", columns="seed", values="prediction")
+        truth = cell.drop_duplicates("doc_id").set_index("doc_id")["truth"].reindex(wide.index)
+
+        def mean_f1(y, *preds):
+            return np.mean([f1_score(y, p, average="macro", labels=sorted(set(y) | set(p)), zero_division=0)
+                            for p in preds])
+
+        ref = stats.bootstrap((truth.to_numpy(), *(wide[s].to_numpy() for s in wide.columns)), mean_f1, paired=True,
+                              vectorized=False, n_resamples=300, method="percentile", rng=4)
+        row = rows.loc[(setting, strategy)]
+        assert (row["ci_low"], row["ci_high"]) == pytest.approx(tuple(ref.confidence_interval), abs=1e-12)
+        assert row["ci_low"] <= row["value"] <= row["ci_high"] and row["n"] == n_test
+    assert rows.loc[("augmentation", "noise"), "ci_low"] != rows.loc[("baseline", ORIGINAL), "ci_low"]
+    # without predictions (a run written before they were, or a task that gives none): no interval, n = seeds
+    plain = utility_summary_rows(results, "sig")
+    assert plain["ci_low"].isna().all() and (plain["n"] == 2).all()
 
 
 def test_every_run_failing_still_gives_summary_rows_with_the_reason(corpus, syn):

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
+from tasks.intervals import N_RESAMPLES
 from tasks.models.registry import ModelSpec
 
 SIGNATURE_VERSION = "synthugc-0.1"
@@ -37,6 +38,7 @@ class MetricOptions:
     bag_group: str = "group_id"
     seed: int = 0
     shard_size: int = 2000
+    n_bootstrap: int = N_RESAMPLES  # resamples of the 95% interval of each sample mean (over documents)
 
 
 #: The names a metric may declare as options it reads.

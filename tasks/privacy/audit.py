@@ -23,7 +23,7 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK, attr_columns
 from tasks.errors import InputError
-from tasks.intervals import Residual, wilson
+from tasks.intervals import N_RESAMPLES, Residual, wilson
 from tasks.metrics.base import make_signature
 from tasks.privacy.membership import membership_audit
 from tasks.privacy.profiling import profile_attribute
@@ -39,7 +39,7 @@ class PrivacyOptions:
     profiling_level: str = "post"  # post | author
     membership: bool = True
     membership_embed: str = "tfidf"
-    n_bootstrap: int = 1000  # resamples of every bootstrap interval (membership AUC, profiling macro-F1)
+    n_bootstrap: int = N_RESAMPLES  # resamples of every bootstrap interval (membership AUC, profiling macro-F1)
     seed: int = 0
 
 

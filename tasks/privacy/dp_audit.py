@@ -74,6 +74,14 @@ def no_mechanism(strategy: str) -> ConfigError:
     return ConfigError(f"strategy '{strategy}' has no privacy mechanism to audit")
 
 
+def has_mechanism(name: str) -> bool:
+    """Whether registered strategy ``name`` releases through a DP mechanism this audit can check."""
+    from tasks.generate.base import strategy_class
+    from tasks.generate.dp import DPStrategy
+
+    return issubclass(strategy_class(name), DPStrategy)
+
+
 @functools.cache
 def composed_epsilon(epsilon_token: float, count: int) -> float:
     """Pure-DP sequential composition of ``count`` epsilon_token-DP mechanisms, by dp-accounting: the PLD of a
@@ -348,12 +356,10 @@ def audit_strategy(name: str, params: dict[str, Any], corpus: pd.DataFrame, *, n
     """Audit strategy ``name`` with ``params`` on ``corpus``: DP-Prompt's exact losses or DP-BART's game.
     ConfigError for a strategy without a privacy mechanism or bad params (epsilon <= 0, not a number)."""
     from tasks.generate import available_strategies, build_strategy, validate_params
-    from tasks.generate.base import strategy_class
-    from tasks.generate.dp import DPStrategy
 
     if name not in available_strategies():
         validate_params(name, params, root="strategy")  # raises the unknown-strategy error, with the list
-    if not issubclass(strategy_class(name), DPStrategy):
+    if not has_mechanism(name):
         raise no_mechanism(name)
     if neighbours < 1 or trials < 2:
         raise ConfigError(f"--neighbours ({neighbours}) must be at least 1 and --trials ({trials}) at least 2")
@@ -366,13 +372,26 @@ def audit_strategy(name: str, params: dict[str, Any], corpus: pd.DataFrame, *, n
     return audit_dp_prompt(build_strategy(name, params, root="strategy"), corpus, neighbours=neighbours, seed=seed)
 
 
+#: Per method: the column whose largest scored value is the audited epsilon, and what it is called.
+AUDITED: dict[str, tuple[str, str]] = {"dp-prompt": ("privacy_loss_max", "largest privacy loss"),
+                                       "dp-bart": ("epsilon_lower_bound", "largest epsilon lower bound")}
+
+
+def audited_epsilon(table: pd.DataFrame) -> dict[str, Any]:
+    """An audit table's figures: ``method``, ``nominal`` epsilon per document, ``audited`` epsilon (the largest
+    measured loss, or the largest lower bound; nan with nothing scored), what it is (``what``), the documents
+    ``scored`` and ``not_scored``, and the ``violations``."""
+    scored = table[table["reason"].isna()]
+    method = str(table["method"].iloc[0])
+    column, what = AUDITED[method]
+    return {"method": method, "nominal": float(table["epsilon_nominal"].iloc[0]),
+            "audited": float(scored[column].max()) if len(scored) else float("nan"), "what": what,
+            "scored": len(scored), "not_scored": len(table) - len(scored),
+            "violations": int(scored["violation"].sum())}
+
+
 def audit_summary(table: pd.DataFrame) -> str:
     """One line: the nominal epsilon against the audited one (largest measured loss, or largest lower bound)."""
-    scored = table[table["reason"].isna()]
-    method, nominal = str(table["method"].iloc[0]), float(table["epsilon_nominal"].iloc[0])
-    column = "privacy_loss_max" if method == "dp-prompt" else "epsilon_lower_bound"
-    audited = float(scored[column].max()) if len(scored) else float("nan")
-    what = "largest privacy loss" if method == "dp-prompt" else "largest epsilon lower bound"
-    return (f"{method}: nominal epsilon {nominal:g} per document, audited ({what}) {audited:.4g} over "
-            f"{len(scored)} document(s); {int(scored['violation'].sum())} violation(s), "
-            f"{len(table) - len(scored)} not scored")
+    f = audited_epsilon(table)
+    return (f"{f['method']}: nominal epsilon {f['nominal']:g} per document, audited ({f['what']}) {f['audited']:.4g} "
+            f"over {f['scored']} document(s); {f['violations']} violation(s), {f['not_scored']} not scored")

@@ -40,6 +40,7 @@ from tasks.intervals import N_RESAMPLES, bootstrap, residual_risk, wilson
 from tasks.models.registry import model_id, resolve_model
 from tasks.scores import ORIGINAL
 from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier
+from tasks.training.task_metrics import macro_f1_codes
 
 #: seed 004 appendix C: bin edges of classifier weight (clear / slightly / neutral / slightly / clear)
 BIN_EDGES: tuple[float, ...] = (-0.3, -0.1, 0.1, 0.3)
@@ -118,17 +119,6 @@ def _majority_count(y: np.ndarray) -> int:
     return int(pd.Series(y).value_counts().iloc[0]) if len(y) else 0
 
 
-def _macro_f1_codes(rows: np.ndarray) -> float:
-    """Macro-F1 of integer-coded (truth, prediction) rows over the labels present in either, as
-    :func:`_score` (sklearn, zero_division=0) computes it; fast enough to bootstrap."""
-    y, p = rows[:, 0], rows[:, 1]
-    size = int(rows.max()) + 1
-    tp = np.bincount(y[y == p], minlength=size)
-    support = np.bincount(y, minlength=size) + np.bincount(p, minlength=size)
-    present = support > 0
-    return float(np.mean(2 * tp[present] / support[present]))
-
-
 def intervals(y: np.ndarray, pred: np.ndarray, *, n_resamples: int = N_RESAMPLES, seed: int = 0) -> dict[str, Any]:
     """The 95% intervals of one set's profiling figures: accuracy (Wilson), macro-F1 (percentile bootstrap
     over units), and the advantage over the majority class (Anonymeter's residual risk with the majority
@@ -136,7 +126,7 @@ def intervals(y: np.ndarray, pred: np.ndarray, *, n_resamples: int = N_RESAMPLES
     n = len(y)
     n_correct = int((y == pred).sum()) if n else 0
     codes = pd.factorize(np.concatenate([y, pred]).astype(str))[0].reshape(2, n).T if n else np.zeros((0, 2), int)
-    f1_ci = bootstrap(codes, _macro_f1_codes, n_resamples=n_resamples, seed=seed)
+    f1_ci = bootstrap(codes, macro_f1_codes, n_resamples=n_resamples, seed=seed)
     acc_ci = wilson(n_correct, n)
     advantage = residual_risk(n_correct, n, _majority_count(y), n)
     return {"n_correct": n_correct, "accuracy_ci_low": acc_ci[0], "accuracy_ci_high": acc_ci[1],

@@ -147,10 +147,12 @@ def check_budget(table: pd.DataFrame, bounds: list[Bound], key: str = "strategy"
 def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
     """Per (strategy, variant) of a run's long score table, the numbers a budget can bound:
     ``reidentification`` (the worst case over attacks and adversary settings), ``pii_leakage`` (all entity
-    types), ``membership_auc``, ``profiling`` (the worst attribute's accuracy) and ``utility`` (the substitution
+    types), ``membership_auc``, ``profiling`` (the worst attribute's accuracy), ``utility`` (the substitution
     model trained on all the synthetic data, as a share of the model trained on the real data; for a
-    lower-is-better task metric, real / synthetic), with ``<column>_ci_low``/``_ci_high``/``_n`` beside each
-    privacy column (utility has no interval: it is decided on its value)."""
+    lower-is-better task metric, real / synthetic) and ``meaning`` (the headline meaning metric's mean over
+    documents, BERTScore F1), with ``<column>_ci_low``/``_ci_high``/``_n`` beside each. Utility's interval is
+    the synthetic model's interval over the test documents divided by the real model's score (the reference,
+    taken as fixed)."""
     from tasks.metrics import catalogue
 
     privacy = summary[summary["level"] == "privacy"]
@@ -159,6 +161,12 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
                   if s not in BASELINE_ROWS]
     task_metric = next((m.name for m in catalogue.metrics("utility") if not m.suffix and m.name in set(utility["metric"])),
                        None)
+    meaning_metric = next((m.name for m in catalogue.headline_metrics("meaning")), None)
+    unknown = {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": math.nan}
+
+    def figure(row: pd.Series) -> dict[str, float]:
+        return {"value": float(row["value"]), "ci_low": _number(row.get("ci_low")),
+                "ci_high": _number(row.get("ci_high")), "n": _number(row.get("n"))}
 
     def worst(metric: str, strategy: str, variant: str, entity: bool = False) -> dict[str, float]:
         """The worst row's value, interval and n (worst by its upper bound when it has one, so the verdict
@@ -169,32 +177,46 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
             rows = rows[rows["entity"].fillna("all") == "all"]
         rows = rows[rows["value"].notna()]
         if rows.empty:
-            return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": math.nan}
+            return unknown
         high = rows["ci_high"].astype(float) if "ci_high" in rows.columns else rows["value"].astype(float)
-        row = rows.loc[high.fillna(rows["value"].astype(float)).idxmax()]
-        return {"value": float(row["value"]), "ci_low": _number(row.get("ci_low")),
-                "ci_high": _number(row.get("ci_high")), "n": _number(row.get("n"))}
+        return figure(rows.loc[high.fillna(rows["value"].astype(float)).idxmax()])
 
-    def substitution(strategy: str) -> float:
+    def substitution(strategy: str, variant: str) -> dict[str, float]:
+        """The task metric of the model trained on all of the strategy's variant (the real data for ``original``)."""
         rows = utility[(utility["strategy"] == strategy) & (utility["metric"] == task_metric)
                        & (utility["fraction"].astype(float) == 1.0)
                        & (utility["setting"] == ("baseline" if strategy == ORIGINAL else "substitution"))]
-        return float(rows["value"].iloc[0]) if len(rows) else math.nan
+        mine = rows[rows["variant"].fillna("") == variant]
+        rows = mine if len(mine) else rows
+        return figure(rows.iloc[0]) if len(rows) else unknown
 
-    real = substitution(ORIGINAL) if task_metric else math.nan
+    def share(strategy: str, variant: str, real: float) -> dict[str, float]:
+        mine = substitution(strategy, variant)
+        if not (task_metric and math.isfinite(real) and real):
+            return unknown
+        if catalogue.direction(task_metric) >= 0:
+            low, value, high = (mine[k] / real for k in ("ci_low", "value", "ci_high"))
+        else:  # lower is better: real / synthetic, whose lower bound comes from the synthetic upper bound
+            low, value, high = (real / mine[k] if mine[k] else math.nan for k in ("ci_high", "value", "ci_low"))
+        return {"value": value, "ci_low": low, "ci_high": high, "n": mine["n"]}
+
+    def meaning(strategy: str, variant: str) -> dict[str, float]:
+        rows = summary[(summary["level"] == "sample-mean") & (summary["metric"] == meaning_metric)
+                       & (summary["strategy"] == strategy) & (summary["variant"].fillna("") == variant)]
+        return figure(rows.iloc[0]) if len(rows) else unknown
+
+    real = substitution(ORIGINAL, "")["value"] if task_metric else math.nan
     rows = []
     for strategy, variant in candidates:
-        share = math.nan
-        if task_metric and math.isfinite(real) and real:
-            mine = substitution(strategy)
-            share = mine / real if catalogue.direction(task_metric) >= 0 else (real / mine if mine else math.nan)
         row: dict[str, object] = {"strategy": strategy if not variant else f"{strategy} ({variant})"}
-        for column, metric in BUDGET_METRICS.items():
-            figure = worst(metric, strategy, variant, entity=metric == "pii_leakage")
-            row.update({column: figure["value"], f"{column}_ci_low": figure["ci_low"],
-                        f"{column}_ci_high": figure["ci_high"], f"{column}_n": figure["n"]})
-        rows.append({**row, "utility": share})
-    interval = [f"{c}_{part}" for c in BUDGET_COLUMNS[:-1] for part in ("ci_low", "ci_high", "n")]
+        figures = {column: worst(metric, strategy, variant, entity=metric == "pii_leakage")
+                   for column, metric in BUDGET_METRICS.items()}
+        figures["utility"], figures["meaning"] = share(strategy, variant, real), meaning(strategy, variant)
+        for column, found in figures.items():
+            row.update({column: found["value"], f"{column}_ci_low": found["ci_low"],
+                        f"{column}_ci_high": found["ci_high"], f"{column}_n": found["n"]})
+        rows.append(row)
+    interval = [f"{c}_{part}" for c in BUDGET_COLUMNS for part in ("ci_low", "ci_high", "n")]
     return pd.DataFrame(rows, columns=["strategy", *BUDGET_COLUMNS, *interval])
 
 
@@ -202,4 +224,5 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
 BUDGET_METRICS: dict[str, str] = {"reidentification": "reid_accuracy", "pii_leakage": "pii_leakage",
                                   "membership_auc": "membership_auc", "profiling": "profiling_accuracy"}
 #: What a budget can bound (the columns of :func:`budget_table`).
-BUDGET_COLUMNS: tuple[str, ...] = ("reidentification", "pii_leakage", "membership_auc", "profiling", "utility")
+BUDGET_COLUMNS: tuple[str, ...] = ("reidentification", "pii_leakage", "membership_auc", "profiling", "utility",
+                                   "meaning")

@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
+from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout
 from tasks.metrics.suite import metric_correlation_matrix
 from tasks.report.human_eval import read_results
@@ -61,15 +62,17 @@ class ReportData:
     goals: list = field(default_factory=list)  # tasks.report.recommend.Goal, in the order the report shows them
     budget: str | None = None  # "reidentification<=0.10,utility>=0.90": the strategies that meet it are listed
     decide_on: str = "bound"  # the budget is decided on the interval's bound or on the point estimate
+    dp_audits: dict[str, pd.DataFrame] = field(default_factory=dict)  # strategy label -> its audit-dp table
 
     @property
     def order(self) -> list[str]:
         return list(self.families)
 
 
-def utility_runs(layout: RunLayout, read: ReadTable) -> pd.DataFrame | None:
-    """Every downstream run (one row per setting x fraction x strategy x seed), or None without any."""
-    refs = [ref for _, ref in sorted((r.name, r["run"]) for r in layout.of("utility"))]
+def utility_runs(layout: RunLayout, read: ReadTable, output: str = "run") -> pd.DataFrame | None:
+    """Every downstream run (one row per setting x fraction x strategy x seed), or with ``output='predictions'``
+    their test predictions (runs of a post task; older runs wrote none), or None without any."""
+    refs = [ref for _, ref in sorted((r.name, r[output]) for r in layout.of("utility") if output in r.outputs)]
     return pd.concat([read(ref) for ref in refs], ignore_index=True) if refs else None
 
 
@@ -79,13 +82,16 @@ SCORE_OUTPUTS: tuple[tuple[str, str], ...] = (("metrics", "distribution_scores")
 
 
 def score_summary(layout: RunLayout, read: ReadTable, *, runs: pd.DataFrame | None = None,
-                  utility_signature: str = "") -> pd.DataFrame:
-    """The long score table of the run: metrics, privacy attacks and the utility ``runs``' means over seeds.
-    The ``original`` and ``chance`` rows that every strategy's privacy table repeats are kept once."""
+                  utility_signature: str = "", n_bootstrap: int = N_RESAMPLES, seed: int = 0) -> pd.DataFrame:
+    """The long score table of the run: metrics, privacy attacks and the utility ``runs``' means over seeds
+    (with their 95% intervals over the test documents where the runs wrote predictions: ``n_bootstrap``
+    resamples, ``seed``). The ``original`` and ``chance`` rows that every strategy's privacy table repeats are
+    kept once."""
     frames = [read(ref) for kind, output in SCORE_OUTPUTS
               for _, ref in sorted(layout.by_label(kind, output).items())]
     if runs is not None:
-        frames.append(utility_summary_rows(runs, utility_signature))
+        frames.append(utility_summary_rows(runs, utility_signature, utility_runs(layout, read, "predictions"),
+                                           n_resamples=n_bootstrap, seed=seed))
     frames = [score_frame(f, SCORES) for f in frames if not f.empty]
     if not frames:
         return score_frame([], SCORES)
@@ -166,10 +172,13 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
                         facts: Mapping[str, str], level: str, families: Mapping[str, str],
                         failed_stages: Mapping[str, str] | None = None, utility_signature: str = "",
                         human_eval_dir: Path | None = None, examples: int = 0, seed: int = 0,
-                        goals: Sequence = (), budget: str | None = None, decide_on: str = "bound") -> ReportData:
-    """Gather the report's inputs from the run's artifacts (nothing is recomputed)."""
+                        goals: Sequence = (), budget: str | None = None, decide_on: str = "bound",
+                        n_bootstrap: int = N_RESAMPLES) -> ReportData:
+    """Gather the report's inputs from the run's artifacts (no metric, attack or model is recomputed; the
+    utility scores' intervals are resampled from the runs' predictions)."""
     runs = utility_runs(layout, read)
-    summary = score_summary(layout, read, runs=runs, utility_signature=utility_signature)
+    summary = score_summary(layout, read, runs=runs, utility_signature=utility_signature, n_bootstrap=n_bootstrap,
+                            seed=seed)
     facts = dict(facts)
     if runs is not None and (note := deterministic_note(runs)):
         facts["utility seeds"] = note
@@ -187,35 +196,38 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
         correlations=correlations if has_correlations else None, metaeval=metaeval, utility_runs=runs,
         human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
         examples=example_outputs(layout, read, n=examples, seed=seed, order=list(families)),
-        goals=list(goals), budget=budget, decide_on=decide_on)
+        goals=list(goals), budget=budget, decide_on=decide_on,
+        dp_audits={label: read(ref) for label, ref in sorted(layout.by_label("audit-dp", "audit").items())})
+
+
+#: A figure and its 95% interval, as the long score table holds them.
+INTERVAL = ["value", "ci_low", "ci_high"]
 
 
 def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification (the worst attack)
-    with its 95% interval and its chance rate: the numbers of the trade-off and re-identification plots.
-    Strategies match on label across levels."""
-    def pick(metric: str, level: str) -> pd.Series:
+    """Per strategy: meaning (BERTScore F1), divergence (1 − BLEU/100), re-identification (the worst attack),
+    each with its 95% interval (``<aspect>_ci_low``/``_ci_high``), and the chance rate: the numbers of the
+    trade-off and re-identification plots. Strategies match on label across levels."""
+    def pick(metric: str, level: str) -> pd.DataFrame:
         part = summary[(summary["level"] == level) & (summary["metric"] == metric)]
-        return part.set_index(["strategy", "variant"])["value"].astype(float)
+        return part.set_index(["strategy", "variant"]).reindex(columns=INTERVAL).astype(float)
 
-    meaning, divergence = pick("bertscore_f1", "sample-mean"), pick("bleu_divergence", "sample-mean")
+    aspects = {"meaning": pick("bertscore_f1", "sample-mean"), "divergence": pick("bleu_divergence", "sample-mean")}
     reid = summary[(summary["level"] == "privacy") & (summary["metric"] == "reid_accuracy")]
-    keys = [k for k in dict.fromkeys([*meaning.index, *divergence.index]) if k[0] not in BASELINE_ROWS]
+    keys = [k for k in dict.fromkeys([*aspects["meaning"].index, *aspects["divergence"].index])
+            if k[0] not in BASELINE_ROWS]
     chance = reid.loc[reid["strategy"] == CHANCE, "value"]
     # several attacks and adversary settings: the worst case (the highest share re-identified) counts
     measured = reid[reid["value"].notna()]
     worst = measured.loc[measured.groupby(["strategy", "variant"])["value"].idxmax()] if len(measured) else measured
-    worst = worst.set_index(["strategy", "variant"])
+    aspects["reidentification"] = worst.set_index(["strategy", "variant"]).reindex(columns=INTERVAL)
+    columns = [f"{aspect}{part}" for aspect in aspects for part in ("", "_ci_low", "_ci_high")]
     rows = []
     for strategy, variant in keys:
-        found = (strategy, variant) in worst.index
-        row = worst.loc[(strategy, variant)] if found else {}
-        rows.append({"strategy": strategy, "variant": variant,
-                     "meaning": float(meaning.get((strategy, variant), math.nan)),
-                     "divergence": float(divergence.get((strategy, variant), math.nan)),
-                     **{c: float(row[k]) if found and k in row else math.nan
-                        for c, k in (("reidentification", "value"), ("reidentification_ci_low", "ci_low"),
-                                     ("reidentification_ci_high", "ci_high"))},
-                     "chance": float(chance.iloc[0]) if len(chance) else math.nan})
-    return pd.DataFrame(rows, columns=["strategy", "variant", "meaning", "divergence", "reidentification",
-                                       "reidentification_ci_low", "reidentification_ci_high", "chance"])
+        row: dict[str, object] = {"strategy": strategy, "variant": variant}
+        for aspect, frame in aspects.items():
+            found = (strategy, variant) in frame.index
+            for part, column in (("", "value"), ("_ci_low", "ci_low"), ("_ci_high", "ci_high")):
+                row[f"{aspect}{part}"] = float(frame.loc[(strategy, variant), column]) if found else math.nan
+        rows.append({**row, "chance": float(chance.iloc[0]) if len(chance) else math.nan})
+    return pd.DataFrame(rows, columns=["strategy", "variant", *columns, "chance"])

@@ -321,6 +321,25 @@ def _density(ax, values: np.ndarray, grid: np.ndarray, colour: str, label: str, 
             alpha=0.35 if filled else 0.6, label=label)
 
 
+def _bounds(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% interval of ``column`` per row (``<column>_ci_low``/``_ci_high``; NaN where absent)."""
+    return tuple(_numeric(frame[f"{column}_{side}"]).to_numpy() if f"{column}_{side}" in frame.columns
+                 else np.full(len(frame), np.nan) for side in ("ci_low", "ci_high"))  # type: ignore[return-value]
+
+
+def _error_bars(ax, frame: pd.DataFrame, axis: str) -> bool:
+    """Draw the 95% interval of each point along ``axis`` (``x`` or ``y``: columns ``<axis>``, ``<axis>_low``,
+    ``<axis>_high`` of ``frame``) where both bounds are known; whether any was drawn."""
+    part = frame[frame[f"{axis}_low"].notna() & frame[f"{axis}_high"].notna()]
+    if part.empty:
+        return False
+    err = np.vstack([(part[axis] - part[f"{axis}_low"]).clip(lower=0),
+                     (part[f"{axis}_high"] - part[axis]).clip(lower=0)])
+    ax.errorbar(part["x"], part["y"], **{f"{axis}err": err}, fmt="none", ecolor="#1b1f24", elinewidth=1.1,
+                capsize=4, zorder=2, gid=f"ci-{axis}")
+    return True
+
+
 # ------------------------------------------------------------------------------------------ 2. trade-off
 TRADEOFF_TITLE = "Aspect trade-off: meaning kept, divergence and re-identification"
 
@@ -328,7 +347,9 @@ TRADEOFF_TITLE = "Aspect trade-off: meaning kept, divergence and re-identificati
 def tradeoff_chart(aspects: pd.DataFrame) -> Plot:
     """One point per strategy: x = divergence from the source (higher = more rewritten), y = meaning kept
     (higher = more kept), colour = share of users re-identified (lighter = more private; hollow when not
-    measured). ``aspects`` rows: strategy, variant, meaning, divergence, reidentification (may be NaN)."""
+    measured). ``aspects`` rows: strategy, variant, meaning, divergence, reidentification (may be NaN), optional
+    ``meaning_ci_low``/``_ci_high`` and ``divergence_ci_low``/``_ci_high`` (drawn as error bars on each axis: the
+    95% intervals)."""
     name = "aspect-tradeoff"
     caption = ("Each point is a strategy: how far its texts moved from the source (divergence, right = more "
                "rewritten) against how much meaning they kept (up = more kept); the top right keeps meaning "
@@ -337,9 +358,11 @@ def tradeoff_chart(aspects: pd.DataFrame) -> Plot:
     problem = _missing(aspects, ["strategy", "meaning", "divergence", "reidentification"])
     if problem:
         return _skipped(name, TRADEOFF_TITLE, caption, problem)
+    (x_low, x_high), (y_low, y_high) = _bounds(aspects, "divergence"), _bounds(aspects, "meaning")
     frame = pd.DataFrame({"label": _labels(aspects), "x": _numeric(aspects["divergence"]).to_numpy(),
                           "y": _numeric(aspects["meaning"]).to_numpy(),
-                          "c": _numeric(aspects["reidentification"]).to_numpy()})
+                          "c": _numeric(aspects["reidentification"]).to_numpy(),
+                          "x_low": x_low, "x_high": x_high, "y_low": y_low, "y_high": y_high})
     frame = frame.dropna(subset=["x", "y"]).sort_values("label", kind="stable").reset_index(drop=True)
     if frame.empty:
         return _skipped(name, TRADEOFF_TITLE, caption, "needs at least 1 strategy with finite meaning and divergence")
@@ -350,6 +373,10 @@ def tradeoff_chart(aspects: pd.DataFrame) -> Plot:
     fig = new_figure()
     ax = fig.add_subplot()
     _style_axes(ax)
+    drawn = [axis for axis in ("x", "y") if _error_bars(ax, frame, axis)]
+    if drawn:
+        caption += (" Bars: the 95% interval (percentile bootstrap over documents) of "
+                    + " and of ".join({"x": "divergence", "y": "meaning"}[a] for a in drawn) + ".")
     cmap = colormaps[REID_CMAP]
     norm = Normalize(0.0, 1.0)
     measured = frame[~hollow]
@@ -476,10 +503,9 @@ def reid_vs_divergence(points: pd.DataFrame) -> Plot:
         chance = float(finite.iloc[0]) if not finite.empty else math.nan
     if not math.isfinite(chance) and rates[is_chance].notna().any():
         chance = float(rates[is_chance].dropna().iloc[0])
-    bounds = [_numeric(points[c]).to_numpy() if c in points.columns else np.full(len(points), np.nan)
-              for c in ("reidentification_ci_low", "reidentification_ci_high")]
+    low, high = _bounds(points, "reidentification")
     frame = pd.DataFrame({"label": _labels(points), "x": _numeric(points["divergence"]).to_numpy(),
-                          "y": rates.to_numpy(), "low": bounds[0], "high": bounds[1]})[~is_chance]
+                          "y": rates.to_numpy(), "y_low": low, "y_high": high})[~is_chance]
     frame = frame.dropna(subset=["x", "y"]).sort_values("label", kind="stable").reset_index(drop=True)
     frame = frame[np.isfinite(frame["x"]) & np.isfinite(frame["y"])].reset_index(drop=True)
     if frame.empty:
@@ -490,13 +516,8 @@ def reid_vs_divergence(points: pd.DataFrame) -> Plot:
     _style_axes(ax)
     # one colour per strategy while the palette lasts (repeated colours would suggest a relation)
     colours = list(OKABE_ITO[:len(frame)]) if len(frame) <= len(OKABE_ITO) else [OKABE_ITO[0]] * len(frame)
-    with_ci = frame["low"].notna() & frame["high"].notna()
-    if with_ci.any():
+    if _error_bars(ax, frame, "y"):
         caption += " Bars: the 95% interval (Wilson) of each share."
-        part = frame[with_ci]
-        yerr = np.vstack([(part["y"] - part["low"]).clip(lower=0), (part["high"] - part["y"]).clip(lower=0)])
-        ax.errorbar(part["x"], part["y"], yerr=yerr, fmt="none", ecolor="#1b1f24", elinewidth=1.1, capsize=4,
-                    zorder=2)
     ax.scatter(frame["x"], frame["y"], c=colours, s=90, edgecolors="#1b1f24", linewidths=0.8, zorder=3)
     ax.set_ylim(-0.03, 1.05)
     xlim = _padded_limits(frame["x"].to_numpy(), 0.0, 1.0, 0.3)

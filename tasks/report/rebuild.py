@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from tasks.errors import InputError
+from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout, stage_kind
 from tasks.report.build import collect_report_data
 from tasks.report.recommend import parse_goal
@@ -74,7 +75,8 @@ def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
         examples=int(report_config.get("examples", 0) if examples is None else examples),
         seed=int(config.get("seed", 0)), goals=parsed,
         budget=require if require is not None else report_config.get("require"),
-        decide_on=decide_on or report_config.get("decide_on", "bound"))
+        decide_on=decide_on or report_config.get("decide_on", "bound"),
+        n_bootstrap=int(config.get("utility", {}).get("n_bootstrap", N_RESAMPLES)))
     markdown, page = render_report(data)
     report_kind = stage_kind("report")
     md_ref = store.write_text(markdown, report_kind.relative_path("markdown", {}))

@@ -24,6 +24,7 @@ from tasks.report.tables import (
     BASELINE_ROWS,
     ArticleTable,
     article_tables,
+    dp_table,
     residual_risk_table,
     strategy_label,
 )
@@ -175,8 +176,8 @@ def _methods(data: ReportData) -> str:
     """The methods paragraph: how every interval is made (named once), and how budgets are decided."""
     from tasks.intervals import METHOD
 
-    decided = ("on the interval's bound (a risk's upper bound, utility's lower bound; a budget the interval "
-               "straddles is undecided)" if data.decide_on == "bound" else "on the point estimate alone")
+    decided = ("on the interval's bound (a risk's upper bound, utility's and meaning's lower bound; a budget the "
+               "interval straddles is undecided)" if data.decide_on == "bound" else "on the point estimate alone")
     return (f"{METHOD} Controls: chance 1/N for re-identification, the majority class for profiling. "
             f"Budgets are decided {decided}.")
 
@@ -221,6 +222,8 @@ def render_markdown(data: ReportData) -> str:
     risks = residual_risk_table(data.summary, data.order)
     if not risks.empty:
         lines += ["", "## Residual risk over a control (Anonymeter)", "", _md_frame(risks)]
+    if not (dp := dp_table(data.summary, data.dp_audits, data.order)).empty:
+        lines += ["", f"## {DP_TITLE}", "", _md(DP_CAPTION), "", _md_frame(dp)]
     lines += ["", "## Methods", "", _md(_methods(data))]
     if data.correlations is not None:
         lines += ["", "## Metric correlations across strategies (absolute Spearman, Fig. 5)", "",
@@ -319,6 +322,18 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
     return out
 
 
+DP_TITLE = "Differential privacy: nominal against audited epsilon"
+DP_CAPTION = ("Per DP setting, the epsilon it states per document and the one the audit measured on this corpus "
+              "(synthugc audit-dp): DP-Prompt's largest privacy loss of an output against neighbouring documents, "
+              "DP-BART's largest epsilon lower bound of a distinguishing game. A violation is an audited epsilon "
+              "above the nominal one.")
+
+
+def _dp_view(data: ReportData) -> dict | None:
+    table = dp_table(data.summary, data.dp_audits, data.order)
+    return None if table.empty else {"title": DP_TITLE, "caption": DP_CAPTION, "table": _frame_view(table, "dp")}
+
+
 def _risk_view(data: ReportData) -> dict | None:
     risks = residual_risk_table(data.summary, data.order)
     return None if risks.empty else _frame_view(risks, "residual-risk")
@@ -348,7 +363,7 @@ def render_html(data: ReportData) -> str:
         examples_what=None if data.examples is None else (
             "Pseudonymised source texts and their rewrites (strategies that rewrote the original texts are left out)"
             if PSEUDONYMISED_SOURCE in data.examples.columns else "Real source texts and their rewrites"),
-        residual_risk=_risk_view(data), methods=_methods(data),
+        residual_risk=_risk_view(data), dp=_dp_view(data), methods=_methods(data),
         details=[(name, _frame_view(table, f"strategy-{i}"))
                  for i, (name, table) in enumerate(_details_tables(data.summary).items())],
         footnotes=_footnotes(signatures))

@@ -128,14 +128,18 @@ def _wide(summary: pd.DataFrame, level: str) -> tuple[pd.DataFrame, dict[str, di
     return wide.reindex(columns=list(keys)).rename_axis(columns=None), keys
 
 
-def _intervals(table: ArticleTable, summary: pd.DataFrame, level: str) -> None:
+Bounds = dict[tuple[str, str, str], tuple[float, float]]
+
+
+def _intervals(table: ArticleTable, summary: pd.DataFrame, level: str) -> Bounds:
     """Fill ``table.intervals`` from the score table's ci_low/ci_high: the interval of the row whose value
-    the cell shows (the first of its key, as :func:`_wide` keeps it), where that row has both bounds."""
+    the cell shows (the first of its key, as :func:`_wide` keeps it), where that row has both bounds. Returns
+    every such interval of the level by (strategy, variant, column key)."""
     if "ci_low" not in summary.columns:
-        return
+        return {}
     part = summary[summary["level"] == level]
     if part.empty:
-        return
+        return {}
     part = part.assign(variant=part["variant"].fillna("").astype(str), _key=column_keys(part))
     bounds: dict[tuple[str, str, str], tuple[float, float]] = {}
     for s, v, k, lo, hi in part[["strategy", "variant", "_key", "ci_low", "ci_high"]].itertuples(index=False, name=None):
@@ -145,6 +149,7 @@ def _intervals(table: ArticleTable, summary: pd.DataFrame, level: str) -> None:
         for col in table.columns:
             if (found := bounds.get((strategy, variant, col.key))) is not None:
                 table.intervals[(i, col.key)] = found
+    return bounds
 
 
 def _strategy_order(keys: Sequence[tuple[str, str]], order: Sequence[str] | None) -> list[tuple[str, str]]:
@@ -217,6 +222,7 @@ def intrinsic_table(summary: pd.DataFrame, level: str, order: Sequence[str] | No
     if underline:
         caption += " Underlined: top scoring syntax-controlled paraphrase strategy."
     table = _table(key, title, caption, columns, wide, rows)
+    _intervals(table, summary, level)
     for col in columns:
         _rank_best(table, range(len(rows)), col, top)
         if underline:
@@ -236,10 +242,16 @@ def _percent(fraction: float) -> int:
     return round(100 * fraction)
 
 
-def _baseline_value(wide: pd.DataFrame, original: list[tuple[str, str]], metric: str, fraction: float) -> float:
-    """The real-data baseline of a task metric at a training fraction (the ``original`` row), or NaN."""
+def _baseline_cell(table: ArticleTable, row: int, col: Column, wide: pd.DataFrame, bounds: Bounds,
+                   original: list[tuple[str, str]], metric: str, fraction: float) -> float:
+    """Show in ``row`` (the ``original`` row) the real-data baseline of a task metric at a training fraction,
+    with its 95% interval where it has one; returns it (NaN when the run has none)."""
     key = column_key(metric, {"setting": "baseline", "fraction": fraction})
-    return float(wide.loc[original[0], key]) if original and key in wide.columns else math.nan
+    base = float(wide.loc[original[0], key]) if original and key in wide.columns else math.nan
+    table.values[(row, col.key)] = base
+    if original and (found := bounds.get((*original[0], key))) is not None:
+        table.intervals[(row, col.key)] = found
+    return base
 
 
 def substitution_table(summary: pd.DataFrame, order: Sequence[str] | None = None) -> ArticleTable | None:
@@ -260,11 +272,11 @@ def substitution_table(summary: pd.DataFrame, order: Sequence[str] | None = None
                    "seeds. In bold: top two strategies; underlined: outperforms the system trained on original data.",
                    columns, wide, rows + original[:1], row_labels={k: "Trained on original data" for k in original})
     synthetic_rows = range(len(rows))
+    bounds = _intervals(table, summary, "utility")
     for (_key, metric, fraction), col in zip(subs, columns, strict=True):
         _rank_best(table, synthetic_rows, col, 2)
         if original:  # the baseline at the same training fraction is the original row's baseline number
-            base = _baseline_value(wide, original, metric, fraction)
-            table.values[(len(rows), col.key)] = base
+            base = _baseline_cell(table, len(rows), col, wide, bounds, original, metric, fraction)
             for r in synthetic_rows:
                 v = table.value(r, col.key)
                 if _measured(v) and _measured(base) and col.direction * (v - base) > 0:
@@ -292,11 +304,11 @@ def augmentation_table(summary: pd.DataFrame, level: str = "post",
                    "Real training data at 10/50/100% of its size plus the synthetic version of it; means over seeds. "
                    "In bold: best strategy per column; underlined: outperforms no augmentation.",
                    columns, wide, rows + original[:1], row_labels={k: "Original (without augmentation)" for k in original})
+    bounds = _intervals(table, summary, "utility")
     for (_key, metric, fraction), col in zip(aug, columns, strict=True):
         _rank_best(table, range(len(rows)), col, 1)
         if original:
-            base = _baseline_value(wide, original, metric, fraction)
-            table.values[(len(rows), col.key)] = base
+            base = _baseline_cell(table, len(rows), col, wide, bounds, original, metric, fraction)
             for r in range(len(rows)):
                 v = table.value(r, col.key)
                 if _measured(v) and _measured(base) and col.direction * (v - base) > 0:
@@ -396,6 +408,40 @@ def residual_risk_table(summary: pd.DataFrame, order: Sequence[str] | None = Non
                      "control": RESIDUAL_METRICS[str(r["metric"])], "n": str(int(r["n"])),
                      "residual risk [95% interval]": said})
     return pd.DataFrame(rows, columns=columns)
+
+
+#: What the DP table says for a DP setting whose run did not audit it.
+NOT_AUDITED = "not audited (enable privacy.audit_dp)"
+DP_COLUMNS = ["strategy", "nominal epsilon (per document)", "audited epsilon", "documents audited", "violations"]
+
+
+def dp_table(summary: pd.DataFrame, audits: Mapping[str, pd.DataFrame], order: Sequence[str] | None = None
+             ) -> pd.DataFrame:
+    """One row per DP setting of the run (a strategy variant generated with an epsilon, or an audited strategy):
+    the nominal epsilon against the audited one (the ``audit-dp`` stage's table, by strategy label: DP-Prompt's
+    largest measured privacy loss, DP-BART's largest epsilon lower bound), the documents scored and the
+    violations; without an audit, the nominal epsilon and :data:`NOT_AUDITED`."""
+    from tasks.privacy.dp_audit import audited_epsilon
+
+    settings = summary.reindex(columns=["strategy", "variant", "epsilon"]).dropna(subset=["epsilon"])
+    settings = settings[~settings["strategy"].isin(BASELINE_ROWS)].drop_duplicates(["strategy", "variant"])
+    found = {(str(s), str(v)): float(e) for s, v, e in settings.itertuples(index=False, name=None)}
+    for label in audits:
+        if not any(s == label for s, _ in found):
+            found[(label, "")] = float("nan")
+    rank = {s: i for i, s in enumerate(order or [])}
+    rows = []
+    for (strategy, variant), epsilon in sorted(found.items(), key=lambda kv: (rank.get(kv[0][0], len(rank)), kv[0])):
+        row = {"strategy": strategy_label(strategy, variant), "nominal epsilon (per document)": f"{epsilon:g}",
+               "audited epsilon": NOT_AUDITED, "documents audited": "–", "violations": "–"}
+        if strategy in audits and len(audits[strategy]):
+            f = audited_epsilon(audits[strategy])
+            row.update({"nominal epsilon (per document)": f"{f['nominal']:g}",
+                        "audited epsilon": f"{f['audited']:.4g} ({f['method']}: {f['what']})",
+                        "documents audited": f"{f['scored']} (+{f['not_scored']} not scored)" if f["not_scored"]
+                        else str(f["scored"]), "violations": str(f["violations"])})
+        rows.append(row)
+    return pd.DataFrame(rows, columns=DP_COLUMNS)
 
 
 def article_tables(summary: pd.DataFrame, *, level: str = "post", families: Mapping[str, str] | None = None,

@@ -80,6 +80,17 @@ def macro_f1(y_true: Sequence[Hashable], y_pred: Sequence[Hashable],
     return float(np.mean(scores))
 
 
+def macro_f1_codes(rows: np.ndarray) -> float:
+    """Macro-F1 of integer-coded (truth, prediction) rows over the labels present in either, as :func:`macro_f1`
+    and sklearn (``zero_division=0``) compute it; fast enough to bootstrap."""
+    y, p = rows[:, 0], rows[:, 1]
+    size = int(rows.max()) + 1
+    tp = np.bincount(y[y == p], minlength=size)
+    support = np.bincount(y, minlength=size) + np.bincount(p, minlength=size)
+    present = support > 0
+    return float(np.mean(2 * tp[present] / support[present]))
+
+
 # ---------------------------------------------------------------------------------------------- SegWER
 
 

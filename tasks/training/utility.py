@@ -54,8 +54,9 @@ import pandas as pd
 from tasks.corpus.schema import STATUS_OK
 from tasks.corpus.splits import undersample
 from tasks.errors import ConfigError
-from tasks.scores import ORIGINAL, SCORES, UTILITY_RUNS, score_frame
-from tasks.training.task_metrics import macro_f1
+from tasks.intervals import N_RESAMPLES, bootstrap
+from tasks.scores import ORIGINAL, SCORES, UTILITY_PREDICTIONS, UTILITY_RUNS, score_frame
+from tasks.training.task_metrics import macro_f1, macro_f1_codes
 
 SETTINGS: tuple[str, ...] = ("substitution", "augmentation", "baseline")
 SYN_SUFFIX = "|syn"
@@ -67,7 +68,23 @@ RESULT_COLUMNS: tuple[str, ...] = tuple(UTILITY_RUNS.columns)
 #: rotten_tomatoes), C and class weighting chosen on the validation split.
 LINEAR_UTILITY_MODEL: dict[str, Any] = {"loss": "hinge", "C": "auto", "class_weight": "auto"}
 
-Evaluator = Callable[[pd.DataFrame, pd.DataFrame, pd.DataFrame, int], Mapping[str, float]]
+#: The run columns of a predictions table (:data:`tasks.scores.UTILITY_PREDICTIONS`): which run a prediction is of.
+RUN_KEY: tuple[str, ...] = ("setting", "fraction", "strategy", "variant", "seed")
+#: The task metrics whose 95% interval resamples the test documents' predictions, and their statistic over
+#: integer-coded (truth, prediction) rows.
+UNIT_STATISTICS: dict[str, Callable[[np.ndarray], float]] = {"macro_f1": macro_f1_codes}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What an evaluator may return instead of its scores alone: the scores and, per real test document, the
+    true label and the prediction (``doc_id``, ``truth``, ``prediction``), which the interval resamples."""
+
+    scores: Mapping[str, float]
+    predictions: pd.DataFrame
+
+
+Evaluator = Callable[[pd.DataFrame, pd.DataFrame, pd.DataFrame, int], Mapping[str, float] | Evaluation]
 
 
 @dataclass(frozen=True)
@@ -167,11 +184,14 @@ def design(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | None, *
 def run_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | None, evaluate: Evaluator, *,
                 settings: Sequence[str] = ("substitution", "augmentation"),
                 fractions: Sequence[float] = (0.1, 0.5, 1.0), seeds: Sequence[int] = (0, 1, 2, 3, 4),
-                baseline: bool = True, variant: str | None = None, label_col: str = "label") -> pd.DataFrame:
+                baseline: bool = True, variant: str | None = None, label_col: str = "label",
+                predictions: list[pd.DataFrame] | None = None) -> pd.DataFrame:
     """One row per (setting, fraction, strategy, variant, seed): sizes, status, reason, seconds, metrics.
 
     ``label_col`` names the task label (copied to ``label`` for the evaluator); test rows without a
-    label are dropped. Failed runs have NaN metrics and ``status='failed'`` with ``reason``."""
+    label are dropped. Failed runs have NaN metrics and ``status='failed'`` with ``reason``. An evaluator that
+    returns an :class:`Evaluation` adds its run's test predictions to ``predictions`` (when given), as
+    :data:`tasks.scores.UTILITY_PREDICTIONS` frames."""
     if label_col not in corpus.columns:
         raise ConfigError(f"label column '{label_col}' is not in the corpus")
     if label_col != "label":
@@ -191,7 +211,13 @@ def run_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | No
             if run.train.empty:
                 raise ValueError(f"no training rows: no synthetic row with status ok for variant '{run.variant}'"
                                  if run.setting == "substitution" else "no training rows")
-            row.update({k: float(v) for k, v in evaluate(run.train, run.val, test, run.seed).items()})
+            result = evaluate(run.train, run.val, test, run.seed)
+            if isinstance(result, Evaluation):
+                if predictions is not None:
+                    predictions.append(score_frame(result.predictions.assign(**{k: row[k] for k in RUN_KEY}),
+                                                   UTILITY_PREDICTIONS))
+                result = result.scores
+            row.update({k: float(v) for k, v in result.items()})
         except Exception as exc:  # one failed run must not stop the others; recorded below
             row["status"] = "failed"
             row["reason"] = f"{type(exc).__name__}: {exc}"
@@ -202,7 +228,8 @@ def run_utility(corpus: pd.DataFrame, synthetic: Mapping[str, pd.DataFrame] | No
 
 
 def post_evaluator(model: str = "linear", **model_kwargs: Any) -> Evaluator:
-    """Macro F1 of a text classifier trained on ``train`` and tuned on ``val``: ``linear`` (TF-IDF word 1-2grams
+    """Macro F1 of a text classifier trained on ``train`` and tuned on ``val``, with its test predictions
+    (an :class:`Evaluation`): ``linear`` (TF-IDF word 1-2grams
     + linear SVM, :data:`LINEAR_UTILITY_MODEL`; C and class weighting chosen on ``val``, cross-validation on
     ``train`` when ``val`` has fewer than two classes) or ``encoder`` (the fine-tuned classifier backbone, A.6's recipe with early
     stopping on ``val``; one CPU thread by default). ``model_kwargs`` override the model's defaults."""
@@ -218,8 +245,10 @@ def post_evaluator(model: str = "linear", **model_kwargs: Any) -> Evaluator:
             clf = EncoderClassifier(seed=seed, **{"num_threads": 1, **model_kwargs})
         clf.fit(train["text"].astype(object).tolist(), train["label"].astype(object).tolist(),
                 val_texts=val["text"].astype(object).tolist(), val_labels=val["label"].astype(object).tolist())
-        pred = clf.predict(test["text"].astype(object).tolist())
-        return {"macro_f1": macro_f1(test["label"].astype(object).tolist(), list(pred))}
+        truth, pred = test["label"].astype(object).tolist(), list(clf.predict(test["text"].astype(object).tolist()))
+        return Evaluation({"macro_f1": macro_f1(truth, pred)}, pd.DataFrame(
+            {"doc_id": test["doc_id"].astype(str).to_numpy(), "truth": [str(t) for t in truth],
+             "prediction": [str(p) for p in pred]}))
 
     return evaluate
 
@@ -330,40 +359,77 @@ def deterministic_note(results: pd.DataFrame) -> str | None:
             f"have no spread over seeds (std shown as NaN, not 0).")
 
 
-def utility_summary_rows(results: pd.DataFrame, signature: str) -> pd.DataFrame:
+def utility_intervals(predictions: pd.DataFrame, runs: pd.DataFrame, *, n_resamples: int = N_RESAMPLES,
+                      seed: int = 0) -> dict[tuple[str, str, str, float, str], tuple[float, float, int]]:
+    """The 95% interval of each utility cell's score: a seeded percentile bootstrap over the real test
+    documents (:func:`tasks.intervals.bootstrap`) of the score averaged over the cell's ok seeds, each seed's
+    predictions resampled with the same documents. Keyed (setting, strategy, variant, fraction, metric) ->
+    (low, high, test documents), for the metrics of :data:`UNIT_STATISTICS` whose runs wrote predictions."""
+    runs = _with_variant(runs)
+    ok = runs.loc[runs["status"] == STATUS_OK, list(RUN_KEY)].assign(variant=lambda f: f["variant"].astype(str))
+    kept = predictions.assign(variant=predictions["variant"].fillna("").astype(str)).merge(ok, on=list(RUN_KEY))
+    out: dict[tuple[str, str, str, float, str], tuple[float, float, int]] = {}
+    for (setting, strategy, variant, fraction), cell in kept.groupby(["setting", "strategy", "variant", "fraction"],
+                                                                      sort=False):
+        wide = cell.pivot_table(index="doc_id", columns="seed", values="prediction", aggfunc="first").dropna()
+        truth = cell.drop_duplicates("doc_id").set_index("doc_id")["truth"].reindex(wide.index)
+        codes = pd.factorize(np.concatenate([truth.to_numpy(str), wide.to_numpy(str).ravel()]))[0]
+        rows = np.column_stack([codes[:len(truth)], codes[len(truth):].reshape(wide.shape)])
+        for metric in [m for m in UNIT_STATISTICS if m in runs.columns]:
+            statistic = UNIT_STATISTICS[metric]
+
+            def averaged(sample: np.ndarray, statistic: Callable[[np.ndarray], float] = statistic) -> float:
+                return float(np.mean([statistic(sample[:, [0, j]]) for j in range(1, sample.shape[1])]))
+
+            low, high = bootstrap(rows, averaged, n_resamples=n_resamples, seed=seed)
+            out[(str(setting), str(strategy), str(variant), float(fraction), metric)] = (low, high, len(rows))
+    return out
+
+
+def utility_summary_rows(results: pd.DataFrame, signature: str, predictions: pd.DataFrame | None = None, *,
+                         n_resamples: int = N_RESAMPLES, seed: int = 0) -> pd.DataFrame:
     """Utility numbers as long score rows (level ``utility``; :data:`tasks.scores.SCORES`): one per
     (setting, fraction, strategy, variant, task metric) with the mean and std over seeds; the baseline rows
     are the ``original`` strategy, as in the article's tables. A deterministic cell (one result over several
-    seeds) has std NaN and says so in ``reason``."""
+    seeds) has std NaN and says so in ``reason``. With the runs' test ``predictions``, a score of
+    :data:`UNIT_STATISTICS` carries its 95% interval over the test documents (:func:`utility_intervals`) and
+    ``n`` counts those documents; otherwise ``n`` counts the ok seeds and the interval is null."""
     rows = []
     metrics = metric_columns(results) or ["score"]
+    intervals = (utility_intervals(predictions, results, n_resamples=n_resamples, seed=seed)
+                 if predictions is not None and not predictions.empty else {})
     for row in summarize_utility(results).to_dict("records"):
         reason = None if row["n_ok"] else _first_reason(results, row)
         if bool(row.get("deterministic", False)):
             reason = f"deterministic: identical over {int(row['n_ok'])} seeds"
         for metric in metrics:
-            rows.append({"strategy": row["strategy"], "variant": row.get("variant") or "", "level": "utility",
+            variant = row.get("variant") or ""
+            low, high, n = intervals.get((row["setting"], row["strategy"], variant, float(row["fraction"]), metric),
+                                         (float("nan"), float("nan"), int(row["n_ok"])))
+            rows.append({"strategy": row["strategy"], "variant": variant, "level": "utility",
                          "metric": metric, "setting": row["setting"], "fraction": float(row["fraction"]),
                          "value": row.get(f"{metric}_mean", float("nan")), "std": row.get(f"{metric}_std", float("nan")),
-                         "median": float("nan"), "n": int(row["n_ok"]), "n_failed": int(row["n_failed"]),
-                         "signature": signature, "reason": reason})
+                         "median": float("nan"), "n": n, "n_failed": int(row["n_failed"]), "ci_low": low,
+                         "ci_high": high, "signature": signature, "reason": reason})
     return score_frame(rows, SCORES)
 
 
 def run_one(corpus: pd.DataFrame, synthetic: pd.DataFrame | None, strategy: str, setting: str, fraction: float,
             seed: int, *, task: str = "post", model: str = "linear", label_col: str = "label",
-            embed: Any = None, coverage: str = "timeline") -> pd.DataFrame:
+            embed: Any = None, coverage: str = "timeline",
+            predictions: list[pd.DataFrame] | None = None) -> pd.DataFrame:
     """One downstream run (the unit the flow caches): ``setting`` baseline (no synthetic table; strategy
     ``original``), substitution or augmentation at one training ``fraction`` and ``seed``; one model per
     variant present in ``synthetic``, a row each (column ``variant``). Post-level tasks undersample by
-    post (as :func:`run_post_utility`). ``coverage``: how timeline coverage combines timelines."""
+    post (as :func:`run_post_utility`). ``coverage``: how timeline coverage combines timelines.
+    ``predictions`` collects the test predictions of the runs whose evaluator gives them (post tasks)."""
     if task == "post":
         corpus = corpus.assign(group_id=corpus["doc_id"])
     baseline = setting == "baseline"
     evaluate = evaluator_for(task, model=model, embed=embed, coverage=coverage)
     return run_utility(corpus, None if baseline else {strategy: synthetic}, evaluate,
                        settings=[] if baseline else [setting], fractions=[fraction], seeds=[seed], baseline=baseline,
-                       label_col=label_col)
+                       label_col=label_col, predictions=predictions)
 
 
 def utility_design(strategies: Sequence[str], settings: Sequence[str], fractions: Sequence[float],
