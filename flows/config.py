@@ -370,6 +370,9 @@ class ProtectConfig(Section):
     adversaries: list[Literal["full", "disjoint"]] | None = Field(
         None, description="Adversary settings of the feedback and judge attacks; default: privacy.reidentify's.")
     timeline_posts: int | None = Field(None, gt=0, description="Default: privacy.reidentify.timeline_posts.")
+    split: Literal["train", "val", "test"] | None = Field(
+        None, description="Protect (and so share) only this split's documents; the disjoint adversary then holds "
+                          "the users' other documents of the corpus. Default: every document.")
 
     @field_validator("budget")
     @classmethod

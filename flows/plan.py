@@ -229,8 +229,8 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
     if cfg.protect.enabled:  # the protected output is evaluated like any strategy's
         from flows.config import protect_settings
 
-        protected = plan.add("protect", stages.protect, corpus=corpus,
-                             histories=histories_ref(reid.histories), options=protect_settings(cfg))
+        protected = plan.add("protect", stages.protect, corpus=corpus, histories=histories_ref(reid.histories),
+                             options=protect_settings(cfg), split=cfg.protect.split)
         shards[PROTECT_LABEL] = [Use(protected.name, "shard")]
     for label in shards:
         if "metrics" in families:

@@ -247,7 +247,8 @@ def _run_log(line: str) -> None:
 
 
 @_stage("protect")
-def protect(corpus: ArtifactRef, histories: ArtifactRef, place: RunPlace, options: Any) -> StageResult:
+def protect(corpus: ArtifactRef, histories: ArtifactRef, place: RunPlace, options: Any,
+            split: str | None = None) -> StageResult:
     """Rewrite the corpus until the judge attacks fail at the budget (tasks/protect/loop.py); its rounds are cached
     in the local cache folder as they end, so a killed stage resumes at the round it was in."""
     import json
@@ -263,8 +264,12 @@ def protect(corpus: ArtifactRef, histories: ArtifactRef, place: RunPlace, option
         if not source_path.exists():
             write_parquet_atomic(source, source_path)
         source = str(source_path)
-    result = protect_corpus(store.read_table(corpus), source, options, cache_dir=folder,
-                            corpus_fingerprint=corpus.fingerprint, histories_fingerprint=histories.fingerprint,
+    documents = store.read_table(corpus)
+    if split is not None:  # only this split is protected (and shared); the users' other documents stay history
+        documents = documents[documents["split"] == split].reset_index(drop=True)
+    result = protect_corpus(documents, source, options, cache_dir=folder,
+                            corpus_fingerprint=f"{corpus.fingerprint}:{split or 'all'}",
+                            histories_fingerprint=histories.fingerprint,
                             log=_run_log)
     out = place.writer("protect")
     out.table("shard", result.table)
