@@ -74,7 +74,7 @@ def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
         examples=int(report_config.get("examples", 0) if examples is None else examples),
         seed=int(config.get("seed", 0)), goals=parsed,
         budget=require if require is not None else report_config.get("require"),
-        decide_on=decide_on or report_config.get("decide_on", "bound"))
+        decide_on=decide_on or report_config.get("decide_on", "bound"), read_text=store.read_text)
     markdown, page = render_report(data)
     report_kind = stage_kind("report")
     md_ref = store.write_text(markdown, report_kind.relative_path("markdown", {}))
