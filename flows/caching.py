@@ -14,6 +14,7 @@ import dataclasses
 import functools
 from typing import Any
 
+from tasks.protect.loop import ROUND_CODE
 from tasks.store import ArtifactRef, cache_key, code_version, fingerprint_config
 
 #: Source areas each stage's result depends on (besides the stage layer itself).
@@ -34,7 +35,8 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "audit-dp": ("tasks/privacy/dp_audit.py", "tasks/generate", "tasks/models", "tasks/store.py"),
     "utility": ("tasks/training", "tasks/corpus", "tasks/models", "tasks/metrics/base.py", "tasks/scores.py",
                 "tasks/store.py"),
-    "report": ("tasks/report", "tasks/metrics/suite.py", "tasks/metrics/catalogue.py", "tasks/metrics/metaeval.py",
+    "protect": (*ROUND_CODE, "tasks/models", "tasks/corpus/schema.py", "tasks/report/budgets.py", "tasks/store.py"),
+    "report": ("tasks/report", "tasks/protect/files.py", "tasks/metrics/suite.py", "tasks/metrics/catalogue.py", "tasks/metrics/metaeval.py",
                "tasks/training/utility.py", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/store.py"),
 }
 _STAGE_LAYER = ("flows/stages.py", "flows/caching.py", "tasks/layout.py")

@@ -282,7 +282,8 @@ def report_facts(cfg: ExperimentConfig, results: Mapping[str, StageResult], inge
 def report_options(cfg: ExperimentConfig, facts: Mapping[str, str]) -> stages.ReportOptions:
     return stages.ReportOptions(
         title=cfg.report.title or f"synthugc report: {cfg.experiment}", facts=tuple(facts.items()),
-        level=cfg.utility.task, families=tuple((s.key, s.name) for s in cfg.generate.strategies),
+        level=cfg.utility.task, families=tuple((s.key, s.name) for s in cfg.generate.strategies)
+        + (((PROTECT_LABEL, PROTECT_LABEL),) if cfg.protect.enabled else ()),
         utility_signature=utility_signature(cfg), goals=tuple(cfg.report.goals), examples=cfg.report.examples,
         seed=cfg.seed, budget=cfg.report.require, decide_on=cfg.report.decide_on, n_bootstrap=cfg.utility.n_bootstrap)
 

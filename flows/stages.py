@@ -416,7 +416,8 @@ def report(results: list[StageResult], human_eval: list[ArtifactRef], failed_sta
         RunLayout(results), store.read_table, title=o.title, facts=dict(o.facts), level=o.level,
         families=dict(o.families), failed_stages=failed_stages, utility_signature=o.utility_signature,
         human_eval_dir=Path(human_eval[0].path).parent if human_eval else None, examples=o.examples, seed=o.seed,
-        goals=[parse_goal(g) for g in o.goals], budget=o.budget, decide_on=o.decide_on, n_bootstrap=o.n_bootstrap)
+        goals=[parse_goal(g) for g in o.goals], budget=o.budget, decide_on=o.decide_on, n_bootstrap=o.n_bootstrap,
+        read_text=store.read_text)
     out = place.writer("report")
     out.table("scores", data.summary)
     if data.utility_runs is not None:

@@ -258,13 +258,19 @@ class RunLayout:
         return {r.keys["label"]: r.outputs[output] for r in self.of(kind) if output in r.outputs}
 
     def shards(self, *, public: bool = False) -> dict[str, list[ArtifactRef]]:
-        """Strategy label -> its generated shards in shard order; ``public``: only the strategies whose outputs
-        are not private (those that rewrote the pseudonymised corpus, or every one in a run without it)."""
+        """Strategy label -> its generated shards in shard order, the protect stage's output under its label;
+        ``public``: only the strategies whose outputs are not private (those that rewrote the pseudonymised
+        corpus, or every one in a run without it)."""
+        from tasks.protect.files import PROTECT_LABEL
+
         out: dict[str, list[tuple[int, ArtifactRef]]] = {}
         for r in self.of("generate"):
             if public and r.private:
                 continue
             out.setdefault(r.keys["label"], []).append((int(r.keys["shard"]), r.outputs["shard"]))
+        for r in self.of("protect"):  # the protected output joins the run as one more strategy, in one shard
+            if not (public and r.private):
+                out.setdefault(PROTECT_LABEL, []).append((0, r.outputs["shard"]))
         return {label: [ref for _, ref in sorted(pairs, key=lambda p: p[0])] for label, pairs in out.items()}
 
     def artifacts(self) -> dict[str, ArtifactRef]:

@@ -20,6 +20,7 @@ from tasks.report.plots import (
     heatmap_figure,
     metaeval_chart,
     plot_to_png,
+    protect_curve_chart,
     reid_vs_divergence,
     tradeoff_chart,
 )
@@ -97,12 +98,22 @@ def _metaeval() -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _protect_curve() -> pd.DataFrame:
+    """Three rounds of a protect loop: each role's worst accuracy@1 falls as meaning falls."""
+    rows = []
+    for role, accuracies in (("judge", (0.7, 0.45, 0.2)), ("feedback", (0.9, 0.5, 0.1))):
+        for k, (accuracy, meaning) in enumerate(zip(accuracies, (0.97, 0.9, 0.84), strict=True)):
+            rows.append({"round": k, "role": role, "accuracy_at_1": accuracy, "meaning": meaning})
+    return pd.DataFrame(rows)
+
+
 CASES = {
     "cosine": lambda: cosine_distributions(_distributions()),
     "tradeoff": lambda: tradeoff_chart(_aspects()),
     "heatmap": lambda: correlation_heatmap(_matrix()),
     "reid": lambda: reid_vs_divergence(_aspects()),
     "metaeval": lambda: metaeval_chart(_metaeval()),
+    "protect": lambda: protect_curve_chart(_protect_curve(), 0.3),
 }
 
 
@@ -185,6 +196,9 @@ DEGENERATE = {
     "reid-nan": lambda: reid_vs_divergence(_aspects().assign(reidentification=[np.nan, np.inf, None])),
     "metaeval-empty": lambda: metaeval_chart(pd.DataFrame()),
     "metaeval-nan": lambda: metaeval_chart(_metaeval().assign(rho_mean=np.nan)),
+    "protect-empty": lambda: protect_curve_chart(pd.DataFrame()),
+    "protect-nan": lambda: protect_curve_chart(_protect_curve().assign(meaning=np.nan), 0.3),
+    "protect-unknown-role": lambda: protect_curve_chart(_protect_curve().assign(role="helper")),
 }
 
 
@@ -321,3 +335,17 @@ def test_reid_draws_the_95_interval_as_error_bars(monkeypatch) -> None:
     assert set(_bar_segments(reid_vs_divergence, _aspects().assign(reidentification_ci_low=[lo1, lo2, np.nan],
                                                                   reidentification_ci_high=[hi1, hi2, np.nan]),
                              monkeypatch)) == {"y"}
+
+
+def test_protect_curve_draws_the_95_interval_and_the_budget() -> None:
+    from tasks.intervals import wilson
+
+    plain = protect_curve_chart(_protect_curve())
+    bounds = [wilson(round(24 * a), 24) for a in _protect_curve()["accuracy_at_1"]]
+    with_ci = protect_curve_chart(_protect_curve().assign(accuracy_at_1_ci_low=[lo for lo, _ in bounds],
+                                                          accuracy_at_1_ci_high=[hi for _, hi in bounds]))
+    with_budget = protect_curve_chart(_protect_curve(), 0.3)
+    assert plain.ok and with_ci.ok and with_budget.ok
+    assert len({plain.png, with_ci.png, with_budget.png}) == 3
+    assert "Bars: the 95% interval" in with_ci.caption and "Bars" not in plain.caption
+    assert "dashed line is the budget" in with_budget.caption and "dashed" not in plain.caption

@@ -167,12 +167,20 @@ def read_run(run_dir: str | Path, label: str | None, variant: str | None = None)
                  f"seed={config.get('seed')} shard_size={config.get('generate', {}).get('shard_size')} "
                  f"shards={','.join(fingerprint_file(r.path)[:16] for r in shards)}")
     report = config.get("report", {})
+    budget, decide_on = report.get("require"), report.get("decide_on", DECIDE_ON[0])
+    facts = {"run": f"experiment {manifest.get('experiment', run.root.name)!r}"}
+    protected = layout.one("protect", "summary") if label == PROTECT_LABEL else None
+    if protected is not None:  # the run's protect stage: its summary says how it was made (figures: the run's)
+        summary = _protect_summary(Path(protected.path))
+        signature = str(summary["signature"])
+        if not budget:  # the run states none: the protect stage's own, decided as it decided it
+            budget, decide_on = summary["budget"] or None, summary["decide_on"]
+        facts.update(_protect_facts(summary))
     return ReleaseInput(
         kind="run", path=run.root, label=name, table=table, leaks=leaks, keeps=keeps,
-        budget=report.get("require"), decide_on=report.get("decide_on", DECIDE_ON[0]), signature=signature,
+        budget=budget, decide_on=decide_on, signature=signature,
         tool_version=str(manifest.get("versions", {}).get("synthugc", "unknown")),
-        epsilon=variant_epsilons(table).get(variant),
-        facts={"run": f"experiment {manifest.get('experiment', run.root.name)!r}"})
+        epsilon=variant_epsilons(table).get(variant), facts=facts)
 
 
 def strategy_name(label: str, variant: str) -> str:
@@ -242,6 +250,26 @@ def _protect_problem(summary: Any) -> str | None:
     return None
 
 
+def _protect_summary(path: Path) -> dict[str, Any]:
+    """A protect summary (``P.protect.json``, or a run's ``generate/protect/protect.json``), checked."""
+    try:
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"not JSON: {exc}", file=str(path)) from None
+    if problem := _protect_problem(summary):
+        raise InputError(problem, file=str(path))
+    return summary
+
+
+def _protect_facts(summary: Mapping[str, Any]) -> dict[str, str]:
+    """The card's lines on how a protect output was made: its rounds and moves, documents and verdict."""
+    return {"protect": f"{summary['rounds']} round(s) from {summary['start']!s}, ladder "
+                       f"{', '.join(map(str, summary['ladder'])) or 'none'}; meaning floor {summary['meaning_metric']}"
+                       f" >= {summary['meaning_floor']}; documents that missed budget or floor: {summary['on_fail']}",
+            "documents": ", ".join(f"{k} {v}" for k, v in summary["documents"].items()),
+            "protect verdict": str(summary["verdict"])}
+
+
 def read_protect(path: str | Path) -> ReleaseInput:
     """A protect output: ``P.parquet`` (the synthetic table plus round and move) and its summary
     ``P.protect.json`` (figures, budget, signature); the rounds, failures and private files are not read."""
@@ -251,24 +279,14 @@ def read_protect(path: str | Path) -> ReleaseInput:
     paths = protect_paths(path)
     if not paths.summary.is_file():
         raise InputError(f"the protect summary {paths.summary.name} is missing beside it", file=str(paths.table))
-    try:
-        summary = json.loads(paths.summary.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"not JSON: {exc}", file=str(paths.summary)) from None
-    if problem := _protect_problem(summary):
-        raise InputError(problem, file=str(paths.summary))
+    summary = _protect_summary(paths.summary)
     table = read_synthetic(paths.table)
     labels = sorted(set(table["strategy"].astype(str)))
     if labels != [PROTECT_LABEL]:
         raise InputError(f"strategy {', '.join(labels)}: a protect output's rows are all {PROTECT_LABEL!r}",
                          file=str(paths.table), column="strategy")
     meaning = summary["meaning"]
-    documents = summary["documents"]
-    facts = {"protect": f"{summary['rounds']} round(s) from {summary['start']!s}, ladder "
-                        f"{', '.join(map(str, summary['ladder'])) or 'none'}; meaning floor {summary['meaning_metric']}"
-                        f" >= {summary['meaning_floor']}; documents that missed budget or floor: {summary['on_fail']}",
-             "documents": ", ".join(f"{k} {v}" for k, v in documents.items()),
-             "protect verdict": str(summary["verdict"])}
+    facts = _protect_facts(summary)
     return ReleaseInput(
         kind="protect output", path=paths.table, label=PROTECT_LABEL, table=table,
         leaks={name: _figure(f) for name, f in summary["figures"].items()},

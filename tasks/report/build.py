@@ -23,6 +23,7 @@ from tasks.store import ArtifactRef
 from tasks.training.utility import deterministic_note, utility_summary_rows
 
 ReadTable = Callable[[ArtifactRef], pd.DataFrame]
+ReadText = Callable[[ArtifactRef], str]
 
 #: Levels whose metrics the correlation heatmap relates across strategies (seed 000 Fig. 5: sample-level
 #: and distribution-level metrics).
@@ -41,6 +42,19 @@ class HumanEvaluation:
     strategy_scores: pd.DataFrame
     metric_human_correlations: pd.DataFrame
     n_annotations: int
+
+
+@dataclass
+class Protection:
+    """What the run's protect stage did (``generate/protect``: rounds.parquet, protect.json), as read."""
+
+    rounds: pd.DataFrame  # tasks.protect.files.ROUNDS_COLUMNS: one row per round, role, attack and adversary
+    curve: pd.DataFrame  # PROTECT_CURVE_COLUMNS: each role's worst case per round
+    moves: dict[str, int]  # move label -> documents of the protected output it last changed
+    budget: str
+    limit: float | None  # the reidentification bound of the budget (the curve's line), if it has one
+    verdict: str  # the loop's verdict, its notes included
+    met: bool
 
 
 @dataclass
@@ -63,6 +77,7 @@ class ReportData:
     budget: str | None = None  # "reidentification<=0.10,utility>=0.90": the strategies that meet it are listed
     decide_on: str = "bound"  # the budget is decided on the interval's bound or on the point estimate
     dp_audits: dict[str, pd.DataFrame] = field(default_factory=dict)  # strategy label -> its audit-dp table
+    protection: Protection | None = None  # the run's protect stage, when it has one
 
     @property
     def order(self) -> list[str]:
@@ -168,14 +183,61 @@ def example_outputs(layout: RunLayout, read: ReadTable, *, n: int, seed: int,
     return frame
 
 
+#: The columns of :attr:`Protection.curve`: per round and role (feedback or judge), the worst attack's
+#: accuracy@1 with its 95% interval and the round's mean meaning (BERTScore F1).
+PROTECT_CURVE_COLUMNS = ["round", "role", "attack", "adversary", "accuracy_at_1", "accuracy_at_1_ci_low",
+                         "accuracy_at_1_ci_high", "meaning"]
+
+
+def protect_curve(rounds: pd.DataFrame, decide_on: str) -> pd.DataFrame:
+    """Each role's worst case per round: the (attack, adversary) with the highest upper bound (or value,
+    ``decide_on`` point), as the protect loop decides its budget on the judge's."""
+    from tasks.privacy.attacks import worst_case
+
+    if rounds.empty:
+        return pd.DataFrame(columns=PROTECT_CURVE_COLUMNS)
+    by = "accuracy_at_1_ci_high" if decide_on == "bound" and rounds["accuracy_at_1_ci_high"].notna().any() \
+        else "accuracy_at_1"
+    ranked = rounds.assign(_rank=rounds[by].fillna(rounds["accuracy_at_1"]))
+    worst = worst_case(ranked, metric="_rank", by=("round", "role"))
+    return worst[["round", "role", "attack", "adversary"]].merge(ranked, on=["round", "role", "attack", "adversary"])[
+        PROTECT_CURVE_COLUMNS].sort_values(["role", "round"], kind="stable").reset_index(drop=True)
+
+
+def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Protection | None:
+    """The protect stage's rounds, moves and verdict from its artifacts, or None without a protect stage."""
+    import json
+
+    from tasks.protect.files import MOVE_COLUMN
+    from tasks.protect.loop import parse_protect_budget
+
+    rounds_ref, summary_ref = layout.one("protect", "rounds"), layout.one("protect", "summary")
+    if rounds_ref is None or summary_ref is None:
+        return None
+    rounds, summary = read(rounds_ref), json.loads(read_text(summary_ref))
+    moves = summary.get("moves")
+    if moves is None and (table := layout.one("protect", "shard")) is not None:
+        moves = read(table)[MOVE_COLUMN].value_counts().to_dict()
+    limit = next((b.limit for b in parse_protect_budget(summary["budget"], "budget")
+                  if b.column == "reidentification"), None)
+    return Protection(rounds=rounds, curve=protect_curve(rounds, summary["decide_on"]),
+                      moves={str(k): int(v) for k, v in (moves or {}).items()}, budget=summary["budget"],
+                      limit=limit, verdict=summary["verdict"], met=bool(summary["met"]))
+
+
+def _read_local_text(ref: ArtifactRef) -> str:
+    return Path(ref.path).read_text(encoding="utf-8")
+
+
 def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
                         facts: Mapping[str, str], level: str, families: Mapping[str, str],
                         failed_stages: Mapping[str, str] | None = None, utility_signature: str = "",
                         human_eval_dir: Path | None = None, examples: int = 0, seed: int = 0,
                         goals: Sequence = (), budget: str | None = None, decide_on: str = "bound",
-                        n_bootstrap: int = N_RESAMPLES) -> ReportData:
+                        n_bootstrap: int = N_RESAMPLES, read_text: ReadText = _read_local_text) -> ReportData:
     """Gather the report's inputs from the run's artifacts (no metric, attack or model is recomputed; the
-    utility scores' intervals are resampled from the runs' predictions)."""
+    utility scores' intervals are resampled from the runs' predictions); ``read_text`` reads the text
+    artifacts (the protect summary)."""
     runs = utility_runs(layout, read)
     summary = score_summary(layout, read, runs=runs, utility_signature=utility_signature, n_bootstrap=n_bootstrap,
                             seed=seed)
@@ -197,7 +259,8 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
         human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
         examples=example_outputs(layout, read, n=examples, seed=seed, order=list(families)),
         goals=list(goals), budget=budget, decide_on=decide_on,
-        dp_audits={label: read(ref) for label, ref in sorted(layout.by_label("audit-dp", "audit").items())})
+        dp_audits={label: read(ref) for label, ref in sorted(layout.by_label("audit-dp", "audit").items())},
+        protection=protection(layout, read, read_text))
 
 
 #: A figure and its 95% interval, as the long score table holds them.

@@ -603,3 +603,63 @@ def metaeval_chart(summary: pd.DataFrame) -> Plot:
     fig.legend(title="manipulation", fontsize=8.5, title_fontsize=8.5, frameon=False, loc="outside lower center",
                ncols=min(k, 4))
     return _finished(name, METAEVAL_TITLE, caption, fig)
+
+
+# ------------------------------------------------------------------------------------------ 6. protect
+PROTECT_TITLE = "Protect: re-identification against meaning, round by round"
+#: The protect roles the curve draws, each with its colour and words (the judge decides the budget).
+PROTECT_SERIES: dict[str, tuple[str, str]] = {
+    "judge": (OKABE_ITO[3], "judge (decides the budget)"), "feedback": (OKABE_ITO[0], "feedback (steers the rewriting)")}
+
+
+def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None) -> Plot:
+    """The protect loop's path: per round, the judge's and the feedback attack's worst accuracy@1 (y, lower =
+    more private) against the round's mean meaning (x, BERTScore F1), points labelled by round, the budget's
+    re-identification bound as a dashed line. ``curve`` rows: round, role, accuracy_at_1, meaning, optional
+    accuracy_at_1_ci_low/_ci_high (drawn as error bars: the 95% interval)."""
+    name = "protect-rounds"
+    caption = ("Each point is one round of the protect loop: the share of timelines the worst attack still "
+               "attributes to their author (lower = more private) against the meaning the round's texts keep "
+               "(BERTScore F1 against the source, right = more kept), labelled by round (r0 = the starting move). The judge "
+               "attacks never steer the rewriting and decide the budget; the feedback attack does steer it.")
+    problem = _missing(curve, ["round", "role", "accuracy_at_1", "meaning"])
+    if problem:
+        return _skipped(name, PROTECT_TITLE, caption, problem)
+    bounds = [_numeric(curve[c]).to_numpy() if c in curve.columns else np.full(len(curve), np.nan)
+              for c in ("accuracy_at_1_ci_low", "accuracy_at_1_ci_high")]
+    frame = pd.DataFrame({"round": _numeric(curve["round"]).to_numpy(), "role": curve["role"].map(_text).to_numpy(),
+                          "x": _numeric(curve["meaning"]).to_numpy(), "y": _numeric(curve["accuracy_at_1"]).to_numpy(),
+                          "low": bounds[0], "high": bounds[1]})
+    frame = frame[frame["role"].isin(list(PROTECT_SERIES))].dropna(subset=["round", "x", "y"])
+    if frame.empty:
+        return _skipped(name, PROTECT_TITLE, caption, "needs at least 1 round with finite accuracy@1 and meaning")
+    fig = new_figure()
+    ax = fig.add_subplot()
+    _style_axes(ax)
+    with_ci = frame["low"].notna() & frame["high"].notna()
+    if with_ci.any():
+        caption += " Bars: the 95% interval (Wilson) of each share."
+    for k, (role, (colour, words)) in enumerate(PROTECT_SERIES.items()):
+        part = frame[frame["role"] == role].sort_values("round")
+        if part.empty:
+            continue
+        ci = part[with_ci[part.index]]
+        if len(ci):
+            yerr = np.vstack([(ci["y"] - ci["low"]).clip(lower=0), (ci["high"] - ci["y"]).clip(lower=0)])
+            ax.errorbar(ci["x"], ci["y"], yerr=yerr, fmt="none", ecolor=colour, elinewidth=1.1, capsize=4, zorder=2)
+        ax.plot(part["x"], part["y"], color=colour, marker="o" if k == 0 else "s", markersize=7, linewidth=1.4,
+                markeredgecolor="#1b1f24", label=words, zorder=3)
+        for x, y, r in zip(part["x"], part["y"], part["round"], strict=True):  # judge above, feedback below
+            ax.annotate(f"r{r:.0f}", (x, y), xytext=(6, 6 if k == 0 else -12), textcoords="offset points",
+                        fontsize=8.5, color=colour)
+    if limit is not None and math.isfinite(limit):
+        ax.axhline(limit, color="#57606a", linestyle="--", linewidth=1.3, zorder=1,
+                   label=f"budget: re-identification ≤ {limit:g}")
+        caption += " The dashed line is the budget's bound on re-identification."
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_xlim(*_padded_limits(frame["x"].to_numpy(), 0.0, 1.0, 0.2))
+    ax.set_xlabel("meaning kept (mean BERTScore F1 of the round)", fontsize=10)
+    ax.set_ylabel("timelines re-identified, accuracy@1", fontsize=10)
+    ax.set_title(PROTECT_TITLE, fontsize=11)
+    ax.legend(fontsize=8.5, frameon=False, loc="best")
+    return _finished(name, PROTECT_TITLE, caption, fig)

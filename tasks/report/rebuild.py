@@ -76,7 +76,7 @@ def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
         seed=int(config.get("seed", 0)), goals=parsed,
         budget=require if require is not None else report_config.get("require"),
         decide_on=decide_on or report_config.get("decide_on", "bound"),
-        n_bootstrap=int(config.get("utility", {}).get("n_bootstrap", N_RESAMPLES)))
+        n_bootstrap=int(config.get("utility", {}).get("n_bootstrap", N_RESAMPLES)), read_text=store.read_text)
     markdown, page = render_report(data)
     report_kind = stage_kind("report")
     md_ref = store.write_text(markdown, report_kind.relative_path("markdown", {}))

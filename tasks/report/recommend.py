@@ -717,6 +717,22 @@ def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) ->
     return out
 
 
+def protect_note(goal: Goal, recs: Sequence[Recommendation], label: str, budget: str, met: bool) -> str | None:
+    """For a share-data goal in a run with a protect stage: its output (strategy ``label``), whether it met its
+    budget and where it ranks; None for other goals."""
+    if goal.use_case != "share_data":
+        return None
+    rec = next((r for r in recs if r.strategy == label), None)
+    if rec is None:
+        return f"the protect output ({label!r}) has no scores in this run: it could not be ranked"
+    place = f"ranked {rec.rank}" if rec.rank is not None else "not eligible"
+    if met:
+        return (f"the protect output ({label!r}) meets its budget {budget} on the judge attacks it never trained "
+                f"against: {place} here for sharing data")
+    return (f"the protect output ({label!r}) misses its budget {budget}: {place} here, on the run's own attacks "
+            "like any strategy")
+
+
 def recommendation_notes(goal: Goal, recs: Sequence[Recommendation]) -> list[str]:
     """Run-level notes for one goal: what is missing from the run, how firm the ranking is."""
     notes: list[str] = []

@@ -11,15 +11,17 @@ import math
 import pandas as pd
 
 from tasks.metrics import catalogue
+from tasks.protect.files import PROTECT_LABEL
 from tasks.report import plots
 from tasks.report.build import (
     CORRELATED_LEVELS,
     EXAMPLE_MAX_CHARS,
     PSEUDONYMISED_SOURCE,
+    Protection,
     ReportData,
     aspect_points,
 )
-from tasks.report.recommend import Recommendation, recommend, recommendation_notes
+from tasks.report.recommend import Recommendation, protect_note, recommend, recommendation_notes
 from tasks.report.tables import (
     BASELINE_ROWS,
     ArticleTable,
@@ -74,7 +76,11 @@ def _recommendations(data: ReportData) -> list[tuple[object, list[Recommendation
     out = []
     for goal in data.goals:
         recs = recommend(data.summary, goal, data.families)
-        out.append((goal, recs, recommendation_notes(goal, recs)))
+        notes = recommendation_notes(goal, recs)
+        if data.protection is not None and (note := protect_note(goal, recs, PROTECT_LABEL, data.protection.budget,
+                                                                 data.protection.met)):
+            notes.insert(0, note)
+        out.append((goal, recs, notes))
     return out
 
 
@@ -115,6 +121,8 @@ def _plots(data: ReportData) -> list[plots.Plot]:
             data.correlations, title=f"Sample- and distribution-level metrics across {n} strategies (|Spearman|)"))
     if data.metaeval is not None:
         figures.append(plots.metaeval_chart(data.metaeval))
+    if data.protection is not None:
+        figures.append(plots.protect_curve_chart(data.protection.curve, data.protection.limit))
     return figures
 
 
@@ -195,6 +203,40 @@ def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
     return verdicts[["strategy", "meets", "undecided", "verdict"]] if not verdicts.empty else verdicts
 
 
+#: The protect rounds table's columns the report shows (tasks.protect.files.ROUNDS_COLUMNS), by their header;
+#: accuracy@1 carries its 95% interval.
+PROTECT_ROUNDS_SHOWN: dict[str, str] = {
+    "round": "round", "role": "role", "attack": "attack", "adversary": "adversary", "accuracy_at_1": "accuracy@1",
+    "meaning": "meaning (BERTScore F1)", "documents_rewritten": "documents rewritten", "seconds": "seconds"}
+
+
+def protect_rounds_table(protection: Protection) -> pd.DataFrame:
+    """The protect stage's rounds as the report shows them, every cell already text."""
+    rounds = protection.rounds
+    shown = {
+        "round": rounds["round"].astype(int).astype(str), "role": rounds["role"].astype(str),
+        "attack": rounds["attack"].astype(str), "adversary": rounds["adversary"].astype(str),
+        "accuracy_at_1": [with_interval(v, lo, hi) for v, lo, hi in zip(
+            rounds["accuracy_at_1"].astype(float), rounds["accuracy_at_1_ci_low"].astype(float),
+            rounds["accuracy_at_1_ci_high"].astype(float), strict=True)],
+        "meaning": rounds["meaning"].astype(float).map(fmt),
+        "documents_rewritten": rounds["documents_rewritten"].astype(int).astype(str),
+        "seconds": rounds["seconds"].astype(float).map(lambda v: fmt(v, 1))}
+    return pd.DataFrame({header: shown[column] for column, header in PROTECT_ROUNDS_SHOWN.items()})
+
+
+def protect_moves_table(protection: Protection) -> pd.DataFrame:
+    """How many documents of the protected output each move made last (most first)."""
+    moves = sorted(protection.moves.items(), key=lambda kv: (-kv[1], kv[0]))
+    return pd.DataFrame({"move": [m for m, _ in moves], "documents": [str(n) for _, n in moves]})
+
+
+def protect_verdict(protection: Protection) -> str:
+    """The protect stage's verdict line: budget met or not, then the loop's own verdict and notes."""
+    met = "met" if protection.met else "not met"
+    return f"Budget {protection.budget} {met}. {protection.verdict}"
+
+
 def render_markdown(data: ReportData) -> str:
     """The markdown summary (also published as a Prefect artifact); the plots are in the HTML page."""
     signatures = _signature_index(data.summary)
@@ -217,6 +259,10 @@ def render_markdown(data: ReportData) -> str:
             name = strategy_label(rec.strategy, rec.variant)
             lines.append(f"- {head} **{_md(name)}** (score {fmt(rec.score, 2)}): {_md(rec.cost)}")
             lines += [f"  - {_md(reason)}" for reason in rec.reasons]
+    if (p := data.protection) is not None:
+        lines += ["", "## Protection", "", f"**{_md(protect_verdict(p))}**", "",
+                  _md_frame(protect_rounds_table(p)), "", "Moves (documents each move made last):", "",
+                  _md_frame(protect_moves_table(p))]
     for table in article_tables(data.summary, level=data.level, families=data.families, order=data.order):
         lines += ["", *_md_article_table(table, signatures)]
     risks = residual_risk_table(data.summary, data.order)
@@ -313,6 +359,8 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
     out = []
     if data.goals:
         out.append(("recommendations", "Recommendations"))
+    if data.protection is not None:
+        out.append(("protection", "Protection"))
     out += [("figures", "Trade-offs"), ("tables", "Tables")]
     if data.human is not None:
         out.append(("human", "Human evaluation"))
@@ -351,6 +399,10 @@ def render_html(data: ReportData) -> str:
         recommendations=_recommendations_view(data) if data.goals else None,
         budget=None if budget is None else {"rule": data.budget or "", "table": _frame_view(budget, "budget")},
         figures=by_name,
+        protection=None if (p := data.protection) is None else {
+            "verdict": protect_verdict(p), "met": p.met, "curve": by_name["protect-rounds"],
+            "rounds": _frame_view(protect_rounds_table(p), "protect-rounds-table"),
+            "moves": _frame_view(protect_moves_table(p), "protect-moves")},
         tables=[_article_view(t, signatures) for t in article_tables(data.summary, level=data.level,
                                                                      families=data.families, order=data.order)],
         checks=[by_name[n] for n in ("metric-correlations", "metric-metaeval") if n in by_name],
