@@ -229,6 +229,20 @@ def _overlap(a: Bbox, b: Bbox) -> float:
     return w * h if w > 0 and h > 0 else 0.0
 
 
+def _interval(frame: pd.DataFrame, column: str) -> list[np.ndarray]:
+    """The ``<column>_ci_low`` and ``<column>_ci_high`` of each row as floats (NaN where absent)."""
+    return [_numeric(frame[c]).to_numpy() if c in frame.columns else np.full(len(frame), np.nan)
+            for c in (f"{column}_ci_low", f"{column}_ci_high")]
+
+
+def _error_bars(ax, points: pd.DataFrame, colour: str) -> None:
+    """Each point's 95% interval (columns x, y, low, high) as an error bar."""
+    if points.empty:
+        return
+    yerr = np.vstack([(points["y"] - points["low"]).clip(lower=0), (points["high"] - points["y"]).clip(lower=0)])
+    ax.errorbar(points["x"], points["y"], yerr=yerr, fmt="none", ecolor=colour, elinewidth=1.1, capsize=4, zorder=2)
+
+
 def _style_axes(ax) -> None:
     ax.spines[["top", "right"]].set_visible(False)
     ax.grid(True, color="#e5e7eb", linewidth=0.8)
@@ -476,8 +490,7 @@ def reid_vs_divergence(points: pd.DataFrame) -> Plot:
         chance = float(finite.iloc[0]) if not finite.empty else math.nan
     if not math.isfinite(chance) and rates[is_chance].notna().any():
         chance = float(rates[is_chance].dropna().iloc[0])
-    bounds = [_numeric(points[c]).to_numpy() if c in points.columns else np.full(len(points), np.nan)
-              for c in ("reidentification_ci_low", "reidentification_ci_high")]
+    bounds = _interval(points, "reidentification")
     frame = pd.DataFrame({"label": _labels(points), "x": _numeric(points["divergence"]).to_numpy(),
                           "y": rates.to_numpy(), "low": bounds[0], "high": bounds[1]})[~is_chance]
     frame = frame.dropna(subset=["x", "y"]).sort_values("label", kind="stable").reset_index(drop=True)
@@ -493,10 +506,7 @@ def reid_vs_divergence(points: pd.DataFrame) -> Plot:
     with_ci = frame["low"].notna() & frame["high"].notna()
     if with_ci.any():
         caption += " Bars: the 95% interval (Wilson) of each share."
-        part = frame[with_ci]
-        yerr = np.vstack([(part["y"] - part["low"]).clip(lower=0), (part["high"] - part["y"]).clip(lower=0)])
-        ax.errorbar(part["x"], part["y"], yerr=yerr, fmt="none", ecolor="#1b1f24", elinewidth=1.1, capsize=4,
-                    zorder=2)
+        _error_bars(ax, frame[with_ci], "#1b1f24")
     ax.scatter(frame["x"], frame["y"], c=colours, s=90, edgecolors="#1b1f24", linewidths=0.8, zorder=3)
     ax.set_ylim(-0.03, 1.05)
     xlim = _padded_limits(frame["x"].to_numpy(), 0.0, 1.0, 0.3)
@@ -599,13 +609,12 @@ def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None) -> Plot
     name = "protect-rounds"
     caption = ("Each point is one round of the protect loop: the share of timelines the worst attack still "
                "attributes to their author (lower = more private) against the meaning the round's texts keep "
-               "(BERTScore F1 against the source, right = more kept), labelled by round (r0 = the starting move). The judge "
-               "attacks never steer the rewriting and decide the budget; the feedback attack does steer it.")
+               "(BERTScore F1 against the source, right = more kept), labelled by round (r0 = the starting move). "
+               "The judge attacks never steer the rewriting and decide the budget; the feedback attack does steer it.")
     problem = _missing(curve, ["round", "role", "accuracy_at_1", "meaning"])
     if problem:
         return _skipped(name, PROTECT_TITLE, caption, problem)
-    bounds = [_numeric(curve[c]).to_numpy() if c in curve.columns else np.full(len(curve), np.nan)
-              for c in ("accuracy_at_1_ci_low", "accuracy_at_1_ci_high")]
+    bounds = _interval(curve, "accuracy_at_1")
     frame = pd.DataFrame({"round": _numeric(curve["round"]).to_numpy(), "role": curve["role"].map(_text).to_numpy(),
                           "x": _numeric(curve["meaning"]).to_numpy(), "y": _numeric(curve["accuracy_at_1"]).to_numpy(),
                           "low": bounds[0], "high": bounds[1]})
@@ -622,10 +631,7 @@ def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None) -> Plot
         part = frame[frame["role"] == role].sort_values("round")
         if part.empty:
             continue
-        ci = part[with_ci[part.index]]
-        if len(ci):
-            yerr = np.vstack([(ci["y"] - ci["low"]).clip(lower=0), (ci["high"] - ci["y"]).clip(lower=0)])
-            ax.errorbar(ci["x"], ci["y"], yerr=yerr, fmt="none", ecolor=colour, elinewidth=1.1, capsize=4, zorder=2)
+        _error_bars(ax, part[with_ci[part.index]], colour)
         ax.plot(part["x"], part["y"], color=colour, marker="o" if k == 0 else "s", markersize=7, linewidth=1.4,
                 markeredgecolor="#1b1f24", label=words, zorder=3)
         for x, y, r in zip(part["x"], part["y"], part["round"], strict=True):  # judge above, feedback below
