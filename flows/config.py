@@ -354,8 +354,8 @@ class ProtectConfig(Section):
     start: str = Field("pseudonymize", description="Round 0's move on every document: pseudonymize or a strategy.")
     ladder: list[str | dict[str, Any]] | None = Field(
         None, description="Moves tried in order on documents still caught: pseudonymize, mask-evidence or a strategy "
-                          "(name, or {name, params}). Default: mask-evidence, stymask, mask-evidence, backtranslate "
-                          "(far pivot), syndiff, llm, dp at epsilon 50 then 10.")
+                          "(name, or {name, params}), or llm-anonymize. Default: mask-evidence, stymask, mask-evidence, "
+                          "backtranslate (far pivot), syndiff, llm, llm-anonymize, dp at epsilon 50 then 10.")
     max_rounds: int = Field(6, ge=0, le=100, description="Rounds after round 0.")
     meaning_floor: float = Field(0.80, ge=0.0, le=1.0, description="A move is kept only if BERTScore F1 against the "
                                  "source stays at or above this.")
@@ -663,6 +663,7 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
     """The protect loop's settings (tasks.protect.loop.ProtectSettings) from a run config's ``protect:`` section
     (its attack parameters, adversaries and timeline runs from ``privacy.reidentify`` unless set there), or the
     defaults without one; ``overrides`` (CLI flags) win. ConfigError naming the key on a bad value."""
+    from tasks.models.llm import llm_role_settings
     from tasks.protect.loop import ProtectSettings
     from tasks.protect.moves import DEFAULT_LADDER, OWN_MOVES, parse_ladder
 
@@ -675,7 +676,8 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
                   "on_fail": p.on_fail, "decide_on": p.decide_on, "adversaries": tuple(p.adversaries or reid.adversaries),
                   "timeline_posts": p.timeline_posts or reid.timeline_posts, "seed": cfg.seed,
                   "feedback": p.feedback, "judge": p.judge,
-                  "ladder": parse_ladder(p.ladder, "protect.ladder") if p.ladder is not None else DEFAULT_LADDER}
+                  "ladder": parse_ladder(p.ladder, "protect.ladder") if p.ladder is not None else DEFAULT_LADDER,
+                  "llm": llm_role_settings("llm", cfg.models.get("llm"))}
     values.update({k: v for k, v in overrides.items() if v is not None})
     for role in ("feedback", "judge"):
         if role in values:

@@ -30,7 +30,7 @@ def test_ladder_and_budget_errors_name_the_problem():
         Move("mask-evidence"), Move("dp", {"epsilon": 8.0}))
     assert Move("stymask").label == "strategy:stymask" and Move("mask-evidence").label == "mask-evidence"
     with pytest.raises(ConfigError, match=r"protect.ladder\[1\]: unknown move 'paint' \(known: pseudonymize, "
-                                          r"mask-evidence, backtranslate"):
+                                          r"mask-evidence, llm-anonymize, backtranslate"):
         parse_ladder(["stymask", "paint"], "protect.ladder")
     with pytest.raises(ConfigError, match=r"protect.ladder\[0\].params"):
         parse_ladder([{"name": "dp", "params": {"epsilon": "lots"}}], "protect.ladder")
@@ -78,3 +78,18 @@ def test_a_text_that_keeps_the_source_words_counts_as_unchanged(source, output, 
     from tasks.generate.base import is_unchanged
 
     assert is_unchanged(source, output) is unchanged
+
+
+@pytest.mark.slow
+def test_llm_anonymize_asks_the_offline_model_with_the_evidence_and_answers_each_text():
+    from tasks.models.llm import llm_backend_for
+    from tasks.protect.moves import anonymize_prompt, llm_anonymize
+
+    features = [("!!!", "char"), ("believe me", "word")]
+    prompt = anonymize_prompt("We will win, believe me!!!", features)
+    assert "'!!!', 'believe me'" in prompt and prompt.endswith("Text: We will win, believe me!!!\n\nRewritten text:")
+    backend = llm_backend_for("llm", {})
+    first = llm_anonymize(["We will win, believe me!!!"], [features], backend, seed=3, max_tokens=32)
+    again = llm_anonymize(["We will win, believe me!!!"], [features], backend, seed=3, max_tokens=32)
+    assert len(first) == 1 and first == again  # seeded: the same rewrite for the same request
+    assert first[0] is None or (first[0].strip() and not first[0].startswith("Rewritten text"))

@@ -25,7 +25,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,15 @@ from tasks.corpus.schema import CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, a
 from tasks.errors import ConfigError
 from tasks.intervals import wilson
 from tasks.protect.files import MOVE_COLUMN, PROTECT_LABEL, PROTECT_SUMMARY_KEYS, ROUND_COLUMN, ROUNDS_COLUMNS
-from tasks.protect.moves import DEFAULT_LADDER, MASK_EVIDENCE, PSEUDONYMIZE, Move, mask_evidence
+from tasks.protect.moves import (
+    DEFAULT_LADDER,
+    LLM_ANONYMIZE,
+    MASK_EVIDENCE,
+    PSEUDONYMIZE,
+    Move,
+    llm_anonymize,
+    mask_evidence,
+)
 from tasks.report.budgets import Bound, parse_budget
 from tasks.store import fingerprint_config
 
@@ -78,6 +86,7 @@ class ProtectSettings:
     evidence_top: int = 20
     pii_scope: str = "author"
     seed: int = 0
+    llm: Mapping[str, Any] = field(default_factory=dict)  # the llm role's settings (endpoint, model) for llm-anonymize
 
     def __post_init__(self) -> None:
         if self.max_rounds < 0 or self.max_rounds > 100:
@@ -100,7 +109,8 @@ class ProtectSettings:
                 "feedback": [[n, dict(p)] for n, p in self.feedback], "judge": [[n, dict(p)] for n, p in self.judge],
                 "adversaries": list(self.adversaries), "timeline_posts": self.timeline_posts,
                 "evidence_top": self.evidence_top, "pii": "pii_leakage" in {b.column for b in self.bounds},
-                "pii_scope": self.pii_scope, "seed": self.seed}
+                "pii_scope": self.pii_scope, "seed": self.seed,
+                "llm": dict(self.llm) if any(m.name == LLM_ANONYMIZE for m in self.ladder) else {}}
 
 
 @dataclass
@@ -226,6 +236,7 @@ class _Protector:
         self._strategies: dict[str, Any] = {}
         self._detector: Any = None
         self._embeddings: Any = None
+        self._llm: Any = None
         self.pii = "pii_leakage" in {b.column for b in settings.bounds}
         self.mappings: list[pd.DataFrame] = []
         self.doc_timeline = _timelines(self.corpus, self.sources, settings.timeline_posts).set_index("doc_id")["group_id"]
@@ -293,11 +304,22 @@ class _Protector:
                                                     detector=self.detector() if self.pii else None)
             self.mappings.append(mapping)
             out = replaced["text"].astype(str).tolist()
-        elif move.name == MASK_EVIDENCE:
+        elif move.name in (MASK_EVIDENCE, LLM_ANONYMIZE):
             by_group = {g: list(zip(f["feature"], f["kind"], strict=True))
                         for g, f in evidence.groupby("group_id", sort=False)} if len(evidence) else {}
-            out = [mask_evidence(t, by_group.get(self.doc_timeline.get(d), [])) for d, t in
-                   zip(rows["doc_id"], rows["text"].astype(str), strict=True)]
+            features = [by_group.get(self.doc_timeline.get(d), []) for d in rows["doc_id"]]
+            if move.name == MASK_EVIDENCE:
+                out = [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
+            else:
+                if self._llm is None:
+                    from tasks.models.llm import llm_backend_for
+
+                    self._llm = llm_backend_for("llm", dict(self.settings.llm))
+                    if type(self._llm).__name__ == "TransformersBackend":
+                        self.log("llm-anonymize: no LLM endpoint set; the small offline model on CPU rewrites "
+                                 "(slower and weaker than a served model)")
+                out = llm_anonymize(rows["text"].astype(str).tolist(), features, self._llm,
+                                    seed=self.settings.seed + round_)
         else:
             from tasks.generate.base import build_strategy, generate_synthetic
 
@@ -347,7 +369,7 @@ class _Protector:
         ladder = self.settings.ladder
         todo = caught[docs["rung"].to_numpy()[caught] < len(ladder)]
         evidence = pd.DataFrame()
-        if any(m.name == MASK_EVIDENCE for m in ladder) and len(todo):
+        if any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in ladder) and len(todo):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[todo]))
             timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
             evidence = self.attackers().evidence(timelines[timelines["group_id"].isin(groups)],

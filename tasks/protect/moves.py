@@ -6,6 +6,9 @@ A ladder is a list of moves tried in order, one rung per round for each document
 - ``mask-evidence``: the features the feedback attack says tied the document's timeline to its author
   (:meth:`tasks.privacy.attacks.Attack.evidence`) are removed or normalised where the document carries them
   (:func:`mask_evidence`);
+- ``llm-anonymize``: an LLM is shown the document and the attacker's evidence and asked to generalise what
+  gave the author away without inventing facts (Staab et al., ICLR 2025), through the client the ``llm``
+  strategy uses (a served model on GPU workers; the small offline model on CPU, slower and weaker);
 - any registered generation strategy (``stymask``, ``backtranslate``, ``syndiff``, ``llm``, ``dp``, ...) with
   its parameters, rewriting the document's current text.
 """
@@ -19,9 +22,9 @@ from typing import Any
 
 from tasks.errors import ConfigError, shown
 
-PSEUDONYMIZE, MASK_EVIDENCE = "pseudonymize", "mask-evidence"
+PSEUDONYMIZE, MASK_EVIDENCE, LLM_ANONYMIZE = "pseudonymize", "mask-evidence", "llm-anonymize"
 #: Moves that are not generation strategies.
-OWN_MOVES: tuple[str, ...] = (PSEUDONYMIZE, MASK_EVIDENCE)
+OWN_MOVES: tuple[str, ...] = (PSEUDONYMIZE, MASK_EVIDENCE, LLM_ANONYMIZE)
 
 
 @dataclass(frozen=True)
@@ -40,11 +43,12 @@ class Move:
         return self.name if not self.params else {"name": self.name, "params": dict(self.params)}
 
 
-#: The issue's default escalation, weakest first: evidence masking, then ever stronger strategies (the far
-#: pivot of back-translation, a syntax-guided paraphrase, an LLM paraphrase, DP rewriting at decreasing epsilon).
+#: The default escalation, weakest first: evidence masking, then ever stronger rewrites (the far pivot of
+#: back-translation, a syntax-guided paraphrase, an LLM paraphrase, the LLM anonymiser shown the evidence, DP
+#: rewriting at decreasing epsilon).
 DEFAULT_LADDER: tuple[Move, ...] = (
     Move(MASK_EVIDENCE), Move("stymask"), Move(MASK_EVIDENCE), Move("backtranslate", {"pivots": ["hbs"], "backend": "apertium"}),
-    Move("syndiff"), Move("llm"), Move("dp", {"epsilon": 50.0}), Move("dp", {"epsilon": 10.0}),
+    Move("syndiff"), Move("llm"), Move(LLM_ANONYMIZE), Move("dp", {"epsilon": 50.0}), Move("dp", {"epsilon": 10.0}),
 )
 
 
@@ -116,3 +120,33 @@ def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: 
         else:
             text = _words_containing(core, text, lowercase).sub(" ", text)
     return _tidy(text)
+
+
+#: The anonymiser's instruction: generalise what the attacker used, keep the meaning, invent nothing.
+ANONYMIZE_PROMPT = (
+    "An attacker recognised the author of the text below from these features of its writing: {features}.\n"
+    "Rewrite the text so that these features are generalised or removed and the author cannot be recognised. "
+    "Keep its meaning; use plain, neutral wording; do not invent any fact. Answer with the rewritten text only.\n\n"
+    "Text: {text}\n\nRewritten text:")
+
+
+def anonymize_prompt(text: str, features: Sequence[tuple[str, str]], limit: int = 12) -> str:
+    """The anonymiser's prompt for one document and its timeline's evidence (the first ``limit`` features)."""
+    shown_features = ", ".join(repr(f.strip()) for f, _ in features[:limit] if f.strip()) or "its style"
+    return ANONYMIZE_PROMPT.format(features=shown_features, text=text)
+
+
+def llm_anonymize(texts: Sequence[str], features: Sequence[Sequence[tuple[str, str]]], backend: Any, *,
+                  seed: int, max_tokens: int = 256) -> list[str | None]:
+    """One rewrite per text (None where the request failed or the answer is empty)."""
+    from tasks.models.llm import ChatRequest
+
+    requests = [ChatRequest(messages=[{"role": "user", "content": anonymize_prompt(t, f)}], temperature=0.3,
+                            top_p=0.9, max_tokens=max_tokens, seed=seed)
+                for t, f in zip(texts, features, strict=True)]
+    out: list[str | None] = []
+    for result in backend.complete(requests):
+        answer = (result.texts or [""])[0].strip() if result.ok else ""
+        answer = answer.removeprefix("Rewritten text:").strip().strip('"').strip()
+        out.append(answer or None)
+    return out

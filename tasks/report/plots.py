@@ -327,7 +327,7 @@ def _bounds(frame: pd.DataFrame, column: str) -> tuple[np.ndarray, np.ndarray]:
                  else np.full(len(frame), np.nan) for side in ("ci_low", "ci_high"))  # type: ignore[return-value]
 
 
-def _error_bars(ax, frame: pd.DataFrame, axis: str) -> bool:
+def _error_bars(ax, frame: pd.DataFrame, axis: str, colour: str = "#1b1f24") -> bool:
     """Draw the 95% interval of each point along ``axis`` (``x`` or ``y``: columns ``<axis>``, ``<axis>_low``,
     ``<axis>_high`` of ``frame``) where both bounds are known; whether any was drawn."""
     part = frame[frame[f"{axis}_low"].notna() & frame[f"{axis}_high"].notna()]
@@ -335,7 +335,7 @@ def _error_bars(ax, frame: pd.DataFrame, axis: str) -> bool:
         return False
     err = np.vstack([(part[axis] - part[f"{axis}_low"]).clip(lower=0),
                      (part[f"{axis}_high"] - part[axis]).clip(lower=0)])
-    ax.errorbar(part["x"], part["y"], **{f"{axis}err": err}, fmt="none", ecolor="#1b1f24", elinewidth=1.1,
+    ax.errorbar(part["x"], part["y"], **{f"{axis}err": err}, fmt="none", ecolor=colour, elinewidth=1.1,
                 capsize=4, zorder=2, gid=f"ci-{axis}")
     return True
 
@@ -620,33 +620,28 @@ def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None) -> Plot
     name = "protect-rounds"
     caption = ("Each point is one round of the protect loop: the share of timelines the worst attack still "
                "attributes to their author (lower = more private) against the meaning the round's texts keep "
-               "(BERTScore F1 against the source, right = more kept), labelled by round (r0 = the starting move). The judge "
-               "attacks never steer the rewriting and decide the budget; the feedback attack does steer it.")
+               "(BERTScore F1 against the source, right = more kept), labelled by round (r0 = the starting move). "
+               "The judge attacks never steer the rewriting and decide the budget; the feedback attack does steer it.")
     problem = _missing(curve, ["round", "role", "accuracy_at_1", "meaning"])
     if problem:
         return _skipped(name, PROTECT_TITLE, caption, problem)
-    bounds = [_numeric(curve[c]).to_numpy() if c in curve.columns else np.full(len(curve), np.nan)
-              for c in ("accuracy_at_1_ci_low", "accuracy_at_1_ci_high")]
+    low, high = _bounds(curve, "accuracy_at_1")
     frame = pd.DataFrame({"round": _numeric(curve["round"]).to_numpy(), "role": curve["role"].map(_text).to_numpy(),
                           "x": _numeric(curve["meaning"]).to_numpy(), "y": _numeric(curve["accuracy_at_1"]).to_numpy(),
-                          "low": bounds[0], "high": bounds[1]})
+                          "y_low": low, "y_high": high})
     frame = frame[frame["role"].isin(list(PROTECT_SERIES))].dropna(subset=["round", "x", "y"])
     if frame.empty:
         return _skipped(name, PROTECT_TITLE, caption, "needs at least 1 round with finite accuracy@1 and meaning")
     fig = new_figure()
     ax = fig.add_subplot()
     _style_axes(ax)
-    with_ci = frame["low"].notna() & frame["high"].notna()
-    if with_ci.any():
+    if (frame["y_low"].notna() & frame["y_high"].notna()).any():
         caption += " Bars: the 95% interval (Wilson) of each share."
     for k, (role, (colour, words)) in enumerate(PROTECT_SERIES.items()):
         part = frame[frame["role"] == role].sort_values("round")
         if part.empty:
             continue
-        ci = part[with_ci[part.index]]
-        if len(ci):
-            yerr = np.vstack([(ci["y"] - ci["low"]).clip(lower=0), (ci["high"] - ci["y"]).clip(lower=0)])
-            ax.errorbar(ci["x"], ci["y"], yerr=yerr, fmt="none", ecolor=colour, elinewidth=1.1, capsize=4, zorder=2)
+        _error_bars(ax, part, "y", colour)
         ax.plot(part["x"], part["y"], color=colour, marker="o" if k == 0 else "s", markersize=7, linewidth=1.4,
                 markeredgecolor="#1b1f24", label=words, zorder=3)
         for x, y, r in zip(part["x"], part["y"], part["round"], strict=True):  # judge above, feedback below
