@@ -93,3 +93,17 @@ def test_llm_anonymize_asks_the_offline_model_with_the_evidence_and_answers_each
     again = llm_anonymize(["We will win, believe me!!!"], [features], backend, seed=3, max_tokens=32)
     assert len(first) == 1 and first == again  # seeded: the same rewrite for the same request
     assert first[0] is None or (first[0].strip() and not first[0].startswith("Rewritten text"))
+
+
+def test_bertscore_keeps_only_the_references_when_candidates_are_scored_once(tmp_path):
+    from tasks.metrics.meaning import bertscore
+    from tasks.models.embeddings import EmbeddingCache
+
+    candidates, references = ["the cat sat on a mat", "we shall win"], ["a cat sat on the mat", "we will win, believe me"]
+    plain = bertscore(candidates, references).scores
+    cache = EmbeddingCache(tmp_path / "e.sqlite")
+    once = bertscore(candidates, references, cache=cache, cache_candidates=False).scores
+    assert once.to_numpy() == pytest.approx(plain.to_numpy(), abs=1e-6)
+    assert cache.misses == len(references)  # the candidates were not stored
+    again = bertscore(candidates, references, cache=cache, cache_candidates=False).scores
+    assert cache.hits == len(references) and again.to_numpy() == pytest.approx(plain.to_numpy(), abs=1e-6)

@@ -111,10 +111,11 @@ def bertscore_layer(spec: ModelSpec, layer: int | None = None) -> int:
 def bertscore(candidates: Sequence[str], references: Sequence[str], *, spec: ModelSpec | None = None,
               layer: int | None = None, idf: bool = False, idf_sentences: Sequence[str] | None = None,
               baseline_path: str | Path | None = None, cache: EmbeddingCache | None = None,
-              batch_size: int = 64, bert_score_padding: bool = True) -> MetricResult:
+              batch_size: int = 64, bert_score_padding: bool = True, cache_candidates: bool = True) -> MetricResult:
     """BERTScore P/R/F1 of each candidate against its reference (columns bertscore_p, bertscore_r,
     bertscore_f1); see the module docstring for every choice. ``spec`` defaults to the token encoder
-    role's default and ``layer`` to ``spec.layer`` or the model's last layer."""
+    role's default and ``layer`` to ``spec.layer`` or the model's last layer. ``cache_candidates`` False keeps
+    only the references' embeddings in ``cache`` (candidates that are scored once)."""
     candidates, references = list(candidates), list(references)
     if len(candidates) != len(references):
         raise ValueError(f"bertscore: {len(candidates)} candidates but {len(references)} references")
@@ -142,7 +143,10 @@ def bertscore(candidates: Sequence[str], references: Sequence[str], *, spec: Mod
     for start in range(0, n, chunk):
         cands = candidates[start:start + chunk]
         refs = references[start:start + chunk]
-        embs = token_embeddings(cands + refs, spec, layer, cache=cache)  # forward batches by token budget
+        if cache_candidates:
+            embs = token_embeddings(cands + refs, spec, layer, cache=cache)  # forward batches by token budget
+        else:  # candidates scored once (the protect loop's): only the references are worth keeping
+            embs = list(token_embeddings(cands, spec, layer)) + list(token_embeddings(refs, spec, layer, cache=cache))
         c_emb, r_emb = embs[:len(cands)], embs[len(cands):]
         c_w = [weights(t) for t in cands]
         r_w = [weights(t) for t in refs]

@@ -276,7 +276,7 @@ class _Protector:
             if self._embeddings is None:  # sources and earlier rounds' texts are embedded once
                 self._embeddings = EmbeddingCache(self.folder.parent / "embeddings.sqlite")
             scores = bertscore([candidates[i] for i in differ], [references[i] for i in differ],
-                               cache=self._embeddings).scores["bertscore_f1"].to_numpy(float)
+                               cache=self._embeddings, cache_candidates=False).scores["bertscore_f1"].to_numpy(float)
             out[differ] = scores
         return out
 
