@@ -28,7 +28,6 @@ import cProfile
 import multiprocessing as mp
 import os
 import pstats
-import resource
 import sys
 import tempfile
 import time
@@ -38,16 +37,12 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.reidentify import SIZES, simulated_data
+from benchmarks.reidentify import SIZES, in_fresh_process, peak_gb, simulated_data
 from tasks.corpus.schema import STATUS_OK
 
 #: The issue's target for every round after the first, and for the peak RSS.
 ROUND_TARGET_S, PEAK_TARGET_GB = 20.0, 4.0
 DEFAULT_LADDER = "mask-evidence,stymask,mask-evidence"
-
-
-def _peak_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
 def _child(hist: str, syn_paths: dict[float, str], options: dict, cache: str, queue: mp.Queue) -> None:
@@ -66,7 +61,7 @@ def _child(hist: str, syn_paths: dict[float, str], options: dict, cache: str, qu
         peaks: list[float] = []
 
         def log(line: str, peaks: list[float] = peaks, strength: float = strength) -> None:
-            peaks.append(_peak_gb())
+            peaks.append(peak_gb())
             print(f"  [rewrite {strength:g}] {line}", flush=True)
 
         result = protect_corpus(corpus, hist, settings, cache_dir=cache, corpus_fingerprint=fingerprint_file(path),
@@ -80,13 +75,7 @@ def _child(hist: str, syn_paths: dict[float, str], options: dict, cache: str, qu
 
 def run_child(hist: str, syn_paths: dict[float, str], options: dict, cache: str) -> list:
     """[(strength, rounds table, peak RSS GB after each round, verdict)] of the loop in a fresh process."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(hist, syn_paths, options, cache, queue))
-    proc.start()
-    out = queue.get()
-    proc.join()
-    return out
+    return in_fresh_process(_child, hist, syn_paths, options, cache)
 
 
 def time_pseudonymize(corpus: pd.DataFrame, n: int) -> tuple[float, float]:
