@@ -26,7 +26,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.reidentify import simulated_data
+from benchmarks.reidentify import in_fresh_process, simulated_data
 from tasks.privacy.attacks import build_attack, run_attacks
 from tasks.privacy.attribution import held_out_doc_ids
 
@@ -50,13 +50,7 @@ def _child(attack: str, setting: str, hist: str, syn_paths: dict[float, str], qu
 
 def run_child(attack: str, setting: str, hist: str, syn_paths: dict[float, str]) -> tuple[float, list, float]:
     """(profiling s, [(strength, attack s, summary)], peak RSS GB) of one attack and setting in a fresh process."""
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(attack, setting, hist, syn_paths, queue))
-    proc.start()
-    out = queue.get()
-    proc.join()
-    return out
+    return in_fresh_process(_child, attack, setting, hist, syn_paths)
 
 
 def main() -> None:

@@ -28,7 +28,9 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -68,7 +70,7 @@ def simulated_data(data: Path, n_users: int, n_posts: int, n_tl: int, n_syn: int
     return hist, syn_paths
 
 
-def _peak_gb() -> float:
+def peak_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
 
 
@@ -89,18 +91,23 @@ def _child(attack: str, setting: str, hist: str, syn_paths: dict[float, str], st
             t0 = time.perf_counter()
             res = stylometric_attack(profiles, syn, setting)  # type: ignore[arg-type]
             out.append((strength, t_profile + time.perf_counter() - t0, t_profile, res.summary))
-    queue.put((out, _peak_gb()))
+    queue.put((out, peak_gb()))
 
 
-def run_child(attack: str, setting: str, hist: str, syn_paths: dict[float, str], stylo: dict) -> tuple[list, float]:
-    """([(strength, wall s, of which profiling s, summary)], peak RSS GB) of one attack in a fresh process."""
+def in_fresh_process(target: Callable[..., None], *args: Any) -> Any:
+    """What ``target(*args, queue)`` puts on its queue, run in a fresh (spawned) process: its peak RSS is its own."""
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(attack, setting, hist, syn_paths, stylo, queue))
+    proc = ctx.Process(target=target, args=(*args, queue))
     proc.start()
     out = queue.get()
     proc.join()
     return out
+
+
+def run_child(attack: str, setting: str, hist: str, syn_paths: dict[float, str], stylo: dict) -> tuple[list, float]:
+    """([(strength, wall s, of which profiling s, summary)], peak RSS GB) of one attack in a fresh process."""
+    return in_fresh_process(_child, attack, setting, hist, syn_paths, stylo)
 
 
 def sklearn_reference(hist: str, syn: pd.DataFrame, sample: int, stylo: dict, n_posts: int) -> dict:
