@@ -175,6 +175,8 @@ def load_causal_lm(spec: ModelSpec) -> tuple[Any, Any]:
     ``gguf`` package), which takes ~15 s on CPU for SmolLM2-135M."""
     _check_kind(spec, "hf-causal-lm", "gguf-causal-lm")
     tokenizer = load_tokenizer(spec)
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:  # batched prompts are padded; some
+        tokenizer.pad_token = tokenizer.eos_token  # tokenizers (SmolLM2's GGUF under transformers 5.17) ship none
     local = _offline(spec)
     try:
         from transformers import AutoModelForCausalLM
