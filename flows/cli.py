@@ -24,6 +24,8 @@ from tasks.errors import InputError, SynthUGCError, key_path, shown
 if TYPE_CHECKING:
     import pandas as pd
 
+    from tasks.protect.loop import ProtectResult
+
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
                   pretty_exceptions_enable=False, add_completion=False)
 datasets_app = typer.Typer(help="Public datasets shipped inside packages.", no_args_is_help=True)
@@ -336,21 +338,21 @@ def generate(
                f"validation -> {written.out} (failed inputs: {written.failed_inputs})")
 
 
-def write_protect_output(result: object, out: Path) -> None:
+def write_protect_output(result: ProtectResult, out: Path) -> None:
     """The protected table, its rounds, failures and summary beside it, the pseudonym mapping under private/:
     each written atomically, the table last (its presence says the others are complete)."""
     from tasks.corpus.importers import write_parquet_atomic
     from tasks.protect.files import protect_paths
 
     paths = protect_paths(out)
-    write_parquet_atomic(result.rounds, paths.rounds)  # type: ignore[attr-defined]
-    write_parquet_atomic(result.failures, paths.failures)  # type: ignore[attr-defined]
-    if len(result.mapping):  # type: ignore[attr-defined]
-        write_parquet_atomic(result.mapping, paths.private / f"{out.name.removesuffix('.parquet')}.pii_mapping.parquet")  # type: ignore[attr-defined]
+    write_parquet_atomic(result.rounds, paths.rounds)
+    write_parquet_atomic(result.failures, paths.failures)
+    if len(result.mapping):
+        write_parquet_atomic(result.mapping, paths.private / f"{out.name.removesuffix('.parquet')}.pii_mapping.parquet")
     tmp = paths.summary.with_name(paths.summary.name + ".tmp")
-    tmp.write_text(json.dumps(result.summary, indent=2, sort_keys=True))  # type: ignore[attr-defined]
+    tmp.write_text(json.dumps(result.summary, indent=2, sort_keys=True))
     os.replace(tmp, paths.summary)
-    write_parquet_atomic(result.table, paths.table)  # type: ignore[attr-defined]
+    write_parquet_atomic(result.table, paths.table)
 
 
 @app.command()
