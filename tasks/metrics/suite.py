@@ -101,6 +101,17 @@ def _options_read(names: Sequence[str]) -> set[str]:
     return {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
 
 
+#: The options that name a model or pipeline :func:`prepare_metrics` loads (transformers, sentence-transformers, spaCy).
+MODEL_OPTIONS = frozenset({"token_encoder", "sentence_encoder", "style_encoder", "pos_tagger", "transfer_classifier"})
+
+
+def loads_models(names: Sequence[str]) -> bool:
+    """Whether the named metrics load a model (:data:`MODEL_OPTIONS`) or scan for PII (spaCy). Only then are
+    the model libraries imported before a fan-out: the import takes seconds that model-free metrics (BLEU
+    divergence, character JSD) need not pay."""
+    return bool(_options_read(names) & MODEL_OPTIONS) or catalogue.reads_pii(names)
+
+
 #: The shared, lazily loaded resources each metric reads (loaded by :func:`prepare_metrics` before a fan-out).
 def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: str) -> None:
     """Load, in this process, every shared resource the named metrics read (models through the loaders'
@@ -403,7 +414,8 @@ def _run(jobs: list[Job], client: Any, names: Sequence[str], options: MetricOpti
     here, in order."""
     if client is None:
         return [func(*args) for _, func, args in jobs]
-    import_model_libraries()
+    if loads_models(names):
+        import_model_libraries()
     prepare_workers(client, functools.partial(prepare_metrics, names, options, cache_path))
     return client.gather([client.submit(func, *args, pure=False) for _, func, args in jobs])
 
