@@ -282,7 +282,7 @@ def wait_final(run_id: Any, timeout: float = 150, after: float | None = None) ->
             return run
         return None
 
-    return _wait(check, timeout, f"flow run {run_id} final", poll=1.0)
+    return _wait(check, timeout, f"flow run {run_id} final", poll=0.2)  # one small API read per poll
 
 
 def manifest(config: Path) -> dict:

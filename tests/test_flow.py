@@ -284,6 +284,7 @@ def test_llm_profiling_stage_with_the_offline_llm(sample_corpus, isolated):
     config["generate"]["strategies"] = [{"name": "stymask"}]
     config["privacy"] = {"membership": {"enabled": False}, "reidentify": {"enabled": False},
                          "llm_profiling": {"enabled": True, "max_tokens": 8, "n": 1}}
+    config["utility"] = {"enabled": False}  # nothing here reads the utility runs
     summary = experiment_from_mapping(config)
     assert summary.stages["llm-profile[stymask]"] == "Completed"
     scores = pd.read_parquet(root / "t" / "privacy" / "stymask" / "llm_profiling_scores.parquet")

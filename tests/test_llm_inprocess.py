@@ -92,6 +92,19 @@ def test_greedy_decode_equals_transformers_generate(smollm2: tuple[object, objec
 
 
 @pytest.mark.slow
+def test_roles_naming_one_model_share_its_one_load(smollm2: tuple[object, object]) -> None:
+    """SmolLM2 is the offline llm, paraphraser and profiling_llm: every role gets the one loaded copy (the GGUF
+    is dequantised once per process, not once per role)."""
+    from tasks.models.loaders import load_causal_lm
+
+    for role in ("paraphraser", "profiling_llm"):
+        spec = resolve_model(role)
+        assert spec.role == role and spec.path == resolve_model("llm").path
+        tokenizer, model = load_causal_lm(spec)
+        assert tokenizer is smollm2[0] and model is smollm2[1]
+
+
+@pytest.mark.slow
 def test_batched_greedy_equals_unbatched_in_request_order() -> None:
     """Prompts of different lengths in one left-padded, length-sorted batch give what each gives alone, in
     request order; one of them stops early on a stop string."""

@@ -193,6 +193,36 @@ def test_pii_scan_parses_feed_the_pos_metrics_and_change_no_score(tmp_path, opti
     pd.testing.assert_frame_equal(shared.distribution_scores, alone.distribution_scores)
 
 
+MODEL_LIBRARIES = ("torch", "transformers", "sentence_transformers", "spacy")
+
+
+def test_model_free_metrics_on_dask_import_no_model_library(tmp_path):
+    """BLEU divergence and character JSD read no model: scored on a Dask client, in a fresh process, they are
+    computed without importing torch, transformers, sentence-transformers or spaCy (seconds a CLI run of
+    model-free metrics used to spend before its fan-out); a metric that reads one still imports them first."""
+    script = f"""
+import sys
+sys.path.insert(0, {str(Path(__file__).parent)!r})
+from test_metrics_suite import MODEL_LIBRARIES, _corpus, _synthetic
+from tasks.metrics.suite import MetricOptions, loads_models, score_strategy
+from tasks.parallel import dask_client
+
+corpus = _corpus()
+with dask_client(threads_per_worker=2) as client:
+    result = score_strategy(corpus, _synthetic(corpus), ["bleu_divergence", "char_jsd"], MetricOptions(),
+                            {str(tmp_path / "cache.sqlite")!r}, client=client)
+print(sorted(set(result.distribution_scores.dropna(subset=["value"])["metric"])))
+print([name for name in MODEL_LIBRARIES if name in sys.modules])
+print(loads_models(["pos_jsd"]), loads_models(["bertscore_f1"]), loads_models(["pii_leakage"]))
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    scored, imported, reads = proc.stdout.splitlines()[-3:]
+    assert scored == "['bleu_divergence', 'char_jsd']"
+    assert imported == "[]"
+    assert reads == "True True True"  # spaCy's tagger, an encoder, the PII scan: imported before the fan-out
+
+
 def test_unknown_metric_names_are_rejected():
     with pytest.raises(ValueError, match="unknown metric 'bleurt'"):
         check_metric_names(["bertscore_f1", "bleurt"])

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -27,8 +27,25 @@ from tasks.store import ArtifactRef, ArtifactStore
 pytestmark = pytest.mark.slow
 
 
+@pytest.fixture(scope="module")
+def module_prefect_home(tmp_path_factory) -> Path:
+    """One Prefect home for this module's runs: its database is created and migrated by the first run's server
+    (seconds that each later test's first server would spend again on a fresh home)."""
+    return tmp_path_factory.mktemp("prefect-home")
+
+
+@pytest.fixture(autouse=True)
+def prefect_home(tmp_path, module_prefect_home) -> Iterator[Path]:
+    """``tmp/prefect-home``, the module's Prefect home; each test starts and must end with no server recorded
+    in it, so what one test's runs leave there cannot reach the next test."""
+    (tmp_path / "prefect-home").symlink_to(module_prefect_home, target_is_directory=True)
+    assert _server_records(tmp_path) == {}
+    yield module_prefect_home
+    assert _server_records(tmp_path) == {}
+
+
 def _env(tmp: Path) -> dict[str, str]:
-    """The user's environment with a Prefect home of this test's own (its database and server records)."""
+    """The user's environment with the module's Prefect home (its database and server records)."""
     return {**os.environ, "PREFECT_HOME": str(tmp / "prefect-home")}
 
 

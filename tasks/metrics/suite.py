@@ -102,29 +102,55 @@ def _options_read(names: Sequence[str]) -> set[str]:
     return {option for name in names if (metric := catalogue.lookup(name)) for option in metric.options}
 
 
-#: The shared, lazily loaded resources each metric reads (loaded by :func:`prepare_metrics` before a fan-out).
+def _load_token_encoder(options: MetricOptions) -> None:
+    from tasks.models.loaders import load_token_encoder
+    from tasks.models.registry import resolve_model
+
+    load_token_encoder(options.token_encoder or resolve_model("token_encoder"))
+
+
+def _load_sentence_encoder(options: MetricOptions) -> None:
+    from tasks.models.loaders import load_sentence_encoder
+    from tasks.models.registry import resolve_model
+
+    load_sentence_encoder(options.sentence_encoder or resolve_model("sentence_encoder"))
+
+
+def _load_tagger(options: MetricOptions) -> None:
+    from tasks.models.style_encoders import resolve_tagger
+
+    resolve_tagger(options.pos_tagger)
+
+
+#: What :func:`prepare_metrics` loads for each suite option that names a model or pipeline (transformers,
+#: sentence-transformers, spaCy); the style encoder reads the tagger too.
+MODEL_LOADS: dict[str, Callable[[MetricOptions], Any]] = {
+    "token_encoder": _load_token_encoder,
+    "sentence_encoder": _load_sentence_encoder,
+    "style_encoder": lambda options: (catalogue.style_encoder(options), _load_tagger(options)),
+    "pos_tagger": _load_tagger,
+    "transfer_classifier": lambda options: catalogue.transfer_classifier(options.transfer_classifier),
+}
+
+
+def loads_models(names: Sequence[str]) -> bool:
+    """Whether the named metrics load a model (:data:`MODEL_LOADS`) or scan for PII (spaCy). Only then are
+    the model libraries imported before a fan-out: the import takes seconds that model-free metrics (BLEU
+    divergence, character JSD) need not pay."""
+    return bool(_options_read(names) & MODEL_LOADS.keys()) or catalogue.reads_pii(names)
+
+
 def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: str) -> None:
     """Load, in this process, every shared resource the named metrics read (models through the loaders'
     cache, the TextBlob/VADER lexicons, the spaCy tagger, the embedding cache file), so the shards and
     metric tasks that start together on one worker's threads find them loaded instead of racing to load
     them. Each worker process runs it once before the fan-out (:func:`tasks.parallel.prepare_workers`)."""
-    from tasks.models.loaders import load_sentence_encoder, load_token_encoder
-    from tasks.models.registry import resolve_model
-    from tasks.models.style_encoders import resolve_tagger
-
     reads = _options_read(names)
     with EmbeddingCache(cache_path) as cache:
         len(cache)  # creates the file and switches it to WAL once, before concurrent connections
-    if "token_encoder" in reads:
-        load_token_encoder(options.token_encoder or resolve_model("token_encoder"))
-    if "sentence_encoder" in reads:
-        load_sentence_encoder(options.sentence_encoder or resolve_model("sentence_encoder"))
-    if "style_encoder" in reads:
-        catalogue.style_encoder(options)
-    if reads & {"style_encoder", "pos_tagger"}:
-        resolve_tagger(options.pos_tagger)
-    if "transfer_classifier" in reads:
-        catalogue.transfer_classifier(options.transfer_classifier)
+    for option, load in MODEL_LOADS.items():
+        if option in reads:
+            load(options)
     if catalogue.reads_pii(names):
         from tasks.privacy.pii import prepare
 
@@ -407,7 +433,8 @@ def _run(jobs: list[Job], client: Any, names: Sequence[str], options: MetricOpti
     here, in order."""
     if client is None:
         return [func(*args) for _, func, args in jobs]
-    import_model_libraries()
+    if loads_models(names):
+        import_model_libraries()
     prepare_workers(client, functools.partial(prepare_metrics, names, options, cache_path))
     return client.gather([client.submit(func, *args, pure=False) for _, func, args in jobs])
 

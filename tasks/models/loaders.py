@@ -1,4 +1,6 @@
-"""Offline loaders, one process-wide instance per ModelSpec (cached on the frozen spec).
+"""Offline loaders, one process-wide instance per model (cached on the frozen spec less its role: the roles
+that resolve to one model, as SmolLM2 is the offline ``llm``, ``paraphraser`` and ``profiling_llm``, share
+one load instead of dequantising the same weights once per role).
 
 Loads are serialised by one process-wide lock: metrics fan out on threads (the local Dask cluster), and
 without it two threads would load the same model twice or race inside transformers' lazy imports (which
@@ -10,6 +12,7 @@ Loading never reaches the internet unless the spec allows downloads: the HF offl
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import threading
@@ -31,17 +34,25 @@ TORCH_RNG_LOCK = threading.RLock()
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _load_key(value: Any) -> Any:
+    """What a cached load is keyed by: a spec less its role (the model, whoever asks), anything else as is."""
+    return dataclasses.replace(value, role="") if isinstance(value, ModelSpec) else value
+
+
 def cache(func: F) -> F:
-    """functools.cache whose first (loading) call per spec runs under the process-wide load lock."""
-    cached = functools.cache(func)
+    """functools.cache keyed by :func:`_load_key` of each argument, whose first (loading) call per model runs
+    under the process-wide load lock; a failed load is not cached (its error names the role that asked)."""
+    loaded: dict[Any, Any] = {}
 
     @functools.wraps(func)
     def locked(*args: Any, **kwargs: Any) -> Any:
+        key = (tuple(map(_load_key, args)), tuple(sorted((k, _load_key(v)) for k, v in kwargs.items())))
         with _LOAD_LOCK:
-            return cached(*args, **kwargs)
+            if key not in loaded:
+                loaded[key] = func(*args, **kwargs)
+            return loaded[key]
 
-    locked.cache_clear = cached.cache_clear  # type: ignore[attr-defined]
-    locked.cache_info = cached.cache_info  # type: ignore[attr-defined]
+    locked.cache_clear = loaded.clear  # type: ignore[attr-defined]
     return locked  # type: ignore[return-value]
 
 
