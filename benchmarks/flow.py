@@ -80,7 +80,7 @@ class StageMeter:
         with self._lock:
             self._current, self._started, self._peak = name, time.perf_counter(), rss_bytes()
 
-    def finished(self, name: str, state: str) -> None:
+    def finished(self, name: str, state: str, seconds: float) -> None:  # flows.progress's reporter protocol
         with self._lock:
             seconds = time.perf_counter() - self._started
             peak = max(self._peak, rss_bytes())
