@@ -21,16 +21,3 @@ def pytest_unconfigure(config) -> None:
 
     logging.raiseExceptions = False
 
-
-#: The test files that take longest (`pytest --durations`, each a minute or more on 2 cores), started first: with
-#: `--dist loadfile` a long file that starts last leaves the other worker idle while it runs.
-LONGEST_FIRST: tuple[str, ...] = (
-    "test_flow_conventions.py", "test_flow.py", "test_dp_audit.py", "test_release.py", "test_run_lock.py",
-    "test_generate_robustness.py", "test_cluster.py", "test_deployments.py", "test_protect.py", "test_pii_flow.py",
-    "test_generate_llm.py", "test_protect_run.py", "test_faults.py", "test_executor.py", "test_report_e2e.py")
-
-
-def pytest_collection_modifyitems(session, config, items) -> None:
-    """Longest files first, the rest in their usual order (a stable sort: tests keep their order in a file)."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

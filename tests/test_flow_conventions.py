@@ -16,7 +16,7 @@ import yaml
 from flows.experiment import experiment_from_mapping
 from tasks.corpus.datasets import fetch_dataset
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]  # the whole flow at 8,862 sentences
+pytestmark = [pytest.mark.slow, pytest.mark.scale, pytest.mark.timeout(2400)]  # the whole flow at 8,862 sentences
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = REPO / "deployments" / "configs" / "conventions.yaml"
 STRATEGIES = ("stymask", "syntr")
