@@ -129,3 +129,18 @@ def test_malformed_budget_exits_2_naming_the_problem(world, budget, said):
     log, _ = proc.communicate(timeout=120)
     assert proc.returncode == 2 and log.strip().splitlines()[-1].startswith(f"synthugc: error: {said}"), log
     assert "Traceback" not in log
+
+
+def test_the_corpus_as_its_own_history_gives_the_disjoint_adversary_nothing_and_exits_2(world):
+    """Without --histories the corpus is the history; the disjoint adversary would then hold nothing and every
+    budget would read as met: refused in one line, before any model loads."""
+    out = world["root"] / "own" / "P.parquet"
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "protect", "--corpus", str(world["corpus"]), "--out",
+                           str(out), "--adversary", "disjoint"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parent.parent, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        f"synthugc: error: file {world['corpus']}, column 'doc_id': the histories hold no document outside the "
+        f"corpus, so the disjoint adversary would have nothing to attack with; give the users' other posts "
+        f"(--histories) or the full adversary (--adversary full)"), proc.stderr
+    assert not out.exists()

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from tasks.corpus.schema import CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
 from tasks.errors import ConfigError
@@ -225,13 +226,14 @@ def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | Non
 
 class _Protector:
     def __init__(self, corpus: pd.DataFrame, histories: str, settings: ProtectSettings, folder: Path,
-                 log: Callable[[str], None]) -> None:
+                 log: Callable[[str], None], histories_fingerprint: str) -> None:
         self.corpus = corpus.reset_index(drop=True)
         self.sources = self.corpus["text"].astype(str)
         self.settings = settings
         self.folder = folder
         self.log = log
         self.histories = histories
+        self.histories_fingerprint = histories_fingerprint
         self._attackers: _Attackers | None = None
         self._strategies: dict[str, Any] = {}
         self._detector: Any = None
@@ -248,9 +250,7 @@ class _Protector:
 
             halves_dir = self.folder.parent / "histories"
             halves_dir.mkdir(parents=True, exist_ok=True)
-            from tasks.store import fingerprint_file
-
-            stem = f"{fingerprint_file(self.histories)[:16]}-{self.settings.seed}"
+            stem = f"{self.histories_fingerprint[:16]}-{self.settings.seed}"  # the caller's: not hashed again
             feedback, judge = halves_dir / f"{stem}-feedback.parquet", halves_dir / f"{stem}-judge.parquet"
             if not (feedback.exists() and judge.exists()):
                 split_histories_by_author(self.histories, feedback, judge, seed=self.settings.seed)
@@ -474,6 +474,27 @@ def _figures(state: RoundState, summaries: list[dict[str, Any]], decide_on: str,
     return figures
 
 
+def _check_disjoint_histories(corpus: pd.DataFrame, histories: str, settings: ProtectSettings) -> None:
+    """The disjoint adversary holds only the users' other documents: histories with none outside the corpus
+    (the corpus given as its own history) would leave every attack without data and, with no other adversary,
+    every budget "met"."""
+    if set(settings.adversaries) != {"disjoint"}:
+        return
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from tasks.errors import InputError
+
+    if "doc_id" not in pq.ParquetFile(histories).schema_arrow.names:
+        raise InputError("the disjoint adversary needs the histories' doc_id", file=histories, column="doc_id")
+    ids = pq.read_table(histories, columns=["doc_id"]).column("doc_id").cast("string")
+    inside = pc.is_in(ids, value_set=pa.array(corpus["doc_id"].astype(str).tolist(), pa.string()))
+    if not pc.any(pc.invert(inside)).as_py():
+        raise InputError("the histories hold no document outside the corpus, so the disjoint adversary would have "
+                         "nothing to attack with; give the users' other posts (--histories) or the full adversary "
+                         "(--adversary full)", file=histories, column="doc_id")
+
+
 def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings: ProtectSettings, *,
                    cache_dir: str | os.PathLike, corpus_fingerprint: str, histories_fingerprint: str,
                    log: Callable[[str], None] = lambda _line: None) -> ProtectResult:
@@ -486,7 +507,8 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
     key = fingerprint_config({"corpus": corpus_fingerprint, "histories": histories_fingerprint,
                               "code": code_version(*ROUND_CODE), **settings.round_key()})[:24]
     folder = Path(cache_dir) / key
-    protector = _Protector(corpus, os.fspath(histories), settings, folder, log)
+    _check_disjoint_histories(corpus, os.fspath(histories), settings)
+    protector = _Protector(corpus, os.fspath(histories), settings, folder, log, histories_fingerprint)
     bounds = settings.bounds
     rounds: list[dict[str, Any]] = []
     state: RoundState | None = None
