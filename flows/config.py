@@ -321,6 +321,12 @@ class ReportConfig(Section):
         "bound", description="Decide the budget on the 95% interval's bound (a risk's upper bound, utility's and "
                              "meaning's lower bound; a straddled budget is 'undecided') or on the point estimate "
                              "alone.")
+    adversaries: list[Literal["full", "disjoint"]] | None = Field(
+        None, min_length=1,
+        description="The threat model the budget is stated against: the adversary settings whose worst case its "
+                    "re-identification figures take (default: every setting the run measured). For sharing data, "
+                    "disjoint (the adversary holds the users' other posts); full assumes the originals leaked. The "
+                    "report still shows every setting.")
 
     @field_validator("require")
     @classmethod

@@ -285,7 +285,8 @@ def report_options(cfg: ExperimentConfig, facts: Mapping[str, str]) -> stages.Re
         level=cfg.utility.task, families=tuple((s.key, s.name) for s in cfg.generate.strategies)
         + (((PROTECT_LABEL, PROTECT_LABEL),) if cfg.protect.enabled else ()),
         utility_signature=utility_signature(cfg), goals=tuple(cfg.report.goals), examples=cfg.report.examples,
-        seed=cfg.seed, budget=cfg.report.require, decide_on=cfg.report.decide_on, n_bootstrap=cfg.utility.n_bootstrap)
+        seed=cfg.seed, budget=cfg.report.require, decide_on=cfg.report.decide_on, n_bootstrap=cfg.utility.n_bootstrap,
+        budget_adversaries=tuple(cfg.report.adversaries) if cfg.report.adversaries else None)
 
 
 def report_params(cfg: ExperimentConfig, results: Mapping[str, StageResult], failed: Mapping[str, str],

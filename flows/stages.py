@@ -170,6 +170,7 @@ class ReportOptions:
     budget: str | None = None
     decide_on: str = "bound"
     n_bootstrap: int = N_RESAMPLES  # resamples of the utility scores' intervals (utility.n_bootstrap)
+    budget_adversaries: tuple[str, ...] | None = None  # report.adversaries: the budget's threat model
 
 
 def _stage(name: str, **options: Any):
@@ -417,7 +418,7 @@ def report(results: list[StageResult], human_eval: list[ArtifactRef], failed_sta
         families=dict(o.families), failed_stages=failed_stages, utility_signature=o.utility_signature,
         human_eval_dir=Path(human_eval[0].path).parent if human_eval else None, examples=o.examples, seed=o.seed,
         goals=[parse_goal(g) for g in o.goals], budget=o.budget, decide_on=o.decide_on, n_bootstrap=o.n_bootstrap,
-        read_text=store.read_text)
+        budget_adversaries=o.budget_adversaries, read_text=store.read_text)
     out = place.writer("report")
     out.table("scores", data.summary)
     if data.utility_runs is not None:

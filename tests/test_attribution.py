@@ -137,5 +137,5 @@ def test_summary_intervals_equal_scipy_and_an_empty_history_has_none() -> None:
     assert summary["risk"] == pytest.approx(residual_risk(k, 30, control_rate=1 / 12).value)
     _, empty = attribute_scores(np.zeros((4, 0)), np.array([], dtype=object), list("wxyz"), list("abcd"),
                                 np.ones(4, np.int64))
-    assert empty["reason"].startswith("history is empty")
+    assert empty["reason"].startswith("history is empty") and math.isnan(empty["accuracy_at_1"])
     assert math.isnan(empty["accuracy_at_1_ci_high"]) and math.isnan(empty["risk"])  # no trial, no interval

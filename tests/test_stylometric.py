@@ -161,7 +161,7 @@ def test_edge_cases_lose_nothing() -> None:
                           "text": pd.Series([], dtype=object)})
     for mode in ("exact", "sketch"):
         s = reidentify_stylometric(empty, syn, StyloParams(mode=mode, hash_bits=12)).summary  # type: ignore[arg-type]
-        assert s["accuracy_at_1"] == 0.0 and math.isnan(s["chance"]) and "empty" in s["reason"]
+        assert math.isnan(s["accuracy_at_1"]) and math.isnan(s["chance"]) and "empty" in s["reason"]
     with pytest.raises(InputError, match="several true authors"):
         reidentify_stylometric(hist, syn.assign(group_id="g"))
     with pytest.raises(ValueError, match="power of two"):

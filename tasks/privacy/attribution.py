@@ -109,9 +109,10 @@ def attribution_summary(per: pd.DataFrame, n_authors: int, *, n_resamples: int =
     mrr_ci = bootstrap(per["reciprocal_rank"].to_numpy(float)[:trials], n_resamples=n_resamples, seed=seed)
     risk = residual_risk(n_correct, trials, control_rate=rates["chance"])
     out: dict[str, Any] = {
-        "accuracy_at_1": float(per["correct"].mean()) if n else math.nan,
-        "accuracy_at_10": float(per["in_top10"].mean()) if n else math.nan,
-        "mrr": float(per["reciprocal_rank"].mean()) if n else math.nan,
+        # no history author: nothing could be attributed, so the attack measured nothing (not "0 re-identified")
+        "accuracy_at_1": float(per["correct"].mean()) if trials else math.nan,
+        "accuracy_at_10": float(per["in_top10"].mean()) if trials else math.nan,
+        "mrr": float(per["reciprocal_rank"].mean()) if trials else math.nan,
         **_interval("accuracy_at_1", wilson(n_correct, trials)),
         **_interval("accuracy_at_10", wilson(n_top10, trials)),
         **_interval("mrr", mrr_ci),

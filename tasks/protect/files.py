@@ -11,8 +11,8 @@ ROUND_COLUMN, MOVE_COLUMN = "round", "move"
 #: The ``strategy`` label of protected rows (the report and ``release`` name the output by it).
 PROTECT_LABEL = "protect"
 ROUNDS_COLUMNS = ["round", "attack", "adversary", "role", "accuracy_at_1", "accuracy_at_1_ci_low",
-                  "accuracy_at_1_ci_high", "accuracy_at_10", "n_timelines", "meaning", "documents_rewritten",
-                  "seconds"]
+                  "accuracy_at_1_ci_high", "accuracy_at_10", "n_timelines", "chance", "residual_risk",
+                  "residual_risk_ci_low", "residual_risk_ci_high", "meaning", "documents_rewritten", "seconds"]
 
 #: The keys of ``P.protect.json`` every reader may rely on (the loop writes at least these).
 PROTECT_SUMMARY_KEYS: tuple[str, ...] = ("tool_version", "signature", "budget", "decide_on", "met", "rounds",

@@ -49,8 +49,10 @@ from tasks.protect.moves import (
 from tasks.report.budgets import Bound, parse_budget
 from tasks.store import fingerprint_config
 
-#: The figures a protect budget can bound (risks: each must stay at or below its limit).
-PROTECT_FIGURES: tuple[str, ...] = ("reidentification", "pii_leakage")
+#: The figures a protect budget can bound (risks: each must stay at or below its limit): the judge's worst
+#: accuracy@1, its residual risk over chance 1/N (the figure a corpus of few authors can state a budget on:
+#: with 6 authors chance alone is 0.17), and the share of PII spans still in the text.
+PROTECT_FIGURES: tuple[str, ...] = ("reidentification", "reidentification_risk", "pii_leakage")
 ON_FAIL: tuple[str, ...] = ("drop", "keep", "error")
 #: Column of the protected table flagging documents kept although they failed (``on_fail: keep``).
 FAILED_FLAG = "protect_failed"
@@ -202,15 +204,31 @@ def _summaries(attacks: pd.DataFrame, keep: set[str] | None = None) -> list[dict
     return out
 
 
-def _worst(summaries: list[dict[str, Any]], role: str, decide_on: str) -> dict[str, Any]:
-    """The role's worst case: the highest upper bound (or value, when deciding on the point)."""
+def _residual(s: Mapping[str, Any]) -> tuple[float, float, float]:
+    """A summary's residual risk over chance (value, ci_low, ci_high); an attack not above chance has risk 0
+    (its interval still says how much it could be)."""
+    value, low, high = (float(s.get(k, math.nan)) for k in ("risk", "risk_ci_low", "risk_ci_high"))
+    if math.isnan(high):
+        return math.nan, math.nan, math.nan
+    return (0.0 if math.isnan(value) else max(0.0, value)), low, high
+
+
+def _worst(summaries: list[dict[str, Any]], role: str, decide_on: str, figure: str = "accuracy") -> dict[str, Any]:
+    """The role's worst case of ``figure`` (accuracy: accuracy@1; risk: its residual risk over chance): the
+    highest upper bound (or value, when deciding on the point)."""
     rows = [s for s in summaries if s["role"] == role and s["n_timelines"]]
     if not rows:
         return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "attack": None, "adversary": None}
-    key = "accuracy_at_1_ci_high" if decide_on == "bound" else "accuracy_at_1"
-    s = max(rows, key=lambda r: (r[key], r["accuracy_at_1"]))
-    return {"value": s["accuracy_at_1"], "ci_low": s["accuracy_at_1_ci_low"], "ci_high": s["accuracy_at_1_ci_high"],
-            "n": s["n_timelines"], "attack": s["attack"], "adversary": s["adversary"]}
+
+    def of(s: Mapping[str, Any]) -> tuple[float, float, float]:
+        return (s["accuracy_at_1"], s["accuracy_at_1_ci_low"], s["accuracy_at_1_ci_high"]) if figure == "accuracy" \
+            else _residual(s)
+
+    at = 2 if decide_on == "bound" else 0
+    s = max(rows, key=lambda r: (np.nan_to_num(of(r)[at], nan=-1.0), np.nan_to_num(of(r)[0], nan=-1.0)))
+    value, low, high = of(s)
+    return {"value": value, "ci_low": low, "ci_high": high, "n": s["n_timelines"], "attack": s["attack"],
+            "adversary": s["adversary"]}
 
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -442,7 +460,9 @@ def _round_rows(state: RoundState, summaries: list[dict[str, Any]], meaning: flo
     return [{"round": state.round, "attack": s["attack"], "adversary": s["adversary"], "role": s["role"],
              "accuracy_at_1": s["accuracy_at_1"], "accuracy_at_1_ci_low": s["accuracy_at_1_ci_low"],
              "accuracy_at_1_ci_high": s["accuracy_at_1_ci_high"], "accuracy_at_10": s["accuracy_at_10"],
-             "n_timelines": s["n_timelines"], "meaning": meaning, "documents_rewritten": state.rewritten,
+             "n_timelines": s["n_timelines"], "chance": s.get("chance", math.nan),
+             **dict(zip(("residual_risk", "residual_risk_ci_low", "residual_risk_ci_high"), _residual(s), strict=True)),
+             "meaning": meaning, "documents_rewritten": state.rewritten,
              "seconds": state.seconds} for s in summaries]
 
 
@@ -464,7 +484,8 @@ def _decide(bounds: list[Bound], figures: Mapping[str, Mapping[str, Any]], decid
 
 def _figures(state: RoundState, summaries: list[dict[str, Any]], decide_on: str, pii: bool,
              kept: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
-    figures = {"reidentification": _worst(summaries, "judge", decide_on)}
+    figures = {"reidentification": _worst(summaries, "judge", decide_on),
+               "reidentification_risk": _worst(summaries, "judge", decide_on, figure="risk")}
     if pii:
         docs = state.docs if kept is None else state.docs[kept]
         k, n = int(docs["leaked"].sum()), int(docs["spans"].sum())

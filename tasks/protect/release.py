@@ -49,8 +49,9 @@ PSEUDONYMISED: tuple[str, ...] = ("doc_id", "author_id", "group_id")
 #: text is its source's).
 WITHHELD: tuple[str, ...] = ("status", "reason", "unchanged")
 #: The figures a release states about what its texts leak, by the score table's metric behind each: the
-#: privacy budget columns, and the profiling advantage over guessing the most common value.
-LEAK_METRICS: dict[str, str] = {**BUDGET_METRICS, "profiling_advantage": "profiling_advantage"}
+#: privacy budget columns (profiling: the advantage over guessing the most common value), and the profiling
+#: accuracy itself.
+LEAK_METRICS: dict[str, str] = {**BUDGET_METRICS, "profiling_accuracy": "profiling_accuracy"}
 #: The keys of a figure, as the protect summary writes them.
 FIGURE_KEYS: tuple[str, ...] = ("value", "ci_low", "ci_high", "n", "attack", "adversary")
 #: The protect summary's keys that the release reads (the protect format).
@@ -157,18 +158,22 @@ def read_run(run_dir: str | Path, label: str | None, variant: str | None = None)
     mine = summary[((summary["strategy"] == label) & summary["variant"].isin([variant, ""]))
                    | summary["strategy"].isin(BASELINE_ROWS)]
 
-    leaks = _run_leaks(mine[mine["strategy"] == label], worst_case)
-    keeps = _run_keeps(mine, label)
     config = manifest.get("config", {})
+    report = config.get("report", {})
+    adversaries = report.get("adversaries")  # the budget's threat model: its leaks are stated under it
+    leaks = _run_leaks(mine[mine["strategy"] == label], worst_case, adversaries)
+    keeps = _run_keeps(mine, label)
     spec = next((s for s in config.get("generate", {}).get("strategies", [])
                  if (s.get("label") or s["name"]) == label), {})
     name = strategy_name(label, variant)
     signature = (f"{spec.get('name', label)} params={json.dumps(spec.get('params') or {}, sort_keys=True)} "
                  f"seed={config.get('seed')} shard_size={config.get('generate', {}).get('shard_size')} "
                  f"shards={','.join(fingerprint_file(r.path)[:16] for r in shards)}")
-    report = config.get("report", {})
     budget, decide_on = report.get("require"), report.get("decide_on", DECIDE_ON[0])
     facts = {"run": f"experiment {manifest.get('experiment', run.root.name)!r}"}
+    if adversaries:
+        facts["threat model"] = (f"the leak figures and the budget take the worst case over the "
+                                 f"{', '.join(adversaries)} adversary setting(s) (the run's report.adversaries)")
     protected = layout.one("protect", "summary") if label == PROTECT_LABEL else None
     if protected is not None:  # the run's protect stage: its summary says how it was made (figures: the run's)
         summary = _protect_summary(Path(protected.path))
@@ -190,12 +195,21 @@ def strategy_name(label: str, variant: str) -> str:
     return strategy_label(label, variant)
 
 
-def _run_leaks(privacy: pd.DataFrame, worst_case: Any) -> dict[str, dict[str, Any]]:
-    """The worst case of each leak figure over attacks, adversary settings, attributes and entity types: the
-    row with the highest upper bound (its value where it has none), as the budget is decided."""
+def _run_leaks(privacy: pd.DataFrame, worst_case: Any, adversaries: Sequence[str] | None = None
+               ) -> dict[str, dict[str, Any]]:
+    """The worst case of each leak figure over attacks, adversary settings (those in ``adversaries``, all when
+    None), attributes and entity types: the row with the highest upper bound (its value where it has none), as
+    the budget is decided (:func:`tasks.report.budgets.budget_table`)."""
+    from tasks.report.budgets import RESIDUAL_METRICS
+
     leaks: dict[str, dict[str, Any]] = {}
+    if adversaries:
+        privacy = privacy[privacy["adversary"].isna() | privacy["adversary"].isin(list(adversaries))]
     for name, metric in LEAK_METRICS.items():
-        rows = privacy[(privacy["level"] == "privacy") & (privacy["metric"] == metric) & privacy["value"].notna()]
+        rows = privacy[(privacy["level"] == "privacy") & (privacy["metric"] == metric)]
+        if metric in RESIDUAL_METRICS:  # not above its control: a risk of 0 with its interval
+            rows = rows.assign(value=rows["value"].where(rows["value"].notna() | rows["ci_high"].isna(), 0.0))
+        rows = rows[rows["value"].notna()]
         if metric == "pii_leakage":
             rows = rows[rows["entity"].fillna("all") == "all"]
         if rows.empty:

@@ -1,9 +1,13 @@
 """Privacy/utility budgets: which strategies meet a stated budget, and by how much the others miss it.
 
 A budget is a comma-separated list of bounds on per-strategy columns, as ``synthugc report --require``
-takes it: ``"reidentification<=0.10,utility>=0.90"``. ``reidentification`` should be the worst case over
-attacks and adversary settings (:func:`tasks.privacy.attacks.worst_case`) and ``utility`` a share of the
-real-data model's score, so a strategy passes only when it passes against the strongest attack.
+takes it: ``"reidentification<=0.10,utility>=0.90"``. ``reidentification`` is the worst case over attacks and
+adversary settings (:func:`tasks.privacy.attacks.worst_case`; ``adversaries`` narrows the settings to the
+threat model the budget is stated against), ``reidentification_risk`` the same attacks' residual risk over
+chance 1/N (Anonymeter's: a budget below chance, e.g. 0.10 with 6 candidate authors, cannot be met by any
+text, so a budget on the risk is the one a few-author corpus can state), ``profiling`` the worst attribute's
+advantage over guessing its majority class, and ``utility`` a share of the real-data model's score, so a
+strategy passes only when it passes against the strongest attack.
 
 Budgets are decided on the 95% interval by default (:data:`DECIDE_ON`): a risk on its upper bound, utility
 and meaning on their lower bound. With 10 timelines no re-identification budget of 0.10 can be shown met
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -77,7 +82,7 @@ def parse_budget(text: str, where: str = "--require", *, columns: tuple[str, ...
 #: point estimate alone (``point``).
 DECIDE_ON: tuple[str, ...] = ("bound", "point")
 #: What one trial of each budget column is, for "how many would decide it" (the proportions only).
-TRIALS: dict[str, str] = {"reidentification": "timelines", "pii_leakage": "PII spans", "profiling": "test units"}
+TRIALS: dict[str, str] = {"reidentification": "timelines", "pii_leakage": "PII spans"}
 
 
 def _number(value: object) -> float:
@@ -144,10 +149,13 @@ def check_budget(table: pd.DataFrame, bounds: list[Bound], key: str = "strategy"
                            kind="stable").reset_index(drop=True)
 
 
-def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
+def budget_table(summary: pd.DataFrame, adversaries: Sequence[str] | None = None) -> pd.DataFrame:
     """Per (strategy, variant) of a run's long score table, the numbers a budget can bound:
-    ``reidentification`` (the worst case over attacks and adversary settings), ``pii_leakage`` (all entity
-    types), ``membership_auc``, ``profiling`` (the worst attribute's accuracy), ``utility`` (the substitution
+    ``reidentification`` (the worst case over attacks and adversary settings: those in ``adversaries``, all
+    when None), ``reidentification_risk`` (the same, as residual risk over chance), ``pii_leakage`` (all entity
+    types), ``membership_auc``, ``profiling`` (the worst attribute's advantage over its majority class; a
+    risk the attack did not measurably take, i.e. not above its control, counts as 0 with its interval),
+    ``utility`` (the substitution
     model trained on all the synthetic data, as a share of the model trained on the real data; for a
     lower-is-better task metric, real / synthetic) and ``meaning`` (the headline meaning metric's mean over
     documents, BERTScore F1), with ``<column>_ci_low``/``_ci_high``/``_n`` beside each. Utility's interval is
@@ -175,6 +183,10 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
                        & (privacy["variant"].fillna("").isin([variant, ""]))]
         if entity:
             rows = rows[rows["entity"].fillna("all") == "all"]
+        if adversaries is not None and "adversary" in rows.columns:  # rows of other attacks carry none
+            rows = rows[rows["adversary"].isna() | rows["adversary"].isin(list(adversaries))]
+        if metric in RESIDUAL_METRICS and "ci_high" in rows.columns:  # not above its control: a risk of 0
+            rows = rows.assign(value=rows["value"].where(rows["value"].notna() | rows["ci_high"].isna(), 0.0))
         rows = rows[rows["value"].notna()]
         if rows.empty:
             return unknown
@@ -221,8 +233,10 @@ def budget_table(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 #: The score table's metric behind each privacy budget column (its worst row counts).
-BUDGET_METRICS: dict[str, str] = {"reidentification": "reid_accuracy", "pii_leakage": "pii_leakage",
-                                  "membership_auc": "membership_auc", "profiling": "profiling_accuracy"}
+BUDGET_METRICS: dict[str, str] = {"reidentification": "reid_accuracy", "reidentification_risk": "reid_residual_risk",
+                                  "pii_leakage": "pii_leakage", "membership_auc": "membership_auc",
+                                  "profiling": "profiling_advantage"}
+#: Residual risks over a control (Anonymeter's): nan with an interval when the attack is not above its control.
+RESIDUAL_METRICS: tuple[str, ...] = ("reid_residual_risk", "profiling_advantage")
 #: What a budget can bound (the columns of :func:`budget_table`).
-BUDGET_COLUMNS: tuple[str, ...] = ("reidentification", "pii_leakage", "membership_auc", "profiling", "utility",
-                                   "meaning")
+BUDGET_COLUMNS: tuple[str, ...] = (*BUDGET_METRICS, "utility", "meaning")

@@ -17,6 +17,7 @@ from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout
 from tasks.metrics.suite import metric_correlation_matrix
+from tasks.report.budgets import Bound
 from tasks.report.human_eval import read_results
 from tasks.scores import BASELINE_ROWS, CHANCE, SCORE_KEY, SCORES, score_frame
 from tasks.store import ArtifactRef
@@ -76,6 +77,7 @@ class ReportData:
     goals: list = field(default_factory=list)  # tasks.report.recommend.Goal, in the order the report shows them
     budget: str | None = None  # "reidentification<=0.10,utility>=0.90": the strategies that meet it are listed
     decide_on: str = "bound"  # the budget is decided on the interval's bound or on the point estimate
+    budget_adversaries: tuple[str, ...] | None = None  # the budget's threat model (None: every setting measured)
     dp_audits: dict[str, pd.DataFrame] = field(default_factory=dict)  # strategy label -> its audit-dp table
     protection: Protection | None = None  # the run's protect stage, when it has one
 
@@ -204,6 +206,20 @@ def protect_curve(rounds: pd.DataFrame, decide_on: str) -> pd.DataFrame:
         PROTECT_CURVE_COLUMNS].sort_values(["role", "round"], kind="stable").reset_index(drop=True)
 
 
+def accuracy_limit(bounds: Sequence[Bound], rounds: pd.DataFrame) -> float | None:
+    """The accuracy@1 the protect curve draws as the budget: a ``reidentification`` bound's limit, else the
+    accuracy at which a ``reidentification_risk`` bound is reached over the judge's chance (chance + limit x
+    (1 - chance)); None without either."""
+    by_figure = {b.column: b.limit for b in bounds}
+    if "reidentification" in by_figure:
+        return by_figure["reidentification"]
+    judge = rounds[rounds["role"] == "judge"] if "chance" in rounds.columns else rounds.iloc[:0]
+    if "reidentification_risk" not in by_figure or judge["chance"].dropna().empty:
+        return None
+    chance = float(judge["chance"].dropna().max())
+    return chance + by_figure["reidentification_risk"] * (1.0 - chance)
+
+
 def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Protection | None:
     """The protect stage's rounds, moves and verdict from its artifacts, or None without a protect stage."""
     import json
@@ -218,8 +234,7 @@ def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Prote
     moves = summary.get("moves")
     if moves is None and (table := layout.one("protect", "shard")) is not None:
         moves = read(table)[MOVE_COLUMN].value_counts().to_dict()
-    limit = next((b.limit for b in parse_protect_budget(summary["budget"], "budget")
-                  if b.column == "reidentification"), None)
+    limit = accuracy_limit(parse_protect_budget(summary["budget"], "budget"), rounds)
     return Protection(rounds=rounds, curve=protect_curve(rounds, summary["decide_on"]),
                       moves={str(k): int(v) for k, v in (moves or {}).items()}, budget=summary["budget"],
                       limit=limit, verdict=summary["verdict"], met=bool(summary["met"]))
@@ -234,7 +249,8 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
                         failed_stages: Mapping[str, str] | None = None, utility_signature: str = "",
                         human_eval_dir: Path | None = None, examples: int = 0, seed: int = 0,
                         goals: Sequence = (), budget: str | None = None, decide_on: str = "bound",
-                        n_bootstrap: int = N_RESAMPLES, read_text: ReadText = _read_local_text) -> ReportData:
+                        n_bootstrap: int = N_RESAMPLES, budget_adversaries: Sequence[str] | None = None,
+                        read_text: ReadText = _read_local_text) -> ReportData:
     """Gather the report's inputs from the run's artifacts (no metric, attack or model is recomputed; the
     utility scores' intervals are resampled from the runs' predictions); ``read_text`` reads the text
     artifacts (the protect summary)."""
@@ -259,6 +275,7 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
         human=read_human_evaluation(human_eval_dir) if human_eval_dir is not None else None,
         examples=example_outputs(layout, read, n=examples, seed=seed, order=list(families)),
         goals=list(goals), budget=budget, decide_on=decide_on,
+        budget_adversaries=tuple(budget_adversaries) if budget_adversaries else None,
         dp_audits={label: read(ref) for label, ref in sorted(layout.by_label("audit-dp", "audit").items())},
         protection=protection(layout, read, read_text))
 

@@ -76,6 +76,7 @@ def rebuild_report(run_dir: str | Path, *, goals: Sequence[str] | None = None,
         seed=int(config.get("seed", 0)), goals=parsed,
         budget=require if require is not None else report_config.get("require"),
         decide_on=decide_on or report_config.get("decide_on", "bound"),
+        budget_adversaries=report_config.get("adversaries"),
         n_bootstrap=int(config.get("utility", {}).get("n_bootstrap", N_RESAMPLES)), read_text=store.read_text)
     markdown, page = render_report(data)
     report_kind = stage_kind("report")

@@ -717,6 +717,17 @@ def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) ->
     return out
 
 
+def budget_note(goal: Goal, verdicts: pd.DataFrame, budget: str) -> str | None:
+    """For a share-data goal in a run with a budget (``report.require``): the strategies that meet it (the
+    verdicts of :func:`tasks.report.budgets.check_budget`), or that none does; None for other goals."""
+    if goal.use_case != "share_data":
+        return None
+    meeting = verdicts.loc[verdicts["meets"].astype(bool), "strategy"].astype(str).tolist() if len(verdicts) else []
+    if not meeting:
+        return f"no strategy meets the run's budget {budget}: none is eligible to share as it stands"
+    return f"meets the run's budget {budget}: {', '.join(meeting)} (eligible to share)"
+
+
 def protect_note(goal: Goal, recs: Sequence[Recommendation], label: str, budget: str, met: bool) -> str | None:
     """For a share-data goal in a run with a protect stage: its output (strategy ``label``), whether it met its
     budget and where it ranks; None for other goals."""

@@ -21,7 +21,7 @@ from tasks.report.build import (
     ReportData,
     aspect_points,
 )
-from tasks.report.recommend import Recommendation, protect_note, recommend, recommendation_notes
+from tasks.report.recommend import Recommendation, budget_note, protect_note, recommend, recommendation_notes
 from tasks.report.tables import (
     BASELINE_ROWS,
     ArticleTable,
@@ -79,6 +79,8 @@ def _recommendations(data: ReportData) -> list[tuple[object, list[Recommendation
         notes = recommendation_notes(goal, recs)
         if data.protection is not None and (note := protect_note(goal, recs, PROTECT_LABEL, data.protection.budget,
                                                                  data.protection.met)):
+            notes.insert(0, note)
+        if (verdicts := budget_verdicts(data)) is not None and (note := budget_note(goal, verdicts, data.budget or "")):
             notes.insert(0, note)
         out.append((goal, recs, notes))
     return out
@@ -186,8 +188,11 @@ def _methods(data: ReportData) -> str:
 
     decided = ("on the interval's bound (a risk's upper bound, utility's and meaning's lower bound; a budget the "
                "interval straddles is undecided)" if data.decide_on == "bound" else "on the point estimate alone")
+    threat = (f" A budget's re-identification figures take the worst case over the {', '.join(data.budget_adversaries)} "
+              "adversary setting(s) only (report.adversaries); the tables show every setting."
+              if data.budget_adversaries else "")
     return (f"{METHOD} Controls: chance 1/N for re-identification, the majority class for profiling. "
-            f"Budgets are decided {decided}.")
+            f"Budgets are decided {decided}.{threat}")
 
 
 def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
@@ -199,7 +204,7 @@ def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
     from tasks.report.budgets import budget_table, check_budget, parse_budget
 
     bounds = parse_budget(data.budget)
-    verdicts = check_budget(budget_table(data.summary), bounds, decide_on=data.decide_on)
+    verdicts = check_budget(budget_table(data.summary, data.budget_adversaries), bounds, decide_on=data.decide_on)
     return verdicts[["strategy", "meets", "undecided", "verdict"]] if not verdicts.empty else verdicts
 
 
