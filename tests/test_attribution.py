@@ -139,3 +139,21 @@ def test_summary_intervals_equal_scipy_and_an_empty_history_has_none() -> None:
                                 np.ones(4, np.int64))
     assert empty["reason"].startswith("history is empty") and math.isnan(empty["accuracy_at_1"])
     assert math.isnan(empty["accuracy_at_1_ci_high"]) and math.isnan(empty["risk"])  # no trial, no interval
+
+
+def test_residual_risk_is_over_the_timelines_whose_author_the_history_holds() -> None:
+    """A timeline without history is a miss by construction: counted, it would pull the risk to the others
+    below chance (40 unknown authors beside 10 known ones, 5 of those found, with 5 candidates)."""
+    from tasks.intervals import residual_risk
+    from tasks.privacy.attribution import attribution_summary
+
+    known, unknown = 10, 40
+    per = pd.DataFrame({"correct": [True] * 5 + [False] * (known - 5 + unknown),
+                        "in_top10": [True] * known + [False] * unknown,
+                        "reciprocal_rank": [1.0] * 5 + [0.5] * 5 + [0.0] * unknown,
+                        "in_history": [True] * known + [False] * unknown})
+    summary = attribution_summary(per, 5, n_resamples=10)
+    assert summary["accuracy_at_1"] == pytest.approx(5 / 50)  # the share of released timelines found
+    expected = residual_risk(5, known, control_rate=1 / 5)
+    assert (summary["risk"], summary["risk_ci_high"]) == pytest.approx((expected.value, expected.ci_high))
+    assert summary["risk"] == pytest.approx((0.5 - 0.2) / 0.8)  # not (0.1 - 0.2) / 0.8 < 0

@@ -33,7 +33,7 @@ def test_budget_uses_the_worst_attack_and_says_by_how_much_others_miss() -> None
 
 
 def test_budget_errors_name_the_problem() -> None:
-    with pytest.raises(ConfigError, match=r"unknown budget figure 'privacy'; known: reidentification, pii_leakage"):
+    with pytest.raises(ConfigError, match=r"unknown budget figure 'privacy'; known: reidentification, reidentification_risk, pii_leakage"):
         parse_budget("privacy<0.1")
     with pytest.raises(ConfigError, match=r"unknown operator '<' in 'reidentification<0\.1'; known: <=, >="):
         parse_budget("reidentification<0.1")
@@ -157,3 +157,42 @@ def test_utility_and_meaning_are_decided_on_their_lower_bound(tmp_path) -> None:
     point = check_budget(table.reset_index(), parse_budget("utility>=0.9,meaning>=0.88"),
                          decide_on="point").set_index("strategy")
     assert point.loc["open", "meets"]  # on the point estimates alone it passes
+
+
+def test_budget_on_risk_over_chance_under_a_stated_threat_model() -> None:
+    """``reidentification_risk`` bounds the residual risk over chance (an attack not above its control is a
+    risk of 0 with its interval), ``profiling`` the worst attribute's advantage over its majority class, and
+    ``adversaries`` keeps the settings the budget is stated against."""
+    from tasks.scores import score_frame
+
+    def risk(strategy: str, value: float, high: float, adversary: str) -> dict:
+        return {**_row(strategy, "reid_residual_risk", value, attack="delta", adversary=adversary),
+                "ci_low": 0.0, "ci_high": high}
+
+    summary = score_frame([
+        _row("protect", "reid_accuracy", 0.90, attack="minhash", adversary="full"),
+        _row("protect", "reid_accuracy", 0.20, attack="delta", adversary="disjoint"),
+        risk("protect", 0.88, 0.95, "full"), risk("protect", math.nan, 0.06, "disjoint"),
+        {**_row("protect", "profiling_advantage", 0.30, attribute="party", model="linear"), "ci_high": 0.4},
+        {**_row("protect", "profiling_advantage", 0.05, attribute="age", model="linear"), "ci_high": 0.1}])
+    every = budget_table(summary).set_index("strategy")
+    assert every.loc["protect", "reidentification_risk"] == pytest.approx(0.88)  # the full adversary's
+    assert every.loc["protect", "profiling"] == pytest.approx(0.30)  # the worst attribute's advantage
+    disjoint = budget_table(summary, adversaries=["disjoint"]).set_index("strategy")
+    assert disjoint.loc["protect", "reidentification"] == pytest.approx(0.20)
+    assert disjoint.loc["protect", "reidentification_risk"] == 0.0  # not above chance: 0, interval kept
+    assert disjoint.loc["protect", "reidentification_risk_ci_high"] == pytest.approx(0.06)
+    verdict = check_budget(disjoint.reset_index(), parse_budget("reidentification_risk<=0.10")).iloc[0]
+    assert bool(verdict["meets"])
+    assert not check_budget(every.reset_index(), parse_budget("reidentification_risk<=0.10"))["meets"].iloc[0]
+
+
+def test_share_data_names_who_meets_the_run_budget() -> None:
+    from tasks.report.recommend import Goal, budget_note
+
+    verdicts = pd.DataFrame({"strategy": ["protect (first)", "stymask (first)"], "meets": [True, False]})
+    share = Goal("share_data")
+    assert budget_note(share, verdicts, "reidentification_risk<=0.10") == (
+        "meets the run's budget reidentification_risk<=0.10: protect (first) (eligible to share)")
+    assert "no strategy meets" in budget_note(share, verdicts.assign(meets=False), "b<=1")
+    assert budget_note(Goal("augment"), verdicts, "b<=1") is None

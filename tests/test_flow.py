@@ -4,7 +4,6 @@ and the cache behaviour docs/architecture.md describes."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 import subprocess

@@ -120,7 +120,7 @@ def test_impossible_budget_exits_1_with_the_curve_and_a_verdict_and_reuses_the_r
 
 
 @pytest.mark.parametrize(("budget", "said"), [
-    ("reid<=0.1", "--budget: unknown budget figure 'reid'; known: reidentification, pii_leakage"),
+    ("reid<=0.1", "--budget: unknown budget figure 'reid'; known: reidentification, reidentification_risk, pii_leakage"),
     ("reidentification<0.1", "--budget: unknown operator '<' in 'reidentification<0.1'; known: <="),
     ("reidentification<=x", "--budget: cannot read 'reidentification<=x'"),
 ])

@@ -38,7 +38,7 @@ def test_ladder_and_budget_errors_name_the_problem():
         parse_ladder([{"name": "mask-evidence", "params": {"k": 1}}], "protect.ladder")
     assert [str(b) for b in parse_protect_budget("reidentification<=0.1, pii_leakage<=0")] == [
         "reidentification<=0.1", "pii_leakage<=0"]
-    with pytest.raises(ConfigError, match="unknown budget figure 'utility'; known: reidentification, pii_leakage"):
+    with pytest.raises(ConfigError, match="unknown budget figure 'utility'; known: reidentification, reidentification_risk, pii_leakage"):
         parse_protect_budget("utility>=0.9")
     settings = protect_settings(None, ladder=["stymask"], judge=["delta"], max_rounds=2)
     assert settings.ladder == (Move("stymask"),) and settings.judge == (("delta", {}),) and settings.max_rounds == 2
@@ -107,3 +107,31 @@ def test_bertscore_keeps_only_the_references_when_candidates_are_scored_once(tmp
     assert cache.misses == len(references)  # the candidates were not stored
     again = bertscore(candidates, references, cache=cache, cache_candidates=False).scores
     assert cache.hits == len(references) and again.to_numpy() == pytest.approx(plain.to_numpy(), abs=1e-6)
+
+
+def test_the_judge_risk_figure_is_the_residual_over_chance_and_the_curve_draws_its_accuracy() -> None:
+    """``reidentification_risk``: the judge's worst residual risk over chance (an attack not above chance has
+    risk 0, its interval kept); the report's curve draws the accuracy at which the risk reaches its limit."""
+    from tasks.intervals import residual_risk
+    from tasks.privacy.attribution import attribution_summary
+    from tasks.protect.loop import _worst
+    from tasks.report.build import accuracy_limit
+
+    def summary(attack: str, correct: int, n: int) -> dict:
+        per = pd.DataFrame({"correct": [True] * correct + [False] * (n - correct), "in_top10": [True] * n,
+                            "reciprocal_rank": [1.0] * correct + [0.5] * (n - correct), "in_history": [True] * n})
+        return {"role": "judge", "attack": attack, "adversary": "disjoint",
+                **attribution_summary(per, 5, n_resamples=10)}
+
+    strong, weak = summary("delta", 40, 100), summary("minhash", 10, 100)  # chance 0.2: 0.4 and 0.1
+    worst = _worst([weak, strong], "judge", "bound", figure="risk")
+    expected = residual_risk(40, 100, control_rate=0.2)
+    assert worst["attack"] == "delta"
+    assert (worst["value"], worst["ci_high"]) == pytest.approx((expected.value, expected.ci_high))
+    alone = _worst([weak], "judge", "bound", figure="risk")
+    assert alone["value"] == 0.0 and alone["ci_high"] == pytest.approx(residual_risk(10, 100, control_rate=0.2).ci_high)
+    assert _worst([weak, strong], "judge", "point")["value"] == pytest.approx(0.4)  # accuracy@1 by default
+    rounds = pd.DataFrame({"role": ["feedback", "judge"], "chance": [0.5, 0.2]})
+    assert accuracy_limit(parse_protect_budget("reidentification_risk<=0.1"), rounds) == pytest.approx(0.28)
+    assert accuracy_limit(parse_protect_budget("reidentification<=0.3,reidentification_risk<=0.1"), rounds) == 0.3
+    assert accuracy_limit(parse_protect_budget("pii_leakage<=0"), rounds) is None

@@ -427,3 +427,16 @@ def test_reidentification_reason_quotes_its_interval_and_a_risk_never_zero(tmp_p
     assert f"re-identified 40% [{format_percent(low)}, {format_percent(high)}] of 20 author timelines" in said
     assert "residual risk over chance 37%" in said
     assert NOTHING_MEASURABLE in " ".join(recs["llm"].reasons) and "risk over chance 0%" not in " ".join(recs["llm"].reasons)
+
+
+def test_a_utility_interval_over_test_documents_is_not_read_as_seeds():
+    """With the runs' predictions a utility row's n counts test documents (its interval is over them), not
+    seeds: the notes must not say "measured with 89 seeds"."""
+    rows = [*baseline({10: 0.50}, std=0.05), *utility("de", augmentation={10: 0.52}, std=0.04),
+            *intrinsic("de", "de", meaning=0.9, style=0.8, pos=0.8, div=0.5)]
+    table = frame(rows)
+    utility_rows = table["level"] == "utility"
+    table.loc[utility_rows, ["n", "ci_low", "ci_high"]] = [89, 0.4, 0.6]
+    recs = recommend(table, GOALS["augment"], {"de": "backtranslate"})
+    assert recs[0].seeds is None
+    assert not any("seeds" in n for n in recommendation_notes(GOALS["augment"], recs))

@@ -5,6 +5,7 @@ Face's format and states a missed budget released with --force; bad input and bu
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -214,7 +215,7 @@ def test_a_missed_budget_exits_2_naming_the_figure_unless_forced(protect_output,
 
 
 @pytest.mark.parametrize(("budget", "expected"), [
-    ("reid<=0.1", "--require: unknown budget figure 'reid'; known: reidentification, pii_leakage"),
+    ("reid<=0.1", "--require: unknown budget figure 'reid'; known: reidentification, reidentification_risk, pii_leakage"),
     ("reidentification=0.1", "--require: unknown operator '=' in 'reidentification=0.1'; known: <=, >="),
     ("reidentification<=1e999", "the limit must be a finite number"),
     (",", "--require: no bound given"),
@@ -360,3 +361,23 @@ def test_run_release_takes_the_public_strategy_and_its_worst_case(tmp_path):
             f"{worst['adversary']} | {with_interval(worst['value'], worst['ci_low'], worst['ci_high'])} |") in card
     manifest = json.loads((run / "manifest.json").read_text())
     assert f"synthugc {manifest['versions']['synthugc']}" in card and "stymask params={} seed=5" in card
+
+
+def test_run_leaks_are_stated_under_the_budget_threat_model():
+    """report.adversaries narrows the worst case to the settings the budget is stated against; a residual
+    risk not above its control is stated as 0 with its interval."""
+    from tasks.privacy.attacks import worst_case
+    from tasks.protect.release import _run_leaks
+
+    def row(metric: str, value: float, high: float, adversary: str) -> dict:
+        return {"strategy": "protect", "level": "privacy", "metric": metric, "value": value, "ci_low": 0.0,
+                "ci_high": high, "n": 50, "attack": "delta", "adversary": adversary, "entity": None}
+
+    privacy = pd.DataFrame([row("reid_accuracy", 0.9, 0.95, "full"), row("reid_accuracy", 0.2, 0.3, "disjoint"),
+                            row("reid_residual_risk", 0.88, 0.9, "full"),
+                            row("reid_residual_risk", math.nan, 0.05, "disjoint")])
+    every = _run_leaks(privacy, worst_case)
+    assert every["reidentification"]["adversary"] == "full" and every["reidentification_risk"]["value"] == 0.88
+    disjoint = _run_leaks(privacy, worst_case, ["disjoint"])
+    assert disjoint["reidentification"]["value"] == 0.2 and disjoint["reidentification"]["adversary"] == "disjoint"
+    assert disjoint["reidentification_risk"]["value"] == 0.0 and disjoint["reidentification_risk"]["ci_high"] == 0.05

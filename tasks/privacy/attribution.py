@@ -98,16 +98,19 @@ def attribution_summary(per: pd.DataFrame, n_authors: int, *, n_resamples: int =
                         seed: int = 0) -> dict[str, Any]:
     """accuracy_at_1, accuracy_at_10, mrr over all timelines (misses included) with their 95% intervals
     (``<figure>_ci_low``/``_ci_high``: Wilson for the accuracies, a seeded percentile bootstrap over timelines
-    with ``n_resamples`` for the MRR), the chance rates, the residual risk of accuracy@1 over chance
-    (``risk``, ``risk_ci_low``, ``risk_ci_high``: Anonymeter's, chance being the control: see
-    :data:`CONTROL`), counts, and a ``reason`` when some timelines have no history or nothing can be
+    with ``n_resamples`` for the MRR), the chance rates, the residual risk of accuracy@1 over chance among
+    the timelines whose author the history holds (``risk``, ``risk_ci_low``, ``risk_ci_high``: Anonymeter's,
+    chance being the control: see :data:`CONTROL`), counts, and a ``reason`` when some timelines have no history or nothing can be
     attributed."""
     n = len(per)
     n_correct, n_top10 = int(per["correct"].sum()), int(per["in_top10"].sum())
     rates = chance(n_authors)
     trials = n if n_authors else 0  # nothing to attribute to: no trial, no interval
     mrr_ci = bootstrap(per["reciprocal_rank"].to_numpy(float)[:trials], n_resamples=n_resamples, seed=seed)
-    risk = residual_risk(n_correct, trials, control_rate=rates["chance"])
+    # the risk to the users the adversary knows: a timeline whose author has no history is a miss by
+    # construction, and counting it would dilute the others' risk below its chance control
+    attackable = int(per["in_history"].sum()) if n_authors else 0
+    risk = residual_risk(n_correct, attackable, control_rate=rates["chance"])
     out: dict[str, Any] = {
         # no history author: nothing could be attributed, so the attack measured nothing (not "0 re-identified")
         "accuracy_at_1": float(per["correct"].mean()) if trials else math.nan,

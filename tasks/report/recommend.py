@@ -445,8 +445,8 @@ def _task_utility(scores: _Scores, rows: dict[tuple[str, str, str], _Value], set
                 parts.append(f"{pct}% {format_number(value.value)} vs {format_number(base.value)} without "
                              f"({format_delta(delta)}{spread})")
             weights.append(float(pct) ** -0.5)
-            if aspect.seeds is None and value.n:
-                aspect.seeds = value.n
+            if aspect.seeds is None and value.n and not math.isfinite(value.ci_high):
+                aspect.seeds = value.n  # n counts seeds only without an interval (which counts test documents)
         if not fr_scores:
             continue
         metric_scores.append(float(np.average(fr_scores, weights=weights)))
