@@ -18,11 +18,12 @@ classifier infers is caught, and the words pulling it towards the true value are
 
 Round 0 is the starting move on every document (default: pseudonymised copy). Each later round takes the
 timelines the feedback attack still attributes to their true author (ranked first) or whose attribute it still
-infers (profiling bound) and the documents that still leak PII, and gives each of their documents the next rung of the ladder (:mod:`tasks.protect.moves`); a move is
-kept only if the document's meaning against its source (BERTScore F1) stays at or above the floor, otherwise the
-next rung is tried. Documents not caught are never rewritten again. Each round is written to the cache as it
-ends, keyed by everything it depends on but the budget and the number of rounds: a killed run resumes at the
-round it was in, a rerun is fully cached, and a changed budget reuses the rounds already computed.
+infers (profiling bound) and the documents that still leak PII, and gives each of their documents the next rung
+of the ladder (:mod:`tasks.protect.moves`); a move is kept only if the document's meaning against its source
+(BERTScore F1) stays at or above the floor, otherwise the next rung is tried. Documents not caught are never
+rewritten again. Each round is written to the cache as it ends, keyed by everything it depends on but the budget
+and the number of rounds: a killed run resumes at the round it was in, a rerun is fully cached, and a changed
+budget reuses the rounds already computed.
 """
 
 from __future__ import annotations
@@ -76,8 +77,8 @@ DISAGREEMENT = 0.2
 
 
 def parse_protect_budget(text: str, where: str = "--budget") -> list[Bound]:
-    """``"reidentification<=0.10,pii_leakage<=0,profiling<=0.05"`` -> bounds; ConfigError naming the unknown figure or
-    operator and the known ones."""
+    """``"reidentification<=0.10,pii_leakage<=0,profiling<=0.05"`` -> bounds; ConfigError naming the unknown
+    figure or operator and the known ones."""
     return parse_budget(text, where, columns=PROTECT_FIGURES, operators=("<=",),
                         example="reidentification<=0.10,pii_leakage<=0")
 
@@ -104,8 +105,9 @@ class ProtectSettings:
     llm: Mapping[str, Any] = field(default_factory=dict)  # the llm role's settings (endpoint, model) for llm-anonymize
     #: The profiling classifiers' LinearTextClassifier parameters. Feedback: tasks/privacy/profiling.py's own model
     #: (logistic regression on word 1-2-grams, C=1), whose per-class weights are the masking evidence. Judge: a
-    #: linear SVM (squared hinge) on sublinear word 1-3-grams with C and class weighting chosen by cross-validation:
-    #: another loss, other features and its own regularisation, so masking the feedback's words does not fit it.
+    #: linear SVM (squared hinge) on sublinear TF-IDF word 1-3-grams, C and class weighting chosen by
+    #: cross-validation: another loss, n-gram range and regularisation, so what the masking of the feedback's words
+    #: leaves still counts. Both read word tokens: LinearTextClassifier has no character n-grams.
     profiling_feedback: Mapping[str, Any] = field(default_factory=dict)
     profiling_judge: Mapping[str, Any] = field(default_factory=lambda: {
         "loss": "hinge", "ngram_range": (1, 3), "sublinear_tf": True, "C": "auto", "class_weight": "auto"})
@@ -273,8 +275,9 @@ class _Profilers:
         frames = []
         for e in self.entries:
             labelled, y, pred = self._predict(e, units)
-            frames.append(pd.DataFrame({"group_id": labelled.index.to_numpy(), "author_id": labelled["author_id"].to_numpy(),
-                                        "correct": y == pred, "y_true": y, "y_pred": pred, "role": e.role,
+            frames.append(pd.DataFrame({"group_id": labelled.index.to_numpy(),
+                                        "author_id": labelled["author_id"].to_numpy(), "correct": y == pred,
+                                        "y_true": y, "y_pred": pred, "role": e.role,
                                         "attack": e.attack, "adversary": e.adversary}))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -623,7 +626,8 @@ def _decide(bounds: list[Bound], figures: Mapping[str, Mapping[str, Any]], decid
 def _worst_profiling(summaries: list[dict[str, Any]], decide_on: str) -> dict[str, Any]:
     """The judge's worst attribute: the highest advantage over the majority class (upper bound, or value when
     deciding on the point); an advantage not above 0 (nothing measurable) counts as 0, with its interval."""
-    rows = [s for s in summaries if s["role"] == "judge" and s["n_timelines"] and s["attack"].startswith(PROFILING_ATTACK)]
+    rows = [s for s in summaries
+            if s["role"] == "judge" and s["n_timelines"] and s["attack"].startswith(PROFILING_ATTACK)]
     figures = [{"value": max(s["advantage"], 0.0) if math.isfinite(s["advantage"]) else math.nan,
                 "ci_low": s["advantage_ci_low"], "ci_high": s["advantage_ci_high"], "n": s["n_timelines"],
                 "attack": s["attack"], "adversary": s["adversary"], "accuracy": s["accuracy_at_1"],
