@@ -361,8 +361,10 @@ def protect(
     out: Annotated[Path, typer.Option("--out", help="Protected parquet P (rounds, failures and summary go beside it).")],
     histories: Annotated[Path | None, typer.Option("--histories", help="The adversary's posting histories (author_id, "
                                                    "doc_id, text); default: the corpus itself.")] = None,
-    budget: Annotated[str | None, typer.Option("--budget", help="e.g. reidentification<=0.10,pii_leakage<=0 "
-                                               "(default: the config's, else reidentification<=0.10).")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="e.g. reidentification_risk<=0.10,pii_leakage<=0,"
+                                               "profiling<=0.05 (figures: reidentification, reidentification_risk, "
+                                               "pii_leakage, profiling; default: the config's, else "
+                                               "reidentification<=0.10).")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="Run config whose protect: section (and "
                                                 "privacy.reidentify attack parameters) to use.")] = None,
     start: Annotated[str | None, typer.Option("--start", help="Round 0's move: pseudonymize or a strategy.")] = None,

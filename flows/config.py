@@ -356,7 +356,9 @@ class ProtectConfig(Section):
 
     enabled: bool = False
     budget: str = Field("reidentification<=0.10", description="Bounds on reidentification (the judge's worst "
-                        "accuracy@1) and pii_leakage, joined by commas, e.g. reidentification<=0.10,pii_leakage<=0.")
+                        "accuracy@1), pii_leakage and profiling (the judge classifier's worst advantage over the "
+                        "majority class, per attr_ column; the histories need the columns), joined by commas, e.g. "
+                        "reidentification<=0.10,pii_leakage<=0,profiling<=0.05.")
     start: str = Field("pseudonymize", description="Round 0's move on every document: pseudonymize or a strategy.")
     ladder: list[str | dict[str, Any]] | None = Field(
         None, description="Moves tried in order on documents still caught: pseudonymize, mask-evidence or a strategy "

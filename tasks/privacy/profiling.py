@@ -36,7 +36,7 @@ import pandas as pd
 
 from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK
 from tasks.errors import InputError
-from tasks.intervals import N_RESAMPLES, bootstrap, residual_risk, wilson
+from tasks.intervals import N_RESAMPLES, Residual, bootstrap, residual_risk, wilson
 from tasks.models.registry import model_id, resolve_model
 from tasks.scores import ORIGINAL
 from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier
@@ -105,6 +105,30 @@ def _units(docs: pd.DataFrame, level: str, labels: dict | None = None) -> pd.Dat
                          "y": y.reindex(text.index).to_numpy()})
 
 
+def author_units(docs: pd.DataFrame, col: str) -> pd.DataFrame:
+    """(unit, text, y): each author's posts with a value of ``col`` joined into one unit (timeline-level
+    profiling), labelled with the author's most frequent value; rows without an author or a value left out."""
+    rows = docs[docs[col].notna() & docs["author_id"].notna()]
+    return _units(rows.assign(author_id=rows["author_id"].astype(str), y=rows[col]), "author")
+
+
+def evidence_words(model: LinearTextClassifier, texts: list[str], classes: list[Any], top: int) -> list[list[str]]:
+    """Per text, the words in it that pull ``model`` towards its class (positive weight, strongest first, ties
+    by word; the ``top`` strongest), each in every casing the text writes it, so that masking finds them."""
+    weights = model.word_weights()
+    tokenizer = model.pipeline_.named_steps["tfidf"].build_tokenizer()
+    out = []
+    for text, cls in zip(texts, classes, strict=True):
+        surfaces: dict[str, set[str]] = {}
+        for token in tokenizer(text):
+            surfaces.setdefault(token.lower(), set()).add(token)
+        w = weights[cls].reindex(list(surfaces)).dropna()
+        w = w[w > 0].rename("weight").rename_axis("word").reset_index()
+        w = w.sort_values(["weight", "word"], ascending=[False, True], kind="mergesort").head(top)
+        out.append([s for word in w["word"] for s in sorted(surfaces[word])])
+    return out
+
+
 def _score(y_true: np.ndarray, y_pred: np.ndarray) -> tuple[float, float]:
     from sklearn.metrics import accuracy_score, f1_score
 
@@ -128,10 +152,17 @@ def intervals(y: np.ndarray, pred: np.ndarray, *, n_resamples: int = N_RESAMPLES
     codes = pd.factorize(np.concatenate([y, pred]).astype(str))[0].reshape(2, n).T if n else np.zeros((0, 2), int)
     f1_ci = bootstrap(codes, macro_f1_codes, n_resamples=n_resamples, seed=seed)
     acc_ci = wilson(n_correct, n)
-    advantage = residual_risk(n_correct, n, _majority_count(y), n)
+    risk = advantage(y, pred)
     return {"n_correct": n_correct, "accuracy_ci_low": acc_ci[0], "accuracy_ci_high": acc_ci[1],
-            "macro_f1_ci_low": f1_ci[0], "macro_f1_ci_high": f1_ci[1], "advantage": advantage.value,
-            "advantage_ci_low": advantage.ci_low, "advantage_ci_high": advantage.ci_high}
+            "macro_f1_ci_low": f1_ci[0], "macro_f1_ci_high": f1_ci[1], "advantage": risk.value,
+            "advantage_ci_low": risk.ci_low, "advantage_ci_high": risk.ci_high}
+
+
+def advantage(y: np.ndarray, pred: np.ndarray) -> Residual:
+    """The classifier's advantage over the majority class: Anonymeter's residual risk of its predictions
+    ``pred`` with the majority class of the same units ``y`` as the control attack."""
+    n = len(y)
+    return residual_risk(int((y == pred).sum()) if n else 0, n, _majority_count(y), n)
 
 
 def _synthetic_sets(synthetic: dict[str, pd.DataFrame] | None) -> list[tuple[str, pd.DataFrame, int]]:

@@ -14,6 +14,10 @@ ROUNDS_COLUMNS = ["round", "attack", "adversary", "role", "accuracy_at_1", "accu
                   "accuracy_at_1_ci_high", "accuracy_at_10", "n_timelines", "chance", "residual_risk",
                   "residual_risk_ci_low", "residual_risk_ci_high", "meaning", "documents_rewritten", "seconds"]
 
+#: The ``attack`` of a profiling row of the rounds table is this prefix and the attribute's name (``profiling:age``);
+#: its accuracy_at_1 is the attribute classifier's accuracy, its accuracy_at_10 empty.
+PROFILING_ATTACK = "profiling:"
+
 #: The keys of ``P.protect.json`` every reader may rely on (the loop writes at least these).
 PROTECT_SUMMARY_KEYS: tuple[str, ...] = ("tool_version", "signature", "budget", "decide_on", "met", "rounds",
                                          "start", "ladder", "meaning_metric", "meaning_floor", "on_fail", "figures",

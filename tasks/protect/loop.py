@@ -9,13 +9,21 @@ the other half with a different feature family and never give feedback, and the 
 worst case (overfitting to the feedback attacker is the known failure of these loops, and the summary says when
 the two disagree).
 
+A ``profiling`` bound adds the attributes the corpus names (``attr_<name>``): per attribute, a feedback and a judge
+classifier train on their halves of the histories (each author's posts one unit, labelled with the author's value;
+the histories must carry the column), the judge's a different linear model (:class:`_Profilers`), and predict each
+protected timeline's author's value. The figure is the judge's worst attribute's advantage over the majority class
+(Anonymeter's residual risk, :func:`tasks.privacy.profiling.advantage`); a timeline whose attribute the feedback
+classifier infers is caught, and the words pulling it towards the true value are its evidence.
+
 Round 0 is the starting move on every document (default: pseudonymised copy). Each later round takes the
-timelines the feedback attack still attributes to their true author (ranked first) and the documents that still
-leak PII, and gives each of their documents the next rung of the ladder (:mod:`tasks.protect.moves`); a move is
-kept only if the document's meaning against its source (BERTScore F1) stays at or above the floor, otherwise the
-next rung is tried. Documents not caught are never rewritten again. Each round is written to the cache as it
-ends, keyed by everything it depends on but the budget and the number of rounds: a killed run resumes at the
-round it was in, a rerun is fully cached, and a changed budget reuses the rounds already computed.
+timelines the feedback attack still attributes to their true author (ranked first) or whose attribute it still
+infers (profiling bound) and the documents that still leak PII, and gives each of their documents the next rung
+of the ladder (:mod:`tasks.protect.moves`); a move is kept only if the document's meaning against its source
+(BERTScore F1) stays at or above the floor, otherwise the next rung is tried. Documents not caught are never
+rewritten again. Each round is written to the cache as it ends, keyed by everything it depends on but the budget
+and the number of rounds: a killed run resumes at the round it was in, a rerun is fully cached, and a changed
+budget reuses the rounds already computed.
 """
 
 from __future__ import annotations
@@ -33,10 +41,17 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from tasks.corpus.schema import CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
-from tasks.errors import ConfigError
+from tasks.corpus.schema import ATTR_PREFIX, CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
+from tasks.errors import ConfigError, InputError
 from tasks.intervals import wilson
-from tasks.protect.files import MOVE_COLUMN, PROTECT_LABEL, PROTECT_SUMMARY_KEYS, ROUND_COLUMN, ROUNDS_COLUMNS
+from tasks.protect.files import (
+    MOVE_COLUMN,
+    PROFILING_ATTACK,
+    PROTECT_LABEL,
+    PROTECT_SUMMARY_KEYS,
+    ROUND_COLUMN,
+    ROUNDS_COLUMNS,
+)
 from tasks.protect.moves import (
     DEFAULT_LADDER,
     LLM_ANONYMIZE,
@@ -51,8 +66,9 @@ from tasks.store import fingerprint_config
 
 #: The figures a protect budget can bound (risks: each must stay at or below its limit): the judge's worst
 #: accuracy@1, its residual risk over chance 1/N (the figure a corpus of few authors can state a budget on:
-#: with 6 authors chance alone is 0.17), and the share of PII spans still in the text.
-PROTECT_FIGURES: tuple[str, ...] = ("reidentification", "reidentification_risk", "pii_leakage")
+#: with 6 authors chance alone is 0.17), the share of PII spans still in the text, and the judge classifier's
+#: worst advantage over an attribute's majority class.
+PROTECT_FIGURES: tuple[str, ...] = ("reidentification", "reidentification_risk", "pii_leakage", "profiling")
 ON_FAIL: tuple[str, ...] = ("drop", "keep", "error")
 #: Column of the protected table flagging documents kept although they failed (``on_fail: keep``).
 FAILED_FLAG = "protect_failed"
@@ -64,8 +80,8 @@ DISAGREEMENT = 0.2
 
 
 def parse_protect_budget(text: str, where: str = "--budget") -> list[Bound]:
-    """``"reidentification<=0.10,pii_leakage<=0"`` -> bounds; ConfigError naming the unknown figure or
-    operator and the known ones."""
+    """``"reidentification<=0.10,pii_leakage<=0,profiling<=0.05"`` -> bounds; ConfigError naming the unknown
+    figure or operator and the known ones."""
     return parse_budget(text, where, columns=PROTECT_FIGURES, operators=("<=",),
                         example="reidentification<=0.10,pii_leakage<=0")
 
@@ -90,6 +106,14 @@ class ProtectSettings:
     pii_scope: str = "author"
     seed: int = 0
     llm: Mapping[str, Any] = field(default_factory=dict)  # the llm role's settings (endpoint, model) for llm-anonymize
+    #: The profiling classifiers' LinearTextClassifier parameters. Feedback: tasks/privacy/profiling.py's own model
+    #: (logistic regression on word 1-2-grams, C=1), whose per-class weights are the masking evidence. Judge: a
+    #: linear SVM (squared hinge) on sublinear TF-IDF word 1-3-grams, C and class weighting chosen by
+    #: cross-validation: another loss, n-gram range and regularisation, so what the masking of the feedback's words
+    #: leaves still counts. Both read word tokens: LinearTextClassifier has no character n-grams.
+    profiling_feedback: Mapping[str, Any] = field(default_factory=dict)
+    profiling_judge: Mapping[str, Any] = field(default_factory=lambda: {
+        "loss": "hinge", "ngram_range": (1, 3), "sublinear_tf": True, "C": "auto", "class_weight": "auto"})
 
     def __post_init__(self) -> None:
         if self.max_rounds < 0 or self.max_rounds > 100:
@@ -106,6 +130,11 @@ class ProtectSettings:
     def bounds(self) -> list[Bound]:
         return parse_protect_budget(self.budget, "budget")
 
+    @property
+    def profiling(self) -> bool:
+        """Whether the budget bounds profiling (its classifiers then run and catch)."""
+        return "profiling" in {b.column for b in self.bounds}
+
     def round_key(self) -> dict[str, Any]:
         """What a round's output depends on besides the corpus and the histories."""
         return {"start": self.start, "ladder": [m.as_config() for m in self.ladder], "floor": self.meaning_floor,
@@ -113,6 +142,8 @@ class ProtectSettings:
                 "adversaries": list(self.adversaries), "timeline_posts": self.timeline_posts,
                 "evidence_top": self.evidence_top, "pii": "pii_leakage" in {b.column for b in self.bounds},
                 "pii_scope": self.pii_scope, "seed": self.seed,
+                "profiling": {"feedback": dict(self.profiling_feedback), "judge": dict(self.profiling_judge)}
+                if self.profiling else None,
                 "llm": dict(self.llm) if any(m.name == LLM_ANONYMIZE for m in self.ladder) else {}}
 
 
@@ -190,16 +221,119 @@ class _Attackers:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["group_id", "feature", "kind"])
 
 
+@dataclass
+class _Profiler:
+    role: str
+    column: str
+    adversary: str
+    model: Any  # a fitted LinearTextClassifier
+
+    @property
+    def attack(self) -> str:
+        return PROFILING_ATTACK + self.column.removeprefix(ATTR_PREFIX)
+
+
+class _Profilers:
+    """The attribute classifiers of a profiling bound, per attribute, role and adversary setting: trained on the
+    authors of the role's half of the histories (each author's posts one unit, as a timeline is; the disjoint
+    adversary without the corpus's documents), run on whole timelines, labelled with their author's value in
+    the corpus."""
+
+    def __init__(self, settings: ProtectSettings, halves: Mapping[str, str], corpus: pd.DataFrame,
+                 histories: str) -> None:
+        import pyarrow.parquet as pq
+
+        from tasks.privacy.profiling import author_units
+        from tasks.training.classifiers import LinearTextClassifier, TrainingDataError
+
+        columns = attr_columns(corpus)
+        self.labels = {col: author_units(corpus, col).set_index("unit")["y"].astype(str) for col in columns}
+        corpus_docs = corpus["doc_id"].astype(str)
+        params = {"feedback": settings.profiling_feedback, "judge": settings.profiling_judge}
+        self.entries: list[_Profiler] = []
+        for role in ("feedback", "judge"):
+            half = pq.read_table(halves[role], columns=["author_id", "doc_id", "text", *columns]).to_pandas()
+            for adversary in settings.adversaries:
+                rows = half[~half["doc_id"].astype(str).isin(corpus_docs)] if adversary == "disjoint" else half
+                for col in columns:
+                    units = author_units(rows, col)
+                    try:
+                        model = LinearTextClassifier(seed=settings.seed, **params[role]).fit(units["text"],
+                                                                                             units["y"].astype(str))
+                    except TrainingDataError as exc:
+                        raise InputError(f"the {role} half of the histories ({adversary} adversary) cannot train "
+                                         f"the attribute classifier: {exc}", file=histories, column=col) from None
+                    self.entries.append(_Profiler(role, col, adversary, model))
+
+    def _predict(self, e: _Profiler, units: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+        """(the units whose author has a value, their values, the classifier's predictions)."""
+        y = units["author_id"].map(self.labels[e.column])
+        labelled = units[y.notna().to_numpy()]
+        pred = e.model.predict(labelled["text"].tolist()) if len(labelled) else np.array([], str)
+        return labelled, y.dropna().to_numpy(str), np.asarray(pred, str)
+
+    def run(self, timelines: pd.DataFrame) -> pd.DataFrame:
+        """Per-timeline rows of every classifier (correct, y_true, y_pred) on ``timelines``."""
+        units = _timeline_units(timelines)
+        frames = []
+        for e in self.entries:
+            labelled, y, pred = self._predict(e, units)
+            frames.append(pd.DataFrame({"group_id": labelled.index.to_numpy(),
+                                        "author_id": labelled["author_id"].to_numpy(), "correct": y == pred,
+                                        "y_true": y, "y_pred": pred, "role": e.role,
+                                        "attack": e.attack, "adversary": e.adversary}))
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+    def evidence(self, timelines: pd.DataFrame, top: int) -> pd.DataFrame:
+        """For each timeline whose attribute a feedback classifier infers, the words in it that pull that
+        classifier towards the true value (seed 004, appendix B), strongest first."""
+        from tasks.privacy.profiling import evidence_words
+
+        units = _timeline_units(timelines)
+        frames = []
+        for e in self.entries:
+            if e.role != "feedback":
+                continue
+            labelled, y, pred = self._predict(e, units)
+            hit = y == pred
+            words = evidence_words(e.model, labelled["text"][hit].tolist(), pred[hit].tolist(), top)
+            frames.append(pd.DataFrame({"group_id": np.repeat(labelled.index[hit].to_numpy(), [len(w) for w in words]),
+                                        "feature": [w for ws in words for w in ws], "kind": "word"}))
+        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["group_id", "feature", "kind"])
+
+
+def _timeline_units(timelines: pd.DataFrame) -> pd.DataFrame:
+    """One row per timeline (indexed by group_id): its author and its posts' texts joined."""
+    return timelines.groupby("group_id", sort=False).agg(author_id=("author_id", "first"), text=("text", "\n".join))
+
+
+def _profiling_summary(part: pd.DataFrame) -> dict[str, Any]:
+    """A profiling classifier over the timelines kept: accuracy (Wilson interval) as accuracy_at_1, the majority
+    class's rate, and the advantage over it with its interval."""
+    from tasks.privacy.profiling import advantage
+
+    y, pred = part["y_true"].to_numpy(str), part["y_pred"].to_numpy(str)
+    n, k = len(part), int((y == pred).sum())
+    low, high = wilson(k, n)
+    risk = advantage(y, pred)
+    return {"accuracy_at_1": k / n if n else math.nan, "accuracy_at_1_ci_low": low, "accuracy_at_1_ci_high": high,
+            "accuracy_at_10": math.nan, "n_timelines": n, "n_correct": k,
+            # the control is the majority class (re-identification's: chance 1/N), in the same keys
+            "chance": float(pd.Series(y).value_counts().iloc[0]) / n if n else math.nan,
+            "risk": risk.value, "risk_ci_low": risk.ci_low, "risk_ci_high": risk.ci_high}
+
+
 def _summaries(attacks: pd.DataFrame, keep: set[str] | None = None) -> list[dict[str, Any]]:
-    """One summary per (role, attack, adversary): accuracy@1/@10 with intervals, n, over the timelines kept."""
+    """One summary per (role, attack, adversary) over the timelines kept: accuracy@1/@10 with intervals and n
+    (profiling classifiers: :func:`_profiling_summary`)."""
     from tasks.privacy.attribution import attribution_summary
 
     out = []
     for (role, attack, adversary), part in attacks.groupby(["role", "attack", "adversary"], sort=False):
         if keep is not None:
             part = part[part["group_id"].isin(keep)]
-        summary = attribution_summary(part.reset_index(drop=True), int(part["n_authors"].max()) if len(part) else 0,
-                                      n_resamples=1)
+        summary = _profiling_summary(part) if attack.startswith(PROFILING_ATTACK) else attribution_summary(
+            part.reset_index(drop=True), int(part["n_authors"].max()) if len(part) else 0, n_resamples=1)
         out.append({"role": role, "attack": attack, "adversary": adversary, **summary})
     return out
 
@@ -216,7 +350,8 @@ def _residual(s: Mapping[str, Any]) -> tuple[float, float, float]:
 def _worst(summaries: list[dict[str, Any]], role: str, decide_on: str, figure: str = "accuracy") -> dict[str, Any]:
     """The role's worst case of ``figure`` (accuracy: accuracy@1; risk: its residual risk over chance): the
     highest upper bound (or value, when deciding on the point)."""
-    rows = [s for s in summaries if s["role"] == role and s["n_timelines"]]
+    rows = [s for s in summaries if s["role"] == role and s["n_timelines"] and
+            not s["attack"].startswith(PROFILING_ATTACK)]
     if not rows:
         return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "attack": None, "adversary": None}
 
@@ -253,17 +388,21 @@ class _Protector:
         self.histories = histories
         self.histories_fingerprint = histories_fingerprint
         self._attackers: _Attackers | None = None
+        self._profilers: _Profilers | None = None
+        self._halves: dict[str, str] | None = None
         self._strategies: dict[str, Any] = {}
         self._detector: Any = None
         self._embeddings: Any = None
         self._llm: Any = None
         self.pii = "pii_leakage" in {b.column for b in settings.bounds}
+        self.profiling = settings.profiling
         self.mappings: list[pd.DataFrame] = []
         self.doc_timeline = _timelines(self.corpus, self.sources, settings.timeline_posts).set_index("doc_id")["group_id"]
 
     # -- components, built on first use (a fully cached rerun builds none of them)
-    def attackers(self) -> _Attackers:
-        if self._attackers is None:
+    def halves(self) -> dict[str, str]:
+        """The feedback and judge halves of the histories (split once, kept beside the rounds)."""
+        if self._halves is None:
             from tasks.privacy.history_split import split_histories_by_author
 
             halves_dir = self.folder.parent / "histories"
@@ -272,10 +411,34 @@ class _Protector:
             feedback, judge = halves_dir / f"{stem}-feedback.parquet", halves_dir / f"{stem}-judge.parquet"
             if not (feedback.exists() and judge.exists()):
                 split_histories_by_author(self.histories, feedback, judge, seed=self.settings.seed)
+            self._halves = {"feedback": str(feedback), "judge": str(judge)}
+        return self._halves
+
+    def attackers(self) -> _Attackers:
+        if self._attackers is None:
             docs = frozenset(self.corpus["doc_id"].astype(str))
-            self._attackers = _Attackers(self.settings, {"feedback": str(feedback), "judge": str(judge)}, docs,
-                                         self.folder)
+            self._attackers = _Attackers(self.settings, self.halves(), docs, self.folder)
         return self._attackers
+
+    def profilers(self) -> _Profilers:
+        if self._profilers is None:
+            self._profilers = _Profilers(self.settings, self.halves(), self.corpus, self.histories)
+        return self._profilers
+
+    def attack(self, timelines: pd.DataFrame) -> pd.DataFrame:
+        """Every attack's per-timeline rows on ``timelines``: the re-identification attacks and, with a profiling
+        bound, the attribute classifiers (their rows have no rank: in_top10 and in_history empty)."""
+        frames = [self.attackers().run(timelines)] + ([self.profilers().run(timelines)] if self.profiling else [])
+        frames = [f for f in frames if len(f)]
+        out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+        return out.astype({c: "boolean" for c in ("in_top10", "in_history") if c in out.columns})
+
+    def evidence(self, timelines: pd.DataFrame) -> pd.DataFrame:
+        """The feedback attacks' evidence for ``timelines`` and, with a profiling bound, the feedback classifiers'."""
+        top = self.settings.evidence_top
+        frames = [self.attackers().evidence(timelines, top)] + (
+            [self.profilers().evidence(timelines, top)] if self.profiling else [])
+        return pd.concat(frames, ignore_index=True).drop_duplicates(ignore_index=True)
 
     def detector(self) -> Any:
         if self._detector is None:
@@ -368,11 +531,12 @@ class _Protector:
         docs = pd.DataFrame({"doc_id": self.corpus["doc_id"].astype(str), "text": new, "meaning": meaning,
                              "round": 0, "move": start.label, "rung": 0, "blocked": False,
                              "spans": spans, "leaked": leaked})
-        attacks = self.attackers().run(_timelines(self.corpus, new, self.settings.timeline_posts))
+        attacks = self.attack(_timelines(self.corpus, new, self.settings.timeline_posts))
         return RoundState(0, docs, attacks, int(sum(o is not None for o in out)), time.perf_counter() - started)
 
     def caught(self, state: RoundState) -> np.ndarray:
-        """Positions of the documents that still give their author away (feedback) or still leak PII."""
+        """Positions of the documents that still give their author away (feedback), their author's attribute
+        (feedback classifiers, with a profiling bound) or still leak PII."""
         fb = state.attacks[(state.attacks["role"] == "feedback") & state.attacks["correct"].astype(bool)]
         timelines = set(fb["group_id"])
         hit = self.doc_timeline.reindex(state.docs["doc_id"]).isin(timelines).to_numpy()
@@ -390,8 +554,7 @@ class _Protector:
         if any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in ladder) and len(todo):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[todo]))
             timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
-            evidence = self.attackers().evidence(timelines[timelines["group_id"].isin(groups)],
-                                                 self.settings.evidence_top)
+            evidence = self.evidence(timelines[timelines["group_id"].isin(groups)])
         changed = np.zeros(len(docs), bool)
         texts = docs["text"].astype(str)
         while len(todo):
@@ -428,7 +591,7 @@ class _Protector:
         if len(idx):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[idx]))
             timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
-            fresh = self.attackers().run(timelines[timelines["group_id"].isin(groups)])
+            fresh = self.attack(timelines[timelines["group_id"].isin(groups)])
             attacks = pd.concat([attacks[~attacks["group_id"].isin(groups)], fresh], ignore_index=True)
         return RoundState(k, docs, attacks, int(changed.sum()), time.perf_counter() - started)
 
@@ -482,8 +645,23 @@ def _decide(bounds: list[Bound], figures: Mapping[str, Mapping[str, Any]], decid
     return met, words
 
 
+def _worst_profiling(summaries: list[dict[str, Any]], decide_on: str) -> dict[str, Any]:
+    """The judge's worst attribute: the highest advantage over the majority class (upper bound, or value when
+    deciding on the point); an advantage not above 0 (nothing measurable) counts as 0, with its interval."""
+    rows = [s for s in summaries
+            if s["role"] == "judge" and s["n_timelines"] and s["attack"].startswith(PROFILING_ATTACK)]
+    figures = [{"value": max(s["risk"], 0.0) if math.isfinite(s["risk"]) else math.nan,
+                "ci_low": s["risk_ci_low"], "ci_high": s["risk_ci_high"], "n": s["n_timelines"],
+                "attack": s["attack"], "adversary": s["adversary"], "accuracy": s["accuracy_at_1"],
+                "majority": s["chance"]} for s in rows]
+    if not figures:
+        return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "attack": None, "adversary": None}
+    key = "ci_high" if decide_on == "bound" else "value"  # nan (one value among the timelines): worst, undecided
+    return max(figures, key=lambda f: (math.inf, 0.0) if math.isnan(f[key]) else (f[key], f["value"]))
+
+
 def _figures(state: RoundState, summaries: list[dict[str, Any]], decide_on: str, pii: bool,
-             kept: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
+             kept: np.ndarray | None = None, profiling: bool = False) -> dict[str, dict[str, Any]]:
     figures = {"reidentification": _worst(summaries, "judge", decide_on),
                "reidentification_risk": _worst(summaries, "judge", decide_on, figure="risk")}
     if pii:
@@ -492,6 +670,8 @@ def _figures(state: RoundState, summaries: list[dict[str, Any]], decide_on: str,
         low, high = wilson(k, n)
         figures["pii_leakage"] = {"value": k / n if n else 0.0, "ci_low": low if n else 0.0,
                                   "ci_high": high if n else 0.0, "n": n, "attack": "pii", "adversary": None}
+    if profiling:
+        figures["profiling"] = _worst_profiling(summaries, decide_on)
     return figures
 
 
@@ -516,6 +696,26 @@ def _check_disjoint_histories(corpus: pd.DataFrame, histories: str, settings: Pr
                          "(--adversary full)", file=histories, column="doc_id")
 
 
+def _check_profiling(corpus: pd.DataFrame, histories: str, settings: ProtectSettings) -> None:
+    """A profiling bound needs the attributes: the corpus's ``attr_<name>`` columns label the timelines, and the
+    histories carry the same columns to train the classifiers on."""
+    if not settings.profiling:
+        return
+    import pyarrow.parquet as pq
+
+    columns = attr_columns(corpus)
+    if not columns:
+        raise ConfigError(f"budget: a profiling bound needs the corpus's sensitive attributes (columns "
+                          f"{ATTR_PREFIX}<name>); the corpus has none")
+    names = pq.ParquetFile(histories).schema_arrow.names
+    for col in columns:
+        if col not in names:
+            raise InputError("a profiling bound trains its classifiers on the histories' values of the corpus's "
+                             "attribute, and the histories lack the column", file=histories, column=col)
+        if corpus[col].isna().all():
+            raise InputError("a profiling bound needs the corpus's attribute values; every one is missing", column=col)
+
+
 def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings: ProtectSettings, *,
                    cache_dir: str | os.PathLike, corpus_fingerprint: str, histories_fingerprint: str,
                    log: Callable[[str], None] = lambda _line: None) -> ProtectResult:
@@ -529,6 +729,7 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
                               "code": code_version(*ROUND_CODE), **settings.round_key()})[:24]
     folder = Path(cache_dir) / key
     _check_disjoint_histories(corpus, os.fspath(histories), settings)
+    _check_profiling(corpus, os.fspath(histories), settings)
     protector = _Protector(corpus, os.fspath(histories), settings, folder, log, histories_fingerprint)
     bounds = settings.bounds
     rounds: list[dict[str, Any]] = []
@@ -544,7 +745,7 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
         summaries = _summaries(state.attacks)
         ok = state.docs["meaning"].to_numpy(float)
         rounds += _round_rows(state, summaries, float(np.mean(ok)) if len(ok) else math.nan)
-        figures = _figures(state, summaries, settings.decide_on, protector.pii)
+        figures = _figures(state, summaries, settings.decide_on, protector.pii, profiling=protector.profiling)
         met, words = _decide(bounds, figures, settings.decide_on)
         feedback = _worst(summaries, "feedback", "point")
         log(f"round {k}: judge {', '.join(words)}; feedback {feedback['attack']} {feedback['value']:.3g}; "
@@ -583,7 +784,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     kept_timelines = set(protector.doc_timeline.reindex(docs["doc_id"][kept]))
     dropped_timelines = set(protector.doc_timeline.reindex(docs["doc_id"][~kept]))
     summaries = _summaries(state.attacks, kept_timelines - dropped_timelines)
-    figures = _figures(state, summaries, settings.decide_on, protector.pii, kept)
+    figures = _figures(state, summaries, settings.decide_on, protector.pii, kept, profiling=protector.profiling)
     met, words = _decide(settings.bounds, figures, settings.decide_on)
     table = _protected_table(corpus, docs, kept, caught if settings.on_fail == "keep" else None)
     meaning = table[MEANING_COLUMN].to_numpy(float)
@@ -604,6 +805,14 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         notes.append(f"the judge ({judge['attack']}, {judge['value']:.2f}) re-identifies far more than the feedback "
                      f"attack ({feedback['attack']}, {feedback['value']:.2f}): the rewriting fits its feedback "
                      f"attacker; add a judge-like feedback attack or stronger moves")
+    feedback_profiling = {(s["attack"], s["adversary"]): s["accuracy_at_1"] for s in last
+                          if s["role"] == "feedback" and s["attack"].startswith(PROFILING_ATTACK)}
+    for s in last:
+        fed = feedback_profiling.get((s["attack"], s["adversary"]))
+        if s["role"] == "judge" and fed is not None and s["accuracy_at_1"] - fed > DISAGREEMENT:
+            notes.append(f"the judge classifier infers {s['attack'].removeprefix(PROFILING_ATTACK)} far more often "
+                         f"({s['accuracy_at_1']:.2f}) than the feedback classifier ({fed:.2f}): the masking fits the "
+                         f"feedback classifier; add stronger moves")
     summary = {
         "tool_version": tool_version,
         "signature": make_signature("protect", key=key, budget=settings.budget, decide_on=settings.decide_on,

@@ -195,7 +195,9 @@ def protect_curve(rounds: pd.DataFrame, decide_on: str) -> pd.DataFrame:
     """Each role's worst case per round: the (attack, adversary) with the highest upper bound (or value,
     ``decide_on`` point), as the protect loop decides its budget on the judge's."""
     from tasks.privacy.attacks import worst_case
+    from tasks.protect.files import PROFILING_ATTACK
 
+    rounds = rounds[~rounds["attack"].astype(str).str.startswith(PROFILING_ATTACK)]  # the curve: re-identification
     if rounds.empty:
         return pd.DataFrame(columns=PROTECT_CURVE_COLUMNS)
     by = "accuracy_at_1_ci_high" if decide_on == "bound" and rounds["accuracy_at_1_ci_high"].notna().any() \

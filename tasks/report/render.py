@@ -212,7 +212,7 @@ def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
 #: accuracy@1 carries its 95% interval.
 PROTECT_ROUNDS_SHOWN: dict[str, str] = {
     "round": "round", "role": "role", "attack": "attack", "adversary": "adversary", "accuracy_at_1": "accuracy@1",
-    "meaning": "meaning (BERTScore F1)", "documents_rewritten": "documents rewritten", "seconds": "seconds"}
+    "residual_risk": "residual risk over chance", "meaning": "meaning (BERTScore F1)", "documents_rewritten": "documents rewritten", "seconds": "seconds"}
 
 
 def protect_rounds_table(protection: Protection) -> pd.DataFrame:
@@ -224,6 +224,9 @@ def protect_rounds_table(protection: Protection) -> pd.DataFrame:
         "accuracy_at_1": [with_interval(v, lo, hi) for v, lo, hi in zip(
             rounds["accuracy_at_1"].astype(float), rounds["accuracy_at_1_ci_low"].astype(float),
             rounds["accuracy_at_1_ci_high"].astype(float), strict=True)],
+        "residual_risk": [with_interval(v, lo, hi) for v, lo, hi in zip(
+            *(rounds.get(c, pd.Series(math.nan, index=rounds.index)).astype(float)
+              for c in ("residual_risk", "residual_risk_ci_low", "residual_risk_ci_high")), strict=True)],
         "meaning": rounds["meaning"].astype(float).map(fmt),
         "documents_rewritten": rounds["documents_rewritten"].astype(int).astype(str),
         "seconds": rounds["seconds"].astype(float).map(lambda v: fmt(v, 1))}
