@@ -111,7 +111,7 @@ def test_masking_the_feedback_classifiers_words_brings_its_accuracy_down(world):
     moved = result.table[result.table["round"] == 1]
     sources = corpus.set_index("doc_id").loc[moved["doc_id"], "text"]
     assert len(moved) and _region_words(moved["text"]) < _region_words(sources) / 4  # the evidence was masked
-    assert set(result.summary["figures"]) == {"reidentification", "profiling"}
+    assert set(result.summary["figures"]) == {"reidentification", "reidentification_risk", "profiling"}
 
 
 def test_a_profiling_bound_on_histories_without_the_attribute_exits_2_naming_the_column(world):
