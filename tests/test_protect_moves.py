@@ -109,13 +109,13 @@ def test_bertscore_keeps_only_the_references_when_candidates_are_scored_once(tmp
     assert cache.hits == len(references) and again.to_numpy() == pytest.approx(plain.to_numpy(), abs=1e-6)
 
 
-def test_the_judge_risk_figure_is_the_residual_over_chance_and_the_curve_draws_its_accuracy() -> None:
+def test_the_judge_risk_figure_is_the_residual_over_chance_and_the_curve_draws_it() -> None:
     """``reidentification_risk``: the judge's worst residual risk over chance (an attack not above chance has
-    risk 0, its interval kept); the report's curve draws the accuracy at which the risk reaches its limit."""
+    risk 0, its interval kept); the report's curve draws the figure the budget bounds."""
     from tasks.intervals import residual_risk
     from tasks.privacy.attribution import attribution_summary
     from tasks.protect.loop import _worst
-    from tasks.report.build import accuracy_limit
+    from tasks.report.build import curve_budget
 
     def summary(attack: str, correct: int, n: int) -> dict:
         per = pd.DataFrame({"correct": [True] * correct + [False] * (n - correct), "in_top10": [True] * n,
@@ -131,7 +131,7 @@ def test_the_judge_risk_figure_is_the_residual_over_chance_and_the_curve_draws_i
     alone = _worst([weak], "judge", "bound", figure="risk")
     assert alone["value"] == 0.0 and alone["ci_high"] == pytest.approx(residual_risk(10, 100, control_rate=0.2).ci_high)
     assert _worst([weak, strong], "judge", "point")["value"] == pytest.approx(0.4)  # accuracy@1 by default
-    rounds = pd.DataFrame({"role": ["feedback", "judge"], "chance": [0.5, 0.2]})
-    assert accuracy_limit(parse_protect_budget("reidentification_risk<=0.1"), rounds) == pytest.approx(0.28)
-    assert accuracy_limit(parse_protect_budget("reidentification<=0.3,reidentification_risk<=0.1"), rounds) == 0.3
-    assert accuracy_limit(parse_protect_budget("pii_leakage<=0"), rounds) is None
+    assert curve_budget(parse_protect_budget("reidentification_risk<=0.1")) == ("reidentification_risk", 0.1)
+    assert curve_budget(parse_protect_budget("reidentification<=0.3,reidentification_risk<=0.1")) == (
+        "reidentification", 0.3)
+    assert curve_budget(parse_protect_budget("pii_leakage<=0")) == ("reidentification", None)

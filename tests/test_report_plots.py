@@ -349,3 +349,24 @@ def test_protect_curve_draws_the_95_interval_and_the_budget() -> None:
     assert len({plain.png, with_ci.png, with_budget.png}) == 3
     assert "Bars: the 95% interval" in with_ci.caption and "Bars" not in plain.caption
     assert "dashed line is the budget" in with_budget.caption and "dashed" not in plain.caption
+
+
+def test_protect_curve_draws_the_residual_risk_when_the_budget_bounds_it() -> None:
+    """A budget on reidentification_risk: the curve draws each round's worst residual risk (not accuracy@1),
+    says so, and its dashed line is the risk's bound; the worst case per round follows the risk."""
+    from tasks.report.build import protect_curve
+
+    rounds = pd.DataFrame({
+        "round": [0, 0, 1, 1], "role": ["judge"] * 4, "attack": ["delta", "minhash"] * 2, "adversary": ["disjoint"] * 4,
+        "accuracy_at_1": [0.30, 0.40, 0.25, 0.40], "accuracy_at_1_ci_low": [0.2, 0.3, 0.15, 0.3],
+        "accuracy_at_1_ci_high": [0.4, 0.5, 0.35, 0.5], "residual_risk": [0.30, 0.0, 0.10, 0.0],
+        "residual_risk_ci_low": [0.2, 0.0, 0.02, 0.0], "residual_risk_ci_high": [0.4, 0.05, 0.2, 0.05],
+        "meaning": [0.95, 0.95, 0.9, 0.9]})
+    by_risk = protect_curve(rounds, "bound", "reidentification_risk")
+    assert list(by_risk["attack"]) == ["delta", "delta"] and list(by_risk["residual_risk"]) == [0.30, 0.10]
+    assert list(protect_curve(rounds, "bound")["attack"]) == ["minhash", "minhash"]  # accuracy's worst
+    chart = protect_curve_chart(by_risk, 0.1, figure="reidentification_risk")
+    accuracy = protect_curve_chart(by_risk, 0.1)
+    assert chart.ok and accuracy.ok and chart.png != accuracy.png
+    assert "residual risk over chance" in chart.caption and "bound on the residual risk" in chart.caption
+    assert "interval of each risk" in chart.caption and "share of timelines" in accuracy.caption

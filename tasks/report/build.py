@@ -53,9 +53,10 @@ class Protection:
     curve: pd.DataFrame  # PROTECT_CURVE_COLUMNS: each role's worst case per round
     moves: dict[str, int]  # move label -> documents of the protected output it last changed
     budget: str
-    limit: float | None  # the reidentification bound of the budget (the curve's line), if it has one
+    limit: float | None  # the budget's bound on the curve's figure (its line), if it has one
     verdict: str  # the loop's verdict, its notes included
     met: bool
+    figure: str = "reidentification"  # what the curve draws: a key of CURVE_FIGURES
 
 
 @dataclass
@@ -185,41 +186,42 @@ def example_outputs(layout: RunLayout, read: ReadTable, *, n: int, seed: int,
     return frame
 
 
+#: The figures the protect curve can draw (y): the rounds table's column prefix (value, _ci_low, _ci_high).
+CURVE_FIGURES: dict[str, str] = {"reidentification": "accuracy_at_1", "reidentification_risk": "residual_risk"}
 #: The columns of :attr:`Protection.curve`: per round and role (feedback or judge), the worst attack's
-#: accuracy@1 with its 95% interval and the round's mean meaning (BERTScore F1).
+#: accuracy@1 and residual risk over chance with their 95% intervals and the round's mean meaning (BERTScore F1).
 PROTECT_CURVE_COLUMNS = ["round", "role", "attack", "adversary", "accuracy_at_1", "accuracy_at_1_ci_low",
-                         "accuracy_at_1_ci_high", "meaning"]
+                         "accuracy_at_1_ci_high", "residual_risk", "residual_risk_ci_low", "residual_risk_ci_high",
+                         "meaning"]
 
 
-def protect_curve(rounds: pd.DataFrame, decide_on: str) -> pd.DataFrame:
-    """Each role's worst case per round: the (attack, adversary) with the highest upper bound (or value,
-    ``decide_on`` point), as the protect loop decides its budget on the judge's."""
+def protect_curve(rounds: pd.DataFrame, decide_on: str, figure: str = "reidentification") -> pd.DataFrame:
+    """Each role's worst re-identification case per round: the (attack, adversary) whose ``figure``
+    (:data:`CURVE_FIGURES`) has the highest upper bound (or value, ``decide_on`` point), as the protect loop
+    decides its budget on the judge's."""
     from tasks.privacy.attacks import worst_case
     from tasks.protect.files import PROFILING_ATTACK
 
     rounds = rounds[~rounds["attack"].astype(str).str.startswith(PROFILING_ATTACK)]  # the curve: re-identification
+    rounds = rounds.reindex(columns=list(dict.fromkeys([*rounds.columns, *PROTECT_CURVE_COLUMNS])))
     if rounds.empty:
         return pd.DataFrame(columns=PROTECT_CURVE_COLUMNS)
-    by = "accuracy_at_1_ci_high" if decide_on == "bound" and rounds["accuracy_at_1_ci_high"].notna().any() \
-        else "accuracy_at_1"
-    ranked = rounds.assign(_rank=rounds[by].fillna(rounds["accuracy_at_1"]))
+    column = CURVE_FIGURES[figure]
+    by = f"{column}_ci_high" if decide_on == "bound" and rounds[f"{column}_ci_high"].notna().any() else column
+    ranked = rounds.assign(_rank=rounds[by].fillna(rounds[column]).astype(float))
     worst = worst_case(ranked, metric="_rank", by=("round", "role"))
     return worst[["round", "role", "attack", "adversary"]].merge(ranked, on=["round", "role", "attack", "adversary"])[
         PROTECT_CURVE_COLUMNS].sort_values(["role", "round"], kind="stable").reset_index(drop=True)
 
 
-def accuracy_limit(bounds: Sequence[Bound], rounds: pd.DataFrame) -> float | None:
-    """The accuracy@1 the protect curve draws as the budget: a ``reidentification`` bound's limit, else the
-    accuracy at which a ``reidentification_risk`` bound is reached over the judge's chance (chance + limit x
-    (1 - chance)); None without either."""
+def curve_budget(bounds: Sequence[Bound]) -> tuple[str, float | None]:
+    """What the protect curve draws and its budget line: a ``reidentification`` bound's accuracy@1, else a
+    ``reidentification_risk`` bound's residual risk, else accuracy@1 without a line."""
     by_figure = {b.column: b.limit for b in bounds}
-    if "reidentification" in by_figure:
-        return by_figure["reidentification"]
-    judge = rounds[rounds["role"] == "judge"] if "chance" in rounds.columns else rounds.iloc[:0]
-    if "reidentification_risk" not in by_figure or judge["chance"].dropna().empty:
-        return None
-    chance = float(judge["chance"].dropna().max())
-    return chance + by_figure["reidentification_risk"] * (1.0 - chance)
+    for figure in CURVE_FIGURES:
+        if figure in by_figure:
+            return figure, by_figure[figure]
+    return "reidentification", None
 
 
 def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Protection | None:
@@ -236,10 +238,10 @@ def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Prote
     moves = summary.get("moves")
     if moves is None and (table := layout.one("protect", "shard")) is not None:
         moves = read(table)[MOVE_COLUMN].value_counts().to_dict()
-    limit = accuracy_limit(parse_protect_budget(summary["budget"], "budget"), rounds)
-    return Protection(rounds=rounds, curve=protect_curve(rounds, summary["decide_on"]),
+    figure, limit = curve_budget(parse_protect_budget(summary["budget"], "budget"))
+    return Protection(rounds=rounds, curve=protect_curve(rounds, summary["decide_on"], figure),
                       moves={str(k): int(v) for k, v in (moves or {}).items()}, budget=summary["budget"],
-                      limit=limit, verdict=summary["verdict"], met=bool(summary["met"]))
+                      limit=limit, verdict=summary["verdict"], met=bool(summary["met"]), figure=figure)
 
 
 def _read_local_text(ref: ArtifactRef) -> str:

@@ -612,31 +612,43 @@ PROTECT_SERIES: dict[str, tuple[str, str]] = {
     "judge": (OKABE_ITO[3], "judge (decides the budget)"), "feedback": (OKABE_ITO[0], "feedback (steers the rewriting)")}
 
 
-def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None) -> Plot:
-    """The protect loop's path: per round, the judge's and the feedback attack's worst accuracy@1 (y, lower =
-    more private) against the round's mean meaning (x, BERTScore F1), points labelled by round, the budget's
-    re-identification bound as a dashed line. ``curve`` rows: round, role, accuracy_at_1, meaning, optional
-    accuracy_at_1_ci_low/_ci_high (drawn as error bars: the 95% interval)."""
+#: What the protect curve can draw (y): the curve's column, the y axis label and the budget line's words.
+PROTECT_FIGURES: dict[str, tuple[str, str, str]] = {
+    "reidentification": ("accuracy_at_1", "timelines re-identified, accuracy@1", "re-identification"),
+    "reidentification_risk": ("residual_risk", "residual re-identification risk over chance", "residual risk")}
+
+
+def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None, figure: str = "reidentification") -> Plot:
+    """The protect loop's path: per round, the judge's and the feedback attack's worst ``figure`` (y, lower =
+    more private: accuracy@1, or the residual risk over chance 1/N) against the round's mean meaning (x,
+    BERTScore F1), points labelled by round, the budget's bound as a dashed line. ``curve`` rows: round, role,
+    the figure's column (:data:`PROTECT_FIGURES`), meaning, optional ``<column>_ci_low``/``_ci_high`` (drawn as
+    error bars: the 95% interval)."""
+    column, ylabel, words_of = PROTECT_FIGURES[figure]
     name = "protect-rounds"
-    caption = ("Each point is one round of the protect loop: the share of timelines the worst attack still "
-               "attributes to their author (lower = more private) against the meaning the round's texts keep "
-               "(BERTScore F1 against the source, right = more kept), labelled by round (r0 = the starting move). "
-               "The judge attacks never steer the rewriting and decide the budget; the feedback attack does steer it.")
-    problem = _missing(curve, ["round", "role", "accuracy_at_1", "meaning"])
+    what = ("the share of timelines the worst attack still attributes to their author" if column == "accuracy_at_1"
+            else "the worst attack's residual risk over chance (how far above guessing it re-identifies the "
+                 "timelines whose author the adversary knows)")
+    caption = (f"Each point is one round of the protect loop: {what} (lower = more private) against the meaning "
+               "the round's texts keep (BERTScore F1 against the source, right = more kept), labelled by round "
+               "(r0 = the starting move). The judge attacks never steer the rewriting and decide the budget; the "
+               "feedback attack does steer it.")
+    problem = _missing(curve, ["round", "role", column, "meaning"])
     if problem:
         return _skipped(name, PROTECT_TITLE, caption, problem)
-    low, high = _bounds(curve, "accuracy_at_1")
+    low, high = _bounds(curve, column)
     frame = pd.DataFrame({"round": _numeric(curve["round"]).to_numpy(), "role": curve["role"].map(_text).to_numpy(),
-                          "x": _numeric(curve["meaning"]).to_numpy(), "y": _numeric(curve["accuracy_at_1"]).to_numpy(),
+                          "x": _numeric(curve["meaning"]).to_numpy(), "y": _numeric(curve[column]).to_numpy(),
                           "y_low": low, "y_high": high})
     frame = frame[frame["role"].isin(list(PROTECT_SERIES))].dropna(subset=["round", "x", "y"])
     if frame.empty:
-        return _skipped(name, PROTECT_TITLE, caption, "needs at least 1 round with finite accuracy@1 and meaning")
+        return _skipped(name, PROTECT_TITLE, caption, f"needs at least 1 round with finite {ylabel} and meaning")
     fig = new_figure()
     ax = fig.add_subplot()
     _style_axes(ax)
     if (frame["y_low"].notna() & frame["y_high"].notna()).any():
-        caption += " Bars: the 95% interval (Wilson) of each share."
+        caption += (" Bars: the 95% interval (Wilson) of each share." if column == "accuracy_at_1" else
+                    " Bars: the 95% interval of each risk (Anonymeter's, over chance).")
     for k, (role, (colour, words)) in enumerate(PROTECT_SERIES.items()):
         part = frame[frame["role"] == role].sort_values("round")
         if part.empty:
@@ -649,12 +661,12 @@ def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None) -> Plot
                         fontsize=8.5, color=colour)
     if limit is not None and math.isfinite(limit):
         ax.axhline(limit, color="#57606a", linestyle="--", linewidth=1.3, zorder=1,
-                   label=f"budget: re-identification ≤ {limit:g}")
-        caption += " The dashed line is the budget's bound on re-identification."
+                   label=f"budget: {words_of} ≤ {limit:g}")
+        caption += f" The dashed line is the budget's bound on the {words_of}."
     ax.set_ylim(-0.03, 1.05)
     ax.set_xlim(*_padded_limits(frame["x"].to_numpy(), 0.0, 1.0, 0.2))
     ax.set_xlabel("meaning kept (mean BERTScore F1 of the round)", fontsize=10)
-    ax.set_ylabel("timelines re-identified, accuracy@1", fontsize=10)
+    ax.set_ylabel(ylabel, fontsize=10)
     ax.set_title(PROTECT_TITLE, fontsize=11)
     ax.legend(fontsize=8.5, frameon=False, loc="best")
     return _finished(name, PROTECT_TITLE, caption, fig)

@@ -124,7 +124,8 @@ def _plots(data: ReportData) -> list[plots.Plot]:
     if data.metaeval is not None:
         figures.append(plots.metaeval_chart(data.metaeval))
     if data.protection is not None:
-        figures.append(plots.protect_curve_chart(data.protection.curve, data.protection.limit))
+        figures.append(plots.protect_curve_chart(data.protection.curve, data.protection.limit,
+                                                 figure=data.protection.figure))
     return figures
 
 
