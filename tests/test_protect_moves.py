@@ -135,3 +135,22 @@ def test_the_judge_risk_figure_is_the_residual_over_chance_and_the_curve_draws_i
     assert curve_budget(parse_protect_budget("reidentification<=0.3,reidentification_risk<=0.1")) == (
         "reidentification", 0.3)
     assert curve_budget(parse_protect_budget("pii_leakage<=0")) == ("reidentification", None)
+
+
+def test_a_judge_reliably_wrong_on_the_kept_timelines_still_counts_as_informed() -> None:
+    """Leaving out the timelines a feedback classifier got right can leave a correlated judge wrong on almost
+    every kept one; flipped, its answers are right: the profiling figure reads them as such."""
+    from tasks.intervals import residual_risk
+    from tasks.privacy.profiling import relabelled
+    from tasks.protect.loop import _profiling_summary
+
+    y = np.array(["a"] * 12 + ["b"] * 8, dtype=object)
+    flipped = np.where(y == "a", "b", "a")
+    flipped[0] = "a"  # one right guess
+    assert list(relabelled(y, flipped)) == list(np.where(flipped == "a", "b", "a"))  # both values swap back
+    summary = _profiling_summary(pd.DataFrame({"y_true": y, "y_pred": flipped}))
+    assert summary["accuracy_at_1"] == pytest.approx(1 / 20)  # as predicted: far below the majority (0.6)
+    assert summary["risk"] == pytest.approx(residual_risk(19, 20, 12, 20).value) and summary["risk"] > 0.8
+    blind = np.array(["a"] * 20, dtype=object)  # a constant guess stays at the majority: no advantage
+    assert list(relabelled(y, blind)) == list(blind)
+    assert _profiling_summary(pd.DataFrame({"y_true": y, "y_pred": blind}))["risk"] == pytest.approx(0.0)

@@ -165,6 +165,22 @@ def advantage(y: np.ndarray, pred: np.ndarray) -> Residual:
     return residual_risk(int((y == pred).sum()) if n else 0, n, _majority_count(y), n)
 
 
+def relabelled(y: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """The predictions of an attacker who knows how the evaluated units were selected: each predicted value
+    replaced by the true value most common among the units given it (ties keep the prediction). A set kept
+    because a similar classifier got it wrong (protect's ``on_fail: drop``) is then no safer than the
+    classifier's errors make it: predictions that are reliably wrong (a flipped binary attribute) count as
+    the information they are."""
+    y, pred = np.asarray(y, dtype=object), np.asarray(pred, dtype=object)
+    out = pred.copy()
+    for value in pd.unique(pred):
+        given = pred == value
+        counts = pd.Series(y[given]).value_counts()
+        if len(counts) and counts.iloc[0] > counts.get(value, 0):
+            out[given] = counts.index[0]
+    return out
+
+
 def _synthetic_sets(synthetic: dict[str, pd.DataFrame] | None) -> list[tuple[str, pd.DataFrame, int]]:
     """(set name, ok rows with one row per doc_id, rows dropped as duplicates); one set per variant."""
     out = []

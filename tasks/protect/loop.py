@@ -309,13 +309,15 @@ def _timeline_units(timelines: pd.DataFrame) -> pd.DataFrame:
 
 def _profiling_summary(part: pd.DataFrame) -> dict[str, Any]:
     """A profiling classifier over the timelines kept: accuracy (Wilson interval) as accuracy_at_1, the majority
-    class's rate, and the advantage over it with its interval."""
-    from tasks.privacy.profiling import advantage
+    class's rate, and the advantage over it with its interval, of its predictions as an attacker who knows how
+    the kept timelines were selected would read them (:func:`tasks.privacy.profiling.relabelled`: leaving out
+    the timelines a feedback classifier got right would otherwise make a correlated judge look blind)."""
+    from tasks.privacy.profiling import advantage, relabelled
 
     y, pred = part["y_true"].to_numpy(str), part["y_pred"].to_numpy(str)
     n, k = len(part), int((y == pred).sum())
     low, high = wilson(k, n)
-    risk = advantage(y, pred)
+    risk = advantage(y, relabelled(y, pred).astype(str))
     return {"accuracy_at_1": k / n if n else math.nan, "accuracy_at_1_ci_low": low, "accuracy_at_1_ci_high": high,
             "accuracy_at_10": math.nan, "n_timelines": n, "n_correct": k,
             # the control is the majority class (re-identification's: chance 1/N), in the same keys
