@@ -124,7 +124,9 @@ def test_the_report_shows_the_protect_rounds_as_the_stage_wrote_them(run):
     assert [r[:4] for r in rows] == [[str(r.round), r.role, r.attack, r.adversary] for r in rounds.itertuples()]
     assert [r[4] for r in rows] == [with_interval(r.accuracy_at_1, r.accuracy_at_1_ci_low, r.accuracy_at_1_ci_high)
                                     for r in rounds.itertuples()]
-    assert [int(r[6]) for r in rows] == rounds["documents_rewritten"].tolist()
+    assert [r[5] for r in rows] == [with_interval(r.residual_risk, r.residual_risk_ci_low, r.residual_risk_ci_high)
+                                    for r in rounds.itertuples()]
+    assert [int(r[7]) for r in rows] == rounds["documents_rewritten"].tolist()
     # the moves: the summary's counts, which are the protected table's move column
     moves = protected[MOVE_COLUMN].value_counts().to_dict()
     assert summary["moves"] == moves
