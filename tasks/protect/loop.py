@@ -18,8 +18,9 @@ classifier infers is caught, and the words pulling it towards the true value are
 
 Round 0 is the starting move on every document (default: pseudonymised copy). Each later round takes the
 timelines the feedback attack still attributes to their true author (ranked first) or whose attribute it still
-infers (profiling bound) and the documents that still leak PII, and gives each of their documents the next rung
-of the ladder (:mod:`tasks.protect.moves`); a move is kept only if the document's meaning against its source
+infers (profiling bound) and the documents that still leak PII, and gives the next rung of the ladder
+(:mod:`tasks.protect.moves`) to the ``docs_per_round`` documents of each such timeline that carry the most of the
+feedback evidence (and to every leaking document); a move is kept only if the document's meaning against its source
 (BERTScore F1) stays at or above the floor, otherwise the next rung is tried. Documents not caught are never
 rewritten again. Each round is written to the cache as it ends, keyed by everything it depends on but the budget
 and the number of rounds: a killed run resumes at the round it was in, a rerun is fully cached, and a changed
@@ -220,7 +221,7 @@ class _Attackers:
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
     @property
-    def give_evidence(self) -> bool:
+    def gives_evidence(self) -> bool:
         """Whether a feedback attack returns evidence."""
         return any(e.role == "feedback" and e.attack.returns_evidence for e in self.entries)
 
@@ -585,7 +586,7 @@ class _Protector:
         ladder = self.settings.ladder
         todo = caught[docs["rung"].to_numpy()[caught] < len(ladder)]
         evidence = pd.DataFrame()
-        ranked = self.settings.docs_per_round is not None and (self.attackers().give_evidence or self.profiling)
+        ranked = self.settings.docs_per_round is not None and (self.attackers().gives_evidence or self.profiling)
         if (ranked or any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in ladder)) and len(todo):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[todo]))
             timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
