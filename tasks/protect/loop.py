@@ -147,7 +147,8 @@ class ProtectSettings:
         return {"start": self.start, "ladder": [m.as_config() for m in self.ladder], "floor": self.meaning_floor,
                 "feedback": [[n, dict(p)] for n, p in self.feedback], "judge": [[n, dict(p)] for n, p in self.judge],
                 "adversaries": list(self.adversaries), "timeline_posts": self.timeline_posts,
-                "evidence_top": self.evidence_top, "docs_per_round": self.docs_per_round, "pii": "pii_leakage" in {b.column for b in self.bounds},
+                "evidence_top": self.evidence_top, "docs_per_round": self.docs_per_round,
+                "pii": "pii_leakage" in {b.column for b in self.bounds},
                 "pii_scope": self.pii_scope, "seed": self.seed,
                 "profiling": {"feedback": dict(self.profiling_feedback), "judge": dict(self.profiling_judge)}
                 if self.profiling else None,
