@@ -161,7 +161,7 @@ def _carried_by_hand(text: str, feature: str, kind: str) -> bool:
     return core in text
 
 
-def test_a_round_moves_at_most_docs_per_round_documents_per_caught_timeline_those_with_the_most_evidence(world, tmp_path):
+def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_most_evidence(world, tmp_path):
     from tasks.protect.loop import ProtectSettings, _Protector, _timelines
     from tasks.protect.moves import Move
     from tasks.store import fingerprint_file

@@ -164,11 +164,13 @@ def test_stylometric_evidence_reused_across_calls_is_the_evidence_of_one_fit(tmp
     rng = np.random.default_rng(3)
     words = ["great", "Totally", "calm", "remark", "zorbly", "we", "won", "tax", "cuts", "hello", "there", "!!", ":)"]
     authors = [f"u{i}" for i in range(8)]
-    histories = pd.DataFrame({"author_id": [authors[i % 8] for i in range(120)], "doc_id": [f"h{i}" for i in range(120)],
+    histories = pd.DataFrame({"author_id": [authors[i % 8] for i in range(120)],
+                              "doc_id": [f"h{i}" for i in range(120)],
                               "text": [" ".join(rng.choice(words[(i % 8):] + words[:2], 6)) for i in range(120)]})
     path = tmp_path / "histories.parquet"
     histories.to_parquet(path)
-    timelines = pd.DataFrame({"group_id": [f"t{i // 3}" for i in range(15)], "author_id": [authors[i // 3] for i in range(15)],
+    timelines = pd.DataFrame({"group_id": [f"t{i // 3}" for i in range(15)],
+                              "author_id": [authors[i // 3] for i in range(15)],
                               "doc_id": [f"s{i}" for i in range(15)],
                               "text": [" ".join(rng.choice(words, 5)) for _ in range(15)]})
     params = StyloParams(mode="exact")

@@ -877,7 +877,8 @@ def stylometric_evidence(histories: HistorySource, timelines: pd.DataFrame, para
         return pd.DataFrame(columns=EVIDENCE_COLUMNS)
     wanted = set(timelines["author_id"].astype(str))
     if not reuse or isinstance(histories, pd.DataFrame):
-        return _EvidenceCounts.read(histories, wanted, params, held_out, idf_sample, chunk_rows).evidence(timelines, top)
+        counts = _EvidenceCounts.read(histories, wanted, params, held_out, idf_sample, chunk_rows)
+        return counts.evidence(timelines, top)
     path = os.fspath(histories)
     stat = os.stat(path) if os.path.exists(path) else None
     key = (path, stat and stat.st_size, stat and stat.st_mtime_ns, params, held_out, idf_sample, chunk_rows)
