@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import multiprocessing as mp
 import os
 import pstats
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.reidentify import SIZES, in_fresh_process, peak_gb, simulated_data
 from tasks.corpus.schema import STATUS_OK
+from tasks.protect.loop import ProtectSettings
 
 #: The issue's target for every round after the first, and for the peak RSS.
 ROUND_TARGET_S, PEAK_TARGET_GB = 20.0, 4.0
@@ -51,7 +53,8 @@ def _child(hist: str, syn_paths: dict[float, str], options: dict, cache: str, qu
     from tasks.store import fingerprint_file
 
     profile = options.pop("profile", None)
-    settings = protect_settings(None, **options)
+    docs_per_round = options.pop("docs_per_round")
+    settings = dataclasses.replace(protect_settings(None, **options), docs_per_round=docs_per_round or None)
     profiler = cProfile.Profile() if profile else None
     if profiler:
         profiler.enable()
@@ -123,6 +126,8 @@ def main() -> None:
     ap.add_argument("--ladder", default=DEFAULT_LADDER, help="comma-separated moves")
     ap.add_argument("--max-rounds", type=int, default=3)
     ap.add_argument("--budget", default="reidentification<=0.10")
+    ap.add_argument("--docs-per-round", type=int, default=ProtectSettings.docs_per_round, metavar="N",
+                    help="documents moved per caught timeline and round (0: every document)")
     ap.add_argument("--profile", default=None, metavar="FILE",
                     help="run the loop under cProfile, write its stats to FILE and print where later rounds go")
     ap.add_argument("--time-pseudonymize", type=int, default=0, metavar="N",
@@ -149,7 +154,7 @@ def main() -> None:
     run_attacks(warm, warm, [build_attack(name) for name in ("stylometric", "delta", "minhash")], ["full"])
 
     options = {"start": args.start, "ladder": args.ladder.split(","), "max_rounds": args.max_rounds,
-               "budget": args.budget, "profile": args.profile}
+               "budget": args.budget, "profile": args.profile, "docs_per_round": args.docs_per_round}
     load = os.getloadavg()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="protect-bench-", dir=args.data_dir) as cache:
@@ -158,7 +163,8 @@ def main() -> None:
     load_after = os.getloadavg()
 
     print(f"\nprotect: {n_posts:,} history posts of {n_users:,} users; {n_tl} timelines, {len(first):,} posts per "
-          f"corpus; start {args.start}, ladder {args.ladder}, budget {args.budget}, at most {args.max_rounds} rounds; "
+          f"corpus; start {args.start}, ladder {args.ladder}, budget {args.budget}, at most {args.max_rounds} rounds, "
+          f"{args.docs_per_round or 'every'} document(s) per caught timeline and round; "
           f"{wall:.0f} s in all")
     print(f"load average (1/5/15 min) before {'/'.join(f'{x:.1f}' for x in load)}, after "
           f"{'/'.join(f'{x:.1f}' for x in load_after)} on {os.cpu_count()} cores")
@@ -177,6 +183,7 @@ def main() -> None:
           f"{'no later round ran' if not later else 'met' if slowest[2] <= ROUND_TARGET_S else 'NOT met'}; "
           f"peak RSS {peak:.2f} GB, target <= {PEAK_TARGET_GB:g} GB: {'met' if peak <= PEAK_TARGET_GB else 'NOT met'}")
     result = {"posts": n_posts, "users": n_users, "timelines": n_tl, "start": args.start,
+              "docs_per_round": args.docs_per_round or "all",
               "first_round_s": f"{first_round:.1f}", "slowest_later_round_s": f"{slowest[2]:.1f}",
               "ratio": f"{first_round / slowest[2]:.1f}" if later else "nan", "peak_rss_gb": f"{peak:.2f}",
               **{f"judge_{a}_{strength:g}_last": f"{r['accuracy_at_1']:.3f}"

@@ -379,6 +379,9 @@ def protect(
                                                  "(default stylometric).")] = None,
     adversary: Annotated[str | None, typer.Option("--adversary", help="full, disjoint or both (default disjoint).")] = None,
     timeline_posts: Annotated[int | None, typer.Option("--timeline-posts", help="Attack runs of at most N posts.")] = None,
+    docs_per_round: Annotated[int | None, typer.Option("--docs-per-round", min=1, help="Per caught timeline, move "
+                                                       "only the N documents carrying the most evidence (default: "
+                                                       "every document).")] = None,
     decide_on: Annotated[str | None, typer.Option("--decide-on", help="bound | point (default bound).")] = None,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
     verbose: VerboseOption = False,
@@ -418,6 +421,7 @@ def protect(
         settings = protect_settings(
             cfg, budget=budget, start=start, max_rounds=max_rounds, meaning_floor=meaning_floor, on_fail=on_fail,
             ladder=names(ladder, "--ladder"), decide_on=decide_on, seed=seed, timeline_posts=timeline_posts,
+            docs_per_round=docs_per_round,
             adversaries=None if adversary is None else (("full", "disjoint") if adversary == "both" else (adversary,)),
             **attacks)
         paths = protect_paths(check_output_file(out))

@@ -378,6 +378,10 @@ class ProtectConfig(Section):
     adversaries: list[Literal["full", "disjoint"]] | None = Field(
         None, description="Adversary settings of the feedback and judge attacks; default: privacy.reidentify's.")
     timeline_posts: int | None = Field(None, gt=0, description="Default: privacy.reidentify.timeline_posts.")
+    docs_per_round: int | None = Field(None, gt=0, description="Per timeline still caught, the documents carrying the "
+                                       "most feedback evidence that a round moves (documents carrying none are not "
+                                       "moved): faster rounds, more of them, more documents left caught when they run "
+                                       "out. Default (null): every document of the timeline.")
     split: Literal["train", "val", "test"] | None = Field(
         None, description="Protect (and so share) only this split's documents; the disjoint adversary then holds "
                           "the users' other documents of the corpus. Default: every document.")
@@ -683,6 +687,7 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
         values = {"budget": p.budget, "start": p.start, "max_rounds": p.max_rounds, "meaning_floor": p.meaning_floor,
                   "on_fail": p.on_fail, "decide_on": p.decide_on, "adversaries": tuple(p.adversaries or reid.adversaries),
                   "timeline_posts": p.timeline_posts or reid.timeline_posts, "seed": cfg.seed,
+                  "docs_per_round": p.docs_per_round,
                   "feedback": p.feedback, "judge": p.judge,
                   "ladder": parse_ladder(p.ladder, "protect.ladder") if p.ladder is not None else DEFAULT_LADDER,
                   "llm": llm_role_settings("llm", cfg.models.get("llm"))}

@@ -144,3 +144,54 @@ def test_the_corpus_as_its_own_history_gives_the_disjoint_adversary_nothing_and_
         f"corpus, so the disjoint adversary would have nothing to attack with; give the users' other posts "
         f"(--histories) or the full adversary (--adversary full)"), proc.stderr
     assert not out.exists()
+
+
+def _carried_by_hand(text: str, feature: str, kind: str) -> bool:
+    """The matching rule, written out: a word n-gram as whole words, a run of '.', '!' or '?' as any run of
+    two or more, any other character n-gram as written."""
+    import re
+
+    core = feature.strip()
+    if len(core) < 2:
+        return False
+    if kind == "word":
+        return re.search(r"(?<!\w)" + r"\s+".join(re.escape(w) for w in core.split()) + r"(?!\w)", text) is not None
+    if set(core) in ({"."}, {"!"}, {"?"}):
+        return core[0] * 2 in text
+    return core in text
+
+
+def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_most_evidence(world, tmp_path):
+    from tasks.protect.loop import ProtectSettings, _Protector, _timelines
+    from tasks.protect.moves import Move
+    from tasks.store import fingerprint_file
+
+    corpus = pd.read_parquet(world["corpus"])  # 48 timelines of 5 posts
+    settings = ProtectSettings(start="stymask", ladder=(Move("mask-evidence"), Move("stymask")), meaning_floor=0.0,
+                               judge=(("delta", {}),), docs_per_round=2)
+    protector = _Protector(corpus, str(world["histories"]), settings, tmp_path / "rounds", lambda _: None,
+                           fingerprint_file(world["histories"]))
+    zero = protector.round_zero()
+    one = protector.next_round(zero, 1)
+
+    fb = zero.attacks[(zero.attacks["role"] == "feedback") & zero.attacks["correct"].astype(bool)]
+    caught = set(fb["group_id"])
+    assert len(caught) >= 5
+    timelines = _timelines(protector.corpus, zero.docs["text"], None)
+    evidence = protector.evidence(timelines[timelines["group_id"].isin(caught)])  # what round 1 was steered by
+    expected = set()
+    for group, part in timelines[timelines["group_id"].isin(caught)].groupby("group_id"):
+        features = evidence[evidence["group_id"] == group]
+        scores = [(sum(c for f, k, c in zip(features["feature"], features["kind"], features["contribution"],
+                                            strict=True) if _carried_by_hand(text, f, k)), doc)
+                  for doc, text in zip(part["doc_id"], part["text"], strict=True)]
+        positions = {doc: i for i, doc in enumerate(zero.docs["doc_id"])}
+        ranked = sorted((s, doc) for s, doc in scores if s > 0)
+        ranked.sort(key=lambda x: (-x[0], positions[x[1]]))
+        expected |= {doc for _, doc in ranked[:2]}
+    moved = set(one.docs["doc_id"][one.docs["rung"] > 0])
+    assert moved == expected and len(moved) > len(caught)  # two per caught timeline, most of them
+    per_timeline = protector.doc_timeline.reindex(sorted(moved)).value_counts()
+    assert per_timeline.max() <= 2
+    untouched = one.docs[one.docs["rung"] == 0]
+    assert (untouched["text"].to_numpy() == zero.docs.set_index("doc_id").loc[untouched["doc_id"], "text"]).all()

@@ -154,3 +154,56 @@ def test_a_judge_reliably_wrong_on_the_kept_timelines_still_counts_as_informed()
     blind = np.array(["a"] * 20, dtype=object)  # a constant guess stays at the majority: no advantage
     assert list(relabelled(y, blind)) == list(blind)
     assert _profiling_summary(pd.DataFrame({"y_true": y, "y_pred": blind}))["risk"] == pytest.approx(0.0)
+
+
+def _reference_evidence(histories: pd.DataFrame, timelines: pd.DataFrame, params: StyloParams, stride: int,
+                        top: int) -> dict[tuple[str, str, str], float]:
+    """The evidence as one scikit-learn fit per call computes it: IDF on the true authors' posts plus every
+    ``stride``-th other post, each timeline's mean TF-IDF row times its author's."""
+    wanted = set(timelines["author_id"])
+    mine = histories["author_id"].isin(wanted).to_numpy()
+    picked = (np.arange(len(histories)) % stride == 0) & ~mine
+    vectorizer = reference_vectorizer(params).fit(list(histories["text"][mine]) + list(histories["text"][picked]))
+    names = vectorizer.get_feature_names_out()
+    out = {}
+    for group, rows in timelines.groupby("group_id", sort=False):
+        author = rows["author_id"].iloc[0]
+        own = vectorizer.transform(histories["text"][histories["author_id"] == author])
+        a = np.asarray(own.mean(axis=0)).ravel()
+        t = np.asarray(vectorizer.transform(rows["text"]).mean(axis=0)).ravel()
+        contribution = t / np.linalg.norm(t) * a / np.linalg.norm(a)
+        for j in [j for j in np.argsort(-contribution, kind="stable")[:top] if contribution[j] > 0]:
+            out[(group, names[j].lstrip("\x00"), "word" if names[j].startswith("\x00") else "char")] = contribution[j]
+    return out
+
+
+def test_stylometric_evidence_reused_across_calls_is_the_evidence_of_one_fit(tmp_path):
+    """The counts read for a superset of authors (a protect round) give a later call for a subset (the next
+    round) exactly the evidence of a fresh fit on that subset: same features, same contributions."""
+    rng = np.random.default_rng(3)
+    words = ["great", "Totally", "calm", "remark", "zorbly", "we", "won", "tax", "cuts", "hello", "there", "!!", ":)"]
+    authors = [f"u{i}" for i in range(8)]
+    histories = pd.DataFrame({"author_id": [authors[i % 8] for i in range(120)],
+                              "doc_id": [f"h{i}" for i in range(120)],
+                              "text": [" ".join(rng.choice(words[(i % 8):] + words[:2], 6)) for i in range(120)]})
+    path = tmp_path / "histories.parquet"
+    histories.to_parquet(path)
+    timelines = pd.DataFrame({"group_id": [f"t{i // 3}" for i in range(15)],
+                              "author_id": [authors[i // 3] for i in range(15)],
+                              "doc_id": [f"s{i}" for i in range(15)],
+                              "text": [" ".join(rng.choice(words, 5)) for _ in range(15)]})
+    params = StyloParams(mode="exact")
+    kwargs = {"held_out": None, "top": 15, "idf_sample": 40}  # 120 posts: every 3rd other post enters the IDF
+    stylometric_evidence(path, timelines, params, **kwargs)  # round 1: authors u0-u4 read and kept
+    later = timelines[timelines["group_id"].isin(["t1", "t3"])]  # round 2: a subset still caught
+    reused = stylometric_evidence(path, later, params, **kwargs)
+    fresh = stylometric_evidence(path, later, params, **kwargs, reuse=False)
+    assert len(reused) and set(reused["group_id"]) == {"t1", "t3"}
+    pd.testing.assert_frame_equal(reused[["group_id", "author_id", "feature", "kind"]],
+                                  fresh[["group_id", "author_id", "feature", "kind"]])
+    np.testing.assert_allclose(reused["contribution"], fresh["contribution"], rtol=0, atol=1e-12)
+    reference = _reference_evidence(histories, later, params, stride=3, top=15)
+    got = {(g, f, k): c for g, f, k, c in zip(reused["group_id"], reused["feature"], reused["kind"],
+                                              reused["contribution"], strict=True)}
+    assert got.keys() == reference.keys()
+    np.testing.assert_allclose([got[k] for k in reference], list(reference.values()), rtol=0, atol=1e-12)

@@ -771,52 +771,123 @@ def _l2_mean(matrix: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
     return vec / norm if norm else vec
 
 
+@dataclass
+class _EvidenceCounts:
+    """What :func:`stylometric_evidence` fits its IDF and author profiles on, read once from the histories for a
+    set of authors: every history post of those authors and the IDF sample's other posts, as raw n-gram counts
+    over the vocabulary of them all. The evidence for any subset of the authors follows from it exactly (the
+    IDF of the subset's fit: its own posts, the sampled posts of everyone else; the vocabulary: the features
+    that fit sees), so a later protect round only vectorises its caught timelines."""
+
+    authors: frozenset[str]
+    counter: Any                # a fitted CountVectorizer over the reference vectorizer's analyzer
+    names: np.ndarray           # its vocabulary's features, sorted (the reference vectorizer's order)
+    counts: sp.csr_matrix       # the authors' history posts x vocabulary, raw counts (float32: exact)
+    author: np.ndarray          # each post's author
+    sampled: np.ndarray         # each post falls on the IDF sample's stride (counts as "other" for the others)
+    other_df: np.ndarray        # document frequency over the sampled posts of authors not in ``authors``
+    n_other: int
+
+    @classmethod
+    def read(cls, histories: HistorySource, wanted: set[str], params: StyloParams, held_out: frozenset[str] | None,
+             idf_sample: int, chunk_rows: int) -> _EvidenceCounts:
+        from sklearn.feature_extraction.text import CountVectorizer
+
+        total = history_rows(histories)
+        stride = max(1, -(-total // idf_sample)) if total else 1
+        own_text: list[str] = []
+        own_author: list[str] = []
+        own_sampled: list[np.ndarray] = []
+        others: list[str] = []
+        seen = 0
+        for batch in author_batches(histories, chunk_rows, held_out):
+            authors = batch.column("author_id").cast(pa.string())
+            mine = pc.is_in(authors, value_set=pa.array(sorted(wanted), pa.string())).to_numpy(zero_copy_only=False)
+            picks = (np.arange(seen, seen + batch.num_rows) % stride) == 0
+            own_text += batch.column("text").filter(pa.array(mine)).to_pylist()
+            own_author += authors.filter(pa.array(mine)).to_pylist()
+            own_sampled.append(picks[mine])
+            others += batch.column("text").filter(pa.array(picks & ~mine)).to_pylist()
+            seen += batch.num_rows
+        counter = CountVectorizer(analyzer=reference_vectorizer(params).analyzer, dtype=np.float32)
+        matrix = counter.fit_transform([t or "" for t in own_text + others]).tocsr() if own_text else None
+        if matrix is None:
+            return cls(frozenset(wanted), None, np.array([], object), sp.csr_matrix((0, 0)), np.array([], object),
+                       np.zeros(0, bool), np.zeros(0, np.int64), 0)
+        n_own = len(own_text)
+        return cls(frozenset(wanted), counter, counter.get_feature_names_out(), matrix[:n_own],
+                   np.asarray(own_author, dtype=object), np.concatenate(own_sampled),
+                   np.bincount(matrix[n_own:].indices, minlength=matrix.shape[1]), len(others))
+
+    def tfidf(self, counts: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
+        """L2-normalised sublinear TF-IDF rows (features outside the fit's vocabulary, idf 0, weigh nothing)."""
+        weighted = counts.astype(np.float64, copy=True)
+        weighted.data = (1.0 + np.log(weighted.data)) * idf[weighted.indices]
+        weighted.eliminate_zeros()
+        return _l2_rows(weighted).tocsr()
+
+    def evidence(self, timelines: pd.DataFrame, top: int) -> pd.DataFrame:
+        """:func:`stylometric_evidence` for ``timelines``, whose authors are a subset of :attr:`authors`."""
+        wanted = set(timelines["author_id"].astype(str)) & self.authors
+        own = np.isin(self.author, list(wanted))
+        if self.counter is None or not own.any():
+            return pd.DataFrame(columns=EVIDENCE_COLUMNS)
+        fitted = own | self.sampled  # the subset's own posts and, of the other authors here, the sampled ones
+        df = self.other_df + np.bincount(self.counts[np.flatnonzero(fitted)].indices, minlength=len(self.names))
+        idf = _smooth_idf(df, self.n_other + int(fitted.sum()))
+        history = self.tfidf(self.counts[np.flatnonzero(own)], idf)
+        timeline_rows = self.tfidf(self.counter.transform(timelines["text"].fillna("").astype(str).tolist()).tocsr(),
+                                   idf)
+        by_author = pd.Series(np.arange(int(own.sum()))).groupby(self.author[own]).indices
+        out = []
+        for group, rows in timelines.groupby("group_id", sort=False).indices.items():
+            author = str(timelines["author_id"].iloc[rows[0]])
+            if author not in by_author:
+                continue
+            contribution = _l2_mean(timeline_rows, rows) * _l2_mean(history, by_author[author])
+            best = np.argsort(-contribution, kind="stable")[:top]
+            best = best[contribution[best] > 0]
+            for j in best:
+                name = str(self.names[j])
+                word = name.startswith("\x00")
+                out.append((group, author, name[1:] if word else name, "word" if word else "char",
+                            float(contribution[j])))
+        return pd.DataFrame(out, columns=EVIDENCE_COLUMNS)
+
+
+#: Evidence counts kept per (history file, its size and mtime, params, held-out documents, sample, chunk): the
+#: protect loop asks again every round for a subset of the authors it asked for before.
+_EVIDENCE_MEMO: dict[tuple[Any, ...], _EvidenceCounts] = {}
+_EVIDENCE_MEMO_SIZE = 4
+
+
 def stylometric_evidence(histories: HistorySource, timelines: pd.DataFrame, params: StyloParams, *,
                          held_out: frozenset[str] | None, top: int = 20, idf_sample: int = 5_000,
-                         chunk_rows: int = 1_000_000) -> pd.DataFrame:
+                         chunk_rows: int = 1_000_000, reuse: bool = True) -> pd.DataFrame:
     """Per timeline (group_id, author_id, text), the ``top`` character and word n-grams with the largest
     contribution ``t_f * a_f`` to the cosine of the timeline's profile ``t`` and its true author's ``a``
     (both L2-normalised means of TF-IDF post vectors, :func:`reference_vectorizer`'s features, so the n-grams
     are named). The IDF is fitted on the true authors' history posts plus up to ``idf_sample`` other posts
     (one in every ``stride`` by row): the features an author shares with everyone weigh little, as in the
     attack. Columns :data:`EVIDENCE_COLUMNS`; ``kind`` is ``char`` or ``word``; a timeline whose author has
-    no history gets no rows."""
+    no history gets no rows. With ``reuse`` (a history file), the counts read for a set of authors are kept in
+    process memory and a later call for a subset of them reads nothing (:class:`_EvidenceCounts`; the result
+    is the same)."""
     if timelines.empty or top < 1:
         return pd.DataFrame(columns=EVIDENCE_COLUMNS)
     wanted = set(timelines["author_id"].astype(str))
-    total = history_rows(histories)
-    stride = max(1, -(-total // idf_sample)) if total else 1
-    own_text: list[str] = []
-    own_author: list[str] = []
-    others: list[str] = []
-    seen = 0
-    for batch in author_batches(histories, chunk_rows, held_out):
-        authors = batch.column("author_id").cast(pa.string())
-        mine = pc.is_in(authors, value_set=pa.array(sorted(wanted), pa.string()))
-        own_text += batch.column("text").filter(mine).to_pylist()
-        own_author += authors.filter(mine).to_pylist()
-        picks = (np.arange(seen, seen + batch.num_rows) % stride) == 0
-        others += batch.column("text").filter(pa.array(picks & ~mine.to_numpy(zero_copy_only=False))).to_pylist()
-        seen += batch.num_rows
-    if not own_text:
-        return pd.DataFrame(columns=EVIDENCE_COLUMNS)
-    vectorizer = reference_vectorizer(params)
-    vectorizer.fit([t or "" for t in own_text + others])
-    history = vectorizer.transform([t or "" for t in own_text]).tocsr()
-    timeline_rows = vectorizer.transform(timelines["text"].fillna("").astype(str).tolist()).tocsr()
-    names = vectorizer.get_feature_names_out()
-    by_author = pd.Series(np.arange(len(own_author))).groupby(np.asarray(own_author, dtype=object)).indices
-    out = []
-    groups = timelines.groupby("group_id", sort=False).indices
-    for group, rows in groups.items():
-        author = str(timelines["author_id"].iloc[rows[0]])
-        if author not in by_author:
-            continue
-        contribution = _l2_mean(timeline_rows, rows) * _l2_mean(history, by_author[author])
-        best = np.argsort(-contribution, kind="stable")[:top]
-        best = best[contribution[best] > 0]
-        for j in best:
-            name = str(names[j])
-            word = name.startswith("\x00")
-            out.append((group, author, name[1:] if word else name, "word" if word else "char", float(contribution[j])))
-    return pd.DataFrame(out, columns=EVIDENCE_COLUMNS)
+    if not reuse or isinstance(histories, pd.DataFrame):
+        counts = _EvidenceCounts.read(histories, wanted, params, held_out, idf_sample, chunk_rows)
+        return counts.evidence(timelines, top)
+    path = os.fspath(histories)
+    stat = os.stat(path) if os.path.exists(path) else None
+    key = (path, stat and stat.st_size, stat and stat.st_mtime_ns, params, held_out, idf_sample, chunk_rows)
+    counts = _EVIDENCE_MEMO.get(key)
+    if counts is None or not wanted <= counts.authors:
+        counts = _EvidenceCounts.read(histories, wanted | (counts.authors if counts else set()), params, held_out,
+                                      idf_sample, chunk_rows)
+        _EVIDENCE_MEMO.pop(key, None)
+        while len(_EVIDENCE_MEMO) >= _EVIDENCE_MEMO_SIZE:
+            _EVIDENCE_MEMO.pop(next(iter(_EVIDENCE_MEMO)))
+        _EVIDENCE_MEMO[key] = counts
+    return counts.evidence(timelines, top)

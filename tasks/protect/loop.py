@@ -18,8 +18,9 @@ classifier infers is caught, and the words pulling it towards the true value are
 
 Round 0 is the starting move on every document (default: pseudonymised copy). Each later round takes the
 timelines the feedback attack still attributes to their true author (ranked first) or whose attribute it still
-infers (profiling bound) and the documents that still leak PII, and gives each of their documents the next rung
-of the ladder (:mod:`tasks.protect.moves`); a move is kept only if the document's meaning against its source
+infers (profiling bound) and the documents that still leak PII, and gives the next rung of the ladder
+(:mod:`tasks.protect.moves`) to the ``docs_per_round`` documents of each such timeline that carry the most of the
+feedback evidence (and to every leaking document); a move is kept only if the document's meaning against its source
 (BERTScore F1) stays at or above the floor, otherwise the next rung is tried. Documents not caught are never
 rewritten again. Each round is written to the cache as it ends, keyed by everything it depends on but the budget
 and the number of rounds: a killed run resumes at the round it was in, a rerun is fully cached, and a changed
@@ -58,6 +59,7 @@ from tasks.protect.moves import (
     MASK_EVIDENCE,
     PSEUDONYMIZE,
     Move,
+    carries,
     llm_anonymize,
     mask_evidence,
 )
@@ -103,6 +105,9 @@ class ProtectSettings:
     adversaries: tuple[str, ...] = ("disjoint",)
     timeline_posts: int | None = None
     evidence_top: int = 20
+    #: Per caught timeline and round, the documents carrying the most feedback evidence that are moved (None:
+    #: every document of the timeline); documents carrying none are not moved for re-identification.
+    docs_per_round: int | None = None
     pii_scope: str = "author"
     seed: int = 0
     llm: Mapping[str, Any] = field(default_factory=dict)  # the llm role's settings (endpoint, model) for llm-anonymize
@@ -122,6 +127,8 @@ class ProtectSettings:
             raise ConfigError(f"meaning_floor must be in [0, 1]; got {self.meaning_floor}")
         if self.on_fail not in ON_FAIL:
             raise ConfigError(f"on_fail must be one of {', '.join(ON_FAIL)}; got {self.on_fail!r}")
+        if self.docs_per_round is not None and self.docs_per_round < 1:
+            raise ConfigError(f"docs_per_round must be at least 1 (or None: every document); got {self.docs_per_round}")
         if not self.feedback or not self.judge:
             raise ConfigError("protect needs at least one feedback attack and one judge attack")
         parse_protect_budget(self.budget, "budget")
@@ -140,7 +147,8 @@ class ProtectSettings:
         return {"start": self.start, "ladder": [m.as_config() for m in self.ladder], "floor": self.meaning_floor,
                 "feedback": [[n, dict(p)] for n, p in self.feedback], "judge": [[n, dict(p)] for n, p in self.judge],
                 "adversaries": list(self.adversaries), "timeline_posts": self.timeline_posts,
-                "evidence_top": self.evidence_top, "pii": "pii_leakage" in {b.column for b in self.bounds},
+                "evidence_top": self.evidence_top, "docs_per_round": self.docs_per_round,
+                "pii": "pii_leakage" in {b.column for b in self.bounds},
                 "pii_scope": self.pii_scope, "seed": self.seed,
                 "profiling": {"feedback": dict(self.profiling_feedback), "judge": dict(self.profiling_judge)}
                 if self.profiling else None,
@@ -213,8 +221,15 @@ class _Attackers:
                                          "n_history_users", 0)) or 0)))
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
+    @property
+    def gives_evidence(self) -> bool:
+        """Whether a feedback attack returns evidence."""
+        return any(e.role == "feedback" and e.attack.returns_evidence for e in self.entries)
+
     def evidence(self, timelines: pd.DataFrame, top: int) -> pd.DataFrame:
-        """The feedback attacks' evidence for ``timelines`` (those that return evidence)."""
+        """The feedback attacks' evidence for ``timelines`` (those that return evidence); the stylometric attack
+        keeps what it read from the histories for the first call's authors, so a later round's call, for the
+        timelines still caught, only vectorises them (:func:`tasks.privacy.stylometric.stylometric_evidence`)."""
         frames = [e.attack.evidence(e.prepared, timelines, top) for e in self.entries
                   if e.role == "feedback" and e.attack.returns_evidence]
         frames = [f for f in frames if len(f)]
@@ -546,6 +561,27 @@ class _Protector:
             hit |= state.docs["leaked"].to_numpy() > 0
         return np.flatnonzero(hit)
 
+    def most_evidential(self, todo: np.ndarray, texts: pd.Series, evidence: pd.DataFrame,
+                        leaking: np.ndarray) -> np.ndarray:
+        """Of the documents ``todo``, per timeline the ``docs_per_round`` that carry the most of its evidence (the
+        sum of the contributions of the features they hold, :func:`tasks.protect.moves.carries`; a feature without
+        one, a profiling classifier's word, weighs 1), ties by position, none that carries nothing; with a
+        pii_leakage bound, every document still leaking as well."""
+        groups = self.doc_timeline.reindex(self.corpus["doc_id"].iloc[todo]).to_numpy()
+        weight = evidence["contribution"].fillna(1.0) if "contribution" in evidence.columns else \
+            pd.Series(1.0, index=evidence.index)
+        features = {g: list(zip(f["feature"], f["kind"], weight[f.index], strict=True))
+                    for g, f in evidence.groupby("group_id", sort=False)} if len(evidence) else {}
+        score = np.array([sum(w for feature, kind, w in features.get(g, []) if carries(texts.iat[i], feature, kind))
+                          for i, g in zip(todo, groups, strict=True)], dtype=float)
+        order = np.lexsort((todo, -score, pd.factorize(groups)[0]))  # per timeline: most evidence, then position
+        rank = np.empty(len(todo), np.int64)
+        rank[order] = pd.Series(groups[order]).groupby(groups[order], sort=False).cumcount().to_numpy()
+        keep = (rank < self.settings.docs_per_round) & (score > 0)
+        if self.pii:
+            keep |= leaking[todo]
+        return todo[keep]
+
     def next_round(self, prev: RoundState, k: int) -> RoundState:
         started = time.perf_counter()
         docs = prev.docs.copy()
@@ -553,12 +589,15 @@ class _Protector:
         ladder = self.settings.ladder
         todo = caught[docs["rung"].to_numpy()[caught] < len(ladder)]
         evidence = pd.DataFrame()
-        if any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in ladder) and len(todo):
+        ranked = self.settings.docs_per_round is not None and (self.attackers().gives_evidence or self.profiling)
+        if (ranked or any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in ladder)) and len(todo):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[todo]))
             timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
             evidence = self.evidence(timelines[timelines["group_id"].isin(groups)])
         changed = np.zeros(len(docs), bool)
         texts = docs["text"].astype(str)
+        if ranked:
+            todo = self.most_evidential(todo, texts, evidence, docs["leaked"].to_numpy() > 0)
         while len(todo):
             rung = docs["rung"].to_numpy().copy()  # this pass's rungs (the frame's change as moves fail)
             tried_later = []

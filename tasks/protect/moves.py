@@ -92,6 +92,27 @@ def _words_containing(core: str, text: str, lowercase: bool) -> re.Pattern[str]:
     return re.compile(r"\S*" + re.escape(core) + r"\S*", flags)
 
 
+def _word_ngram(core: str, flags: int) -> re.Pattern[str]:
+    """A word n-gram as whole words, any whitespace between them."""
+    return re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, core.split())) + r"(?!\w)", flags)
+
+
+def carries(text: str, feature: str, kind: str, *, lowercase: bool = False) -> bool:
+    """Whether ``text`` holds the evidence ``feature`` where :func:`mask_evidence` acts on it: a word n-gram as
+    whole words, a run of one mark as any run of it, any other character n-gram as it is written."""
+    core = feature.strip()
+    if len(core) < 2:
+        return False
+    flags = re.IGNORECASE if lowercase else 0
+    if kind == "word":
+        return _word_ngram(core, flags).search(text) is not None
+    if len(set(core)) == 1 and core[0] in ".!?":
+        return core[0] * 2 in text
+    if lowercase and not any(ch.isupper() for ch in core):
+        return core.lower() in text.lower()
+    return core in text
+
+
 def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: bool = False) -> str:
     """``text`` without the evidence ``features`` ((feature, kind) pairs, kind ``char`` or ``word``):
 
@@ -109,7 +130,7 @@ def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: 
         if len(core) < 2:
             continue
         if kind == "word":
-            text = re.sub(r"(?<!\w)" + r"\s+".join(map(re.escape, core.split())) + r"(?!\w)", " ", text, flags=flags)
+            text = _word_ngram(core, flags).sub(" ", text)
         elif not any(ch.isalnum() for ch in core):
             if len(set(core)) == 1 and core[0] in ".!?":  # a run of one mark: shortened to one
                 text = re.sub(re.escape(core[0]) + "{2,}", core[0], text)
