@@ -138,6 +138,11 @@ class ProtectSettings:
         return parse_protect_budget(self.budget, "budget")
 
     @property
+    def pii(self) -> bool:
+        """Whether the budget bounds PII leakage (documents still leaking are then caught)."""
+        return "pii_leakage" in {b.column for b in self.bounds}
+
+    @property
     def profiling(self) -> bool:
         """Whether the budget bounds profiling (its classifiers then run and catch)."""
         return "profiling" in {b.column for b in self.bounds}
@@ -148,7 +153,7 @@ class ProtectSettings:
                 "feedback": [[n, dict(p)] for n, p in self.feedback], "judge": [[n, dict(p)] for n, p in self.judge],
                 "adversaries": list(self.adversaries), "timeline_posts": self.timeline_posts,
                 "evidence_top": self.evidence_top, "docs_per_round": self.docs_per_round,
-                "pii": "pii_leakage" in {b.column for b in self.bounds},
+                "pii": self.pii,
                 "pii_scope": self.pii_scope, "seed": self.seed,
                 "profiling": {"feedback": dict(self.profiling_feedback), "judge": dict(self.profiling_judge)}
                 if self.profiling else None,
@@ -179,6 +184,13 @@ class ProtectResult:
 
 
 # ----------------------------------------------------------------------------------------------- attacks
+
+def _no_evidence() -> pd.DataFrame:
+    """An empty evidence frame (:data:`tasks.privacy.stylometric.EVIDENCE_COLUMNS`; imported late: numba)."""
+    from tasks.privacy.stylometric import EVIDENCE_COLUMNS
+
+    return pd.DataFrame(columns=EVIDENCE_COLUMNS)
+
 
 @dataclass
 class _Attacker:
@@ -233,7 +245,7 @@ class _Attackers:
         frames = [e.attack.evidence(e.prepared, timelines, top) for e in self.entries
                   if e.role == "feedback" and e.attack.returns_evidence]
         frames = [f for f in frames if len(f)]
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["group_id", "feature", "kind"])
+        return pd.concat(frames, ignore_index=True) if frames else _no_evidence()
 
 
 @dataclass
@@ -314,7 +326,7 @@ class _Profilers:
             words = evidence_words(e.model, labelled["text"][hit].tolist(), pred[hit].tolist(), top)
             frames.append(pd.DataFrame({"group_id": np.repeat(labelled.index[hit].to_numpy(), [len(w) for w in words]),
                                         "feature": [w for ws in words for w in ws], "kind": "word"}))
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["group_id", "feature", "kind"])
+        return pd.concat(frames, ignore_index=True) if frames else _no_evidence()
 
 
 def _timeline_units(timelines: pd.DataFrame) -> pd.DataFrame:
@@ -365,10 +377,13 @@ def _residual(s: Mapping[str, Any]) -> tuple[float, float, float]:
 
 
 def _worst(summaries: list[dict[str, Any]], role: str, decide_on: str, figure: str = "accuracy") -> dict[str, Any]:
-    """The role's worst case of ``figure`` (accuracy: accuracy@1; risk: its residual risk over chance): the
-    highest upper bound (or value, when deciding on the point)."""
-    rows = [s for s in summaries if s["role"] == role and s["n_timelines"] and
-            not s["attack"].startswith(PROFILING_ATTACK)]
+    """The role's worst case of ``figure``: the highest upper bound (or value, when deciding on the point).
+    ``accuracy``: a re-identification attack's accuracy@1; ``risk``: its residual risk over chance;
+    ``profiling``: an attribute classifier's advantage over the majority class, where an undefined advantage
+    (the timelines all of one value) ranks worst, so it cannot pass a budget."""
+    profiling = figure == "profiling"
+    rows = [s for s in summaries if s["role"] == role and s["n_timelines"]
+            and s["attack"].startswith(PROFILING_ATTACK) == profiling]
     if not rows:
         return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "attack": None, "adversary": None}
 
@@ -376,11 +391,11 @@ def _worst(summaries: list[dict[str, Any]], role: str, decide_on: str, figure: s
         return (s["accuracy_at_1"], s["accuracy_at_1_ci_low"], s["accuracy_at_1_ci_high"]) if figure == "accuracy" \
             else _residual(s)
 
-    at = 2 if decide_on == "bound" else 0
-    s = max(rows, key=lambda r: (np.nan_to_num(of(r)[at], nan=-1.0), np.nan_to_num(of(r)[0], nan=-1.0)))
+    at, missing = (2 if decide_on == "bound" else 0), (math.inf if profiling else -1.0)
+    s = max(rows, key=lambda r: (np.nan_to_num(of(r)[at], nan=missing), np.nan_to_num(of(r)[0], nan=missing)))
     value, low, high = of(s)
     return {"value": value, "ci_low": low, "ci_high": high, "n": s["n_timelines"], "attack": s["attack"],
-            "adversary": s["adversary"]}
+            "adversary": s["adversary"], "accuracy": s["accuracy_at_1"], "chance": s.get("chance", math.nan)}
 
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -411,7 +426,7 @@ class _Protector:
         self._detector: Any = None
         self._embeddings: Any = None
         self._llm: Any = None
-        self.pii = "pii_leakage" in {b.column for b in settings.bounds}
+        self.pii = settings.pii
         self.profiling = settings.profiling
         self.mappings: list[pd.DataFrame] = []
         self.doc_timeline = _timelines(self.corpus, self.sources, settings.timeline_posts).set_index("doc_id")["group_id"]
@@ -686,21 +701,6 @@ def _decide(bounds: list[Bound], figures: Mapping[str, Mapping[str, Any]], decid
     return met, words
 
 
-def _worst_profiling(summaries: list[dict[str, Any]], decide_on: str) -> dict[str, Any]:
-    """The judge's worst attribute: the highest advantage over the majority class (upper bound, or value when
-    deciding on the point); an advantage not above 0 (nothing measurable) counts as 0, with its interval."""
-    rows = [s for s in summaries
-            if s["role"] == "judge" and s["n_timelines"] and s["attack"].startswith(PROFILING_ATTACK)]
-    figures = [{"value": max(s["risk"], 0.0) if math.isfinite(s["risk"]) else math.nan,
-                "ci_low": s["risk_ci_low"], "ci_high": s["risk_ci_high"], "n": s["n_timelines"],
-                "attack": s["attack"], "adversary": s["adversary"], "accuracy": s["accuracy_at_1"],
-                "majority": s["chance"]} for s in rows]
-    if not figures:
-        return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "attack": None, "adversary": None}
-    key = "ci_high" if decide_on == "bound" else "value"  # nan (one value among the timelines): worst, undecided
-    return max(figures, key=lambda f: (math.inf, 0.0) if math.isnan(f[key]) else (f[key], f["value"]))
-
-
 def _figures(state: RoundState, summaries: list[dict[str, Any]], decide_on: str, pii: bool,
              kept: np.ndarray | None = None, profiling: bool = False) -> dict[str, dict[str, Any]]:
     figures = {"reidentification": _worst(summaries, "judge", decide_on),
@@ -712,7 +712,7 @@ def _figures(state: RoundState, summaries: list[dict[str, Any]], decide_on: str,
         figures["pii_leakage"] = {"value": k / n if n else 0.0, "ci_low": low if n else 0.0,
                                   "ci_high": high if n else 0.0, "n": n, "attack": "pii", "adversary": None}
     if profiling:
-        figures["profiling"] = _worst_profiling(summaries, decide_on)
+        figures["profiling"] = _worst(summaries, "judge", decide_on, figure="profiling")
     return figures
 
 
