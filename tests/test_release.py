@@ -366,7 +366,6 @@ def test_run_release_takes_the_public_strategy_and_its_worst_case(tmp_path):
 def test_run_leaks_are_stated_under_the_budget_threat_model():
     """report.adversaries narrows the worst case to the settings the budget is stated against; a residual
     risk not above its control is stated as 0 with its interval."""
-    from tasks.privacy.attacks import worst_case
     from tasks.protect.release import _run_leaks
 
     def row(metric: str, value: float, high: float, adversary: str) -> dict:
@@ -376,8 +375,8 @@ def test_run_leaks_are_stated_under_the_budget_threat_model():
     privacy = pd.DataFrame([row("reid_accuracy", 0.9, 0.95, "full"), row("reid_accuracy", 0.2, 0.3, "disjoint"),
                             row("reid_residual_risk", 0.88, 0.9, "full"),
                             row("reid_residual_risk", math.nan, 0.05, "disjoint")])
-    every = _run_leaks(privacy, worst_case)
+    every = _run_leaks(privacy)
     assert every["reidentification"]["adversary"] == "full" and every["reidentification_risk"]["value"] == 0.88
-    disjoint = _run_leaks(privacy, worst_case, ["disjoint"])
+    disjoint = _run_leaks(privacy, ["disjoint"])
     assert disjoint["reidentification"]["value"] == 0.2 and disjoint["reidentification"]["adversary"] == "disjoint"
     assert disjoint["reidentification_risk"]["value"] == 0.0 and disjoint["reidentification_risk"]["ci_high"] == 0.05

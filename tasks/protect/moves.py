@@ -87,7 +87,7 @@ def _tidy(text: str) -> str:
     return _SPACE_BEFORE_PUNCT.sub(r"\1", _SPACES.sub(" ", text)).strip()
 
 
-def _words_containing(core: str, text: str, lowercase: bool) -> re.Pattern[str]:
+def _words_containing(core: str, lowercase: bool) -> re.Pattern[str]:
     flags = re.IGNORECASE if lowercase else 0
     return re.compile(r"\S*" + re.escape(core) + r"\S*", flags)
 
@@ -137,9 +137,9 @@ def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: 
             else:
                 text = text.replace(core, "")
         elif any(ch.isupper() for ch in core):
-            text = _words_containing(core, text, False).sub(lambda m: m.group(0).lower(), text)
+            text = _words_containing(core, False).sub(lambda m: m.group(0).lower(), text)
         else:
-            text = _words_containing(core, text, lowercase).sub(" ", text)
+            text = _words_containing(core, lowercase).sub(" ", text)
     return _tidy(text)
 
 

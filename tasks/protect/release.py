@@ -54,7 +54,6 @@ WITHHELD: tuple[str, ...] = ("status", "reason", "unchanged")
 LEAK_METRICS: dict[str, str] = {**BUDGET_METRICS, "profiling_accuracy": "profiling_accuracy"}
 #: The keys of a figure, as the protect summary writes them.
 FIGURE_KEYS: tuple[str, ...] = ("value", "ci_low", "ci_high", "n", "attack", "adversary")
-#: The protect summary's keys that the release reads (the protect format).
 #: Hugging Face's ``size_categories`` buckets: (upper bound, name); the last has none.
 SIZE_CATEGORIES: tuple[tuple[float, str], ...] = (
     (1e3, "n<1K"), (1e4, "1K<n<10K"), (1e5, "10K<n<100K"), (1e6, "100K<n<1M"), (1e7, "1M<n<10M"),
@@ -133,7 +132,6 @@ def _one_variant(table: pd.DataFrame, label: str, variant: str | None, where: st
 def read_run(run_dir: str | Path, label: str | None, variant: str | None = None) -> ReleaseInput:
     """A strategy of a finished run: its synthetic shards (checked against the fingerprints the run recorded),
     its figures from the run's long score table and the run's budget (``report.require``)."""
-    from tasks.privacy.attacks import worst_case
     from tasks.report.build import score_summary, utility_runs
     from tasks.report.rebuild import run_layout
     from tasks.report.run_files import RunFiles
@@ -161,7 +159,7 @@ def read_run(run_dir: str | Path, label: str | None, variant: str | None = None)
     config = manifest.get("config", {})
     report = config.get("report", {})
     adversaries = report.get("adversaries")  # the budget's threat model: its leaks are stated under it
-    leaks = _run_leaks(mine[mine["strategy"] == label], worst_case, adversaries)
+    leaks = _run_leaks(mine[mine["strategy"] == label], adversaries)
     keeps = _run_keeps(mine, label)
     spec = next((s for s in config.get("generate", {}).get("strategies", [])
                  if (s.get("label") or s["name"]) == label), {})
@@ -195,34 +193,23 @@ def strategy_name(label: str, variant: str) -> str:
     return strategy_label(label, variant)
 
 
-def _run_leaks(privacy: pd.DataFrame, worst_case: Any, adversaries: Sequence[str] | None = None
-               ) -> dict[str, dict[str, Any]]:
-    """The worst case of each leak figure over attacks, adversary settings (those in ``adversaries``, all when
-    None), attributes and entity types: the row with the highest upper bound (its value where it has none), as
-    the budget is decided (:func:`tasks.report.budgets.budget_table`)."""
-    from tasks.report.budgets import RESIDUAL_METRICS
+def _run_leaks(privacy: pd.DataFrame, adversaries: Sequence[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Each leak figure's row as the budget is decided on it (:func:`tasks.report.budgets.worst_row`: the
+    highest upper bound over attacks, adversary settings in ``adversaries``, attributes and entity types), with
+    the attack, setting and attribute that reached it."""
+    from tasks.report.budgets import worst_row
+
+    def text(value: object) -> str | None:
+        return value if isinstance(value, str) and value else None
 
     leaks: dict[str, dict[str, Any]] = {}
-    if adversaries:
-        privacy = privacy[privacy["adversary"].isna() | privacy["adversary"].isin(list(adversaries))]
     for name, metric in LEAK_METRICS.items():
-        rows = privacy[(privacy["level"] == "privacy") & (privacy["metric"] == metric)]
-        if metric in RESIDUAL_METRICS:  # not above its control: a risk of 0 with its interval
-            rows = rows.assign(value=rows["value"].where(rows["value"].notna() | rows["ci_high"].isna(), 0.0))
-        rows = rows[rows["value"].notna()]
-        if metric == "pii_leakage":
-            rows = rows[rows["entity"].fillna("all") == "all"]
-        if rows.empty:
+        row = worst_row(privacy[privacy["level"] == "privacy"], metric, adversaries)
+        if row is None:
             continue
-        rows = rows.assign(upper=rows["ci_high"].astype(float).fillna(rows["value"].astype(float)),
-                           attack=rows["attack"].fillna(""), adversary=rows["adversary"].fillna(""))
-        worst = worst_case(rows, metric="upper", by=("strategy",)).iloc[0]
-        top = rows[(rows["attack"] == worst["attack"]) & (rows["adversary"] == worst["adversary"])]
-        row = top.loc[top["upper"].idxmax()]
-        figure = _figure({**row.to_dict(), "attack": row["attack"] or None, "adversary": row["adversary"] or None})
-        if isinstance(row.get("attribute"), str):
-            figure["attribute"] = row["attribute"]
-        leaks[name] = figure
+        leaks[name] = _figure({**row.to_dict(), "attack": text(row.get("attack")), "adversary": text(row.get("adversary"))})
+        if text(row.get("attribute")):
+            leaks[name]["attribute"] = row["attribute"]
     return leaks
 
 

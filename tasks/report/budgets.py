@@ -149,6 +149,25 @@ def check_budget(table: pd.DataFrame, bounds: list[Bound], key: str = "strategy"
                            kind="stable").reset_index(drop=True)
 
 
+def worst_row(privacy: pd.DataFrame, metric: str, adversaries: Sequence[str] | None = None) -> pd.Series | None:
+    """The score-table row of ``metric`` a budget is decided on: the one whose 95% interval reaches highest (its
+    value where it has none), over attacks, adversary settings (those in ``adversaries``, all when None),
+    attributes and models; PII over all entity types; a residual risk not above its control counts as 0 with
+    its interval. None when nothing was measured."""
+    rows = privacy[privacy["metric"] == metric]
+    if metric == "pii_leakage" and "entity" in rows.columns:
+        rows = rows[rows["entity"].fillna("all") == "all"]
+    if adversaries is not None and "adversary" in rows.columns:  # rows of other attacks carry none
+        rows = rows[rows["adversary"].isna() | rows["adversary"].isin(list(adversaries))]
+    if metric in RESIDUAL_METRICS and "ci_high" in rows.columns:  # not above its control: a risk of 0
+        rows = rows.assign(value=rows["value"].where(rows["value"].notna() | rows["ci_high"].isna(), 0.0))
+    rows = rows[rows["value"].notna()]
+    if rows.empty:
+        return None
+    high = rows["ci_high"].astype(float) if "ci_high" in rows.columns else rows["value"].astype(float)
+    return rows.loc[high.fillna(rows["value"].astype(float)).idxmax()]
+
+
 def budget_table(summary: pd.DataFrame, adversaries: Sequence[str] | None = None) -> pd.DataFrame:
     """Per (strategy, variant) of a run's long score table, the numbers a budget can bound:
     ``reidentification`` (the worst case over attacks and adversary settings: those in ``adversaries``, all
@@ -176,22 +195,10 @@ def budget_table(summary: pd.DataFrame, adversaries: Sequence[str] | None = None
         return {"value": float(row["value"]), "ci_low": _number(row.get("ci_low")),
                 "ci_high": _number(row.get("ci_high")), "n": _number(row.get("n"))}
 
-    def worst(metric: str, strategy: str, variant: str, entity: bool = False) -> dict[str, float]:
-        """The worst row's value, interval and n (worst by its upper bound when it has one, so the verdict
-        on the bound takes the attack a reviewer would check)."""
-        rows = privacy[(privacy["metric"] == metric) & (privacy["strategy"] == strategy)
-                       & (privacy["variant"].fillna("").isin([variant, ""]))]
-        if entity:
-            rows = rows[rows["entity"].fillna("all") == "all"]
-        if adversaries is not None and "adversary" in rows.columns:  # rows of other attacks carry none
-            rows = rows[rows["adversary"].isna() | rows["adversary"].isin(list(adversaries))]
-        if metric in RESIDUAL_METRICS and "ci_high" in rows.columns:  # not above its control: a risk of 0
-            rows = rows.assign(value=rows["value"].where(rows["value"].notna() | rows["ci_high"].isna(), 0.0))
-        rows = rows[rows["value"].notna()]
-        if rows.empty:
-            return unknown
-        high = rows["ci_high"].astype(float) if "ci_high" in rows.columns else rows["value"].astype(float)
-        return figure(rows.loc[high.fillna(rows["value"].astype(float)).idxmax()])
+    def worst(metric: str, strategy: str, variant: str) -> dict[str, float]:
+        row = worst_row(privacy[(privacy["strategy"] == strategy) & (privacy["variant"].fillna("").isin([variant, ""]))],
+                        metric, adversaries)
+        return unknown if row is None else figure(row)
 
     def substitution(strategy: str, variant: str) -> dict[str, float]:
         """The task metric of the model trained on all of the strategy's variant (the real data for ``original``)."""
@@ -221,8 +228,7 @@ def budget_table(summary: pd.DataFrame, adversaries: Sequence[str] | None = None
     rows = []
     for strategy, variant in candidates:
         row: dict[str, object] = {"strategy": strategy if not variant else f"{strategy} ({variant})"}
-        figures = {column: worst(metric, strategy, variant, entity=metric == "pii_leakage")
-                   for column, metric in BUDGET_METRICS.items()}
+        figures = {column: worst(metric, strategy, variant) for column, metric in BUDGET_METRICS.items()}
         figures["utility"], figures["meaning"] = share(strategy, variant, real), meaning(strategy, variant)
         for column, found in figures.items():
             row.update({column: found["value"], f"{column}_ci_low": found["ci_low"],
