@@ -9,7 +9,7 @@ import pytest
 
 from flows.config import protect_settings
 from tasks.errors import ConfigError
-from tasks.privacy.stylometric import StyloParams, reference_vectorizer, stylometric_evidence
+from tasks.privacy.stylometric import StyloParams, _EvidenceCounts, reference_vectorizer, stylometric_evidence
 from tasks.protect.loop import parse_protect_budget
 from tasks.protect.moves import DEFAULT_LADDER, Move, mask_evidence, parse_ladder
 
@@ -177,7 +177,7 @@ def _reference_evidence(histories: pd.DataFrame, timelines: pd.DataFrame, params
     return out
 
 
-def test_stylometric_evidence_reused_across_calls_is_the_evidence_of_one_fit(tmp_path):
+def test_stylometric_evidence_reused_across_calls_is_the_evidence_of_one_fit(tmp_path, monkeypatch):
     """The counts read for a superset of authors (a protect round) give a later call for a subset (the next
     round) exactly the evidence of a fresh fit on that subset: same features, same contributions."""
     rng = np.random.default_rng(3)
@@ -196,7 +196,11 @@ def test_stylometric_evidence_reused_across_calls_is_the_evidence_of_one_fit(tmp
     kwargs = {"held_out": None, "top": 15, "idf_sample": 40}  # 120 posts: every 3rd other post enters the IDF
     stylometric_evidence(path, timelines, params, **kwargs)  # round 1: authors u0-u4 read and kept
     later = timelines[timelines["group_id"].isin(["t1", "t3"])]  # round 2: a subset still caught
+    reads = []
+    real_read = _EvidenceCounts.read.__func__
+    monkeypatch.setattr(_EvidenceCounts, "read", classmethod(lambda cls, *a: reads.append(a) or real_read(cls, *a)))
     reused = stylometric_evidence(path, later, params, **kwargs)
+    assert not reads  # the subset's evidence came from the kept counts: the histories were not read again
     fresh = stylometric_evidence(path, later, params, **kwargs, reuse=False)
     assert len(reused) and set(reused["group_id"]) == {"t1", "t3"}
     pd.testing.assert_frame_equal(reused[["group_id", "author_id", "feature", "kind"]],

@@ -857,8 +857,13 @@ class _EvidenceCounts:
 
 #: Evidence counts kept per (history file, its size and mtime, params, held-out documents, sample, chunk): the
 #: protect loop asks again every round for a subset of the authors it asked for before.
-_EVIDENCE_MEMO: dict[tuple[Any, ...], _EvidenceCounts] = {}
-_EVIDENCE_MEMO_SIZE = 4
+@functools.cache
+def _evidence_memo() -> Any:
+    """The evidence counts read per (history file, parameters, held-out documents), the last two kept: a
+    :class:`tasks.privacy.attacks.HistoryMemo` (imported late: the attack registry imports this module)."""
+    from tasks.privacy.attacks import HistoryMemo
+
+    return HistoryMemo()
 
 
 def stylometric_evidence(histories: HistorySource, timelines: pd.DataFrame, params: StyloParams, *,
@@ -879,15 +884,9 @@ def stylometric_evidence(histories: HistorySource, timelines: pd.DataFrame, para
     if not reuse or isinstance(histories, pd.DataFrame):
         counts = _EvidenceCounts.read(histories, wanted, params, held_out, idf_sample, chunk_rows)
         return counts.evidence(timelines, top)
-    path = os.fspath(histories)
-    stat = os.stat(path) if os.path.exists(path) else None
-    key = (path, stat and stat.st_size, stat and stat.st_mtime_ns, params, held_out, idf_sample, chunk_rows)
-    counts = _EVIDENCE_MEMO.get(key)
-    if counts is None or not wanted <= counts.authors:
-        counts = _EvidenceCounts.read(histories, wanted | (counts.authors if counts else set()), params, held_out,
-                                      idf_sample, chunk_rows)
-        _EVIDENCE_MEMO.pop(key, None)
-        while len(_EVIDENCE_MEMO) >= _EVIDENCE_MEMO_SIZE:
-            _EVIDENCE_MEMO.pop(next(iter(_EVIDENCE_MEMO)))
-        _EVIDENCE_MEMO[key] = counts
+    counts = _evidence_memo().refresh(  # the authors read before and these: a later round's subset reads nothing
+        histories, (params, idf_sample, chunk_rows), held_out,
+        lambda source, before: _EvidenceCounts.read(source, wanted | (before.authors if before else set()), params,
+                                                    held_out, idf_sample, chunk_rows),
+        lambda counts: wanted <= counts.authors)
     return counts.evidence(timelines, top)

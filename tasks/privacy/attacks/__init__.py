@@ -86,6 +86,9 @@ A = TypeVar("A", bound=type[Attack])
 P = TypeVar("P")
 
 
+_NOTHING = object()  # a memo slot never filled (None can be a result)
+
+
 class HistoryMemo:
     """What an attack builds from a history file (its author profiles), computed once per process for each
     (file contents, parameters, held-out documents) and reused by every strategy and variant of a run.
@@ -100,18 +103,26 @@ class HistoryMemo:
     def get(self, histories: HistorySource, params: Any, held_out: frozenset[str] | None,
             build: Callable[[HistorySource], P]) -> P:
         """``build(histories)``, or what it returned for the same (file contents, ``params``, ``held_out``) before."""
+        return self.refresh(histories, params, held_out, lambda source, _previous: build(source), lambda _: True)
+
+    def refresh(self, histories: HistorySource, params: Any, held_out: frozenset[str] | None,
+                build: Callable[[HistorySource, P | None], P], covers: Callable[[P], bool]) -> P:
+        """What ``build`` returned for the same (file contents, ``params``, ``held_out``) before, if ``covers`` it;
+        else ``build(histories, previous)`` (``previous``: the result it replaces, or None), remembered."""
         if isinstance(histories, pd.DataFrame):
-            return build(histories)
+            return build(histories, None)
         path = os.fspath(histories)
         stat = os.stat(path)
         held = hashlib.sha256("\n".join(sorted(held_out)).encode()).hexdigest() if held_out is not None else None
         key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns, params, held)
         with self._lock:  # one thread builds; the others wait for its result instead of redoing it
-            if key in self._results:
+            previous = self._results.get(key, _NOTHING)
+            if previous is not _NOTHING and covers(previous):
                 self._results.move_to_end(key)
-                return self._results[key]
-            result = build(path)
+                return previous
+            result = build(path, None if previous is _NOTHING else previous)
             self._results[key] = result
+            self._results.move_to_end(key)
             while len(self._results) > self.kept:
                 self._results.popitem(last=False)
             return result
