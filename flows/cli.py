@@ -434,15 +434,16 @@ def protect(
         result = protect_corpus(validated.corpus, str(history_file), settings,
                                 cache_dir=Path(get_settings().cache_dir) / "protect",
                                 corpus_fingerprint=fingerprint_file(str(corpus)),
-                                histories_fingerprint=fingerprint_file(str(history_file)), log=_say)
+                                histories_fingerprint=fingerprint_file(str(history_file)), log=_say,
+                                invalid=validated.failures)
     except SynthUGCError as exc:
         _fail(str(exc))
-    if settings.on_fail == "error" and len(result.failures):
+    if settings.on_fail == "error" and result.summary["documents"]["failed"]:
         from tasks.corpus.importers import write_parquet_atomic
 
         with _writing(paths.failures):
             write_parquet_atomic(result.failures, paths.failures)
-        _fail(f"{len(result.failures)} documents cannot meet the budget and the floor (--on-fail error); "
+        _fail(f"{result.summary['documents']['failed']} documents cannot meet the budget and the floor (--on-fail error); "
               f"see {paths.failures}")
     with _writing(out):
         write_protect_output(result, out)

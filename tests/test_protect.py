@@ -34,9 +34,9 @@ def world(tmp_path_factory) -> dict[str, Path]:
     return {"root": root, "histories": Path(histories), "corpus": root / "corpus.parquet"}
 
 
-def _cli(world: dict[str, Path], out: Path, *args: str) -> subprocess.Popen:
+def _cli(world: dict[str, Path], out: Path, *args: str, corpus: Path | None = None) -> subprocess.Popen:
     env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(world["root"] / "cache"), "HF_HUB_OFFLINE": "1"}
-    return subprocess.Popen([sys.executable, "-m", "flows.cli", "protect", "--corpus", str(world["corpus"]),
+    return subprocess.Popen([sys.executable, "-m", "flows.cli", "protect", "--corpus", str(corpus or world["corpus"]),
                              "--histories", str(world["histories"]), "--out", str(out), "--ladder", LADDER,
                              "--meaning-floor", str(FLOOR), "--judge", "delta,minhash", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -117,6 +117,26 @@ def test_impossible_budget_exits_1_with_the_curve_and_a_verdict_and_reuses_the_r
     if _rounds_done(world):  # the first test ran: its rounds serve this budget too
         lines = [line for line in log.splitlines() if line.startswith("synthugc: round ")]
         assert "cached" in lines[0] and "cached" in lines[1], log
+
+
+def test_an_input_row_that_fails_validation_is_recorded_among_the_failures(world):
+    """Nothing is lost: a row without text is not protected but recorded, with its row and field, beside the
+    documents the loop could not protect; every input row is in P or in the failures."""
+    corpus = pd.read_parquet(world["corpus"])
+    with_bad = world["root"] / "with_bad.parquet"
+    pd.concat([corpus, corpus.iloc[:1].assign(doc_id="bad-row", text=None)], ignore_index=True).to_parquet(with_bad)
+    out = world["root"] / "invalid" / "P.parquet"
+    proc = _cli(world, out, "--budget", "reidentification<=0.0", "--max-rounds", "0", corpus=with_bad)
+    log, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 1, log
+    paths = protect_paths(out)
+    failures, table = pd.read_parquet(paths.failures), pd.read_parquet(paths.table)
+    bad = failures[failures["doc_id"] == "bad-row"]
+    assert len(bad) == 1 and bad["move"].iloc[0] == "input" and "field text" in bad["reason"].iloc[0], failures
+    assert "input row" in bad["reason"].iloc[0] and "1 input rows invalid" in log, log
+    summary = json.loads(paths.summary.read_text())
+    assert summary["documents"]["invalid"] == 1 and summary["documents"]["failed"] == len(failures) - 1
+    assert set(table["doc_id"]) | set(failures["doc_id"]) == set(corpus["doc_id"]) | {"bad-row"}
 
 
 @pytest.mark.parametrize(("budget", "said"), [

@@ -759,10 +759,13 @@ def _check_profiling(corpus: pd.DataFrame, histories: str, settings: ProtectSett
 
 def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings: ProtectSettings, *,
                    cache_dir: str | os.PathLike, corpus_fingerprint: str, histories_fingerprint: str,
-                   log: Callable[[str], None] = lambda _line: None) -> ProtectResult:
+                   log: Callable[[str], None] = lambda _line: None,
+                   invalid: pd.DataFrame | None = None) -> ProtectResult:
     """Run the loop on ``corpus`` (the corpus schema) against ``histories`` (a history parquet file) and build
     the protected table, the rounds table, the failures and the summary. Rounds are cached under ``cache_dir``
-    keyed by the fingerprints of the corpus and the histories and :meth:`ProtectSettings.round_key`."""
+    keyed by the fingerprints of the corpus and the histories and :meth:`ProtectSettings.round_key`.
+    ``invalid``: the input rows that failed validation (:data:`tasks.corpus.schema.FAILURE_COLUMNS`), recorded
+    among the failures so that every input row ends in the output or in a failure with its reason."""
     from tasks.metrics.base import make_signature
     from tasks.store import code_version, tool_version
 
@@ -805,11 +808,12 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
             stop = "the ladder is exhausted"
             break
     assert state is not None
-    return _result(protector, state, rounds, met, stop, key, tool_version(), make_signature)
+    return _result(protector, state, rounds, met, stop, key, tool_version(), make_signature, invalid)
 
 
 def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any]], met_in_loop: bool, stop: str,
-            key: str, tool_version: str, make_signature: Callable[..., str]) -> ProtectResult:
+            key: str, tool_version: str, make_signature: Callable[..., str],
+            invalid: pd.DataFrame | None = None) -> ProtectResult:
     settings, corpus = protector.settings, protector.corpus
     caught = np.zeros(len(corpus), bool)
     if not met_in_loop:
@@ -821,6 +825,14 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     failures = pd.DataFrame({"doc_id": docs["doc_id"].to_numpy()[caught], "author_id": corpus["author_id"].to_numpy()[caught],
                              "round": docs["round"].to_numpy()[caught], "move": docs["move"].to_numpy()[caught],
                              MEANING_COLUMN: docs["meaning"].to_numpy()[caught], "reason": reason[caught]})
+    n_caught = len(failures)
+    if invalid is not None and len(invalid):
+        failures = pd.concat([failures, pd.DataFrame({
+            "doc_id": invalid["doc_id"].to_numpy(), "author_id": pd.NA, "round": pd.NA, "move": "input",
+            MEANING_COLUMN: math.nan,
+            "reason": [f"input row {r}, field {f}: {why}" for r, f, why in zip(invalid["row"], invalid["field"],
+                                                                           invalid["reason"], strict=True)]})],
+            ignore_index=True)
     kept = ~caught if settings.on_fail == "drop" else np.ones(len(corpus), bool)
     kept_timelines = set(protector.doc_timeline.reindex(docs["doc_id"][kept]))
     dropped_timelines = set(protector.doc_timeline.reindex(docs["doc_id"][~kept]))
@@ -837,7 +849,8 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     rewritten = int((table[ROUND_COLUMN] > 0).sum()) if len(table) else 0
     verdict = (f"protect: judge {', '.join(words)} after {state.round} round(s), BERTScore "
                f"{np.mean(meaning) if len(meaning) else math.nan:.2f}, {rewritten}/{len(corpus)} rewritten after "
-               f"round 0, {len(failures)} failed ({settings.on_fail})")
+               f"round 0, {n_caught} failed ({settings.on_fail})"
+               + (f", {len(failures) - n_caught} input rows invalid" if len(failures) > n_caught else ""))
     notes = []
     if not met:
         notes.append(f"budget not met: {stop}")
@@ -867,7 +880,8 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         "feedback_worst": _plain(feedback), "judge_worst_before_failures_left_out": _plain(judge),
         "meaning": _plain({"value": float(np.mean(meaning)) if len(meaning) else math.nan, "ci_low": low,
                            "ci_high": high, "n": len(meaning)}),
-        "documents": {"input": len(corpus), "kept": len(table), "rewritten": rewritten, "failed": len(failures)},
+        "documents": {"input": len(corpus), "kept": len(table), "rewritten": rewritten, "failed": n_caught,
+                      "invalid": len(failures) - n_caught},
         "moves": {str(k): int(v) for k, v in table[MOVE_COLUMN].value_counts().items()} if len(table) else {},
         "notes": notes, "verdict": verdict + ("; " + "; ".join(notes) if notes else ""),
     }
