@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import dataclasses
 import multiprocessing as mp
 import os
 import pstats
@@ -53,8 +52,7 @@ def _child(hist: str, syn_paths: dict[float, str], options: dict, cache: str, qu
     from tasks.store import fingerprint_file
 
     profile = options.pop("profile", None)
-    docs_per_round = options.pop("docs_per_round")
-    settings = dataclasses.replace(protect_settings(None, **options), docs_per_round=docs_per_round or None)
+    settings = protect_settings(None, **{**options, "docs_per_round": options["docs_per_round"] or None})
     profiler = cProfile.Profile() if profile else None
     if profiler:
         profiler.enable()
