@@ -181,7 +181,9 @@ def _carried_by_hand(text: str, feature: str, kind: str) -> bool:
     return core in text
 
 
-def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_most_evidence(world, tmp_path):
+def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_most_evidence(world, tmp_path,
+                                                                                            monkeypatch):
+    from tasks.privacy.stylometric import EvidenceProfiles
     from tasks.protect.loop import ProtectSettings, _Protector, _timelines
     from tasks.protect.moves import Move
     from tasks.store import fingerprint_file
@@ -192,7 +194,11 @@ def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_
     protector = _Protector(corpus, str(world["histories"]), settings, tmp_path / "rounds", lambda _: None,
                            fingerprint_file(world["histories"]))
     zero = protector.round_zero()
+    fits = []
+    real_fit = EvidenceProfiles.fit.__func__
+    monkeypatch.setattr(EvidenceProfiles, "fit", classmethod(lambda cls, *a: fits.append(a) or real_fit(cls, *a)))
     one = protector.next_round(zero, 1)
+    assert not fits  # round 0 fitted the evidence for every author: round 1 read nothing from the histories
 
     fb = zero.attacks[(zero.attacks["role"] == "feedback") & zero.attacks["correct"].astype(bool)]
     caught = set(fb["group_id"])

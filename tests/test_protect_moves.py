@@ -9,7 +9,12 @@ import pytest
 
 from flows.config import protect_settings
 from tasks.errors import ConfigError
-from tasks.privacy.stylometric import StyloParams, _EvidenceCounts, reference_vectorizer, stylometric_evidence
+from tasks.privacy.stylometric import (
+    EvidenceProfiles,
+    StyloParams,
+    reference_vectorizer,
+    stylometric_evidence,
+)
 from tasks.protect.loop import parse_protect_budget
 from tasks.protect.moves import DEFAULT_LADDER, Move, mask_evidence, parse_ladder
 
@@ -157,11 +162,10 @@ def test_a_judge_reliably_wrong_on_the_kept_timelines_still_counts_as_informed()
 
 
 def _reference_evidence(histories: pd.DataFrame, timelines: pd.DataFrame, params: StyloParams, stride: int,
-                        top: int) -> dict[tuple[str, str, str], float]:
-    """The evidence as one scikit-learn fit per call computes it: IDF on the true authors' posts plus every
+                        top: int, authors: set[str]) -> dict[tuple[str, str, str], float]:
+    """The evidence as one scikit-learn fit computes it: IDF on the fitted authors' posts plus every
     ``stride``-th other post, each timeline's mean TF-IDF row times its author's."""
-    wanted = set(timelines["author_id"])
-    mine = histories["author_id"].isin(wanted).to_numpy()
+    mine = histories["author_id"].isin(authors).to_numpy()
     picked = (np.arange(len(histories)) % stride == 0) & ~mine
     vectorizer = reference_vectorizer(params).fit(list(histories["text"][mine]) + list(histories["text"][picked]))
     names = vectorizer.get_feature_names_out()
@@ -177,9 +181,10 @@ def _reference_evidence(histories: pd.DataFrame, timelines: pd.DataFrame, params
     return out
 
 
-def test_stylometric_evidence_reused_across_calls_is_the_evidence_of_one_fit(tmp_path, monkeypatch):
-    """The counts read for a superset of authors (a protect round) give a later call for a subset (the next
-    round) exactly the evidence of a fresh fit on that subset: same features, same contributions."""
+def test_stylometric_evidence_fitted_once_is_reused_and_equals_scikit_learn(tmp_path, monkeypatch):
+    """A protect loop fits the evidence once for every author of its corpus (round 0) and asks, round after
+    round, for the timelines still caught: those calls read nothing from the histories and give exactly the
+    evidence of one scikit-learn fit on those authors."""
     rng = np.random.default_rng(3)
     words = ["great", "Totally", "calm", "remark", "zorbly", "we", "won", "tax", "cuts", "hello", "there", "!!", ":)"]
     authors = [f"u{i}" for i in range(8)]
@@ -193,20 +198,20 @@ def test_stylometric_evidence_reused_across_calls_is_the_evidence_of_one_fit(tmp
                               "doc_id": [f"s{i}" for i in range(15)],
                               "text": [" ".join(rng.choice(words, 5)) for _ in range(15)]})
     params = StyloParams(mode="exact")
-    kwargs = {"held_out": None, "top": 15, "idf_sample": 40}  # 120 posts: every 3rd other post enters the IDF
-    stylometric_evidence(path, timelines, params, **kwargs)  # round 1: authors u0-u4 read and kept
-    later = timelines[timelines["group_id"].isin(["t1", "t3"])]  # round 2: a subset still caught
-    reads = []
-    real_read = _EvidenceCounts.read.__func__
-    monkeypatch.setattr(_EvidenceCounts, "read", classmethod(lambda cls, *a: reads.append(a) or real_read(cls, *a)))
+    fitted = set(authors[:5])
+    kwargs = {"held_out": None, "top": 15, "idf_sample": 40, "authors": fitted}  # every 3rd other post in the IDF
+    ahead = stylometric_evidence(path, timelines.head(0), params, **kwargs)  # round 0: fitted ahead
+    assert ahead.empty
+    later = timelines[timelines["group_id"].isin(["t1", "t3"])]  # a later round: a subset still caught
+    fits = []
+    real_fit = EvidenceProfiles.fit.__func__
+    monkeypatch.setattr(EvidenceProfiles, "fit", classmethod(lambda cls, *a: fits.append(a) or real_fit(cls, *a)))
     reused = stylometric_evidence(path, later, params, **kwargs)
-    assert not reads  # the subset's evidence came from the kept counts: the histories were not read again
-    fresh = stylometric_evidence(path, later, params, **kwargs, reuse=False)
-    assert len(reused) and set(reused["group_id"]) == {"t1", "t3"}
-    pd.testing.assert_frame_equal(reused[["group_id", "author_id", "feature", "kind"]],
-                                  fresh[["group_id", "author_id", "feature", "kind"]])
-    np.testing.assert_allclose(reused["contribution"], fresh["contribution"], rtol=0, atol=1e-12)
-    reference = _reference_evidence(histories, later, params, stride=3, top=15)
+    assert not fits  # the fit of round 0 was reused: the histories were not read again
+    fresh = stylometric_evidence(histories, later, params, **kwargs)  # a DataFrame: fitted anew, nothing kept
+    assert len(fits) == 1 and len(reused) and set(reused["group_id"]) == {"t1", "t3"}
+    pd.testing.assert_frame_equal(reused, fresh)
+    reference = _reference_evidence(histories, later, params, stride=3, top=15, authors=fitted)
     got = {(g, f, k): c for g, f, k, c in zip(reused["group_id"], reused["feature"], reused["kind"],
                                               reused["contribution"], strict=True)}
     assert got.keys() == reference.keys()

@@ -549,11 +549,10 @@ def _exact_tfidf(texts: pa.Array, params: StyloParams, vocab: np.ndarray | None,
     n_docs = len(texts)
     docs, keys = _all_ngrams(offsets, data, *params.ngram_args(), character_classes())
     if vocab is None:
-        vocab = np.unique(keys)
-    col = np.searchsorted(vocab, keys)
-    known = (col < len(vocab)) & (vocab[np.minimum(col, len(vocab) - 1)] == keys) if len(vocab) else \
-        np.zeros(len(keys), bool)
-    docs, col = docs[known], col[known]
+        vocab, col = np.unique(keys, return_inverse=True)
+    else:  # a hash lookup: searchsorted of millions of unsorted keys cost ~5x more
+        col = pd.Index(vocab).get_indexer(keys) if len(vocab) else np.full(len(keys), -1)
+        docs, col = docs[col >= 0], col[col >= 0]
     counts = sp.csr_matrix((np.ones(len(col)), (docs, col)), shape=(n_docs, len(vocab)))
     counts.sum_duplicates()
     if idf is None:
@@ -762,131 +761,198 @@ def reidentify_stylometric(histories: HistorySource, synthetic: pd.DataFrame, pa
 
 #: Evidence columns: per timeline, the features that drove its attribution to its true author.
 EVIDENCE_COLUMNS = ["group_id", "author_id", "feature", "kind", "contribution"]
+_EVIDENCE_CHUNK = 5_000  # posts whose n-gram keys are held at once while fitting (~700 keys of 16 B per post)
+_WORD_KEY = 0x100        # a word n-gram's key suffix: 0x100 + n (a character n-gram's: its length)
 
 
-def _l2_mean(matrix: sp.csr_matrix, rows: np.ndarray) -> np.ndarray:
-    """The L2-normalised mean of the given (already L2-normalised) rows, dense."""
-    vec = np.asarray(matrix[rows].mean(axis=0)).ravel()
-    norm = np.linalg.norm(vec)
-    return vec / norm if norm else vec
+@nb.njit(cache=True)
+def _string_keys(offsets, data, suffix):
+    """The 64-bit key of each string as one n-gram (:func:`_doc_ngrams`: FNV-1a over its code points, then
+    fmix64 of it xor ``suffix``: the n-gram's length for characters, 0x100 + n for n words joined by spaces)."""
+    n = offsets.shape[0] - 1
+    out = np.empty(n, np.uint64)
+    for d in range(n):
+        h = np.uint64(0xCBF29CE484222325)
+        i = offsets[d]
+        while i < offsets[d + 1]:
+            c, w = utf8_at(data, i)
+            i += w
+            h = (h ^ np.uint64(c)) * np.uint64(0x100000001B3)
+        out[d] = fmix64(h ^ np.uint64(suffix[d]))
+    return out
+
+
+def _ngram_keys(texts: pa.Array, params: StyloParams) -> tuple[np.ndarray, np.ndarray]:
+    """(doc index, key) of every n-gram of the normalised ``texts`` (:func:`normalize_texts`)."""
+    offsets, data, _ = _views(texts)
+    return _all_ngrams(offsets, data, *params.ngram_args(), character_classes())
+
+
+def _merge_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, their summed counts)."""
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    return distinct, np.bincount(inverse, weights=counts, minlength=len(distinct)).astype(np.int64)
 
 
 @dataclass
-class _EvidenceCounts:
-    """What :func:`stylometric_evidence` fits its IDF and author profiles on, read once from the histories for a
-    set of authors: every history post of those authors and the IDF sample's other posts, as raw n-gram counts
-    over the vocabulary of them all. The evidence for any subset of the authors follows from it exactly (the
-    IDF of the subset's fit: its own posts, the sampled posts of everyone else; the vocabulary: the features
-    that fit sees), so a later protect round only vectorises its caught timelines."""
+class EvidenceProfiles:
+    """What :func:`stylometric_evidence` scores timelines against, fitted once for a set of authors (a protect
+    loop's: every author of its corpus): the IDF over those authors' history posts and a sample of everyone
+    else's, each author's profile (the L2-normalised mean of its posts' TF-IDF rows, as in the attack) over
+    the 64-bit n-gram keys of ``exact`` mode. The posts themselves are not kept: a later round reads nothing
+    and holds authors x their distinct n-grams."""
 
     authors: frozenset[str]
-    counter: Any                # a fitted CountVectorizer over the reference vectorizer's analyzer
-    names: np.ndarray           # its vocabulary's features, sorted (the reference vectorizer's order)
-    counts: sp.csr_matrix       # the authors' history posts x vocabulary, raw counts (float32: exact)
-    author: np.ndarray          # each post's author
-    sampled: np.ndarray         # each post falls on the IDF sample's stride (counts as "other" for the others)
-    other_df: np.ndarray        # document frequency over the sampled posts of authors not in ``authors``
-    n_other: int
+    params: StyloParams
+    vocab: np.ndarray        # sorted uint64 n-gram keys of the fitted posts
+    idf: np.ndarray          # smooth IDF per key
+    rows: dict[str, int]     # author -> profile row
+    profiles: sp.csr_matrix  # fitted authors with history x vocab
 
     @classmethod
-    def read(cls, histories: HistorySource, wanted: set[str], params: StyloParams, held_out: frozenset[str] | None,
-             idf_sample: int, chunk_rows: int) -> _EvidenceCounts:
-        from sklearn.feature_extraction.text import CountVectorizer
-
+    def fit(cls, histories: HistorySource, authors: set[str], params: StyloParams, held_out: frozenset[str] | None,
+            idf_sample: int, chunk_rows: int) -> EvidenceProfiles:
         total = history_rows(histories)
         stride = max(1, -(-total // idf_sample)) if total else 1
-        own_text: list[str] = []
-        own_author: list[str] = []
-        own_sampled: list[np.ndarray] = []
-        others: list[str] = []
+        own: list[pa.Array] = []
+        own_author: list[pa.Array] = []
+        others: list[pa.Array] = []
         seen = 0
+        value_set = pa.array(sorted(authors), pa.string())
         for batch in author_batches(histories, chunk_rows, held_out):
-            authors = batch.column("author_id").cast(pa.string())
-            mine = pc.is_in(authors, value_set=pa.array(sorted(wanted), pa.string())).to_numpy(zero_copy_only=False)
+            author = batch.column("author_id").cast(pa.string())
+            mine = pc.is_in(author, value_set=value_set).to_numpy(zero_copy_only=False)
             picks = (np.arange(seen, seen + batch.num_rows) % stride) == 0
-            own_text += batch.column("text").filter(pa.array(mine)).to_pylist()
-            own_author += authors.filter(pa.array(mine)).to_pylist()
-            own_sampled.append(picks[mine])
-            others += batch.column("text").filter(pa.array(picks & ~mine)).to_pylist()
+            own.append(batch.column("text").filter(pa.array(mine)))
+            own_author.append(author.filter(pa.array(mine)))
+            others.append(batch.column("text").filter(pa.array(picks & ~mine)))
             seen += batch.num_rows
-        counter = CountVectorizer(analyzer=reference_vectorizer(params).analyzer, dtype=np.float32)
-        matrix = counter.fit_transform([t or "" for t in own_text + others]).tocsr() if own_text else None
-        if matrix is None:
-            return cls(frozenset(wanted), None, np.array([], object), sp.csr_matrix((0, 0)), np.array([], object),
-                       np.zeros(0, bool), np.zeros(0, np.int64), 0)
-        n_own = len(own_text)
-        return cls(frozenset(wanted), counter, counter.get_feature_names_out(), matrix[:n_own],
-                   np.asarray(own_author, dtype=object), np.concatenate(own_sampled),
-                   np.bincount(matrix[n_own:].indices, minlength=matrix.shape[1]), len(others))
-
-    def tfidf(self, counts: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
-        """L2-normalised sublinear TF-IDF rows (features outside the fit's vocabulary, idf 0, weigh nothing)."""
-        weighted = counts.astype(np.float64, copy=True)
-        weighted.data = (1.0 + np.log(weighted.data)) * idf[weighted.indices]
-        weighted.eliminate_zeros()
-        return _l2_rows(weighted).tocsr()
+        texts = normalize_texts(pa.chunked_array(own + others, pa.large_string()) if own else
+                                pa.array([], pa.large_string()), params.lowercase)
+        n_own = sum(len(a) for a in own)
+        owner = pd.factorize(pa.chunked_array(own_author, pa.string()).to_numpy(zero_copy_only=False)
+                             if own else np.array([], object))
+        # pass 1: document frequencies (each post's distinct keys), merged chunk by chunk
+        vocab, df = np.zeros(0, np.uint64), np.zeros(0, np.int64)
+        for start in range(0, len(texts), _EVIDENCE_CHUNK):
+            docs, keys = _ngram_keys(texts.slice(start, _EVIDENCE_CHUNK), params)
+            distinct, col = np.unique(keys, return_inverse=True)
+            pairs = pd.unique(docs * len(distinct) + col) % max(1, len(distinct))  # each post's distinct keys
+            vocab, df = _merge_counts(np.concatenate([vocab, distinct]),
+                                      np.concatenate([df, np.bincount(pairs, minlength=len(distinct))]))
+        idf = _smooth_idf(df, len(texts))
+        # pass 2: the fitted authors' posts as L2-normalised TF-IDF rows, summed per author
+        n_authors = len(owner[1])
+        sums = sp.csr_matrix((n_authors, len(vocab)))
+        for start in range(0, n_own, _EVIDENCE_CHUNK):
+            part = texts.slice(start, min(_EVIDENCE_CHUNK, n_own - start))
+            rows, _, _ = _exact_tfidf(part, params, vocab, idf)
+            code = owner[0][start:start + len(part)]
+            sums = sums + sp.csr_matrix((np.ones(len(code)), (code, np.arange(len(code)))),
+                                        shape=(n_authors, len(code))) @ rows
+        posts = np.bincount(owner[0][:n_own], minlength=n_authors).astype(float) if n_own else np.zeros(0)
+        profiles = _l2_rows(sp.diags(1.0 / np.maximum(posts, 1.0)) @ sums).tocsr() if n_authors else sums
+        return cls(frozenset(authors), params, vocab, idf, {str(a): i for i, a in enumerate(owner[1])}, profiles)
 
     def evidence(self, timelines: pd.DataFrame, top: int) -> pd.DataFrame:
-        """:func:`stylometric_evidence` for ``timelines``, whose authors are a subset of :attr:`authors`."""
-        wanted = set(timelines["author_id"].astype(str)) & self.authors
-        own = np.isin(self.author, list(wanted))
-        if self.counter is None or not own.any():
-            return pd.DataFrame(columns=EVIDENCE_COLUMNS)
-        fitted = own | self.sampled  # the subset's own posts and, of the other authors here, the sampled ones
-        df = self.other_df + np.bincount(self.counts[np.flatnonzero(fitted)].indices, minlength=len(self.names))
-        idf = _smooth_idf(df, self.n_other + int(fitted.sum()))
-        history = self.tfidf(self.counts[np.flatnonzero(own)], idf)
-        timeline_rows = self.tfidf(self.counter.transform(timelines["text"].fillna("").astype(str).tolist()).tocsr(),
-                                   idf)
-        by_author = pd.Series(np.arange(int(own.sum()))).groupby(self.author[own]).indices
-        out = []
-        for group, rows in timelines.groupby("group_id", sort=False).indices.items():
-            author = str(timelines["author_id"].iloc[rows[0]])
-            if author not in by_author:
+        """:func:`stylometric_evidence` of ``timelines`` whose authors were fitted."""
+        codes, uniques = pd.factorize(timelines["group_id"].to_numpy())
+        texts = timelines["text"].fillna("").astype(str).tolist()
+        rows, _, _ = _exact_tfidf(normalize_texts(pa.array(texts, pa.large_string()), self.params.lowercase),
+                                  self.params, self.vocab, self.idf)
+        means = _l2_rows(_mean_rows(rows, codes, len(uniques))).tocsr()
+        posts = pd.Series(np.arange(len(codes))).groupby(codes, sort=True).indices
+        authors = timelines["author_id"].astype(str).to_numpy()
+        found = []  # (timeline, key, contribution, the first of its posts that holds the key)
+        for g, mine in posts.items():
+            if authors[mine[0]] not in self.rows:
                 continue
-            contribution = _l2_mean(timeline_rows, rows) * _l2_mean(history, by_author[author])
-            best = np.argsort(-contribution, kind="stable")[:top]
-            best = best[contribution[best] > 0]
-            for j in best:
-                name = str(self.names[j])
-                word = name.startswith("\x00")
-                out.append((group, author, name[1:] if word else name, "word" if word else "char",
-                            float(contribution[j])))
-        return pd.DataFrame(out, columns=EVIDENCE_COLUMNS)
+            t, a = means[g], self.profiles[self.rows[authors[mine[0]]]]
+            cols, in_t, in_a = np.intersect1d(t.indices, a.indices, assume_unique=True, return_indices=True)
+            values = t.data[in_t] * a.data[in_a]
+            cols, values = cols[values > 0], values[values > 0]
+            if len(values) > top:  # the top ones and any tied with the last: ties are broken by name below
+                keep = values >= np.partition(values, len(values) - top)[len(values) - top]
+                values, cols = values[keep], cols[keep]
+            held = rows[mine]  # the timeline's posts, in order: the first that holds each key names it (t_f > 0)
+            post = np.repeat(mine, np.diff(held.indptr))
+            hit = np.isin(held.indices, cols)
+            key_cols, at = np.unique(held.indices[hit], return_index=True)
+            first = dict(zip(key_cols.tolist(), post[hit][at].tolist(), strict=True))
+            found += zip([g] * len(cols), self.vocab[cols].tolist(), values.tolist(), [first[c] for c in cols.tolist()],
+                         strict=True)
+        names = self._names([texts[i] for i in sorted({f[3] for f in found})], sorted({f[3] for f in found}))
+        out: dict[int, list[tuple[str, str, float]]] = {}
+        for g, key, c, post in found:
+            # a key the post holds has its name among its n-grams; one the analyzer writes otherwise (a character
+            # whose lowercase differs between Arrow and Python) cannot be masked and is left out
+            if key in names[post]:
+                out.setdefault(g, []).append((*names[post][key], c))
+        frame = []
+        for g, named in out.items():
+            # largest first, ties in the reference vectorizer's feature order (words, keyed by a leading NUL, first)
+            named.sort(key=lambda f: (-f[2], ("\x00" if f[1] == "word" else "") + f[0]))
+            frame += [(uniques[g], authors[posts[g][0]], *f) for f in named[:top]]
+        return pd.DataFrame(frame, columns=EVIDENCE_COLUMNS)
+
+    def _names(self, texts: list[str], ids: list[int]) -> dict[int, dict[int, tuple[str, str]]]:
+        """Per post (``ids``: its position), key -> (n-gram as the reference analyzer writes it, char|word)."""
+        analyzer = reference_vectorizer(self.params).build_analyzer()
+        grams = [analyzer(t) for t in texts]
+        plain = [g[1:] if g.startswith("\x00") else g for gs in grams for g in gs]
+        words = np.fromiter((g.startswith("\x00") for gs in grams for g in gs), bool, len(plain))
+        suffix = np.where(words, [_WORD_KEY + g.count(" ") + 1 for g in plain], [len(g) for g in plain]) \
+            if plain else np.zeros(0, np.int64)
+        offsets, data, _ = _views(pa.array(plain, pa.large_string()))
+        keys = _string_keys(offsets, data, suffix.astype(np.uint64)).tolist()
+        out: dict[int, dict[int, tuple[str, str]]] = {}
+        start = 0
+        for post, gs in zip(ids, grams, strict=True):
+            out[post] = {k: (g, "word" if w else "char") for k, g, w in
+                         zip(keys[start:start + len(gs)], plain[start:start + len(gs)],
+                             words[start:start + len(gs)].tolist(), strict=True)}
+            start += len(gs)
+        return out
 
 
-#: Evidence counts kept per (history file, its size and mtime, params, held-out documents, sample, chunk): the
-#: protect loop asks again every round for a subset of the authors it asked for before.
 @functools.cache
 def _evidence_memo() -> Any:
-    """The evidence counts read per (history file, parameters, held-out documents), the last two kept: a
-    :class:`tasks.privacy.attacks.HistoryMemo` (imported late: the attack registry imports this module)."""
+    """The evidence profiles fitted per (history file, parameters, fitted authors, held-out documents), the
+    last two kept: a :class:`tasks.privacy.attacks.HistoryMemo` (imported late: the attack registry imports
+    this module)."""
     from tasks.privacy.attacks import HistoryMemo
 
     return HistoryMemo()
 
 
+def evidence_profiles(histories: HistorySource, authors: set[str], params: StyloParams, *,
+                      held_out: frozenset[str] | None, idf_sample: int = 5_000,
+                      chunk_rows: int = 1_000_000) -> EvidenceProfiles:
+    """:class:`EvidenceProfiles` fitted for ``authors``, once per process for a history file."""
+    import hashlib
+
+    who = hashlib.sha256("\n".join(sorted(authors)).encode()).hexdigest()
+    return _evidence_memo().get(histories, (params, idf_sample, chunk_rows, who), held_out,
+                                lambda source: EvidenceProfiles.fit(source, authors, params, held_out, idf_sample,
+                                                                    chunk_rows))
+
+
 def stylometric_evidence(histories: HistorySource, timelines: pd.DataFrame, params: StyloParams, *,
                          held_out: frozenset[str] | None, top: int = 20, idf_sample: int = 5_000,
-                         chunk_rows: int = 1_000_000, reuse: bool = True) -> pd.DataFrame:
+                         chunk_rows: int = 1_000_000, authors: set[str] | None = None) -> pd.DataFrame:
     """Per timeline (group_id, author_id, text), the ``top`` character and word n-grams with the largest
     contribution ``t_f * a_f`` to the cosine of the timeline's profile ``t`` and its true author's ``a``
     (both L2-normalised means of TF-IDF post vectors, :func:`reference_vectorizer`'s features, so the n-grams
-    are named). The IDF is fitted on the true authors' history posts plus up to ``idf_sample`` other posts
-    (one in every ``stride`` by row): the features an author shares with everyone weigh little, as in the
-    attack. Columns :data:`EVIDENCE_COLUMNS`; ``kind`` is ``char`` or ``word``; a timeline whose author has
-    no history gets no rows. With ``reuse`` (a history file), the counts read for a set of authors are kept in
-    process memory and a later call for a subset of them reads nothing (:class:`_EvidenceCounts`; the result
-    is the same)."""
-    if timelines.empty or top < 1:
+    are named as its analyzer writes them). The IDF is fitted on the history posts of ``authors`` (default:
+    the timelines' authors; a protect loop passes every author of its corpus, so that every round scores
+    against the same fit) plus up to ``idf_sample`` other posts (one in every ``stride`` by row): the features
+    an author shares with everyone weigh little, as in the attack. Columns :data:`EVIDENCE_COLUMNS`; ``kind``
+    is ``char`` or ``word``; a timeline whose author has no history, or was not fitted, gets no rows. The fit
+    is kept per process (:func:`evidence_profiles`): a later call for the same authors reads nothing, and a
+    call with ``authors`` and no timelines fits ahead."""
+    if authors is None and (timelines.empty or top < 1):
         return pd.DataFrame(columns=EVIDENCE_COLUMNS)
-    wanted = set(timelines["author_id"].astype(str))
-    if not reuse or isinstance(histories, pd.DataFrame):
-        counts = _EvidenceCounts.read(histories, wanted, params, held_out, idf_sample, chunk_rows)
-        return counts.evidence(timelines, top)
-    counts = _evidence_memo().refresh(  # the authors read before and these: a later round's subset reads nothing
-        histories, (params, idf_sample, chunk_rows), held_out,
-        lambda source, before: _EvidenceCounts.read(source, wanted | (before.authors if before else set()), params,
-                                                    held_out, idf_sample, chunk_rows),
-        lambda counts: wanted <= counts.authors)
-    return counts.evidence(timelines, top)
+    fitted = set(timelines["author_id"].astype(str)) if authors is None else set(authors)
+    profiles = evidence_profiles(histories, fitted, params, held_out=held_out, idf_sample=idf_sample,
+                                 chunk_rows=chunk_rows)
+    return pd.DataFrame(columns=EVIDENCE_COLUMNS) if timelines.empty or top < 1 else profiles.evidence(timelines, top)

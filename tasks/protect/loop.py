@@ -79,6 +79,9 @@ MEANING_COLUMN = "meaning"
 ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/metrics/meaning.py")
 #: Judge and feedback accuracies further apart than this are said in the summary (overfitting to feedback).
 DISAGREEMENT = 0.2
+#: Documents whose meaning is scored at once: their token embeddings are held in memory meanwhile (round 0 scores
+#: every document: 17.8k at the article's scale).
+_MEANING_CHUNK = 2_000
 
 
 def parse_protect_budget(text: str, where: str = "--budget") -> list[Bound]:
@@ -238,11 +241,12 @@ class _Attackers:
         """Whether a feedback attack returns evidence."""
         return any(e.role == "feedback" and e.attack.returns_evidence for e in self.entries)
 
-    def evidence(self, timelines: pd.DataFrame, top: int) -> pd.DataFrame:
-        """The feedback attacks' evidence for ``timelines`` (those that return evidence); the stylometric attack
-        keeps what it read from the histories for the first call's authors, so a later round's call, for the
-        timelines still caught, only vectorises them (:func:`tasks.privacy.stylometric.stylometric_evidence`)."""
-        frames = [e.attack.evidence(e.prepared, timelines, top) for e in self.entries
+    def evidence(self, timelines: pd.DataFrame, top: int, authors: set[str]) -> pd.DataFrame:
+        """The feedback attacks' evidence for ``timelines`` (those that return evidence), fitted for ``authors``
+        (every author of the corpus: each round scores against the same fit, which the attack keeps, so a
+        round reads nothing from the histories; :func:`tasks.privacy.stylometric.stylometric_evidence`). With
+        no timelines, the fit is made ahead."""
+        frames = [e.attack.evidence(e.prepared, timelines, top, authors=authors) for e in self.entries
                   if e.role == "feedback" and e.attack.returns_evidence]
         frames = [f for f in frames if len(f)]
         return pd.concat(frames, ignore_index=True) if frames else _no_evidence()
@@ -430,6 +434,7 @@ class _Protector:
         self.profiling = settings.profiling
         self.mappings: list[pd.DataFrame] = []
         self.doc_timeline = _timelines(self.corpus, self.sources, settings.timeline_posts).set_index("doc_id")["group_id"]
+        self.authors = set(self.corpus["author_id"].dropna().astype(str))
 
     # -- components, built on first use (a fully cached rerun builds none of them)
     def halves(self) -> dict[str, str]:
@@ -468,7 +473,7 @@ class _Protector:
     def evidence(self, timelines: pd.DataFrame) -> pd.DataFrame:
         """The feedback attacks' evidence for ``timelines`` and, with a profiling bound, the feedback classifiers'."""
         top = self.settings.evidence_top
-        frames = [self.attackers().evidence(timelines, top)] + (
+        frames = [self.attackers().evidence(timelines, top, self.authors)] + (
             [self.profilers().evidence(timelines, top)] if self.profiling else [])
         return pd.concat(frames, ignore_index=True).drop_duplicates(ignore_index=True)
 
@@ -488,9 +493,9 @@ class _Protector:
         if len(differ):
             if self._embeddings is None:  # sources and earlier rounds' texts are embedded once
                 self._embeddings = EmbeddingCache(self.folder.parent / "embeddings.sqlite")
-            scores = bertscore([candidates[i] for i in differ], [references[i] for i in differ],
-                               cache=self._embeddings, cache_candidates=False).scores["bertscore_f1"].to_numpy(float)
-            out[differ] = scores
+            for part in np.array_split(differ, -(-len(differ) // _MEANING_CHUNK)):  # token embeddings of a part held
+                out[part] = bertscore([candidates[i] for i in part], [references[i] for i in part],
+                                      cache=self._embeddings, cache_candidates=False).scores["bertscore_f1"].to_numpy(float)
         return out
 
     def leaks(self, idx: np.ndarray, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -564,7 +569,16 @@ class _Protector:
                              "round": 0, "move": start.label, "rung": 0, "blocked": False,
                              "spans": spans, "leaked": leaked})
         attacks = self.attack(_timelines(self.corpus, new, self.settings.timeline_posts))
+        if self.needs_evidence and self.settings.max_rounds:  # fitted here, so no later round reads the histories
+            self.attackers().evidence(pd.DataFrame(columns=["group_id", "author_id", "text"]), 1, self.authors)
         return RoundState(0, docs, attacks, int(sum(o is not None for o in out)), time.perf_counter() - started)
+
+    @property
+    def needs_evidence(self) -> bool:
+        """Whether later rounds ask the feedback attacks for evidence (a move masks it, or the documents moved
+        are ranked by it)."""
+        ranked = self.settings.docs_per_round is not None and (self.attackers().gives_evidence or self.profiling)
+        return ranked or any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in self.settings.ladder)
 
     def caught(self, state: RoundState) -> np.ndarray:
         """Positions of the documents that still give their author away (feedback), their author's attribute
@@ -605,7 +619,7 @@ class _Protector:
         todo = caught[docs["rung"].to_numpy()[caught] < len(ladder)]
         evidence = pd.DataFrame()
         ranked = self.settings.docs_per_round is not None and (self.attackers().gives_evidence or self.profiling)
-        if (ranked or any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in ladder)) and len(todo):
+        if self.needs_evidence and len(todo):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[todo]))
             timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
             evidence = self.evidence(timelines[timelines["group_id"].isin(groups)])

@@ -77,16 +77,17 @@ class Attack(ABC):
     def run(self, prepared: Any, timelines: pd.DataFrame) -> ReidResult:
         """Attribute every timeline (group_id, author_id, text, doc_id) against the prepared side."""
 
-    def evidence(self, prepared: Any, timelines: pd.DataFrame, top: int = 20) -> pd.DataFrame:
-        """Per timeline, the features that drove the decision for its true author (``returns_evidence``)."""
+    def evidence(self, prepared: Any, timelines: pd.DataFrame, top: int = 20, *,
+                 authors: set[str] | None = None) -> pd.DataFrame:
+        """Per timeline, the features that drove the decision for its true author (``returns_evidence``).
+        ``authors``: the authors the evidence is fitted for (default: the timelines'); a caller asking round
+        after round for subsets of one set passes that set, so every call scores against the same fit and a
+        first call with no timelines fits it ahead."""
         raise NotImplementedError(f"attack '{self.name}' returns no evidence")
 
 
 A = TypeVar("A", bound=type[Attack])
 P = TypeVar("P")
-
-
-_NOTHING = object()  # a memo slot never filled (None can be a result)
 
 
 class HistoryMemo:
@@ -103,26 +104,18 @@ class HistoryMemo:
     def get(self, histories: HistorySource, params: Any, held_out: frozenset[str] | None,
             build: Callable[[HistorySource], P]) -> P:
         """``build(histories)``, or what it returned for the same (file contents, ``params``, ``held_out``) before."""
-        return self.refresh(histories, params, held_out, lambda source, _previous: build(source), lambda _: True)
-
-    def refresh(self, histories: HistorySource, params: Any, held_out: frozenset[str] | None,
-                build: Callable[[HistorySource, P | None], P], covers: Callable[[P], bool]) -> P:
-        """What ``build`` returned for the same (file contents, ``params``, ``held_out``) before, if ``covers`` it;
-        else ``build(histories, previous)`` (``previous``: the result it replaces, or None), remembered."""
         if isinstance(histories, pd.DataFrame):
-            return build(histories, None)
+            return build(histories)
         path = os.fspath(histories)
         stat = os.stat(path)
         held = hashlib.sha256("\n".join(sorted(held_out)).encode()).hexdigest() if held_out is not None else None
         key = (os.path.realpath(path), stat.st_size, stat.st_mtime_ns, params, held)
         with self._lock:  # one thread builds; the others wait for its result instead of redoing it
-            previous = self._results.get(key, _NOTHING)
-            if previous is not _NOTHING and covers(previous):
+            if key in self._results:
                 self._results.move_to_end(key)
-                return previous
-            result = build(path, None if previous is _NOTHING else previous)
+                return self._results[key]
+            result = build(path)
             self._results[key] = result
-            self._results.move_to_end(key)
             while len(self._results) > self.kept:
                 self._results.popitem(last=False)
             return result

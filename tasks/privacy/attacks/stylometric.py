@@ -30,6 +30,8 @@ class StylometricAttack(ProfilingAttack):
     def attribute(self, profiles: HistoryProfiles, timelines: pd.DataFrame, setting: Setting) -> ReidResult:
         return stylometric_attack(profiles, timelines, setting)
 
-    def evidence(self, prepared: Prepared, timelines: pd.DataFrame, top: int = 20) -> pd.DataFrame:
+    def evidence(self, prepared: Prepared, timelines: pd.DataFrame, top: int = 20, *,
+                 authors: set[str] | None = None) -> pd.DataFrame:
         """The character and word n-grams that brought each timeline closest to its true author."""
-        return stylometric_evidence(prepared.histories, timelines, self.params, held_out=prepared.held_out, top=top)
+        return stylometric_evidence(prepared.histories, timelines, self.params, held_out=prepared.held_out, top=top,
+                                    authors=authors)
