@@ -532,10 +532,12 @@ def _signed_votes(signed_path: str | os.PathLike, index: SyntheticIndex, *, jacc
 
 
 def reidentify_signed(signed_path: str | os.PathLike, synthetic: pd.DataFrame, *,
-                      jaccard_threshold: float | None = None, chunk_rows: int = 1_000_000,
+                      jaccard_threshold: float | None = None, chunk_rows: int = 250_000,
                       setting: Setting = "full") -> ReidResult:
     """The attack against histories signed by :func:`sign_histories` (parameters come from the artifact);
-    ``disjoint`` skips the signed rows of the synthetic posts' source documents, as :func:`reidentify` does."""
+    ``disjoint`` skips the signed rows of the synthetic posts' source documents, as :func:`reidentify` does.
+    The signed rows are read ``chunk_rows`` at a time: a protect round runs this on every round, beside the
+    profiles it keeps, so a batch's band keys and probe stay small."""
     params, _ = signed_params(signed_path)
     index = build_index(synthetic, params, with_signatures=jaccard_threshold is not None)
     votes = _signed_votes(signed_path, index, jaccard_threshold=jaccard_threshold, chunk_rows=chunk_rows,
