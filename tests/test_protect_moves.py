@@ -216,3 +216,30 @@ def test_stylometric_evidence_fitted_once_is_reused_and_equals_scikit_learn(tmp_
                                               reused["contribution"], strict=True)}
     assert got.keys() == reference.keys()
     np.testing.assert_allclose([got[k] for k in reference], list(reference.values()), rtol=0, atol=1e-12)
+
+
+def test_carried_by_scans_a_timeline_once_and_decides_each_text_as_the_rule_does():
+    """The joined scan gives, per text, what the matching rule gives on that text alone: no match across two
+    texts, the first occurrence of each text found after a repeat in an earlier one."""
+    import re
+
+    from tasks.protect.moves import carried_by
+
+    def by_hand(text: str, feature: str, kind: str) -> bool:
+        core = feature.strip()
+        if len(core) < 2:
+            return False
+        if kind == "word":
+            return re.search(r"(?<!\w)" + r"\s+".join(map(re.escape, core.split())) + r"(?!\w)", text) is not None
+        return core[0] * 2 in text if set(core) in ({"."}, {"!"}, {"?"}) else core in text
+
+    texts = ["tax cuts and tax cuts", "tax", "cuts now!!", "", "taxcuts", "big tax\ncuts...", "...!", "ta", "x cuts"]
+    nul = ["a tax", "\x00b", "c tax\x00d"]  # texts holding the scan's separator: scanned one by one
+    features = [("tax cuts", "word"), ("tax", "word"), ("ax", "char"), ("!!!", "char"), ("...", "char"),
+                ("x c", "char"), ("s n", "char"), ("a", "char"), ("cuts", "word"), ("tax\x00", "char")]
+    for feature, kind in features:
+        expected = [by_hand(t, feature, kind) for t in texts]
+        assert list(carried_by(texts, feature, kind)) == expected, (feature, kind)
+    for feature, kind in [("tax\x00", "char"), ("x\x00b", "char"), ("tax", "word")]:
+        assert list(carried_by(nul, feature, kind)) == [by_hand(t, feature, kind) for t in nul], (feature, kind)
+    assert carried_by(texts, "tax cuts", "word").sum() == 2 and not carried_by(["ta", "x cuts"], "tax", "char").any()

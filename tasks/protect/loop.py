@@ -59,7 +59,7 @@ from tasks.protect.moves import (
     MASK_EVIDENCE,
     PSEUDONYMIZE,
     Move,
-    carries,
+    carried_by,
     llm_anonymize,
     mask_evidence,
 )
@@ -593,7 +593,7 @@ class _Protector:
     def most_evidential(self, todo: np.ndarray, texts: pd.Series, evidence: pd.DataFrame,
                         leaking: np.ndarray) -> np.ndarray:
         """Of the documents ``todo``, per timeline the ``docs_per_round`` that carry the most of its evidence (the
-        sum of the contributions of the features they hold, :func:`tasks.protect.moves.carries`; a feature without
+        sum of the contributions of the features they hold, :func:`tasks.protect.moves.carried_by`; a feature without
         one, a profiling classifier's word, weighs 1), ties by position, none that carries nothing; with a
         pii_leakage bound, every document still leaking as well."""
         groups = self.doc_timeline.reindex(self.corpus["doc_id"].iloc[todo]).to_numpy()
@@ -601,8 +601,11 @@ class _Protector:
             pd.Series(1.0, index=evidence.index)
         features = {g: list(zip(f["feature"], f["kind"], weight[f.index], strict=True))
                     for g, f in evidence.groupby("group_id", sort=False)} if len(evidence) else {}
-        score = np.array([sum(w for feature, kind, w in features.get(g, []) if carries(texts.iat[i], feature, kind))
-                          for i, g in zip(todo, groups, strict=True)], dtype=float)
+        score = np.zeros(len(todo))
+        for g, at in pd.Series(np.arange(len(todo))).groupby(groups, sort=False).indices.items():
+            timeline = [texts.iat[i] for i in todo[at]]
+            for feature, kind, w in features.get(g, []):
+                score[at[carried_by(timeline, feature, kind)]] += w
         order = np.lexsort((todo, -score, pd.factorize(groups)[0]))  # per timeline: most evidence, then position
         rank = np.empty(len(todo), np.int64)
         rank[order] = pd.Series(groups[order]).groupby(groups[order], sort=False).cumcount().to_numpy()
