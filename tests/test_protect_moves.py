@@ -182,7 +182,7 @@ def _reference_evidence(histories: pd.DataFrame, timelines: pd.DataFrame, params
 
 
 def test_stylometric_evidence_fitted_once_is_reused_and_equals_scikit_learn(tmp_path, monkeypatch):
-    """A protect loop fits the evidence once for every author of its corpus (round 0) and asks, round after
+    """A protect loop fits the evidence once, in round 0, for the authors it left caught, and asks, round after
     round, for the timelines still caught: those calls read nothing from the histories and give exactly the
     evidence of one scikit-learn fit on those authors."""
     rng = np.random.default_rng(3)

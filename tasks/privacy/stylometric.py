@@ -797,7 +797,7 @@ def _merge_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.
 @dataclass
 class EvidenceProfiles:
     """What :func:`stylometric_evidence` scores timelines against, fitted once for a set of authors (a protect
-    loop's: every author of its corpus): the IDF over those authors' history posts and a sample of everyone
+    loop's: the authors of the timelines its round 0 left caught): the IDF over those authors' history posts and a sample of everyone
     else's, each author's profile (the L2-normalised mean of its posts' TF-IDF rows, as in the attack) over
     the 64-bit n-gram keys of ``exact`` mode. The posts themselves are not kept: a later round reads nothing
     and holds authors x their distinct n-grams."""
@@ -944,7 +944,7 @@ def stylometric_evidence(histories: HistorySource, timelines: pd.DataFrame, para
     contribution ``t_f * a_f`` to the cosine of the timeline's profile ``t`` and its true author's ``a``
     (both L2-normalised means of TF-IDF post vectors, :func:`reference_vectorizer`'s features, so the n-grams
     are named as its analyzer writes them). The IDF is fitted on the history posts of ``authors`` (default:
-    the timelines' authors; a protect loop passes every author of its corpus, so that every round scores
+    the timelines' authors; a protect loop passes the authors its round 0 left caught, so that every round scores
     against the same fit) plus up to ``idf_sample`` other posts (one in every ``stride`` by row): the features
     an author shares with everyone weigh little, as in the attack. Columns :data:`EVIDENCE_COLUMNS`; ``kind``
     is ``char`` or ``word``; a timeline whose author has no history, or was not fitted, gets no rows. The fit

@@ -243,7 +243,7 @@ class _Attackers:
 
     def evidence(self, timelines: pd.DataFrame, top: int, authors: set[str]) -> pd.DataFrame:
         """The feedback attacks' evidence for ``timelines`` (those that return evidence), fitted for ``authors``
-        (every author of the corpus: each round scores against the same fit, which the attack keeps, so a
+        (those round 0 left caught: each round scores against the same fit, which the attack keeps, so a
         round reads nothing from the histories; :func:`tasks.privacy.stylometric.stylometric_evidence`). With
         no timelines, the fit is made ahead."""
         frames = [e.attack.evidence(e.prepared, timelines, top, authors=authors) for e in self.entries
@@ -434,7 +434,7 @@ class _Protector:
         self.profiling = settings.profiling
         self.mappings: list[pd.DataFrame] = []
         self.doc_timeline = _timelines(self.corpus, self.sources, settings.timeline_posts).set_index("doc_id")["group_id"]
-        self.authors = set(self.corpus["author_id"].dropna().astype(str))
+        self.evidence_authors: set[str] | None = None  # fixed by round 0 (:meth:`fit_evidence`)
 
     # -- components, built on first use (a fully cached rerun builds none of them)
     def halves(self) -> dict[str, str]:
@@ -473,7 +473,8 @@ class _Protector:
     def evidence(self, timelines: pd.DataFrame) -> pd.DataFrame:
         """The feedback attacks' evidence for ``timelines`` and, with a profiling bound, the feedback classifiers'."""
         top = self.settings.evidence_top
-        frames = [self.attackers().evidence(timelines, top, self.authors)] + (
+        assert self.evidence_authors is not None, "round 0 fixes whose evidence is fitted"
+        frames = [self.attackers().evidence(timelines, top, self.evidence_authors)] + (
             [self.profilers().evidence(timelines, top)] if self.profiling else [])
         return pd.concat(frames, ignore_index=True).drop_duplicates(ignore_index=True)
 
@@ -569,16 +570,32 @@ class _Protector:
                              "round": 0, "move": start.label, "rung": 0, "blocked": False,
                              "spans": spans, "leaked": leaked})
         attacks = self.attack(_timelines(self.corpus, new, self.settings.timeline_posts))
-        if self.needs_evidence and self.settings.max_rounds:  # fitted here, so no later round reads the histories
-            self.attackers().evidence(pd.DataFrame(columns=["group_id", "author_id", "text"]), 1, self.authors)
-        return RoundState(0, docs, attacks, int(sum(o is not None for o in out)), time.perf_counter() - started)
+        state = RoundState(0, docs, attacks, int(sum(o is not None for o in out)), 0.0)
+        self.fit_evidence(state, ahead=self.settings.max_rounds > 0)  # so no later round reads the histories
+        state.seconds = time.perf_counter() - started
+        return state
+
+    def fit_evidence(self, zero: RoundState, *, ahead: bool) -> None:
+        """Fix whose evidence the feedback attacks fit: the authors of the documents round 0 left caught (a
+        document not caught then is never moved again, so no later round asks for anyone else's), the same
+        whether round 0 was computed or read back; with ``ahead`` (and a later round that uses evidence), fit
+        it now."""
+        self.evidence_authors = set(self.corpus["author_id"].iloc[self.caught(zero)].dropna().astype(str))
+        if ahead and self.needs_evidence and self.evidence_authors:
+            self.attackers().evidence(pd.DataFrame(columns=["group_id", "author_id", "text"]), 1,
+                                      self.evidence_authors)
+
+    @property
+    def ranks_documents(self) -> bool:
+        """Whether a round moves only each caught timeline's most evidential documents (``docs_per_round``,
+        with evidence to rank them by)."""
+        return self.settings.docs_per_round is not None and (self.attackers().gives_evidence or self.profiling)
 
     @property
     def needs_evidence(self) -> bool:
         """Whether later rounds ask the feedback attacks for evidence (a move masks it, or the documents moved
         are ranked by it)."""
-        ranked = self.settings.docs_per_round is not None and (self.attackers().gives_evidence or self.profiling)
-        return ranked or any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in self.settings.ladder)
+        return self.ranks_documents or any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in self.settings.ladder)
 
     def caught(self, state: RoundState) -> np.ndarray:
         """Positions of the documents that still give their author away (feedback), their author's attribute
@@ -621,14 +638,13 @@ class _Protector:
         ladder = self.settings.ladder
         todo = caught[docs["rung"].to_numpy()[caught] < len(ladder)]
         evidence = pd.DataFrame()
-        ranked = self.settings.docs_per_round is not None and (self.attackers().gives_evidence or self.profiling)
         if self.needs_evidence and len(todo):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[todo]))
             timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
             evidence = self.evidence(timelines[timelines["group_id"].isin(groups)])
         changed = np.zeros(len(docs), bool)
         texts = docs["text"].astype(str)
-        if ranked:
+        if self.ranks_documents:
             todo = self.most_evidential(todo, texts, evidence, docs["leaked"].to_numpy() > 0)
         while len(todo):
             rung = docs["rung"].to_numpy().copy()  # this pass's rungs (the frame's change as moves fail)
@@ -742,8 +758,6 @@ def _check_disjoint_histories(corpus: pd.DataFrame, histories: str, settings: Pr
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    from tasks.errors import InputError
-
     if "doc_id" not in pq.ParquetFile(histories).schema_arrow.names:
         raise InputError("the disjoint adversary needs the histories' doc_id", file=histories, column="doc_id")
     ids = pq.read_table(histories, columns=["doc_id"]).column("doc_id").cast("string")
@@ -800,6 +814,8 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
         cached = protector.load(k)
         if cached is not None:
             state = cached
+            if k == 0:
+                protector.fit_evidence(cached, ahead=False)  # fitted when a later round first asks
         else:
             state = protector.round_zero() if state is None else protector.next_round(state, k)
             protector.save(state)
