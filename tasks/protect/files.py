@@ -14,6 +14,10 @@ ROUNDS_COLUMNS = ["round", "attack", "adversary", "role", "accuracy_at_1", "accu
                   "accuracy_at_1_ci_high", "accuracy_at_10", "n_timelines", "chance", "residual_risk",
                   "residual_risk_ci_low", "residual_risk_ci_high", "meaning", "documents_rewritten", "seconds"]
 
+#: The re-identification budget figures the protect curve can draw, by the rounds table's column holding each
+#: (with ``_ci_low``/``_ci_high`` beside it).
+CURVE_COLUMNS: dict[str, str] = {"reidentification": "accuracy_at_1", "reidentification_risk": "residual_risk"}
+
 #: The ``attack`` of a profiling row of the rounds table is this prefix and the attribute's name (``profiling:age``);
 #: its accuracy_at_1 is the attribute classifier's accuracy, its accuracy_at_10 empty.
 PROFILING_ATTACK = "profiling:"

@@ -17,6 +17,7 @@ from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout
 from tasks.metrics.suite import metric_correlation_matrix
+from tasks.protect.files import CURVE_COLUMNS, MOVE_COLUMN, PROFILING_ATTACK
 from tasks.report.budgets import Bound
 from tasks.report.human_eval import read_results
 from tasks.scores import BASELINE_ROWS, CHANCE, SCORE_KEY, SCORES, score_frame
@@ -56,7 +57,7 @@ class Protection:
     limit: float | None  # the budget's bound on the curve's figure (its line), if it has one
     verdict: str  # the loop's verdict, its notes included
     met: bool
-    figure: str = "reidentification"  # what the curve draws: a key of CURVE_FIGURES
+    figure: str = "reidentification"  # what the curve draws: a key of CURVE_COLUMNS
 
 
 @dataclass
@@ -186,8 +187,6 @@ def example_outputs(layout: RunLayout, read: ReadTable, *, n: int, seed: int,
     return frame
 
 
-#: The figures the protect curve can draw (y): the rounds table's column prefix (value, _ci_low, _ci_high).
-CURVE_FIGURES: dict[str, str] = {"reidentification": "accuracy_at_1", "reidentification_risk": "residual_risk"}
 #: The columns of :attr:`Protection.curve`: per round and role (feedback or judge), the worst attack's
 #: accuracy@1 and residual risk over chance with their 95% intervals and the round's mean meaning (BERTScore F1).
 PROTECT_CURVE_COLUMNS = ["round", "role", "attack", "adversary", "accuracy_at_1", "accuracy_at_1_ci_low",
@@ -197,16 +196,15 @@ PROTECT_CURVE_COLUMNS = ["round", "role", "attack", "adversary", "accuracy_at_1"
 
 def protect_curve(rounds: pd.DataFrame, decide_on: str, figure: str = "reidentification") -> pd.DataFrame:
     """Each role's worst re-identification case per round: the (attack, adversary) whose ``figure``
-    (:data:`CURVE_FIGURES`) has the highest upper bound (or value, ``decide_on`` point), as the protect loop
+    (:data:`CURVE_COLUMNS`) has the highest upper bound (or value, ``decide_on`` point), as the protect loop
     decides its budget on the judge's."""
     from tasks.privacy.attacks import worst_case
-    from tasks.protect.files import PROFILING_ATTACK
 
     rounds = rounds[~rounds["attack"].astype(str).str.startswith(PROFILING_ATTACK)]  # the curve: re-identification
     rounds = rounds.reindex(columns=list(dict.fromkeys([*rounds.columns, *PROTECT_CURVE_COLUMNS])))
     if rounds.empty:
         return pd.DataFrame(columns=PROTECT_CURVE_COLUMNS)
-    column = CURVE_FIGURES[figure]
+    column = CURVE_COLUMNS[figure]
     by = f"{column}_ci_high" if decide_on == "bound" and rounds[f"{column}_ci_high"].notna().any() else column
     ranked = rounds.assign(_rank=rounds[by].fillna(rounds[column]).astype(float))
     worst = worst_case(ranked, metric="_rank", by=("round", "role"))
@@ -218,7 +216,7 @@ def curve_budget(bounds: Sequence[Bound]) -> tuple[str, float | None]:
     """What the protect curve draws and its budget line: a ``reidentification`` bound's accuracy@1, else a
     ``reidentification_risk`` bound's residual risk, else accuracy@1 without a line."""
     by_figure = {b.column: b.limit for b in bounds}
-    for figure in CURVE_FIGURES:
+    for figure in CURVE_COLUMNS:
         if figure in by_figure:
             return figure, by_figure[figure]
     return "reidentification", None
@@ -228,7 +226,6 @@ def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Prote
     """The protect stage's rounds, moves and verdict from its artifacts, or None without a protect stage."""
     import json
 
-    from tasks.protect.files import MOVE_COLUMN
     from tasks.protect.loop import parse_protect_budget
 
     rounds_ref, summary_ref = layout.one("protect", "rounds"), layout.one("protect", "summary")

@@ -612,19 +612,22 @@ PROTECT_SERIES: dict[str, tuple[str, str]] = {
     "judge": (OKABE_ITO[3], "judge (decides the budget)"), "feedback": (OKABE_ITO[0], "feedback (steers the rewriting)")}
 
 
-#: What the protect curve can draw (y): the curve's column, the y axis label and the budget line's words.
-PROTECT_FIGURES: dict[str, tuple[str, str, str]] = {
-    "reidentification": ("accuracy_at_1", "timelines re-identified, accuracy@1", "re-identification"),
-    "reidentification_risk": ("residual_risk", "residual re-identification risk over chance", "residual risk")}
+#: How the protect curve labels each figure it can draw (:data:`tasks.protect.files.CURVE_COLUMNS`): the y axis
+#: and the budget line's words.
+CURVE_LABELS: dict[str, tuple[str, str]] = {
+    "reidentification": ("timelines re-identified, accuracy@1", "re-identification"),
+    "reidentification_risk": ("residual re-identification risk over chance", "residual risk")}
 
 
 def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None, figure: str = "reidentification") -> Plot:
     """The protect loop's path: per round, the judge's and the feedback attack's worst ``figure`` (y, lower =
     more private: accuracy@1, or the residual risk over chance 1/N) against the round's mean meaning (x,
     BERTScore F1), points labelled by round, the budget's bound as a dashed line. ``curve`` rows: round, role,
-    the figure's column (:data:`PROTECT_FIGURES`), meaning, optional ``<column>_ci_low``/``_ci_high`` (drawn as
+    the figure's column (:data:`tasks.protect.files.CURVE_COLUMNS`), meaning, optional ``<column>_ci_low``/``_ci_high`` (drawn as
     error bars: the 95% interval)."""
-    column, ylabel, words_of = PROTECT_FIGURES[figure]
+    from tasks.protect.files import CURVE_COLUMNS
+
+    column, (ylabel, words_of) = CURVE_COLUMNS[figure], CURVE_LABELS[figure]
     name = "protect-rounds"
     what = ("the share of timelines the worst attack still attributes to their author" if column == "accuracy_at_1"
             else "the worst attack's residual risk over chance (how far above guessing it re-identifies the "
