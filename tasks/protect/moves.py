@@ -94,6 +94,11 @@ def _words_containing(core: str, lowercase: bool) -> re.Pattern[str]:
     return re.compile(r"\S*" + re.escape(core) + r"\S*", flags)
 
 
+def _mark_run(core: str) -> bool:
+    """Whether an n-gram is a run of one sentence mark (``...``, ``!!``): any run of that mark is its evidence."""
+    return len(set(core)) == 1 and core[0] in ".!?"
+
+
 def _word_ngram(core: str, flags: int) -> re.Pattern[str]:
     """A word n-gram as whole words, any whitespace between them."""
     return re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, core.split())) + r"(?!\w)", flags)
@@ -122,7 +127,7 @@ def carried_by(texts: Sequence[str], feature: str, kind: str, *, lowercase: bool
     if kind == "word":
         starts = [m.start() for m in _word_ngram(core, re.IGNORECASE if lowercase else 0).finditer(joined)]
     else:
-        needle = core[0] * 2 if len(set(core)) == 1 and core[0] in ".!?" else core
+        needle = core[0] * 2 if _mark_run(core) else core
         at = joined.find(needle)
         while at >= 0:  # the first occurrence in a text, then on from the next text
             starts.append(at)
@@ -151,7 +156,7 @@ def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: 
         if kind == "word":
             text = _word_ngram(core, flags).sub(" ", text)
         elif not any(ch.isalnum() for ch in core):
-            if len(set(core)) == 1 and core[0] in ".!?":  # a run of one mark: shortened to one
+            if _mark_run(core):  # shortened to one
                 text = re.sub(re.escape(core[0]) + "{2,}", core[0], text)
             else:
                 text = text.replace(core, "")

@@ -219,15 +219,16 @@ PROTECT_ROUNDS_SHOWN: dict[str, str] = {
 def protect_rounds_table(protection: Protection) -> pd.DataFrame:
     """The protect stage's rounds as the report shows them, every cell already text."""
     rounds = protection.rounds
+
+    def interval(column: str) -> list[str]:  # a rounds table older than the column shows it empty
+        values = (rounds.get(c, pd.Series(math.nan, index=rounds.index)).astype(float)
+                  for c in (column, f"{column}_ci_low", f"{column}_ci_high"))
+        return [with_interval(v, lo, hi) for v, lo, hi in zip(*values, strict=True)]
+
     shown = {
         "round": rounds["round"].astype(int).astype(str), "role": rounds["role"].astype(str),
         "attack": rounds["attack"].astype(str), "adversary": rounds["adversary"].astype(str),
-        "accuracy_at_1": [with_interval(v, lo, hi) for v, lo, hi in zip(
-            rounds["accuracy_at_1"].astype(float), rounds["accuracy_at_1_ci_low"].astype(float),
-            rounds["accuracy_at_1_ci_high"].astype(float), strict=True)],
-        "residual_risk": [with_interval(v, lo, hi) for v, lo, hi in zip(
-            *(rounds.get(c, pd.Series(math.nan, index=rounds.index)).astype(float)
-              for c in ("residual_risk", "residual_risk_ci_low", "residual_risk_ci_high")), strict=True)],
+        "accuracy_at_1": interval("accuracy_at_1"), "residual_risk": interval("residual_risk"),
         "meaning": rounds["meaning"].astype(float).map(fmt),
         "documents_rewritten": rounds["documents_rewritten"].astype(int).astype(str),
         "seconds": rounds["seconds"].astype(float).map(lambda v: fmt(v, 1))}
