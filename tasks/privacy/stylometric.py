@@ -542,15 +542,20 @@ def reference_vectorizer(params: StyloParams) -> Any:
     return TfidfVectorizer(analyzer=analyzer, sublinear_tf=True)
 
 
+def _ngram_keys(texts: pa.Array, params: StyloParams) -> tuple[np.ndarray, np.ndarray]:
+    """(doc index, key) of every n-gram of the normalised ``texts`` (:func:`normalize_texts`)."""
+    offsets, data, _ = _views(texts)
+    return _all_ngrams(offsets, data, *params.ngram_args(), character_classes())
+
+
 def _exact_tfidf(texts: pa.Array, params: StyloParams, vocab: np.ndarray | None,
                  idf: np.ndarray | None) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
     """(L2-normalised TF-IDF rows, vocab, idf): fit vocab and IDF when not given, else transform."""
-    offsets, data, _ = _views(texts)
     n_docs = len(texts)
-    docs, keys = _all_ngrams(offsets, data, *params.ngram_args(), character_classes())
+    docs, keys = _ngram_keys(texts, params)
     if vocab is None:
         vocab, col = np.unique(keys, return_inverse=True)
-    else:  # a hash lookup: searchsorted of millions of unsorted keys cost ~5x more
+    else:  # a hash lookup: searchsorted was 8x slower for 9M unsorted keys into 1.15M
         col = pd.Index(vocab).get_indexer(keys) if len(vocab) else np.full(len(keys), -1)
         docs, col = docs[col >= 0], col[col >= 0]
     counts = sp.csr_matrix((np.ones(len(col)), (docs, col)), shape=(n_docs, len(vocab)))
@@ -780,12 +785,6 @@ def _string_keys(offsets, data, suffix):
             h = (h ^ np.uint64(c)) * np.uint64(0x100000001B3)
         out[d] = fmix64(h ^ np.uint64(suffix[d]))
     return out
-
-
-def _ngram_keys(texts: pa.Array, params: StyloParams) -> tuple[np.ndarray, np.ndarray]:
-    """(doc index, key) of every n-gram of the normalised ``texts`` (:func:`normalize_texts`)."""
-    offsets, data, _ = _views(texts)
-    return _all_ngrams(offsets, data, *params.ngram_args(), character_classes())
 
 
 def _merge_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
