@@ -28,6 +28,7 @@ from tasks.limits import (
     MAX_TOKENS,
     MAX_UTILITY_SEEDS,
 )
+from tasks.metrics.base import VERBATIM_MIN_CHARS
 from tasks.metrics.suite import DEFAULT_METRICS, MetricOptions, check_metric_names
 from tasks.models.registry import ROLES, resolve_model
 from tasks.paths import segment_problem
@@ -158,6 +159,14 @@ class FbdConfig(Section):
                                                         "tokens) or mean-all (every token).")
 
 
+class VerbatimConfig(Section):
+    """The ``verbatim`` figure: the share of outputs that still hold a run of their own source."""
+
+    min_chars: int = Field(VERBATIM_MIN_CHARS, ge=1, le=MAX_TEXT_CHARS,
+                           description="Shortest run of its source (characters, whitespace runs collapsed, case "
+                                       "folded) that makes an output verbatim.")
+
+
 class MetaevalConfig(Section):
     """Check the run's distribution- and bag-level metrics themselves on manipulated bags of the real corpus
     (seed 003 §4.2); off by default (minutes on CPU), on in the demo."""
@@ -178,6 +187,7 @@ class MetricsConfig(Section):
     fbd: FbdConfig = Field(default_factory=FbdConfig)
     transfer: TransferConfig = Field(default_factory=TransferConfig)
     metaeval: MetaevalConfig = Field(default_factory=MetaevalConfig)
+    verbatim: VerbatimConfig = Field(default_factory=VerbatimConfig)
     n_bootstrap: int = Field(N_RESAMPLES, ge=10, le=MAX_REPEATS,
                              description="Resamples of the 95% interval of each mean score (bootstrap over documents).")
 
@@ -657,6 +667,7 @@ def metric_options(cfg: ExperimentConfig) -> MetricOptions:
         transfer_classifier=m.transfer.classifier, transfer_target=m.transfer.target,
         cps_mask=m.transfer.cps_mask, cps_threshold=m.transfer.cps_threshold,
         bag_group=m.bag_group, seed=cfg.seed, shard_size=m.shard_size, n_bootstrap=m.n_bootstrap,
+        verbatim_min_chars=m.verbatim.min_chars,
     )
 
 

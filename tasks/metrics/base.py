@@ -15,6 +15,8 @@ from tasks.intervals import N_RESAMPLES
 from tasks.models.registry import ModelSpec
 
 SIGNATURE_VERSION = "synthugc-0.1"
+#: The shortest run of its own source (characters) that makes an output verbatim (tasks/metrics/verbatim.py).
+VERBATIM_MIN_CHARS = 30
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,7 @@ class MetricOptions:
     seed: int = 0
     shard_size: int = 2000
     n_bootstrap: int = N_RESAMPLES  # resamples of the 95% interval of each sample mean (over documents)
+    verbatim_min_chars: int = VERBATIM_MIN_CHARS  # the shortest run of its source that makes an output verbatim
 
 
 #: The names a metric may declare as options it reads.

@@ -23,7 +23,7 @@ metrics, whose corpus-level IDF needs one call, the two PII numbers), which retu
   group column first;
 - ``pair``: ``compute(pairs, names, options, cache) -> (per-pair frame, long rows)`` over a strategy's aligned
   (source, output) pairs as a whole; its long rows may break the number down by a structure column (PII:
-  ``entity``) and land in the privacy table;
+  ``entity``) and land in the privacy table (PII, ``verbatim``);
 - ``utility`` and ``privacy``: measures the utility and privacy stages write (no compute here); they are
   registered for their direction, label and aspect.
 """
@@ -320,6 +320,14 @@ def _pii(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
             rows[rows["metric"].isin(names)])
 
 
+def _verbatim(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
+              cache: EmbeddingCache) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """verbatim per pair (1/0) and per strategy variant (the share, Wilson interval) (tasks/metrics/verbatim.py)."""
+    from tasks.metrics.verbatim import verbatim_scores
+
+    return verbatim_scores(pairs, options.verbatim_min_chars)
+
+
 def reads_pii(names: Iterable[str]) -> bool:
     """Whether any of the named metrics scans texts for PII (declared ``scans_pii``)."""
     return any((metric := lookup(n)) is not None and metric.scans_pii for n in names)
@@ -404,3 +412,7 @@ register(Metric("pii_leakage", "pair", "privacy", -1, "PII leaked", "share of th
                 (), _pii, scans_pii=True))
 register(Metric("pii_invented", "pair", "privacy", -1, "PII new", "PII-like spans in outputs not in their source",
                 (), _pii, scans_pii=True))
+# Pair level: outputs that still hold a long run of their own source (found by pasting it into a search engine).
+register(Metric("verbatim", "pair", "privacy", -1, "Verbatim",
+                "share of outputs holding a run of 30+ characters (metrics.verbatim.min_chars) of their source",
+                ("verbatim_min_chars",), _verbatim))

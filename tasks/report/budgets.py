@@ -82,7 +82,7 @@ def parse_budget(text: str, where: str = "--require", *, columns: tuple[str, ...
 #: point estimate alone (``point``).
 DECIDE_ON: tuple[str, ...] = ("bound", "point")
 #: What one trial of each budget column is, for "how many would decide it" (the proportions only).
-TRIALS: dict[str, str] = {"reidentification": "timelines", "pii_leakage": "PII spans"}
+TRIALS: dict[str, str] = {"reidentification": "timelines", "pii_leakage": "PII spans", "verbatim": "documents"}
 
 
 def _number(value: object) -> float:
@@ -241,7 +241,7 @@ def budget_table(summary: pd.DataFrame, adversaries: Sequence[str] | None = None
 #: The score table's metric behind each privacy budget column (its worst row counts).
 BUDGET_METRICS: dict[str, str] = {"reidentification": "reid_accuracy", "reidentification_risk": "reid_residual_risk",
                                   "pii_leakage": "pii_leakage", "membership_auc": "membership_auc",
-                                  "profiling": "profiling_advantage"}
+                                  "profiling": "profiling_advantage", "verbatim": "verbatim"}
 #: Residual risks over a control (Anonymeter's): nan with an interval when the attack is not above its control.
 RESIDUAL_METRICS: tuple[str, ...] = ("reid_residual_risk", "profiling_advantage")
 #: What a budget can bound (the columns of :func:`budget_table`).
