@@ -7,9 +7,10 @@ import math
 import pandas as pd
 import pytest
 
+from tasks.budgets import parse_budget
 from tasks.errors import ConfigError
 from tasks.privacy.attacks import worst_case
-from tasks.report.budgets import budget_table, check_budget, parse_budget
+from tasks.report.budgets import budget_table, check_budget
 
 
 def test_budget_uses_the_worst_attack_and_says_by_how_much_others_miss() -> None:
@@ -196,3 +197,45 @@ def test_share_data_names_who_meets_the_run_budget() -> None:
         "meets the run's budget reidentification_risk<=0.10: protect (first) (eligible to share)")
     assert "no strategy meets" in budget_note(share, verdicts.assign(meets=False), "b<=1")
     assert budget_note(Goal("augment"), verdicts, "b<=1") is None
+
+
+def test_one_decision_for_every_caller_on_the_interval_or_the_point() -> None:
+    """tasks.budgets.decide: met when the side of the interval that must clear the limit does, missed when the whole
+    interval misses it, undecided between; on the point when asked or when there is no interval; unknown without
+    a value. Protect's loop, the run's budget table and release all read it."""
+    from tasks.budgets import Bound, decide
+
+    risk, utility = Bound("reidentification", "<=", 0.1), Bound("utility", ">=", 0.9)
+    assert decide(risk, {"value": 0.02, "ci_low": 0.0, "ci_high": 0.08}).outcome == "met"
+    assert decide(risk, {"value": 0.05, "ci_low": 0.01, "ci_high": 0.2}).outcome == "undecided"
+    assert decide(risk, {"value": 0.05, "ci_low": 0.01, "ci_high": 0.2}, "point").outcome == "met"
+    assert decide(risk, {"value": 0.3, "ci_low": 0.2, "ci_high": 0.4}).outcome == "missed"
+    assert decide(risk, {"value": 0.05}).outcome == "met"  # no interval: the point decides
+    assert decide(risk, {"value": None}).outcome == "unknown" and decide(risk, {}).outcome == "unknown"
+    assert decide(utility, {"value": 0.95, "ci_low": 0.92, "ci_high": 0.98}).outcome == "met"
+    assert decide(utility, {"value": 0.95, "ci_low": 0.85, "ci_high": 0.98}).outcome == "undecided"
+    missed = decide(risk, {"value": 0.104, "ci_low": 0.0453, "ci_high": 0.222})
+    assert missed.short == "reidentification 0.104 [0.0453, 0.222] > 0.1" and missed.miss == pytest.approx(0.004)
+    assert missed.how == "on the 95% interval's upper bound"
+
+
+def test_the_worst_case_is_the_highest_upper_bound_and_an_undefined_advantage_can_be_made_worst() -> None:
+    from tasks.budgets import worst_index
+
+    # 0.4 [bound 0.69] of 10 timelines beats 0.5 [0.65] of 40 on the bound; on the point 0.5 wins
+    assert worst_index([0.5, 0.4], [0.65, 0.69]) == 1 and worst_index([0.5, 0.4], [0.65, 0.69], "point") == 0
+    assert worst_index([math.nan, 0.1], [math.nan, 0.2]) == 1  # nothing measured never wins ...
+    assert worst_index([math.nan, 0.1], [math.nan, 0.2], undefined_is_worst=True) == 0  # ... unless undefined is worst
+    assert worst_index([], []) is None and worst_index([0.3], [math.nan]) == 0  # no interval: the value
+
+
+def test_protect_and_run_budgets_read_by_one_parser_name_what_is_known() -> None:
+    from tasks.budgets import BUDGET_COLUMNS, PROTECT_FIGURES
+
+    assert [str(b) for b in parse_budget("verbatim<=0.05,reidentification<=0.1", protect=True)] == [
+        "verbatim<=0.05", "reidentification<=0.1"]
+    with pytest.raises(ConfigError, match=rf"--budget: unknown budget figure 'utility'; known: {', '.join(PROTECT_FIGURES)}$"):
+        parse_budget("utility>=0.9", "--budget", protect=True)  # protect bounds risks only
+    with pytest.raises(ConfigError, match=r"--budget: unknown operator '>=' in 'verbatim>=0'; known: <=$"):
+        parse_budget("verbatim>=0", "--budget", protect=True)
+    assert set(PROTECT_FIGURES) < set(BUDGET_COLUMNS) and "verbatim" in PROTECT_FIGURES

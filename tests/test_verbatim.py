@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from flows.config import MetricsConfig, metric_options, parse_config
+from tasks.budgets import parse_budget
 from tasks.intervals import wilson
 from tasks.metrics import catalogue
 from tasks.metrics.suite import DEFAULT_METRICS, MetricOptions, score_synthetic
@@ -22,7 +23,7 @@ from tasks.metrics.verbatim import (
     verbatim_share,
     verbatim_signature,
 )
-from tasks.report.budgets import budget_table, check_budget, parse_budget
+from tasks.report.budgets import budget_table, check_budget
 from tasks.report.build import ReportData
 from tasks.report.render import render_markdown
 from tasks.report.tables import privacy_table
