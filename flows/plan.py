@@ -200,7 +200,7 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
     attacks = tuple(reid.attack_params(cfg.seed))
     indexed = tuple(name for name, _ in attacks if attack_class(name).builds_index)
     reid_opts = stages.ReidentifyOptions(attacks=attacks, adversaries=tuple(reid.adversaries), indexed=indexed,
-                                         timeline_posts=reid.timeline_posts)
+                                         timeline_posts=reid.timeline_posts, optional=reid.optional_attacks())
     index_calls = [plan.add("index-histories", stages.index_histories, histories=histories, attack=name,
                             params=params).name
                    for name, params in attacks if name in indexed and do_privacy and reid.enabled]

@@ -118,6 +118,8 @@ class ReidentifyOptions:
     adversaries: tuple[str, ...] = ("full",)
     indexed: tuple[str, ...] = ()
     timeline_posts: int | None = None  # split each timeline into runs of at most this many consecutive posts
+    #: attacks asked for by ``all`` only: left out, with why, where they cannot run on these histories here
+    optional: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -331,13 +333,21 @@ def reidentify(indexes: list[ArtifactRef], histories: ArtifactRef, shards: list[
     """Every configured re-identification attack under every adversary setting (full: the histories hold the
     rewritten originals; disjoint: only the users' other posts) against one strategy's synthetic timelines:
     one row set per (attack, adversary), so the verdicts can take the worst case."""
-    from tasks.privacy.attacks import attack_synthetic, build_attack
+    from tasks.privacy.attacks import attack_class, attack_synthetic, build_attack, gpu_present
+    from tasks.privacy.reidentify import history_rows
 
-    attacks = [build_attack(name, params) for name, params in options.attacks]
-    index_paths = {name: ref.path for name, ref in zip(options.indexed, indexes, strict=True)}
     store = place.store()
-    tables = attack_synthetic(store.local_or_table(histories), _synthetic(store, shards), label, attacks,
-                              options.adversaries, indexes=index_paths, timeline_posts=options.timeline_posts)
+    source = store.local_or_table(histories)
+    gpu = gpu_present() if options.optional else False
+    posts = histories.rows if histories.rows is not None else history_rows(source)
+    left_out = {name: why for name in options.optional
+                if (why := attack_class(name).skip_reason(int(posts), gpu)) is not None}
+    for name, why in sorted(left_out.items()):
+        _run_log(f"reidentify[{label}]: attack {name} left out: {why}")
+    attacks = [build_attack(name, params) for name, params in options.attacks if name not in left_out]
+    index_paths = {name: ref.path for name, ref in zip(options.indexed, indexes, strict=True)}
+    tables = attack_synthetic(source, _synthetic(store, shards), label, attacks, options.adversaries,
+                              indexes=index_paths, timeline_posts=options.timeline_posts, left_out=left_out)
     out = place.writer("reidentify", label=label)
     out.table("per_timeline", tables.per_timeline)
     out.table("scores", tables.scores)

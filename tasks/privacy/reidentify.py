@@ -250,6 +250,15 @@ def _batch_pairs(index: SyntheticIndex, authors: pa.Array, keys: np.ndarray, his
     return pd.DataFrame({"post": posts, "author": author}).drop_duplicates()
 
 
+def history_rows(histories: HistorySource) -> int:
+    """Rows of a history source before any filtering (a file's count from its footer; 0 when the file is
+    missing: reading it says so)."""
+    if isinstance(histories, pd.DataFrame):
+        return len(histories)
+    path = os.fspath(histories)
+    return pq.ParquetFile(path).metadata.num_rows if os.path.exists(path) else 0
+
+
 def has_doc_ids(source: HistorySource) -> bool:
     """Whether a history source names its documents (what the disjoint setting holds out by)."""
     if isinstance(source, pd.DataFrame):

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -59,7 +58,6 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import scipy.sparse as sp
 from numba.core import cgutils
 from numba.extending import intrinsic
@@ -75,7 +73,7 @@ from tasks.privacy.attribution import (
     timeline_codes,
 )
 from tasks.privacy.minhash import fmix64, utf8_at
-from tasks.privacy.reidentify import HistorySource, ReidResult, text_batches
+from tasks.privacy.reidentify import HistorySource, ReidResult, history_rows, text_batches
 
 Mode = Literal["exact", "sketch"]
 _WORD, _SPACE = 1, 2  # character_classes() flags
@@ -589,14 +587,6 @@ def author_batches(histories: HistorySource, chunk_rows: int,
     for batch in text_batches(histories, chunk_rows, held_out):
         keep = pc.is_valid(batch.column("author_id"))
         yield batch.filter(keep) if batch.column("author_id").null_count else batch
-
-
-def history_rows(histories: HistorySource) -> int:
-    """Rows of a history source before any filtering (0 when the file is missing: reading it says so)."""
-    if isinstance(histories, pd.DataFrame):
-        return len(histories)
-    path = os.fspath(histories)
-    return pq.ParquetFile(path).metadata.num_rows if os.path.exists(path) else 0
 
 
 def df_stride(rows: int, params: StyloParams) -> int:

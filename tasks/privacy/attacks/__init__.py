@@ -55,6 +55,21 @@ class Attack(ABC):
     returns_evidence: ClassVar[bool] = False
     #: ``build_index`` writes a setting-free index of the histories once per run (a flow stage of its own).
     builds_index: ClassVar[bool] = False
+    #: A GPU attack still runs on CPU up to this many history posts (None: never), within the time a run's other
+    #: attacks take (:meth:`skip_reason`).
+    cpu_posts: ClassVar[int | None] = None
+
+    @classmethod
+    def skip_reason(cls, n_history_posts: int, gpu: bool) -> str | None:
+        """Why ``all`` leaves this attack out on these histories and this hardware (None: it runs)."""
+        if not cls.needs_gpu or gpu:
+            return None
+        if cls.cpu_posts is None:
+            return "needs a GPU, and none is present"
+        if n_history_posts > cls.cpu_posts:
+            return (f"needs a GPU for {n_history_posts:,} history posts (on CPU it runs up to {cls.cpu_posts:,}), "
+                    f"and none is present")
+        return None
 
     def __init__(self, params: Any) -> None:
         self.params = params
@@ -126,7 +141,7 @@ _LOADED = False
 
 
 def register_attack(name: str, *, params: type, needs_gpu: bool = False, returns_evidence: bool = False,
-                    builds_index: bool = False) -> Callable[[A], A]:
+                    builds_index: bool = False, cpu_posts: int | None = None) -> Callable[[A], A]:
     """Class decorator: register an Attack subclass under ``name`` with its parameters (a dataclass whose
     fields have defaults) and what it needs and gives. The name becomes a folder (its history index), so it is
     a path segment like every other name that does."""
@@ -144,6 +159,7 @@ def register_attack(name: str, *, params: type, needs_gpu: bool = False, returns
             raise TypeError(f"attack '{name}' needs a docstring: its first line is its description")
         cls.name, cls.params_model = name, params
         cls.needs_gpu, cls.returns_evidence, cls.builds_index = needs_gpu, returns_evidence, builds_index
+        cls.cpu_posts = cpu_posts
         _REGISTRY[name] = cls
         return cls
 
@@ -245,7 +261,8 @@ def build_attack(name: str, params: Mapping[str, Any] | None = None, *, root: st
     return cls(validated)
 
 
-def _gpu() -> bool:
+def gpu_present() -> bool:
+    """Whether CUDA is present (the GPU attacks then run at any size)."""
     try:
         import torch
 
@@ -254,16 +271,52 @@ def _gpu() -> bool:
         return False
 
 
-def attack_names(attack: str) -> list[str]:
-    """The attacks ``--attack`` names: a registered attack, or ``all`` (every attack that needs no GPU, plus
-    the GPU attacks when CUDA is present)."""
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class AttackPlan:
+    """Which registered attacks run (in order) and, for every other registered attack, why not."""
+
+    names: tuple[str, ...]
+    left_out: Mapping[str, str]
+
+    def lines(self) -> list[str]:
+        """One line per attack left out: ``embedding: needs a GPU for ...``."""
+        return [f"{name}: {why}" for name, why in sorted(self.left_out.items())]
+
+
+def plan_attacks(requested: str | Sequence[str], n_history_posts: int, *, gpu: bool | None = None,
+                 asked: str = "--attack") -> AttackPlan:
+    """The attacks to run: ``all`` (every registered attack that can run on these histories and this hardware:
+    :meth:`Attack.skip_reason`), or the named ones (each registered; ValueError naming the known ones), which
+    run as asked. Every registered attack not run is named with its reason."""
     registry = _registry()
-    if attack == "all":
-        gpu = _gpu()
-        return [name for name in sorted(registry) if gpu or not registry[name].needs_gpu]
-    if attack not in registry:
-        raise ValueError(f"attack must be one of {', '.join(sorted(registry))} or all; got {shown(attack)}")
-    return [attack]
+    gpu = gpu_present() if gpu is None else gpu
+    names = [requested] if isinstance(requested, str) else list(requested)
+    run: list[str] = []
+    left_out: dict[str, str] = {}
+    for name in names:
+        if name == ALL:
+            for known in sorted(registry):
+                if (why := registry[known].skip_reason(n_history_posts, gpu)) is None:
+                    run.append(known)
+                else:
+                    left_out[known] = why
+        elif name not in registry:
+            raise ValueError(f"attack must be one of {', '.join(sorted(registry))} or {ALL}; got {shown(name)}")
+        else:
+            run.append(name)
+    run = list(dict.fromkeys(run))
+    for known in sorted(registry):
+        if known not in run and known not in left_out:
+            left_out[known] = f"not asked for ({asked} {','.join(names)})"
+    return AttackPlan(tuple(run), {k: v for k, v in left_out.items() if k not in run})
+
+
+def attack_names(attack: str, n_history_posts: int = 0) -> list[str]:
+    """The attacks ``--attack`` names: a registered attack, or ``all`` (:func:`plan_attacks`)."""
+    return list(plan_attacks(attack, n_history_posts).names)
 
 
 def setting_names(setting: str) -> list[Setting]:
@@ -298,10 +351,11 @@ class AttackTables:
 
 def attack_synthetic(histories: HistorySource, synthetic: pd.DataFrame, label: str, attacks: Sequence[Attack],
                      settings: Sequence[str], *, indexes: Mapping[str, str] | None = None,
-                     timeline_posts: int | None = None) -> AttackTables:
+                     timeline_posts: int | None = None, left_out: Mapping[str, str] | None = None) -> AttackTables:
     """Every attack under every setting against each variant of one strategy's synthetic table (ok rows
     with a known author, grouped into timelines, split into runs of ``timeline_posts`` posts when given);
-    the scores are the declared long score table."""
+    the scores are the declared long score table. ``left_out``: registered attacks that did not run, by name,
+    with why: each gets its score rows without a value and with the reason, so the report names it."""
     from tasks.privacy.audit import attack_timelines, reidentification_rows, summary_frame
     from tasks.scores import variant_epsilons
 
@@ -316,6 +370,12 @@ def attack_synthetic(histories: HistorySource, synthetic: pd.DataFrame, label: s
             rows += reidentification_rows(summary, label, str(variant), str(summary.get("signature", "")),
                                           attack=summary["attack"], adversary=summary["adversary"], epsilon=epsilon)
             summaries.append({"strategy": label, "variant": str(variant), **summary})
+        for name, why in sorted((left_out or {}).items()):
+            for setting in settings:
+                skipped = {"reason": f"not run: {why}", "n_timelines": 0}
+                rows += [r for r in reidentification_rows(skipped, label, str(variant), "", attack=name,
+                                                          adversary=str(setting), epsilon=epsilon)
+                         if r["strategy"] == label and r["metric"] in ("reid_accuracy", "reid_residual_risk")]
     return AttackTables(pd.concat(per_timeline, ignore_index=True) if per_timeline else pd.DataFrame(),
                         summary_frame(rows), summaries)
 
