@@ -295,3 +295,18 @@ def test_text_profiles_find_convention_speakers_mean_profiles_miss() -> None:
     auto = reidentify_stylometric(hist, syn, StyloParams(), setting="disjoint").summary
     assert auto["mode_used"] == "text" and auto["n_timelines"] == 181
     assert auto["accuracy_at_1"] > mean["accuracy_at_1"] + 0.15 and auto["accuracy_at_1_ci_low"] > 0.3
+
+
+def test_evidence_follows_the_text_profiles(debates, tmp_path: Path) -> None:
+    """In text mode the evidence scores the timeline's posts joined against the author's posts joined; a
+    history file written by pandas (string, not large_string, texts) is read as well."""
+    from tasks.privacy.stylometric import stylometric_evidence
+
+    hist, syn = debates
+    path = tmp_path / "h.parquet"
+    hist.to_parquet(path)
+    text = stylometric_evidence(path, syn, StyloParams(), held_out=None, top=5)
+    mean = stylometric_evidence(path, syn, StyloParams(mode="exact"), held_out=None, top=5)
+    assert set(text["group_id"]) == set(mean["group_id"]) == set(syn["group_id"])
+    assert (text["contribution"] > 0).all() and text.groupby("group_id").size().eq(5).all()
+    assert not text[["feature", "contribution"]].equals(mean[["feature", "contribution"]])

@@ -1020,9 +1020,9 @@ class EvidenceProfiles:
             author = batch.column("author_id").cast(pa.string())
             mine = pc.is_in(author, value_set=value_set).to_numpy(zero_copy_only=False)
             picks = (np.arange(seen, seen + batch.num_rows) % stride) == 0
-            own.append(batch.column("text").filter(pa.array(mine)))
+            own.append(batch.column("text").filter(pa.array(mine)).cast(pa.large_string()))
             own_author.append(author.filter(pa.array(mine)))
-            others.append(batch.column("text").filter(pa.array(picks & ~mine)))
+            others.append(batch.column("text").filter(pa.array(picks & ~mine)).cast(pa.large_string()))
             seen += batch.num_rows
         texts = normalize_texts(pa.chunked_array(own + others, pa.large_string()) if own else
                                 pa.array([], pa.large_string()), params.lowercase)
