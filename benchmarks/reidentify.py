@@ -1,5 +1,5 @@
-"""Benchmark the re-identification attacks (MinHash near-duplicates, stylometric author profiles) on
-simulated data, under both adversary settings and at several rewrite strengths.
+"""Benchmark the re-identification attacks (MinHash near-duplicates, stylometric author profiles, the
+classifier's linear SVM) on simulated data, under both adversary settings and at several rewrite strengths.
 
     .venv/bin/python benchmarks/reidentify.py            # 200k history posts, 2k users, 50 timelines
     .venv/bin/python benchmarks/reidentify.py --full     # the article's scale: 8.7M posts, 37.9k users, 500 timelines
@@ -8,8 +8,12 @@ Histories are simulated once into --data-dir (not timed); the synthetic timeline
 rewrites of the same source posts. Each (attack, setting) runs in a fresh child process that reports
 wall time and peak RSS (ru_maxrss of the child: interpreter and libraries included). The stylometric
 child profiles the histories once and attacks every strength with those profiles (as a run reuses them
-for every strategy); its time per attack is the profiling plus one strength's attack. numba kernels are
-cached on disk, so compilation is not timed after the first run.
+for every strategy); its time per attack is the profiling plus one strength's attack. The classifier child
+first builds the stylometric profiles its stage 1 takes (timed apart: in a run with both attacks they are
+already there), then its own side (exact: the SVM; two stages: the re-ranker's IDF pass) and attacks every
+strength; it reports its time without stage 1 (side + one strength's attack) and with it, and its peak RSS
+(stage 1's profiles included). numba kernels are cached on disk, so compilation is not timed after the
+first run.
 
 Reference, measured in the same run: scikit-learn's ``TfidfVectorizer`` over the same features
 (character 2-4-grams and word 1-2-grams, sublinear TF, smooth IDF: ``reference_vectorizer``) fitted on a
@@ -77,7 +81,29 @@ def peak_gb() -> float:
 def _child(attack: str, setting: str, hist: str, syn_paths: dict[float, str], stylo: dict, queue: mp.Queue) -> None:
     syns = {s: pd.read_parquet(p) for s, p in syn_paths.items()}
     out = []
-    if attack == "minhash":
+    if attack == "classifier":
+        from tasks.privacy.classifier import (
+            ClassifierParams,
+            classifier_attack,
+            fit_classifier,
+            stage1_profiles,
+        )
+
+        held = held_out_doc_ids(next(iter(syns.values())), setting)  # type: ignore[arg-type]
+        params = ClassifierParams()
+        t0 = time.perf_counter()
+        if params.resolved_mode(hist) == "two_stage":
+            stage1_profiles(hist, held)  # the stylometric attack's profiles, as a run with both attacks has them
+        t_stage1 = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        side = fit_classifier(hist, params, held)
+        t_side = time.perf_counter() - t0
+        for strength, syn in syns.items():
+            t0 = time.perf_counter()
+            res = classifier_attack(side, syn, setting)  # type: ignore[arg-type]
+            wall = t_side + time.perf_counter() - t0
+            out.append((strength, wall + t_stage1, t_stage1, res.summary))
+    elif attack == "minhash":
         for strength, syn in syns.items():
             t0 = time.perf_counter()
             res = reidentify(hist, syn, setting=setting)  # type: ignore[arg-type]
@@ -106,7 +132,8 @@ def in_fresh_process(target: Callable[..., None], *args: Any) -> Any:
 
 
 def run_child(attack: str, setting: str, hist: str, syn_paths: dict[float, str], stylo: dict) -> tuple[list, float]:
-    """([(strength, wall s, of which profiling s, summary)], peak RSS GB) of one attack in a fresh process."""
+    """([(strength, wall s, of which profiling s, summary)], peak RSS GB) of one attack in a fresh process (the
+    classifier's "profiling" is the stylometric stage 1 it takes)."""
     return in_fresh_process(_child, attack, setting, hist, syn_paths, stylo)
 
 
@@ -131,13 +158,14 @@ def sklearn_reference(hist: str, syn: pd.DataFrame, sample: int, stylo: dict, n_
     cosine_similarity(t, a)
     per_post = (time.perf_counter() - t0) / len(table)
     exact = profile_histories(table, StyloParams(**{**stylo, "mode": "exact"}))
-    sketch = profile_histories(table, StyloParams(**{**stylo, "df_sample": len(table)}))
+    sketch = profile_histories(table, StyloParams(**{**stylo, "mode": "sketch", "df_sample": len(table)}))
     ref = similarity(timeline_profiles(exact, syn)[0], exact)
     got = similarity(timeline_profiles(sketch, syn)[0], sketch)
     err = np.abs(got - ref)
     # document frequencies from a sample at the full run's sampling rate, against all of them
     rate = min(1.0, params.df_sample / n_posts)
-    sampled = profile_histories(table, StyloParams(**{**stylo, "df_sample": max(1, int(len(table) * rate))}))
+    sampled = profile_histories(table, StyloParams(**{**stylo, "mode": "sketch",
+                                                      "df_sample": max(1, int(len(table) * rate))}))
     got_sampled = similarity(timeline_profiles(sampled, syn)[0], sampled)
     err_df = np.abs(got_sampled - got)
     return {"per_post": per_post, "n": len(table), "err_mean": float(err.mean()), "err_max": float(err.max()),
@@ -181,7 +209,8 @@ def main() -> None:
     ap.add_argument("--scale", type=float, default=None, help="multiply the chosen size's posts and users")
     ap.add_argument("--data-dir", default=".cache/synthugc/bench")
     ap.add_argument("--strengths", type=float, nargs="+", default=[0.2, 0.8])
-    ap.add_argument("--attacks", nargs="+", default=["minhash", "stylometric"], choices=["minhash", "stylometric"])
+    ap.add_argument("--attacks", nargs="+", default=["minhash", "stylometric", "classifier"],
+                    choices=["minhash", "stylometric", "classifier"])
     ap.add_argument("--settings", nargs="+", default=["full", "disjoint"], choices=["full", "disjoint"])
     ap.add_argument("--width", type=int, default=4096, help="stylometric count-sketch width")
     ap.add_argument("--hash-bits", type=int, default=20, help="stylometric document-frequency buckets (log2)")
@@ -204,9 +233,13 @@ def main() -> None:
     features = StyloParams(**stylo).features
     hist, syn_paths = simulated_data(Path(args.data_dir), n_users, n_posts, n_tl, n_syn, args.strengths)
     warm = pd.read_parquet(syn_paths[args.strengths[0]]).head(200)  # compile and cache the kernels, untimed
-    for mode in ("sketch", "exact"):
+    for mode in ("sketch", "exact", "text"):
         stylometric_attack(profile_histories(warm, StyloParams(**{**stylo, "mode": mode})), warm)
     reidentify(warm, warm)
+    if "classifier" in args.attacks:
+        from tasks.privacy.classifier import ClassifierParams, reidentify_classifier
+
+        reidentify_classifier(warm, warm, ClassifierParams(mode="two_stage", top_k=3))
     load = os.getloadavg()
     rows = []
     for attack in args.attacks:
@@ -217,14 +250,15 @@ def main() -> None:
     load_after = os.getloadavg()
 
     sk_full = ref["per_post"] * n_posts
+    used_modes = "/".join(sorted({r[6].get("mode_used", "?") for r in rows if r[0] == "stylometric"})) or "auto"
     print(f"\nre-identification: {n_posts:,} history posts of {n_users:,} users, {n_syn:,} synthetic posts in "
-          f"{n_tl} timelines; stylometric {features} n-grams, sketch width "
+          f"{n_tl} timelines; stylometric {features} n-grams in {used_modes} mode, sketch width "
           f"{args.width}, 2^{args.hash_bits} IDF buckets, IDF from {min(n_posts, args.df_sample):,} posts; "
           "minhash k=128, 16x8 bands")
     print(f"load average (1/5/15 min) before {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}, after "
           f"{load_after[0]:.1f}/{load_after[1]:.1f}/{load_after[2]:.1f} on {os.cpu_count()} cores "
           "(the machine is shared with other agents: wall times are inflated by their load)")
-    head = f"{'attack':>12} {'setting':>9} {'rewrite':>8} {'wall s':>8} {'profile s':>10} {'peak GB':>8} " \
+    head = f"{'attack':>12} {'setting':>9} {'rewrite':>8} {'wall s':>8} {'stage s':>10} {'peak GB':>8} " \
            f"{'acc@1':>7} {'acc@10':>7} {'MRR':>7} {'chance':>9} {'no hist':>8}"
     print(head)
     print("-" * len(head))
@@ -240,12 +274,31 @@ def main() -> None:
           f"{ref['err_mean']:.4f}, max {ref['err_max']:.4f}, top-1 agreement {ref['top1']:.3f}; IDF from "
           f"{ref['df_rate']:.1%} of the posts vs all: mean |err| {ref['df_err_mean']:.4f}, top-1 agreement "
           f"{ref['df_top1']:.3f}")
+    classifier = [r for r in rows if r[0] == "classifier"]
+    if classifier:
+        print("\nclassifier (wall s: its side + one strength's attack, then with the stylometric stage 1 it takes; "
+              "two stages: re-ranked top-K):")
+        for _, setting, strength, wall, prof, rss, s in classifier:
+            stylo_row = next((r for r in stylo_rows if r[1] == setting and r[2] == strength), None)
+            versus = f"{stylo_row[6]['accuracy_at_1']:.3f}" if stylo_row else "-"
+            print(f"  {setting:>9} rewrite {strength:.2f}: {wall - prof:.1f} s without stage 1, {wall:.1f} s with it, "
+                  f"{rss:.2f} GB; acc@1 {s['accuracy_at_1']:.3f} [{s['accuracy_at_1_ci_low']:.3f}, "
+                  f"{s['accuracy_at_1_ci_high']:.3f}] (stylometric {versus}); mode {s['mode_used']}, top-K recall "
+                  f"{s.get('top_k_recall', float('nan')):.3f}, {s.get('n_candidates', 0)} candidates")
     worst = max(rows, key=lambda r: r[3])
+    classifier_keys = ""
+    if classifier:
+        classifier_keys = (f"classifier_s={max(r[3] - r[4] for r in classifier):.1f} "
+                           f"classifier_with_stage1_s={max(r[3] for r in classifier):.1f} "
+                           f"classifier_gb={max(r[5] for r in classifier):.2f} "
+                           + " ".join(f"classifier_acc_{st}_{s_:g}={x['accuracy_at_1']:.3f}"
+                                      for _, st, s_, _, _, _, x in classifier) + " ")
     print(f"RESULT scale_posts={n_posts} users={n_users} timelines={n_tl} "
           f"slowest_attack_s={worst[3]:.1f} slowest={worst[0]}/{worst[1]} peak_rss_gb={max(r[5] for r in rows):.2f} "
           f"sklearn_ratio={ratio:.1f} sketch_err_mean={ref['err_mean']:.4f} df_sample_top1={ref['df_top1']:.3f} "
+          + classifier_keys
           + " ".join(f"acc_{a}_{st}_{s_:g}={x['accuracy_at_1']:.3f}" for a, st, s_, _, _, _, x in rows)
-          + f" load1={load_after[0]:.1f}")
+          + f" load1={load_after[0]:.1f} load5={load_after[1]:.1f}")
 
 
 if __name__ == "__main__":

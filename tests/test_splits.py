@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.corpus.splits import assign_splits, cap_documents, group_keys, undersample
+from tasks.corpus.splits import assign_splits, author_timelines, cap_documents, group_keys, undersample
 from tasks.errors import ConfigError
 
 
@@ -99,3 +99,55 @@ def test_cap_documents_keeps_splits_and_groups():
     kept = set(group_keys(capped))
     assert len(df[group_keys(df).isin(kept)]) == len(capped)
     pd.testing.assert_frame_equal(cap_documents(df, 400, seed=0), capped)
+
+
+def _authored(seed: int = 0) -> pd.DataFrame:
+    """Authors with 3 to 14 documents over one or two groups, positions in each group, rows shuffled."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for a in range(30):
+        n = int(rng.integers(3, 15))
+        groups = [f"s{a}-0"] * (n // 2) + [f"s{a}-1"] * (n - n // 2) if a % 3 == 0 else [f"s{a}"] * n
+        position = {g: 0 for g in groups}
+        for i, g in enumerate(groups):
+            position[g] += 1
+            rows.append({"doc_id": f"a{a}-{i}", "author_id": f"a{a}", "group_id": g, "position": position[g],
+                         "text": f"text {a} {i}"})
+    rows.append({"doc_id": "orphan", "author_id": None, "group_id": "x", "position": 1, "text": "no author"})
+    return pd.DataFrame(rows).sample(frac=1.0, random_state=seed).reset_index(drop=True)
+
+
+def test_author_timelines_one_run_per_author_rest_in_histories():
+    corpus = _authored()
+    timelines, histories = author_timelines(corpus, n_posts=5, seed=1)
+    assert len(timelines) + len(histories) == len(corpus)
+    assert not set(timelines["doc_id"]) & set(histories["doc_id"])
+    sizes = corpus.groupby("author_id").size()
+    group_max = corpus.groupby(["author_id", "group_id"]).size().groupby("author_id").max()
+    eligible = set(sizes.index[(sizes >= 6) & (group_max.reindex(sizes.index) >= 5)])
+    assert set(timelines["author_id"]) == eligible and eligible != set(sizes.index)
+    assert timelines.groupby("group_id").size().eq(5).all()
+    assert (timelines.groupby("group_id")["author_id"].nunique() == 1).all()
+    assert timelines["group_id"].nunique() == len(eligible)
+    for _, run in timelines.groupby("group_id"):
+        assert run["source_group_id"].nunique() == 1  # inside one group, consecutive positions
+        assert sorted(run["position"]) == list(range(run["position"].min(), run["position"].min() + 5))
+    for author in eligible:  # the author's other documents are the adversary's
+        assert (histories["author_id"] == author).sum() == sizes[author] - 5
+    assert "orphan" in set(histories["doc_id"])
+
+
+def test_author_timelines_are_seeded_and_independent_of_row_order():
+    corpus = _authored()
+    a, ha = author_timelines(corpus, seed=2)
+    b, hb = author_timelines(corpus.iloc[::-1], seed=2)
+    pd.testing.assert_frame_equal(a, b)
+    assert set(ha["doc_id"]) == set(hb["doc_id"])
+    runs = {seed: set(author_timelines(corpus, seed=seed)[0]["doc_id"]) for seed in range(4)}
+    assert len({frozenset(r) for r in runs.values()}) > 1  # another seed, other runs
+    one, _ = author_timelines(corpus, n_posts=1)
+    assert one.groupby("author_id").size().eq(1).all() and len(one) == corpus["author_id"].nunique()
+    with pytest.raises(ConfigError):
+        author_timelines(corpus, n_posts=0)
+    with pytest.raises(ConfigError, match="author_id"):
+        author_timelines(corpus.drop(columns="author_id"))

@@ -192,3 +192,58 @@ def cap_documents(df: pd.DataFrame, max_docs: int, seed: int = 0) -> pd.DataFram
         cut = order.index[:budget]
         keep |= df.index.isin(cut)
     return df[keep].copy()
+
+
+def author_timelines(corpus: pd.DataFrame, n_posts: int = 5, seed: int = 0) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(timelines, histories): the re-identification evaluation split of a corpus with authors.
+
+    Per author, one run of ``n_posts`` consecutive documents becomes a timeline (a released timeline whose
+    author an attack must find); the author's other documents stay in ``histories`` (what the adversary
+    holds). Documents are consecutive when they are neighbours in one group ordered by ``position`` (then
+    ``doc_id``; without ``group_id`` the author's documents are one group, without ``position`` the
+    corpus's row order is used). Of the runs that lie inside one group the author's run is picked by a seeded
+    sha256 of the author id, so the split does not depend on row order or machine and the same seed gives
+    the same runs. An author with fewer than ``n_posts + 1`` documents (no document would be left to the
+    adversary), or with no group holding ``n_posts`` documents, gets no timeline: all its documents stay in
+    the histories, as do documents without an author.
+
+    Timelines keep every column of the corpus; their ``group_id`` is a new id per timeline (``tl:<author>``)
+    and the document's own group is in ``source_group_id``. Row order: timelines by author then position;
+    histories in the corpus's order.
+    """
+    if n_posts < 1:
+        raise ConfigError(f"timeline length must be at least 1, got {n_posts}")
+    if "author_id" not in corpus.columns:
+        raise ConfigError("the timeline split needs an author_id column")
+    frame = corpus.reset_index(drop=True)
+    order = pd.DataFrame({
+        "row": np.arange(len(frame)),
+        "author": frame["author_id"].astype("string"),
+        "group": frame["group_id"].astype("string").fillna("") if "group_id" in frame.columns else "",
+        "position": (pd.to_numeric(frame["position"], errors="coerce").astype("Float64")
+                     if "position" in frame.columns else pd.Series(np.arange(len(frame)), dtype="Float64")),
+        "doc": frame["doc_id"].astype("string") if "doc_id" in frame.columns else "",
+    })
+    order = order[order["author"].notna()].sort_values(["author", "group", "position", "doc", "row"],
+                                                      kind="stable", na_position="last")
+    chosen: list[np.ndarray] = []
+    rows, groups = order["row"].to_numpy(), order["group"].to_numpy(object)
+    for author, at in order.groupby("author", sort=True).indices.items():
+        if len(at) < n_posts + 1:
+            continue
+        grp = groups[at]
+        starts = np.flatnonzero(grp[:len(at) - n_posts + 1] == grp[n_posts - 1:]) if n_posts > 1 else \
+            np.arange(len(at))  # sorted by group: a run inside one group starts and ends in it
+        if not len(starts):
+            continue
+        digest = hashlib.sha256(f"timelines\x1f{seed}\x1f{author}".encode("utf-8", "surrogatepass")).digest()
+        start = int(starts[int.from_bytes(digest[:8], "big") % len(starts)])
+        chosen.append(rows[at[start:start + n_posts]])
+    picked = np.concatenate(chosen) if chosen else np.zeros(0, np.int64)
+    timelines = frame.iloc[picked].copy()
+    if "group_id" in timelines.columns:
+        timelines["source_group_id"] = timelines["group_id"]
+    timelines["group_id"] = ("tl:" + timelines["author_id"].astype("string")).astype(object)
+    keep = np.ones(len(frame), bool)
+    keep[picked] = False
+    return timelines.reset_index(drop=True), frame[keep].reset_index(drop=True)

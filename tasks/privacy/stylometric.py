@@ -7,19 +7,38 @@ methods"; the stylometric linkage attacks of seed 000 §5.3.2): an author's habi
 punctuation, favourite words) survive a rewrite that changes the words, and they are in the users'
 other posts, which is what a realistic adversary holds (the ``disjoint`` setting).
 
-Definition (the scikit-learn reference :func:`reference_vectorizer`, ``exact`` mode reproduces it): every
-history post is a document; its features are the character n-grams of ``ngram_min..ngram_max`` of its text
-(lowercased when ``lowercase``; runs of two or more whitespace characters replaced by one space; no
-padding) and its word n-grams of ``word_min..word_max`` (scikit-learn's tokens: runs of two or more ``\\w``
-characters of any script, joined by one space; none when ``word_max`` is 0), weighted by
-sublinear TF ``1 + ln(count)`` times the smooth IDF of the histories ``ln((1 + n) / (1 + df)) + 1`` and
-L2-normalised (``TfidfVectorizer(analyzer="char", ngram_range, sublinear_tf=True, lowercase)``). An
-author's profile is the mean of its posts' vectors; a timeline's profile the mean of its posts'
-vectors under the same vocabulary and IDF (n-grams unseen in the histories are dropped). The score of
-(timeline, author) is the cosine of the two profiles; attribution follows
-:mod:`tasks.privacy.attribution`.
+Definition (the scikit-learn reference :func:`reference_vectorizer`): every history post is a document; its
+features are the character n-grams of ``ngram_min..ngram_max`` of its text (lowercased when ``lowercase``;
+runs of two or more whitespace characters replaced by one space; no padding) and its word n-grams of
+``word_min..word_max`` (scikit-learn's tokens: runs of two or more ``\\w`` characters of any script, joined
+by one space; none when ``word_max`` is 0), weighted by sublinear TF ``1 + ln(count)`` times the smooth IDF
+of the history posts ``ln((1 + n) / (1 + df)) + 1`` and L2-normalised
+(``TfidfVectorizer(analyzer="char", ngram_range, sublinear_tf=True, lowercase)``). n-grams unseen in the
+histories are dropped from timelines. The score of (timeline, author) is the cosine of the two profiles;
+attribution follows :mod:`tasks.privacy.attribution`. What a profile is depends on the mode:
 
-Modes:
+- ``text`` (sparse, exact): an author's profile is the TF-IDF vector of all its posts as one text (the sum
+  of its posts' n-gram counts, no n-gram across two posts, then sublinear TF, IDF and L2); a timeline's
+  profile is its posts as one text likewise. One numba pass in author order (:func:`_text_kernel`);
+  memory is the vocabulary plus one (author, n-gram, count) triple per distinct n-gram of each author:
+  36 MB of simulated history text (200k posts) took 15.6 s and 1.8 GB, so it is for corpora that fit in
+  memory. This is the profile-based attribution of Keselj et al. (an author's texts concatenated).
+- ``exact`` and ``sketch``: an author's profile is the mean of its posts' L2-normalised vectors, a
+  timeline's the mean of its posts' vectors.
+- ``auto`` (the default): ``text`` when the histories hold at most ``text_max_mb`` MB of text (the text
+  column's uncompressed size in the parquet metadata), ``sketch`` above (the article's scale: 1.5 GB).
+
+Why ``text`` below the size: on the 2012 conventions corpus (181 speakers; a run of 5 consecutive
+sentences of each speaker as its timeline, the speaker's other sentences as history, disjoint adversary;
+10 seeded splits, :func:`tasks.corpus.splits.author_timelines`) the mean of post vectors read accuracy@1
+0.187 and the ``text`` profile 0.419 (scikit-learn word 1-2-gram centroids: 0.219 as means of posts, 0.414
+as texts). The sketch was not the cause (``exact`` and ``sketch`` both read 0.171 on seed 0): averaging unit
+vectors of one-sentence posts, whose TF is almost always 1, weighs an n-gram by the share of the author's
+posts that hold it, so the frequent n-grams every speaker uses drown the rare ones that tell speakers
+apart; sublinear TF of the author's total counts damps them. On simulated posts (200k posts of 2,000
+users, 50 timelines) both profiles read the same within noise.
+
+Computing the mean-of-posts profile:
 
 - ``exact``: n-grams keyed by a 64-bit hash of their code points (the chance of any collision among
   V distinct n-grams is about V^2 / 2^65: ~3e-8 for a million), sparse matrices; for corpora that fit
@@ -75,7 +94,7 @@ from tasks.privacy.attribution import (
 from tasks.privacy.minhash import fmix64, utf8_at
 from tasks.privacy.reidentify import HistorySource, ReidResult, history_rows, text_batches
 
-Mode = Literal["exact", "sketch"]
+Mode = Literal["auto", "text", "exact", "sketch"]
 _WORD, _SPACE = 1, 2  # character_classes() flags
 
 
@@ -88,11 +107,12 @@ class StyloParams:
     word_min: int = 1        # word n-grams (scikit-learn's word tokens); word_max 0 = characters only
     word_max: int = 2
     lowercase: bool = False  # casing is style; scikit-learn's default is True
-    mode: Mode = "sketch"
+    mode: Mode = "auto"      # text up to text_max_mb of history text, sketch above (resolved_mode)
     hash_bits: int = 20      # sketch: document-frequency buckets (2**20 x 4 B = 4 MB of IDF)
     width: int = 4096        # sketch: signed buckets per profile (power of two)
     df_sample: int = 1_000_000  # sketch: posts the document frequencies are estimated from (all, when fewer)
     seed: int = 1
+    text_max_mb: int = 40    # auto: the most history text (MB) profiled in text mode (~250k posts of 150 chars)
 
     def __post_init__(self) -> None:
         if not 1 <= self.ngram_min <= self.ngram_max:
@@ -103,8 +123,9 @@ class StyloParams:
         check_range("ngram_max", self.ngram_max, 1, MAX_NGRAM)
         check_range("df_sample", self.df_sample, 1, MAX_DOCS)
         check_range("seed", self.seed, 0, MAX_SEED)
-        if self.mode not in ("exact", "sketch"):
-            raise ValueError(f"mode must be 'exact' or 'sketch'; got {self.mode!r}")
+        check_range("text_max_mb", self.text_max_mb, 0, 1 << 20)
+        if self.mode not in ("auto", "text", "exact", "sketch"):
+            raise ValueError(f"mode must be 'auto', 'text', 'exact' or 'sketch'; got {self.mode!r}")
         if self.width < 2 or self.width > 1 << 24 or self.width & (self.width - 1):
             raise ValueError(f"width must be a power of two in [2, 2**24]; got {self.width}")
         if not 8 <= self.hash_bits <= 30:
@@ -112,13 +133,21 @@ class StyloParams:
 
     @property
     def signature(self) -> str:
-        sketch = self.mode == "sketch"
+        sketch = self.mode in ("sketch", "auto")  # auto: the sketch's sizes count above text_max_mb
+        profile = {"text": "text", "auto": f"text<={self.text_max_mb}MB|mean"}.get(self.mode, "mean")
         return make_signature("reid_stylometric", features=self.features,
-                              tf="sublinear", idf="smooth-histories", norm="l2", profile="mean", sim="cosine",
+                              tf="sublinear", idf="smooth-histories", norm="l2", profile=profile, sim="cosine",
                               lowercase=self.lowercase, mode=self.mode,
                               buckets=f"2^{self.hash_bits}" if sketch else None,
                               width=self.width if sketch else None, seed=self.seed if sketch else None,
                               df_sample=self.df_sample if sketch else None)
+
+    def resolved_mode(self, text_bytes: int) -> Literal["text", "exact", "sketch"]:
+        """The mode that profiles histories holding ``text_bytes`` of text (:func:`history_text_bytes`):
+        ``auto`` is ``text`` up to ``text_max_mb`` and ``sketch`` above; the others are themselves."""
+        if self.mode == "auto":
+            return "text" if text_bytes <= self.text_max_mb * 1_000_000 else "sketch"
+        return self.mode
 
     @property
     def features(self) -> str:
@@ -134,14 +163,15 @@ class StyloParams:
 @dataclass
 class HistoryProfiles:
     """The adversary's side, computed once per run: author ids, IDF, and one L2-normalised profile per
-    author (sparse over ``vocab`` in exact mode, a dense count sketch in sketch mode)."""
+    author (sparse over ``vocab`` in text and exact mode, a dense count sketch in sketch mode)."""
 
     params: StyloParams
     authors: np.ndarray      # object ids, one per profile row
-    idf: np.ndarray          # float64 per vocabulary entry (exact) or float32 per bucket (sketch; 0 = unseen)
-    vocab: np.ndarray | None  # exact: sorted uint64 n-gram keys
-    profiles: Any            # exact: csr (authors x vocab); sketch: float32 (authors x width)
+    idf: np.ndarray          # float64 per vocabulary entry (text, exact) or float32 per bucket (sketch; 0 = unseen)
+    vocab: np.ndarray | None  # text, exact: sorted uint64 n-gram keys
+    profiles: Any            # text, exact: csr (authors x vocab); sketch: float32 (authors x width)
     n_posts: int
+    mode: str = "exact"      # the mode that built them (``params.resolved_mode``: auto is text or sketch)
 
 
 # ------------------------------------------------------------------------------------------- kernels
@@ -546,23 +576,160 @@ def _ngram_keys(texts: pa.Array, params: StyloParams) -> tuple[np.ndarray, np.nd
     return _all_ngrams(offsets, data, *params.ngram_args(), character_classes())
 
 
-def _exact_tfidf(texts: pa.Array, params: StyloParams, vocab: np.ndarray | None,
-                 idf: np.ndarray | None) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
-    """(L2-normalised TF-IDF rows, vocab, idf): fit vocab and IDF when not given, else transform."""
-    n_docs = len(texts)
+def _exact_counts(texts: pa.Array, params: StyloParams, vocab: np.ndarray | None) -> tuple[sp.csr_matrix, np.ndarray]:
+    """(n-gram counts per text as csr over ``vocab``, vocab): the vocabulary is fitted when not given, else
+    keys outside it are dropped."""
     docs, keys = _ngram_keys(texts, params)
     if vocab is None:
         vocab, col = np.unique(keys, return_inverse=True)
     else:  # a hash lookup: searchsorted was 8x slower for 9M unsorted keys into 1.15M
         col = pd.Index(vocab).get_indexer(keys) if len(vocab) else np.full(len(keys), -1)
         docs, col = docs[col >= 0], col[col >= 0]
-    counts = sp.csr_matrix((np.ones(len(col)), (docs, col)), shape=(n_docs, len(vocab)))
+    counts = sp.csr_matrix((np.ones(len(col)), (docs, col)), shape=(len(texts), len(vocab)))
     counts.sum_duplicates()
-    if idf is None:
-        idf = _smooth_idf(np.bincount(counts.indices, minlength=len(vocab)), n_docs)
+    return counts, vocab
+
+
+def _sublinear_rows(counts: sp.csr_matrix, idf: np.ndarray) -> sp.csr_matrix:
+    """L2-normalised rows of ``(1 + ln(count)) * idf`` (zero rows stay zero)."""
     weighted = counts.copy()
     weighted.data = (1.0 + np.log(weighted.data)) * idf[weighted.indices]
-    return _l2_rows(weighted).tocsr(), vocab, idf
+    return _l2_rows(weighted).tocsr()
+
+
+def _exact_tfidf(texts: pa.Array, params: StyloParams, vocab: np.ndarray | None,
+                 idf: np.ndarray | None) -> tuple[sp.csr_matrix, np.ndarray, np.ndarray]:
+    """(L2-normalised TF-IDF rows, vocab, idf): fit vocab and IDF when not given, else transform."""
+    counts, vocab = _exact_counts(texts, params, vocab)
+    if idf is None:
+        idf = _smooth_idf(np.bincount(counts.indices, minlength=len(vocab)), len(texts))
+    return _sublinear_rows(counts, idf), vocab, idf
+
+
+# ------------------------------------------------------------------------------------------- text mode
+
+@nb.njit(inline="always")
+def _grown(a, size, fill):
+    """``a`` with twice the room (its first ``size`` entries kept, the rest ``fill``)."""
+    out = np.full(2 * a.shape[0], fill, a.dtype)
+    out[:size] = a[:size]
+    return out
+
+
+@nb.njit(cache=True)
+def _text_kernel(offsets, data, blocks, lo, hi, wlo, whi, classes):
+    """The n-gram counts of every owner's texts (sketch-free text mode). Texts come grouped by owner:
+    owner ``b`` holds texts ``blocks[b]:blocks[b + 1]``. Returns (key per id, document frequency per id,
+    owner, id, count) with one (owner, id, count) triple per distinct n-gram of the owner. Keys get ids in
+    an open-addressing table (keys are fmix64 outputs: their low bits index it); ``seen_doc`` and
+    ``seen_owner`` per id tell a new document or owner without a second table."""
+    cap = 1 << 16
+    slot_key = np.zeros(cap, np.uint64)
+    slot_id = np.full(cap, -1, np.int64)
+    key = np.zeros(cap // 2, np.uint64)
+    df = np.zeros(cap // 2, np.int64)
+    seen_doc = np.full(cap // 2, -1, np.int64)
+    seen_owner = np.full(cap // 2, -1, np.int64)
+    count = np.zeros(cap // 2, np.int64)
+    size = 0
+    mine = np.empty(1024, np.int64)  # the current owner's ids
+    out_owner = np.empty(1 << 16, np.int64)
+    out_id = np.empty(1 << 16, np.int64)
+    out_count = np.empty(1 << 16, np.int64)
+    m = 0
+    per = (hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)
+    maxlen = _maxlen(offsets)
+    cps = np.empty(maxlen, np.uint32)
+    tok = np.empty(maxlen + 2, np.int64)
+    buf = np.empty(maxlen * per + 1, np.uint64)
+    for b in range(blocks.shape[0] - 1):
+        k = 0
+        for d in range(blocks[b], blocks[b + 1]):
+            g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
+            for j in range(g):
+                h = buf[j]
+                mask = np.uint64(cap - 1)
+                slot = np.int64(h & mask)
+                while slot_id[slot] >= 0 and slot_key[slot] != h:
+                    slot = (slot + 1) & (cap - 1)
+                i = slot_id[slot]
+                if i < 0:
+                    i = size
+                    slot_key[slot] = h
+                    slot_id[slot] = i
+                    if i == key.shape[0]:
+                        key = _grown(key, size, np.uint64(0))
+                        df = _grown(df, size, 0)
+                        seen_doc = _grown(seen_doc, size, -1)
+                        seen_owner = _grown(seen_owner, size, -1)
+                        count = _grown(count, size, 0)
+                    key[i] = h
+                    size += 1
+                    if 2 * size > cap:  # rehash into a table twice the size
+                        cap *= 2
+                        slot_key = np.zeros(cap, np.uint64)
+                        slot_id = np.full(cap, -1, np.int64)
+                        for q in range(size):
+                            s2 = np.int64(key[q] & np.uint64(cap - 1))
+                            while slot_id[s2] >= 0:
+                                s2 = (s2 + 1) & (cap - 1)
+                            slot_key[s2] = key[q]
+                            slot_id[s2] = q
+                if seen_doc[i] != d:
+                    seen_doc[i] = d
+                    df[i] += 1
+                if seen_owner[i] != b:
+                    seen_owner[i] = b
+                    count[i] = 0
+                    if k == mine.shape[0]:
+                        mine = _grown(mine, k, 0)
+                    mine[k] = i
+                    k += 1
+                count[i] += 1
+        while m + k > out_id.shape[0]:
+            out_owner = _grown(out_owner, m, 0)
+            out_id = _grown(out_id, m, 0)
+            out_count = _grown(out_count, m, 0)
+        for q in range(k):
+            out_owner[m] = b
+            out_id[m] = mine[q]
+            out_count[m] = count[mine[q]]
+            m += 1
+    return key[:size], df[:size], out_owner[:m], out_id[:m], out_count[:m]
+
+
+def _text_counts(texts: pa.Array, owner: np.ndarray, n_owners: int,
+                 params: StyloParams) -> tuple[np.ndarray, np.ndarray, sp.csr_matrix]:
+    """(sorted vocabulary, document frequency per key, owners x vocab n-gram counts summed over each owner's
+    texts) of the normalised ``texts``; ``owner`` (>= 0) is each text's owner. One pass in owner order
+    (:func:`_text_kernel`): memory is the vocabulary plus one (owner, key, count) triple per distinct n-gram
+    of each owner."""
+    order = np.argsort(owner, kind="stable")
+    texts = texts.take(pa.array(order))
+    sorted_owner = owner[order]
+    starts = np.flatnonzero(np.r_[True, sorted_owner[1:] != sorted_owner[:-1]]) if len(order) else np.zeros(0, int)
+    blocks = np.r_[starts, len(order)].astype(np.int64)
+    offsets, data, _ = _views(texts)
+    keys, df, who, ids, counts = _text_kernel(offsets, data, blocks, *params.ngram_args(), character_classes())
+    rank = np.argsort(keys)  # sorted vocabulary, as the other modes keep it
+    col = np.empty(len(keys), np.int64)
+    col[rank] = np.arange(len(keys))
+    matrix = sp.csr_matrix((counts.astype(np.float64), (sorted_owner[starts][who] if len(who) else who, col[ids])),
+                           shape=(n_owners, len(keys)))
+    matrix.sum_duplicates()
+    return keys[rank], df[rank], matrix
+
+
+def _profile_text(table: pa.Table, params: StyloParams) -> HistoryProfiles:
+    """Text mode: each author's posts as one text (the sum of its posts' n-gram counts, no n-gram across two
+    posts), weighted by sublinear TF times the posts' smooth IDF and L2-normalised."""
+    authors: dict[Any, int] = {}
+    owner = author_codes(table.column("author_id"), authors, grow=True)
+    vocab, df, counts = _text_counts(normalize_texts(table.column("text"), params.lowercase), owner, len(authors),
+                                     params)
+    idf = _smooth_idf(df, table.num_rows)
+    return HistoryProfiles(params, ordered_authors(authors), idf, vocab, _sublinear_rows(counts, idf),
+                           table.num_rows, "text")
 
 
 # ------------------------------------------------------------------------------------------ profiling
@@ -587,6 +754,26 @@ def author_batches(histories: HistorySource, chunk_rows: int,
     for batch in text_batches(histories, chunk_rows, held_out):
         keep = pc.is_valid(batch.column("author_id"))
         yield batch.filter(keep) if batch.column("author_id").null_count else batch
+
+
+def history_text_bytes(histories: HistorySource) -> int:
+    """Bytes of text in a history source before any filtering: the text column's uncompressed size in a
+    parquet file's metadata (nothing is read), the UTF-8 length of a DataFrame's texts; 0 when the file is
+    missing (reading it says so)."""
+    if isinstance(histories, pd.DataFrame):
+        if "text" not in histories.columns or histories.empty:
+            return 0
+        return int(pa.array(histories["text"].astype(object).where(histories["text"].notna(), None),
+                            pa.large_string()).nbytes)
+    path = os.fspath(histories)
+    if not os.path.exists(path):
+        return 0
+    meta = pq.ParquetFile(path).metadata
+    names = [meta.schema.column(i).name for i in range(meta.num_columns)]
+    if "text" not in names:
+        return 0
+    col = names.index("text")
+    return sum(meta.row_group(g).column(col).total_uncompressed_size for g in range(meta.num_row_groups))
 
 
 def df_stride(rows: int, params: StyloParams) -> int:
@@ -652,18 +839,22 @@ def ordered_authors(authors: dict[Any, int]) -> np.ndarray:
 def profile_histories(histories: HistorySource, params: StyloParams = StyloParams(), *, chunk_rows: int = 1_000_000,
                       held_out: frozenset[str] | None = None) -> HistoryProfiles:
     """Profile every history author once (parquet path or DataFrame with author_id, text; doc_id when
-    ``held_out`` names documents the adversary lacks)."""
-    if params.mode == "exact":
+    ``held_out`` names documents the adversary lacks). ``auto`` mode is resolved on the rows of the
+    histories before any is held out, so both settings of a run profile in the same mode."""
+    mode = params.resolved_mode(history_text_bytes(histories)) if params.mode == "auto" else params.mode
+    if mode in ("text", "exact"):
         batches = list(author_batches(histories, chunk_rows, held_out))
         table = pa.Table.from_batches(batches) if batches else None
         if table is None or table.num_rows == 0:
             return HistoryProfiles(params, np.empty(0, object), np.zeros(0), np.zeros(0, np.uint64),
-                                   sp.csr_matrix((0, 0)), 0)
+                                   sp.csr_matrix((0, 0)), 0, mode)
+        if mode == "text":
+            return _profile_text(table, params)
         authors: dict[Any, int] = {}
         owner = author_codes(table.column("author_id"), authors, grow=True)
         rows, vocab, idf = _exact_tfidf(normalize_texts(table.column("text"), params.lowercase), params, None, None)
         profiles = _l2_rows(_mean_rows(rows, owner, len(authors))).tocsr()
-        return HistoryProfiles(params, ordered_authors(authors), idf, vocab, profiles, table.num_rows)
+        return HistoryProfiles(params, ordered_authors(authors), idf, vocab, profiles, table.num_rows, mode)
     df, n_posts, n_sampled, authors = _sketch_df(histories, params, chunk_rows, held_out,
                                                  df_stride(history_rows(histories), params))
     idf = estimated_idf(df, n_sampled, n_posts)
@@ -673,7 +864,7 @@ def profile_histories(histories: HistorySource, params: StyloParams = StyloParam
     else:
         sketch = np.zeros((len(authors), params.width), np.float32)
         sketch[present] = rows
-    return HistoryProfiles(params, ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts)
+    return HistoryProfiles(params, ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts, mode)
 
 
 def profile_histories_dask(client: Any, shards: Sequence[HistorySource], params: StyloParams = StyloParams(), *,
@@ -683,8 +874,8 @@ def profile_histories_dask(client: Any, shards: Sequence[HistorySource], params:
     author; equal to the single-process result up to float32 summation order."""
     from tasks.parallel import map_shards
 
-    if params.mode != "sketch":
-        raise ValueError("the Dask path profiles in sketch mode")
+    if params.mode not in ("sketch", "auto"):
+        raise ValueError("the Dask path profiles in sketch mode (auto: sharded histories are large)")
     stride = df_stride(sum(history_rows(shard) for shard in shards), params)  # one sample across shards
     parts = map_shards(client, _sketch_df, list(shards), params=params, chunk_rows=chunk_rows, held_out=held_out,
                        stride=stride, parallel=False)
@@ -698,7 +889,7 @@ def profile_histories_dask(client: Any, shards: Sequence[HistorySource], params:
     for present, rows in map_shards(client, _sketch_rows, list(shards), params=params, idf=idf_future,
                                     authors=authors_future, chunk_rows=chunk_rows, held_out=held_out, parallel=False):
         sketch[present] += rows
-    return HistoryProfiles(params, ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts)
+    return HistoryProfiles(params, ordered_authors(authors), idf, None, _l2_rows_in_place(sketch), n_posts, "sketch")
 
 
 # ------------------------------------------------------------------------------------------- the attack
@@ -712,9 +903,14 @@ def timeline_profiles(profiles: HistoryProfiles, synthetic: pd.DataFrame) -> tup
     texts = normalize_texts(pa.array(synthetic["text"].astype(object).where(synthetic["text"].notna(), None).tolist(),
                                      pa.large_string()), profiles.params.lowercase)
     params = profiles.params
-    if params.mode == "exact":
+    if profiles.mode in ("text", "exact"):
         if profiles.vocab is None or len(profiles.vocab) == 0:
             return sp.csr_matrix((len(groups), 0)), groups, true_author, n_posts
+        if profiles.mode == "text":  # the timeline's posts as one text
+            counts, _ = _exact_counts(texts, params, profiles.vocab)
+            summed = sp.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))),
+                                   shape=(len(groups), len(codes))) @ counts
+            return _sublinear_rows(summed.tocsr(), profiles.idf), groups, true_author, n_posts
         rows, _, _ = _exact_tfidf(texts, params, profiles.vocab, profiles.idf)
         return _l2_rows(_mean_rows(rows, codes, len(groups))).tocsr(), groups, true_author, n_posts
     sketch = np.zeros((len(groups), params.width), np.float32)
@@ -739,9 +935,9 @@ def stylometric_attack(profiles: HistoryProfiles, synthetic: pd.DataFrame, setti
     most similar profile; ``setting`` is recorded (the profiles were built for it)."""
     timelines, groups, true_author, n_posts = timeline_profiles(profiles, synthetic)
     per, summary = attribute_scores(similarity(timelines, profiles), profiles.authors, groups, true_author, n_posts)
-    return ReidResult(per_timeline=per, summary=attack_summary(
+    return ReidResult(per_timeline=per, summary={**attack_summary(
         "stylometric", setting, summary, profiles.params, n_history_posts=profiles.n_posts,
-        n_history_users=len(profiles.authors), n_synthetic_posts=len(synthetic)))
+        n_history_users=len(profiles.authors), n_synthetic_posts=len(synthetic)), "mode_used": profiles.mode})
 
 
 def reidentify_stylometric(histories: HistorySource, synthetic: pd.DataFrame, params: StyloParams = StyloParams(), *,
@@ -787,9 +983,10 @@ def _merge_counts(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.
 class EvidenceProfiles:
     """What :func:`stylometric_evidence` scores timelines against, fitted once for a set of authors (a protect
     loop's: the authors of the timelines its round 0 left caught): the IDF over those authors' history posts and a sample of everyone
-    else's, each author's profile (the L2-normalised mean of its posts' TF-IDF rows, as in the attack) over
-    the 64-bit n-gram keys of ``exact`` mode. The posts themselves are not kept: a later round reads nothing
-    and holds authors x their distinct n-grams."""
+    else's, each author's profile as in the attack (the L2-normalised mean of its posts' TF-IDF rows, or in
+    text mode the sublinear TF-IDF of its posts' summed counts) over the 64-bit n-gram keys of ``exact`` mode.
+    The posts themselves are not kept: a later round reads nothing and holds authors x their distinct
+    n-grams."""
 
     authors: frozenset[str]
     params: StyloParams
@@ -797,6 +994,7 @@ class EvidenceProfiles:
     idf: np.ndarray          # smooth IDF per key
     rows: dict[str, int]     # author -> profile row
     profiles: sp.csr_matrix  # fitted authors with history x vocab
+    text: bool = False       # text mode (``params.resolved_mode`` of the histories): timelines as one text
 
     @classmethod
     def fit(cls, histories: HistorySource, authors: set[str], params: StyloParams, held_out: frozenset[str] | None,
@@ -812,9 +1010,9 @@ class EvidenceProfiles:
             author = batch.column("author_id").cast(pa.string())
             mine = pc.is_in(author, value_set=value_set).to_numpy(zero_copy_only=False)
             picks = (np.arange(seen, seen + batch.num_rows) % stride) == 0
-            own.append(batch.column("text").filter(pa.array(mine)))
+            own.append(batch.column("text").filter(pa.array(mine)).cast(pa.large_string()))
             own_author.append(author.filter(pa.array(mine)))
-            others.append(batch.column("text").filter(pa.array(picks & ~mine)))
+            others.append(batch.column("text").filter(pa.array(picks & ~mine)).cast(pa.large_string()))
             seen += batch.num_rows
         texts = normalize_texts(pa.chunked_array(own + others, pa.large_string()) if own else
                                 pa.array([], pa.large_string()), params.lowercase)
@@ -830,26 +1028,39 @@ class EvidenceProfiles:
             vocab, df = _merge_counts(np.concatenate([vocab, distinct]),
                                       np.concatenate([df, np.bincount(pairs, minlength=len(distinct))]))
         idf = _smooth_idf(df, len(texts))
-        # pass 2: the fitted authors' posts as L2-normalised TF-IDF rows, summed per author
+        # pass 2: the fitted authors' posts as L2-normalised TF-IDF rows (text mode: n-gram counts), summed
+        # per author
+        text = params.resolved_mode(history_text_bytes(histories)) == "text"
         n_authors = len(owner[1])
         sums = sp.csr_matrix((n_authors, len(vocab)))
         for start in range(0, n_own, _EVIDENCE_CHUNK):
             part = texts.slice(start, min(_EVIDENCE_CHUNK, n_own - start))
-            rows, _, _ = _exact_tfidf(part, params, vocab, idf)
+            rows = _exact_counts(part, params, vocab)[0] if text else _exact_tfidf(part, params, vocab, idf)[0]
             code = owner[0][start:start + len(part)]
             sums = sums + sp.csr_matrix((np.ones(len(code)), (code, np.arange(len(code)))),
                                         shape=(n_authors, len(code))) @ rows
         posts = np.bincount(owner[0][:n_own], minlength=n_authors).astype(float) if n_own else np.zeros(0)
-        profiles = _l2_rows(sp.diags(1.0 / np.maximum(posts, 1.0)) @ sums).tocsr() if n_authors else sums
-        return cls(frozenset(authors), params, vocab, idf, {str(a): i for i, a in enumerate(owner[1])}, profiles)
+        if not n_authors:
+            profiles = sums
+        elif text:
+            profiles = _sublinear_rows(sums.tocsr(), idf)
+        else:
+            profiles = _l2_rows(sp.diags(1.0 / np.maximum(posts, 1.0)) @ sums).tocsr()
+        return cls(frozenset(authors), params, vocab, idf, {str(a): i for i, a in enumerate(owner[1])}, profiles,
+                   text)
 
     def evidence(self, timelines: pd.DataFrame, top: int) -> pd.DataFrame:
         """:func:`stylometric_evidence` of ``timelines`` whose authors were fitted."""
         codes, uniques = pd.factorize(timelines["group_id"].to_numpy())
         texts = timelines["text"].fillna("").astype(str).tolist()
-        rows, _, _ = _exact_tfidf(normalize_texts(pa.array(texts, pa.large_string()), self.params.lowercase),
-                                  self.params, self.vocab, self.idf)
-        means = _l2_rows(_mean_rows(rows, codes, len(uniques))).tocsr()
+        normalized = normalize_texts(pa.array(texts, pa.large_string()), self.params.lowercase)
+        if self.text:  # the timeline's posts as one text; ``rows`` (which post holds a key) are its counts
+            rows = _exact_counts(normalized, self.params, self.vocab)[0]
+            means = _sublinear_rows((sp.csr_matrix((np.ones(len(codes)), (codes, np.arange(len(codes)))),
+                                                   shape=(len(uniques), len(codes))) @ rows).tocsr(), self.idf)
+        else:
+            rows = _exact_tfidf(normalized, self.params, self.vocab, self.idf)[0]
+            means = _l2_rows(_mean_rows(rows, codes, len(uniques))).tocsr()
         posts = pd.Series(np.arange(len(codes))).groupby(codes, sort=True).indices
         authors = timelines["author_id"].astype(str).to_numpy()
         found = []  # (timeline, key, contribution, the first of its posts that holds the key)
