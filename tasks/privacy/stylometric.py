@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -77,6 +78,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import scipy.sparse as sp
 from numba.core import cgutils
 from numba.extending import intrinsic
