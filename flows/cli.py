@@ -19,7 +19,9 @@ import typer
 
 from flows import progress
 from flows.annotate_cli import annotate_app
+from tasks.budgets import PROTECT_FIGURES
 from tasks.errors import InputError, SynthUGCError, key_path, shown
+from tasks.protect.settings import ON_FAIL, ProtectSettings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -355,46 +357,63 @@ def write_protect_output(result: ProtectResult, out: Path) -> None:
     write_parquet_atomic(result.table, paths.table)
 
 
+_PROTECT = ProtectSettings()  # the defaults the help states (the loop and the config read the same)
+
+
 @app.command()
 def protect(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) to protect.")],
     out: Annotated[Path, typer.Option("--out", help="Protected parquet P (rounds, failures and summary go beside it).")],
     histories: Annotated[Path | None, typer.Option("--histories", help="The adversary's posting histories (author_id, "
                                                    "doc_id, text); default: the corpus itself.")] = None,
-    budget: Annotated[str | None, typer.Option("--budget", help="e.g. reidentification_risk<=0.10,pii_leakage<=0,"
-                                               "profiling<=0.05 (figures: reidentification, reidentification_risk, "
-                                               "pii_leakage, profiling; default: the config's, else "
-                                               "reidentification<=0.10).")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help=f"e.g. reidentification_risk<=0.10,pii_leakage<=0,"
+                                               f"verbatim<=0,profiling<=0.05 (figures: {', '.join(PROTECT_FIGURES)}; "
+                                               f"default: the config's, else {_PROTECT.budget}).")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="Run config whose protect: section (and "
                                                 "privacy.reidentify attack parameters) to use.")] = None,
-    start: Annotated[str | None, typer.Option("--start", help="Round 0's move: pseudonymize or a strategy.")] = None,
-    max_rounds: Annotated[int | None, typer.Option("--max-rounds", help="Rounds after round 0 (default 6).")] = None,
-    meaning_floor: Annotated[float | None, typer.Option("--meaning-floor", help="BERTScore F1 a kept move must keep "
-                                                        "(default 0.80).")] = None,
-    on_fail: Annotated[str | None, typer.Option("--on-fail", help="drop | keep | error (default drop).")] = None,
+    start: Annotated[str | None, typer.Option("--start", help=f"Round 0's move: pseudonymize or a strategy (default "
+                                              f"{_PROTECT.start}).")] = None,
+    max_rounds: Annotated[int | None, typer.Option("--max-rounds", help=f"Rounds after round 0 (default "
+                                                   f"{_PROTECT.max_rounds}).")] = None,
+    meaning_floor: Annotated[float | None, typer.Option("--meaning-floor", help=f"BERTScore F1 a kept move must keep "
+                                                        f"(default {_PROTECT.meaning_floor:g}).")] = None,
+    on_fail: Annotated[str | None, typer.Option("--on-fail", help=f"{' | '.join(ON_FAIL)} (default "
+                                                f"{_PROTECT.on_fail}).")] = None,
     ladder: Annotated[str | None, typer.Option("--ladder", help="Comma-separated moves, e.g. "
-                                               "mask-evidence,stymask,mask-evidence,backtranslate.")] = None,
-    judge: Annotated[str | None, typer.Option("--judge", help="Comma-separated judge attacks (default delta,minhash).")] = None,
-    feedback: Annotated[str | None, typer.Option("--feedback", help="Comma-separated feedback attacks "
-                                                 "(default stylometric).")] = None,
-    adversary: Annotated[str | None, typer.Option("--adversary", help="full, disjoint or both (default disjoint).")] = None,
+                                               "mask-evidence,stymask,mask-evidence,backtranslate (default: "
+                                               f"{', '.join(m.label for m in _PROTECT.ladder)}).")] = None,
+    judge: Annotated[str | None, typer.Option("--judge", help="Comma-separated judge attacks, or all (default: every "
+                                              "registered attack that can run on the histories here; the feedback "
+                                              "attacks always judge too). The certificate runs every one "
+                                              "regardless.")] = None,
+    feedback: Annotated[str | None, typer.Option("--feedback", help="Comma-separated feedback attacks (default "
+                                                 f"{','.join(n for n, _ in _PROTECT.feedback)}).")] = None,
+    adversary: Annotated[str | None, typer.Option("--adversary", help="full, disjoint or both (default "
+                                                  f"{'both' if len(_PROTECT.adversaries) == 2 else _PROTECT.adversaries[0]}"
+                                                  ").")] = None,
     timeline_posts: Annotated[int | None, typer.Option("--timeline-posts", help="Attack runs of at most N posts.")] = None,
     docs_per_round: Annotated[int | None, typer.Option("--docs-per-round", min=1, help="Per caught timeline, move "
                                                        "only the N documents carrying the most evidence (default: "
                                                        "every document).")] = None,
-    decide_on: Annotated[str | None, typer.Option("--decide-on", help="bound | point (default bound).")] = None,
+    verbatim_chars: Annotated[int | None, typer.Option("--verbatim-chars", min=1, help="A document holding a run of "
+                                                       "this many characters of its source is verbatim (default "
+                                                       f"{_PROTECT.verbatim_chars}).")] = None,
+    decide_on: Annotated[str | None, typer.Option("--decide-on", help=f"bound | point (default "
+                                                  f"{_PROTECT.decide_on}).")] = None,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
     verbose: VerboseOption = False,
 ) -> None:
-    """Rewrite a corpus until a judge attack the loop never saw fails at the budget, keeping meaning. Exit 0 when
-    the budget is met, 1 when the rounds ran out (P still written, the verdict says so), 2 for bad input."""
+    """Rewrite a corpus until the judge attacks the loop never saw fail at the budget, keeping meaning, then certify
+    the output with every registered attack on the full histories. Exit 0 when the certificate meets the budget, 1
+    when it does not (P still written, the verdict says why), 2 for bad input."""
     _environment()
     from flows.config import load_config, protect_settings
+    from tasks.budgets import parse_budget
     from tasks.corpus.importers import read_corpus
     from tasks.paths import check_output_file
     from tasks.privacy.attacks import attack_class
     from tasks.protect.files import protect_paths
-    from tasks.protect.loop import parse_protect_budget, protect_corpus
+    from tasks.protect.loop import protect_corpus
     from tasks.settings import get_settings
     from tasks.store import fingerprint_file
 
@@ -410,18 +429,19 @@ def protect(
         _quiet_libraries()
     try:
         if budget is not None:
-            parse_protect_budget(budget, "--budget")
+            parse_budget(budget, "--budget", protect=True)
         cfg = load_config(config, []) if config is not None else None
         if adversary is not None and adversary not in ("full", "disjoint", "both"):
             _fail(f"--adversary {shown(adversary)}: must be full, disjoint or both")
         attacks = {"judge": names(judge, "--judge"), "feedback": names(feedback, "--feedback")}
         for role, chosen in attacks.items():
             for name in chosen or []:
-                attack_class(name, root=f"--{role}")
+                if not (role == "judge" and name == "all"):
+                    attack_class(name, root=f"--{role}")
         settings = protect_settings(
             cfg, budget=budget, start=start, max_rounds=max_rounds, meaning_floor=meaning_floor, on_fail=on_fail,
             ladder=names(ladder, "--ladder"), decide_on=decide_on, seed=seed, timeline_posts=timeline_posts,
-            docs_per_round=docs_per_round,
+            docs_per_round=docs_per_round, verbatim_chars=verbatim_chars,
             adversaries=None if adversary is None else (("full", "disjoint") if adversary == "both" else (adversary,)),
             **attacks)
         paths = protect_paths(check_output_file(out))
@@ -604,7 +624,8 @@ def reidentify(
     synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic table (schema) with author_id.")],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")],
     attack: Annotated[str, typer.Option("--attack", help="A registered attack (`synthugc attacks` lists them) or "
-                                        "all (every attack that needs no GPU, and the GPU ones on a GPU).")] = "minhash",
+                                        "all (every registered attack; one too slow for these histories on this "
+                                        "hardware is named, with why, in the log and the scores).")] = "minhash",
     setting: Annotated[str, typer.Option("--setting", help="Adversary: full (holds the originals), disjoint (other posts only) or both.")] = "full",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Attack parameter: attack.key=value (YAML value), "
                                                    "e.g. minhash.k=64 or stylometric.mode=exact.")] = None,
@@ -618,7 +639,8 @@ def reidentify(
     from tasks.corpus.importers import check_parquet_file, read_synthetic
     from tasks.layout import folder_writer
     from tasks.paths import check_output_folder
-    from tasks.privacy.attacks import attack_names, attack_synthetic, build_attack, setting_names
+    from tasks.privacy.attacks import attack_synthetic, build_attack, plan_attacks, setting_names
+    from tasks.privacy.reidentify import history_rows
 
     params: dict[str, dict] = {}
     for key, value in _assignments(set_, "--set").items():
@@ -627,18 +649,23 @@ def reidentify(
             _fail(f"--set {shown(f'{key}={value}')}: expected attack.key=value")
         params.setdefault(name, {})[field] = value
     try:
-        names, settings = attack_names(attack), setting_names(setting)
+        check_parquet_file(histories)
+        plan = plan_attacks(attack, history_rows(histories))
+        names, settings = list(plan.names), setting_names(setting)
         unasked = sorted(set(params) - set(names))
         if unasked:
             raise ValueError(f"--set {key_path([unasked[0]])}.…: attack {shown(unasked[0])} is not run "
                              f"(--attack {shown(attack)})")
         attacks = [build_attack(name, params.get(name), root="--set ") for name in names]
         check_output_folder(out)
-        check_parquet_file(histories)
         synth = read_synthetic(synthetic)
         if "author_id" not in synth.columns:
             raise InputError("required column is missing", file=str(synthetic), column="author_id")
-        tables = [attack_synthetic(str(histories), part, str(label), attacks, settings, timeline_posts=timeline_posts)
+        skipped = {n: why for n, why in plan.left_out.items() if attack == "all"}  # --attack NAME: the others unasked
+        for line in plan.lines() if attack == "all" else []:
+            _say(f"attack left out: {line}")
+        tables = [attack_synthetic(str(histories), part, str(label), attacks, settings, timeline_posts=timeline_posts,
+                                   left_out=skipped)
                   for label, part in synth.groupby("strategy", sort=True)]
     except (SynthUGCError, FileNotFoundError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
@@ -813,14 +840,12 @@ def report(
     from tasks.report.rebuild import rebuild_report
 
     try:
+        from tasks.budgets import check_decide_on, parse_budget
+
         if require is not None:
-            from tasks.report.budgets import parse_budget
-
             parse_budget(require, where="--require")  # the same check as the config's report.require
-        from tasks.report.budgets import DECIDE_ON
-
-        if decide_on is not None and decide_on not in DECIDE_ON:
-            _fail(f"--decide-on must be one of {', '.join(DECIDE_ON)}; got {decide_on!r}")
+        if decide_on is not None:
+            check_decide_on(decide_on)
         rebuilt = rebuild_report(run_dir, goals=goal, examples=examples, require=require, decide_on=decide_on)
     except SynthUGCError as exc:
         _fail(str(exc))
@@ -847,8 +872,9 @@ def release(
     keep: Annotated[str | None, typer.Option("--keep", help="Further columns to release, comma-separated (e.g. "
                                              "label,author_id); doc_id and text always go, ids as pseudonyms.")]
     = None,
-    keep_unchanged: Annotated[bool, typer.Option("--keep-unchanged", help="Also release the rows whose text is "
-                                                 "their source's (the users' own words).")] = False,
+    keep_verbatim: Annotated[bool, typer.Option("--keep-verbatim", help="Also release the rows that hold a run of "
+                                                "their source (the users' own words: unchanged rows, pseudonymised "
+                                                "copies).")] = False,
     force: Annotated[bool, typer.Option("--force", help="Release a strategy that misses the budget; the card "
                                         "says so.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier release in --out.")] = False,
@@ -870,8 +896,8 @@ def release(
     dataset card and checksums; never the source texts, the pseudonym mapping, failures or histories."""
     import re
 
+    from tasks.budgets import check_decide_on
     from tasks.protect import release as rel
-    from tasks.report.budgets import DECIDE_ON
 
     codes = [c.strip() for c in language.split(",") if c.strip()] or [language]
     examples = {"--license": "cc-by-4.0", "--language": "en", "--task-category": "text-generation"}
@@ -880,20 +906,21 @@ def release(
         for value in values:
             if not re.fullmatch(_CARD_CODE, value):
                 _fail(f"{flag} {shown(value)}: expected a Hugging Face id such as {examples[flag]}")
-    if decide_on is not None and decide_on not in DECIDE_ON:
-        _fail(f"--decide-on must be one of {', '.join(DECIDE_ON)}; got {shown(decide_on)}")
     try:
+        if decide_on is not None:
+            check_decide_on(decide_on)
         out = rel.check_release_folder(out, overwrite)
         made = rel.read_input(source, strategy, variant)
         decided_on = decide_on or made.decide_on
         whose = "--require" if require is not None else f"the {made.kind}'s budget"
-        verdict = rel.decide(made, require if require is not None else made.budget, decided_on,
-                             where=whose if require is not None else f"{whose} ({made.path})")
+        verdict = rel.verdict_of(made, require if require is not None else made.budget, decided_on,
+                                 where=whose if require is not None else f"{whose} ({made.path})")
         if not verdict.met and not force:
             raise InputError(f"strategy {made.label!r} misses {whose}: {'; '.join(verdict.failing)}; --force "
                              "releases it anyway and the card says so")
         rows = rel.release_table(made.table, [c.strip() for c in (keep or "").split(",") if c.strip()],
-                                 keep_unchanged=keep_unchanged)
+                                 keep_verbatim=keep_verbatim, verbatim=made.verbatim,
+                                 verbatim_chars=made.verbatim_chars)
         options = rel.CardOptions(pretty_name=pretty_name or f"{made.label}: synthetic user-generated text",
                                   license=license_, language=tuple(codes), task_category=task_category)
         audited = rel.dp_audit_line(dp_audit, made) if dp_audit is not None else None

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tasks.budgets import PROTECT_FIGURES
 from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.generate.base import available_strategies, validate_params
 from tasks.intervals import N_RESAMPLES
@@ -34,6 +35,7 @@ from tasks.models.registry import ROLES, resolve_model
 from tasks.paths import segment_problem
 from tasks.privacy.audit import PrivacyOptions
 from tasks.privacy.pii import DEFAULT_ENTITIES as DEFAULT_PII_ENTITIES
+from tasks.protect.settings import EVERY_ATTACK, ProtectSettings
 
 
 class Section(BaseModel):
@@ -228,10 +230,11 @@ class ReidentifyConfig(Section):
 
     enabled: bool = True
     attacks: list[str] = Field(
-        default_factory=lambda: ["minhash", "stylometric"], min_length=1,
-        description="Registered attacks (`synthugc attacks` lists them with their parameters): minhash "
-                    "(near-duplicate posts), stylometric (writing-style author profiles), delta (Burrows' Delta over "
-                    "the most frequent words), embedding (mean sentence embeddings; slow without a GPU).")
+        default_factory=lambda: ["all"], min_length=1,
+        description="Registered attacks (`synthugc attacks` lists them with their parameters), or all (the default): "
+                    "every registered attack that can run on the histories and this hardware (the embedding attack "
+                    "needs a GPU above a few thousand history posts); one left out is named, with why, in the log "
+                    "and the report. The verdicts take the worst case over those run.")
     adversaries: list[Literal["full", "disjoint"]] = Field(
         default_factory=lambda: ["full", "disjoint"], min_length=1,
         description="full: the histories hold the rewritten originals (the article's setting); disjoint: only "
@@ -247,13 +250,23 @@ class ReidentifyConfig(Section):
                                 "be decided on the 95% interval (10 timelines can never show a 0.10 budget met), "
                                 "each with less text to go on. Default: whole timelines.")
 
+    def attack_names(self) -> list[str]:
+        """The configured attacks, ``all`` read as every registered attack."""
+        from tasks.privacy.attacks import ALL, available_attacks
+
+        return list(dict.fromkeys(n for name in self.attacks for n in (available_attacks() if name == ALL else [name])))
+
+    def optional_attacks(self) -> tuple[str, ...]:
+        """The attacks only ``all`` asks for: left out (with why) where they cannot run on the histories."""
+        return tuple(n for n in self.attack_names() if n not in self.attacks)
+
     def attack_params(self, seed: int) -> list[tuple[str, dict[str, Any]]]:
         """(attack, parameters) per configured attack, the run's seed where the attack takes one and the
         config does not set it."""
         from tasks.privacy.attacks import attack_class, param_defaults
 
         return [(name, {**({"seed": seed} if "seed" in param_defaults(attack_class(name)) else {}),
-                        **self.params.get(name, {})}) for name in self.attacks]
+                        **self.params.get(name, {})}) for name in self.attack_names()]
 
 
 class LLMProfilingConfig(Section):
@@ -342,7 +355,7 @@ class ReportConfig(Section):
     @classmethod
     def _budget(cls, value: str | None) -> str | None:
         if value is not None:
-            from tasks.report.budgets import parse_budget
+            from tasks.budgets import parse_budget
 
             try:
                 parse_budget(value, where="")  # pydantic names the key: report.require
@@ -360,38 +373,53 @@ class ReportConfig(Section):
         return value
 
 
+_PROTECT = ProtectSettings()  # the defaults of the protect: section (the CLI's help states the same)
+
+
 class ProtectConfig(Section):
-    """Protect (``synthugc protect``; tasks/protect/loop.py): rewrite the corpus until a judge attack the loop never
-    saw fails at the budget, keeping meaning; the protected output joins the run as the strategy ``protect``."""
+    """Protect (``synthugc protect``; tasks/protect/loop.py): rewrite the corpus until the judge attacks the loop
+    never saw fail at the budget, keeping meaning, then certify the output with every registered attack on the full
+    histories; the protected output joins the run as the strategy ``protect``. Defaults: tasks/protect/settings.py."""
 
     enabled: bool = False
-    budget: str = Field("reidentification<=0.10", description="Bounds on reidentification (the judge's worst "
-                        "accuracy@1), pii_leakage and profiling (the judge classifier's worst advantage over the "
-                        "majority class, per attr_ column; the histories need the columns), joined by commas, e.g. "
-                        "reidentification<=0.10,pii_leakage<=0,profiling<=0.05.")
-    start: str = Field("pseudonymize", description="Round 0's move on every document: pseudonymize or a strategy.")
+    budget: str = Field(_PROTECT.budget, description=f"Bounds on {', '.join(PROTECT_FIGURES)} (reidentification: "
+                        "the worst attack's accuracy@1; profiling: the worst attribute classifier's advantage over the "
+                        "majority class, per attr_ column, the histories need the columns; verbatim: the share of "
+                        "documents holding a run of their source), joined by commas, e.g. "
+                        "reidentification<=0.10,pii_leakage<=0,verbatim<=0,profiling<=0.05. Decided by the "
+                        "certificate: every registered attack on the full histories.")
+    start: str = Field(_PROTECT.start, description="Round 0's move on every document: pseudonymize or a strategy.")
     ladder: list[str | dict[str, Any]] | None = Field(
         None, description="Moves tried in order on documents still caught: pseudonymize, mask-evidence or a strategy "
-                          "(name, or {name, params}), or llm-anonymize. Default: mask-evidence, stymask, mask-evidence, "
-                          "backtranslate (far pivot), syndiff, llm, llm-anonymize, dp at epsilon 50 then 10.")
-    max_rounds: int = Field(6, ge=0, le=100, description="Rounds after round 0.")
-    meaning_floor: float = Field(0.80, ge=0.0, le=1.0, description="A move is kept only if BERTScore F1 against the "
-                                 "source stays at or above this.")
-    on_fail: Literal["drop", "keep", "error"] = Field("drop", description="Documents that cannot meet budget and floor: "
-                                                      "left out (drop), kept with a flag (keep), or stop (error).")
-    decide_on: Literal["bound", "point"] = Field("bound", description="Budget decided on the 95% upper bound or the value.")
-    feedback: list[str] = Field(default_factory=lambda: ["stylometric"], min_length=1,
+                          "(name, or {name, params}), or llm-anonymize. Default: "
+                          f"{', '.join(m.label for m in _PROTECT.ladder)}.")
+    max_rounds: int = Field(_PROTECT.max_rounds, ge=0, le=100, description="Rounds after round 0.")
+    meaning_floor: float = Field(_PROTECT.meaning_floor, ge=0.0, le=1.0, description="A move is kept only if "
+                                 "BERTScore F1 against the source stays at or above this.")
+    on_fail: Literal["drop", "keep", "error"] = Field(_PROTECT.on_fail, description="Documents that cannot meet budget "
+                                                      "and floor: left out (drop), kept with a flag (keep), or stop "
+                                                      "(error).")
+    decide_on: Literal["bound", "point"] = Field(_PROTECT.decide_on, description="Budget decided on the 95% upper "
+                                                 "bound or the value.")
+    feedback: list[str] = Field(default_factory=lambda: [n for n, _ in _PROTECT.feedback], min_length=1,
                                 description="Attacks whose evidence steers the rewriting (profiles: one half of each "
                                             "author's history).")
-    judge: list[str] = Field(default_factory=lambda: ["delta", "minhash"], min_length=1,
-                             description="Attacks that decide the budget and never give feedback (the other half).")
-    adversaries: list[Literal["full", "disjoint"]] | None = Field(
-        None, description="Adversary settings of the feedback and judge attacks; default: privacy.reidentify's.")
+    judge: list[str] | None = Field(None, min_length=1,
+                                    description="Attacks that decide when the loop stops and never give feedback (the "
+                                                "other half). Default: every registered attack that can run on the "
+                                                "histories here, the feedback attacks among them.")
+    adversaries: list[Literal["full", "disjoint"]] = Field(
+        default_factory=lambda: list(_PROTECT.adversaries), min_length=1,
+        description="Adversary settings of every attack (disjoint: the users' other posts only; full: the histories "
+                    "hold the originals too).")
     timeline_posts: int | None = Field(None, gt=0, description="Default: privacy.reidentify.timeline_posts.")
-    docs_per_round: int | None = Field(None, gt=0, description="Per timeline still caught, the documents carrying the "
-                                       "most feedback evidence that a round moves (documents carrying none are not "
-                                       "moved): faster rounds, more of them, more documents left caught when they run "
-                                       "out. Default (null): every document of the timeline.")
+    docs_per_round: int | None = Field(_PROTECT.docs_per_round, gt=0, description="Per timeline still caught, the "
+                                       "documents carrying the most feedback evidence that a round moves (documents "
+                                       "carrying none are not moved): faster rounds, more of them, more documents "
+                                       "left caught when they run out. Default (null): every document of the "
+                                       "timeline.")
+    verbatim_chars: int = Field(_PROTECT.verbatim_chars, ge=1, le=10_000, description="A document holding a run of "
+                                "this many characters of its source is verbatim.")
     split: Literal["train", "val", "test"] | None = Field(
         None, description="Protect (and so share) only this split's documents; the disjoint adversary then holds "
                           "the users' other documents of the corpus. Default: every document.")
@@ -399,10 +427,10 @@ class ProtectConfig(Section):
     @field_validator("budget")
     @classmethod
     def _protect_budget(cls, value: str) -> str:
-        from tasks.protect.loop import parse_protect_budget
+        from tasks.budgets import parse_budget
 
         try:
-            parse_protect_budget(value, where="")
+            parse_budget(value, where="", protect=True)
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
         return value
@@ -615,9 +643,10 @@ def _check_attacks(reid: ReidentifyConfig) -> None:
     from tasks.privacy.attacks import attack_class, build_attack
 
     for i, name in enumerate(reid.attacks):
-        attack_class(name, root=f"privacy.reidentify.attacks.{i}")
+        if name != "all":
+            attack_class(name, root=f"privacy.reidentify.attacks.{i}")
     for name, params in reid.params.items():
-        if name not in reid.attacks:
+        if name not in reid.attack_names():
             raise ConfigError(f"privacy.reidentify.params.{name}: attack '{name}' is not in "
                               f"privacy.reidentify.attacks ({', '.join(reid.attacks)})")
         build_attack(name, params)
@@ -687,7 +716,6 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
     (its attack parameters, adversaries and timeline runs from ``privacy.reidentify`` unless set there), or the
     defaults without one; ``overrides`` (CLI flags) win. ConfigError naming the key on a bad value."""
     from tasks.models.llm import llm_role_settings
-    from tasks.protect.loop import ProtectSettings
     from tasks.protect.moves import DEFAULT_LADDER, OWN_MOVES, parse_ladder
 
     values: dict[str, Any] = {}
@@ -696,15 +724,17 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
         p, reid = cfg.protect, cfg.privacy.reidentify
         params = {name: dict(given) for name, given in reid.attack_params(cfg.seed)}
         values = {"budget": p.budget, "start": p.start, "max_rounds": p.max_rounds, "meaning_floor": p.meaning_floor,
-                  "on_fail": p.on_fail, "decide_on": p.decide_on, "adversaries": tuple(p.adversaries or reid.adversaries),
+                  "on_fail": p.on_fail, "decide_on": p.decide_on, "adversaries": tuple(p.adversaries),
                   "timeline_posts": p.timeline_posts or reid.timeline_posts, "seed": cfg.seed,
-                  "docs_per_round": p.docs_per_round,
-                  "feedback": p.feedback, "judge": p.judge,
+                  "docs_per_round": p.docs_per_round, "verbatim_chars": p.verbatim_chars,
+                  "feedback": p.feedback, "judge": p.judge, "attack_params": params,
                   "ladder": parse_ladder(p.ladder, "protect.ladder") if p.ladder is not None else DEFAULT_LADDER,
                   "llm": llm_role_settings("llm", cfg.models.get("llm"))}
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if values.get("judge") is not None and EVERY_ATTACK in values["judge"]:
+        values["judge"] = None  # every registered attack (those named besides are among them)
     for role in ("feedback", "judge"):
-        if role in values:
+        if values.get(role) is not None:
             values[role] = tuple((name, params.get(name, {})) for name in values[role])
     if isinstance(values.get("ladder"), (list, tuple)) and values["ladder"] and isinstance(values["ladder"][0], str):
         values["ladder"] = parse_ladder(values["ladder"], "--ladder")

@@ -29,6 +29,9 @@ class Settings(BaseSettings):
                                          "cluster at dask_address (a local one when unset).")
     plugins: str = Field("", description="Comma-separated modules the deployment flows import first "
                                          "(e.g. to register extra strategies on workers).")
+    cpu_attack_posts: int | None = Field(None, ge=0, description="Without a GPU, every attack asked for as 'all' that "
+                                         "needs one (embedding) still runs on histories of at most this many posts "
+                                         "(0: never on CPU); default: each attack's own limit.")
 
     @property
     def offline(self) -> bool:
@@ -54,7 +57,7 @@ def get_settings() -> Settings:
 def apply_environment_defaults(allow_downloads: bool | None = None) -> None:
     """Environment defaults for a run on this kind of machine, set only where the user set nothing:
     Hugging Face offline unless downloads are allowed, a patient temporary Prefect server (it takes
-    5-18 s to start), no analytics, and quiet tokenizers. The CLI and the test suite both call it."""
+    5-18 s to start), no analytics, and quiet tokenizers and model loads. The CLI and the test suite both call it."""
     import os
 
     allow = get_settings().allow_downloads if allow_downloads is None else allow_downloads
@@ -65,3 +68,4 @@ def apply_environment_defaults(allow_downloads: bool | None = None) -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # no "Loading weights" bar per model in the log

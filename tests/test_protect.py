@@ -1,8 +1,11 @@
 """`synthugc protect` on simulated timelines with a stable personal style (tasks/corpus/simulate.py), with the real
-attacks, BERTScore model and PII detector: the loop brings the feedback and judge attacks down and stops at the
-budget; documents never caught are never rewritten; every kept move holds the meaning floor; a killed run resumes
-at the round it was in; an impossible budget ends with exit 1, the rounds and a verdict, nothing lost; a changed
-budget reuses the rounds; a malformed budget exits 2 naming the problem."""
+attacks, BERTScore model and PII detector. On these timelines the stylometric attack is strong and Burrows' Delta
+weak (as at the article's scale): a run judged by Delta alone stops at round 0 with its judge's budget met, but the
+certificate (every registered attack on the full histories) misses it, the log warns that the judge is weaker
+than the strongest attack, and release refuses the output naming the attack; the default judge never meets it, and
+the certificate is at least every attack's value on the output. The loop brings the feedback attack down, never
+rewrites documents it did not catch, keeps the meaning floor, resumes a killed run at the round it was in, and
+reuses the rounds for a changed budget; a malformed budget exits 2 naming the problem."""
 
 from __future__ import annotations
 
@@ -23,36 +26,44 @@ from tasks.protect.files import protect_paths
 pytestmark = pytest.mark.slow
 LADDER = "mask-evidence,mask-evidence,stymask,mask-evidence"
 FLOOR = 0.7
+REPO = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory) -> dict[str, Path]:
+    """60 simulated users, 6,000 history posts, 40 timelines of 5 posts to protect; the embedding attack is kept
+    off the CPU (SYNTHUGC_CPU_ATTACK_POSTS=0 in _cli): it is left out, with why."""
     root = tmp_path_factory.mktemp("protect")
-    histories = simulate_histories(120, 9_000, seed=1, out_path=root / "histories.parquet")
-    simulate_synthetic(histories, n_timelines=48, n_posts=240, rewrite_strength=0.0, seed=2).to_parquet(
+    histories = simulate_histories(60, 6_000, seed=1, out_path=root / "histories.parquet")
+    simulate_synthetic(histories, n_timelines=40, n_posts=200, rewrite_strength=0.0, seed=2).to_parquet(
         root / "corpus.parquet", index=False)
     return {"root": root, "histories": Path(histories), "corpus": root / "corpus.parquet"}
 
 
-def _cli(world: dict[str, Path], out: Path, *args: str, corpus: Path | None = None) -> subprocess.Popen:
-    env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(world["root"] / "cache"), "HF_HUB_OFFLINE": "1"}
+def _cli(world: dict[str, Path], out: Path, *args: str, corpus: Path | None = None,
+         judge: tuple[str, ...] = ("--judge", "delta,minhash")) -> subprocess.Popen:
+    env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(world["root"] / "cache"), "HF_HUB_OFFLINE": "1",
+           "SYNTHUGC_CPU_ATTACK_POSTS": "0"}
     return subprocess.Popen([sys.executable, "-m", "flows.cli", "protect", "--corpus", str(corpus or world["corpus"]),
                              "--histories", str(world["histories"]), "--out", str(out), "--ladder", LADDER,
-                             "--meaning-floor", str(FLOOR), "--judge", "delta,minhash", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            cwd=Path(__file__).resolve().parent.parent)
+                             "--meaning-floor", str(FLOOR), *judge, *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=REPO)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=600, env={**os.environ, "SYNTHUGC_CPU_ATTACK_POSTS": "0"})
 
 
 def _rounds_done(world: dict[str, Path]) -> list[Path]:
     return sorted((world["root"] / "cache" / "protect").glob("*/round-*.json"))
 
 
-def test_killed_run_resumes_then_meets_the_budget_keeping_meaning_and_leaving_safe_documents_alone(world):
+def test_killed_run_resumes_at_its_round_brings_the_feedback_down_and_leaves_safe_documents_alone(world):
     out = world["root"] / "first" / "P.parquet"
-    # round 0's judge (delta, minhash) is at 0.10 on these timelines, round 1's under 0.09
-    budget = ("--budget", "reidentification<=0.09", "--decide-on", "point", "--max-rounds", "4")
+    budget = ("--budget", "reidentification<=0.09", "--decide-on", "point", "--max-rounds", "3")
     first = _cli(world, out, *budget)
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 300
     while not _rounds_done(world) and time.monotonic() < deadline and first.poll() is None:
         time.sleep(0.2)
     assert _rounds_done(world), first.communicate()[0] if first.poll() is not None else "too slow"
@@ -61,23 +72,27 @@ def test_killed_run_resumes_then_meets_the_budget_keeping_meaning_and_leaving_sa
     assert not out.exists()  # nothing is written as if complete
 
     rerun = _cli(world, out, *budget)
-    log, _ = rerun.communicate(timeout=600)
-    assert rerun.returncode == 0, log
+    log, _ = rerun.communicate(timeout=900)
+    assert rerun.returncode == 1, log  # the certificate misses the budget
     lines = [line for line in log.splitlines() if line.startswith("synthugc: round ")]
     assert "cached" in lines[0] and "cached" not in lines[1], log  # resumed at the round the killed run was in
-    assert log.strip().splitlines()[-2].startswith("protect: judge reidentification"), log
+    assert log.strip().splitlines()[-2].startswith("protect: certificate reidentification"), log
 
     paths = protect_paths(out)
     table, rounds = pd.read_parquet(paths.table), pd.read_parquet(paths.rounds)
     failures, summary = pd.read_parquet(paths.failures), json.loads(paths.summary.read_text())
     corpus = pd.read_parquet(world["corpus"])
-    assert summary["met"] and summary["figures"]["reidentification"]["value"] <= 0.09
+    assert not summary["met"] and summary["judge"] == ["delta", "minhash", "stylometric"]  # the feedback judges too
     assert set(table["doc_id"]) | set(failures["doc_id"]) == set(corpus["doc_id"])  # nothing lost
     assert not set(table["doc_id"]) & set(failures["doc_id"])
-    judge = rounds[rounds["role"] == "judge"].groupby("round")["accuracy_at_1"].max()
     feedback = rounds[rounds["role"] == "feedback"].groupby("round")["accuracy_at_1"].max()
-    assert judge.iloc[-1] < judge.iloc[0] and feedback.iloc[-1] < feedback.iloc[0]
-    assert set(rounds["attack"][rounds["role"] == "judge"]) == {"delta", "minhash"}
+    assert feedback.iloc[-1] < feedback.iloc[0]
+    assert set(rounds["attack"][rounds["role"] == "judge"]) == {"delta", "minhash", "stylometric"}
+    # round 0 checked the narrowed judge against the registered attacks it leaves out (not the embedding attack:
+    # too many history posts for it on CPU), on the judge's half
+    assert set(rounds["attack"][rounds["role"] == "check"]) == {"classifier"} and \
+        set(rounds["round"][rounds["role"] == "check"]) == {0}
+    assert "embedding" in summary["left_out"]["certificate"]
     moved = table[table["round"] > 0]
     assert len(moved) and (moved["meaning"] >= FLOOR).all()  # the floor holds for every kept move
     assert set(moved["move"]) <= {"mask-evidence", "strategy:stymask"}
@@ -90,23 +105,65 @@ def test_killed_run_resumes_then_meets_the_budget_keeping_meaning_and_leaving_sa
     safe = table[~timeline.isin(caught)]
     assert len(safe) and (safe["round"] == 0).all()
 
-    # released: no source text in it, no mapping, no author id in clear, checksums that verify
-    release = world["root"] / "release"
-    done = subprocess.run([sys.executable, "-m", "flows.cli", "release", str(out), "--out", str(release), "--keep",
-                           "author_id,group_id"], capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+
+def test_a_delta_judge_meets_the_budget_but_the_certificate_does_not_and_release_refuses(world):
+    """Judged by Delta alone (the feedback too), the loop stops at round 0 with the judge's budget met; the
+    certificate reads the stylometric and classifier attacks on the full histories and misses it, round 0 warns
+    that the judge is weaker than the strongest registered attack, and release refuses the output naming the
+    attack and its value."""
+    out = world["root"] / "delta" / "P.parquet"
+    budget = ("--budget", "reidentification<=0.3", "--decide-on", "point", "--max-rounds", "2")
+    proc = _cli(world, out, *budget, judge=("--judge", "delta", "--feedback", "delta"))
+    log, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 1, log
+    summary = json.loads(protect_paths(out).summary.read_text())
+    assert summary["judge"] == ["delta"] and summary["rounds"] == 0 and summary["stop"] == "the judge's budget is met"
+    assert summary["judge_verdict"][0].startswith("reidentification ") and " <= 0.3 (delta/disjoint)" in \
+        summary["judge_verdict"][0]  # judged by Delta alone, the budget is met
+    assert "warning: the judge is weaker than the strongest registered attack at round 0: " in log, log
+    assert summary["judge_strength"] and "add " in summary["judge_strength"]
+    certificate = pd.DataFrame(summary["certificate"])
+    decided = summary["figures"]["reidentification"]
+    assert set(certificate["attack"]) == {"classifier", "delta", "minhash", "stylometric"}
+    assert decided["value"] == certificate["accuracy_at_1"].max() > 0.3 and not summary["met"]
+    assert decided["attack"] in ("stylometric", "classifier")
+    assert "the certificate misses it although the judge's half-history attacks meet it" in summary["verdict"]
+
+    refused = _run("release", str(out), "--out", str(world["root"] / "delta-release"))
+    assert refused.returncode == 2 and not (world["root"] / "delta-release").exists(), refused.stderr
+    assert refused.stderr.strip().startswith(
+        f"synthugc: error: strategy 'protect' misses the protect output's budget: reidentification "
+        f"{decided['value']:.3f}"), refused.stderr
+    assert f"(decided on the point estimate; {decided['attack']}, disjoint)" in refused.stderr
+
+
+def test_the_default_judge_does_not_meet_it_and_the_certificate_is_every_attacks_worst_case(world):
+    """The same budget with the default judge (every registered attack that can run here): not met, and the
+    certificate's figure is at least every attack's accuracy on the output, as `synthugc reidentify --attack all`
+    measures it against the full histories."""
+    out = world["root"] / "default" / "P.parquet"
+    proc = _cli(world, out, "--budget", "reidentification<=0.3", "--decide-on", "point", "--max-rounds", "1",
+                "--on-fail", "keep", judge=())  # every document kept: the adversary of `reidentify` holds the same
+    log, _ = proc.communicate(timeout=900)
+    assert proc.returncode == 1, log
+    summary = json.loads(protect_paths(out).summary.read_text())
+    assert summary["judge"] == ["classifier", "delta", "minhash", "stylometric"] and not summary["met"]
+    assert "left out: embedding: needs a GPU, and none is present" in log and summary["judge_strength"] is None
+    reid = world["root"] / "default-reid"
+    done = _run("reidentify", "--histories", str(world["histories"]), "--synthetic", str(out), "--out", str(reid),
+                "--attack", "all", "--setting", "disjoint")
     assert done.returncode == 0, done.stderr
-    released = pd.read_parquet(next((release / "data").glob("*.parquet")))
-    everything = "\n".join(p.read_text(errors="replace") for p in release.rglob("*") if p.suffix in {".md", ".sha256"})
-    everything += "\n".join(released.astype(str).to_numpy().ravel())
-    assert not [t for t in corpus["text"] if len(t) > 20 and t in everything]
-    assert not set(corpus["author_id"]) & set(released["author_id"]) and "pii_mapping" not in everything
-    assert subprocess.run(["sha256sum", "-c", "checksums.sha256"], cwd=release, capture_output=True).returncode == 0
+    measured = {s["attack"]: s["accuracy_at_1"] for s in json.loads((reid / "summary.json").read_text())}
+    assert set(measured) == {"classifier", "delta", "minhash", "stylometric"}
+    certified = {r["attack"]: r["accuracy_at_1"] for r in summary["certificate"]}
+    assert certified == pytest.approx(measured)  # the certificate is those attacks, on what the output exposes
+    assert summary["figures"]["reidentification"]["value"] >= max(measured.values())
 
 
 def test_impossible_budget_exits_1_with_the_curve_and_a_verdict_and_reuses_the_rounds(world):
     out = world["root"] / "impossible" / "P.parquet"
     proc = _cli(world, out, "--budget", "reidentification<=0.0", "--max-rounds", "2", "--on-fail", "keep")
-    log, _ = proc.communicate(timeout=600)
+    log, _ = proc.communicate(timeout=900)
     assert proc.returncode == 1, log
     assert "budget not met" in log and "reidentification" in log, log
     paths = protect_paths(out)
@@ -127,7 +184,7 @@ def test_an_input_row_that_fails_validation_is_recorded_among_the_failures(world
     pd.concat([corpus, corpus.iloc[:1].assign(doc_id="bad-row", text=None)], ignore_index=True).to_parquet(with_bad)
     out = world["root"] / "invalid" / "P.parquet"
     proc = _cli(world, out, "--budget", "reidentification<=0.0", "--max-rounds", "0", corpus=with_bad)
-    log, _ = proc.communicate(timeout=600)
+    log, _ = proc.communicate(timeout=900)
     assert proc.returncode == 1, log
     paths = protect_paths(out)
     failures, table = pd.read_parquet(paths.failures), pd.read_parquet(paths.table)
@@ -183,16 +240,17 @@ def _carried_by_hand(text: str, feature: str, kind: str) -> bool:
 
 def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_most_evidence(world, tmp_path,
                                                                                             monkeypatch):
+    from tasks.privacy.attacks import plan_attacks
     from tasks.privacy.stylometric import EvidenceProfiles
     from tasks.protect.loop import ProtectSettings, _Protector, _timelines
     from tasks.protect.moves import Move
     from tasks.store import fingerprint_file
 
-    corpus = pd.read_parquet(world["corpus"])  # 48 timelines of 5 posts
+    corpus = pd.read_parquet(world["corpus"])  # 40 timelines of 5 posts
     settings = ProtectSettings(start="stymask", ladder=(Move("mask-evidence"), Move("stymask")), meaning_floor=0.0,
                                judge=(("delta", {}),), docs_per_round=2)
     protector = _Protector(corpus, str(world["histories"]), settings, tmp_path / "rounds", lambda _: None,
-                           fingerprint_file(world["histories"]))
+                           fingerprint_file(world["histories"]), plan_attacks(["delta", "stylometric"], 0))
     zero = protector.round_zero()
     fits = []
     real_fit = EvidenceProfiles.fit.__func__

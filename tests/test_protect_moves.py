@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from flows.config import protect_settings
+from tasks.budgets import parse_budget
 from tasks.errors import ConfigError
 from tasks.privacy.stylometric import (
     EvidenceProfiles,
@@ -15,7 +16,6 @@ from tasks.privacy.stylometric import (
     reference_vectorizer,
     stylometric_evidence,
 )
-from tasks.protect.loop import parse_protect_budget
 from tasks.protect.moves import DEFAULT_LADDER, Move, mask_evidence, parse_ladder
 
 
@@ -41,10 +41,10 @@ def test_ladder_and_budget_errors_name_the_problem():
         parse_ladder([{"name": "dp", "params": {"epsilon": "lots"}}], "protect.ladder")
     with pytest.raises(ConfigError, match="takes no params"):
         parse_ladder([{"name": "mask-evidence", "params": {"k": 1}}], "protect.ladder")
-    assert [str(b) for b in parse_protect_budget("reidentification<=0.1, pii_leakage<=0")] == [
+    assert [str(b) for b in parse_budget("reidentification<=0.1, pii_leakage<=0", "--budget", protect=True)] == [
         "reidentification<=0.1", "pii_leakage<=0"]
     with pytest.raises(ConfigError, match="unknown budget figure 'utility'; known: reidentification, reidentification_risk, pii_leakage"):
-        parse_protect_budget("utility>=0.9")
+        parse_budget("utility>=0.9", "--budget", protect=True)
     settings = protect_settings(None, ladder=["stymask"], judge=["delta"], max_rounds=2)
     assert settings.ladder == (Move("stymask"),) and settings.judge == (("delta", {}),) and settings.max_rounds == 2
     assert protect_settings(None).ladder == DEFAULT_LADDER
@@ -119,7 +119,7 @@ def test_the_judge_risk_figure_is_the_residual_over_chance_and_the_curve_draws_i
     risk 0, its interval kept); the report's curve draws the figure the budget bounds."""
     from tasks.intervals import residual_risk
     from tasks.privacy.attribution import attribution_summary
-    from tasks.protect.loop import _worst
+    from tasks.protect.attackers import worst as _worst
     from tasks.report.build import curve_budget
 
     def summary(attack: str, correct: int, n: int) -> dict:
@@ -136,10 +136,10 @@ def test_the_judge_risk_figure_is_the_residual_over_chance_and_the_curve_draws_i
     alone = _worst([weak], "judge", "bound", figure="risk")
     assert alone["value"] == 0.0 and alone["ci_high"] == pytest.approx(residual_risk(10, 100, control_rate=0.2).ci_high)
     assert _worst([weak, strong], "judge", "point")["value"] == pytest.approx(0.4)  # accuracy@1 by default
-    assert curve_budget(parse_protect_budget("reidentification_risk<=0.1")) == ("reidentification_risk", 0.1)
-    assert curve_budget(parse_protect_budget("reidentification<=0.3,reidentification_risk<=0.1")) == (
+    assert curve_budget(parse_budget("reidentification_risk<=0.1", "--budget", protect=True)) == ("reidentification_risk", 0.1)
+    assert curve_budget(parse_budget("reidentification<=0.3,reidentification_risk<=0.1", "--budget", protect=True)) == (
         "reidentification", 0.3)
-    assert curve_budget(parse_protect_budget("pii_leakage<=0")) == ("reidentification", None)
+    assert curve_budget(parse_budget("pii_leakage<=0", "--budget", protect=True)) == ("reidentification", None)
 
 
 def test_a_judge_reliably_wrong_on_the_kept_timelines_still_counts_as_informed() -> None:
@@ -147,7 +147,7 @@ def test_a_judge_reliably_wrong_on_the_kept_timelines_still_counts_as_informed()
     every kept one; flipped, its answers are right: the profiling figure reads them as such."""
     from tasks.intervals import residual_risk
     from tasks.privacy.profiling import relabelled
-    from tasks.protect.loop import _profiling_summary
+    from tasks.protect.attackers import _profiling_summary
 
     y = np.array(["a"] * 12 + ["b"] * 8, dtype=object)
     flipped = np.where(y == "a", "b", "a")
@@ -243,3 +243,24 @@ def test_carried_by_scans_a_timeline_once_and_decides_each_text_as_the_rule_does
     for feature, kind in [("tax\x00", "char"), ("x\x00b", "char"), ("tax", "word")]:
         assert list(carried_by(nul, feature, kind)) == [by_hand(t, feature, kind) for t in nul], (feature, kind)
     assert carried_by(texts, "tax cuts", "word").sum() == 2 and not carried_by(["ta", "x cuts"], "tax", "char").any()
+
+
+def test_the_judge_strength_check_names_both_attacks_when_the_intervals_do_not_overlap() -> None:
+    """Round 0's check: a narrowed judge whose worst case (upper bound) reads below the strongest registered attack
+    it leaves out (lower bound) is said, naming both; overlapping intervals or the strongest inside the judge
+    are not."""
+    from tasks.privacy.attribution import attribution_summary
+    from tasks.protect.loop import judge_strength
+
+    def summary(role: str, attack: str, correct: int, n: int = 100) -> dict:
+        per = pd.DataFrame({"correct": [True] * correct + [False] * (n - correct), "in_top10": [True] * n,
+                            "reciprocal_rank": [1.0] * correct + [0.5] * (n - correct), "in_history": [True] * n})
+        return {"role": role, "attack": attack, "adversary": "disjoint", **attribution_summary(per, 50, n_resamples=10)}
+
+    weak, strong = summary("judge", "delta", 5), summary("check", "stylometric", 70)
+    said = judge_strength([weak, strong, summary("feedback", "stylometric", 90)], "bound")
+    assert said is not None and said.startswith("the judge is weaker than the strongest registered attack at round 0: "
+                                                "stylometric (disjoint) re-identifies 0.7 [")
+    assert "the judge's worst delta (disjoint) 0.05 [" in said and "add stylometric to --judge" in said
+    assert judge_strength([weak, summary("check", "minhash", 9)], "bound") is None  # within the intervals
+    assert judge_strength([weak, summary("judge", "stylometric", 70)], "bound") is None  # the judge has it

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tasks.budgets import PROTECT_FIGURES, parse_budget
 from tasks.corpus.importers import read_corpus
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
 from tasks.errors import ConfigError
@@ -22,7 +23,7 @@ from tasks.intervals import residual_risk
 from tasks.privacy.audit import attack_timelines
 from tasks.privacy.history_split import split_histories_by_author
 from tasks.protect.files import PROFILING_ATTACK
-from tasks.protect.loop import PROTECT_FIGURES, ProtectSettings, parse_protect_budget, protect_corpus
+from tasks.protect.loop import ProtectSettings, protect_corpus
 from tasks.protect.moves import MASK_EVIDENCE, Move
 from tasks.training.classifiers import LinearTextClassifier
 
@@ -73,8 +74,8 @@ def _region_words(texts: pd.Series) -> int:
 
 
 def test_the_judge_infers_the_region_at_round_0_and_the_figure_is_its_residual_risk_over_the_majority(world):
-    result = _protect(world, max_rounds=0, on_fail="keep")  # every timeline kept: the figure is round 0's
-    figure = result.summary["figures"]["profiling"]
+    result = _protect(world, max_rounds=0, on_fail="keep")  # every timeline kept: the judge's figure is round 0's
+    figure = result.summary["judge_figures"]["profiling"]
     assert figure["attack"] == ATTACK and figure["value"] > 0.6 and figure["ci_low"] > 0.3, figure
     assert not result.met and "profiling" in result.summary["verdict"]
 
@@ -99,6 +100,20 @@ def test_the_judge_infers_the_region_at_round_0_and_the_figure_is_its_residual_r
     expected = pd.Series(model.predict(timelines.tolist()), index=timelines.index)
     assert (expected.reindex(judge["group_id"]).to_numpy(str) == pred).all()
 
+    # the certificate: the judge's model trained on the full histories (both halves, the corpus left out), which
+    # is what decides the verdict and what a release states
+    certified = result.summary["figures"]["profiling"]
+    certificate = result.rounds[(result.rounds["role"] == "certificate") & (result.rounds["attack"] == ATTACK)]
+    assert certified["attack"] == ATTACK and len(certificate) == 1 and certified["n"] == 30
+    full = pd.read_parquet(world["histories"])
+    full = full[~full["doc_id"].isin(corpus["doc_id"])]
+    units = full.groupby("author_id", sort=True).agg(text=("text", "\n".join), y=("attr_region", "first"))
+    model = LinearTextClassifier(seed=0, **ProtectSettings().profiling_judge).fit(units["text"], units["y"])
+    y_true = corpus.groupby("author_id")["attr_region"].first()
+    authors = attack_timelines(corpus.assign(status="ok")).groupby("group_id", sort=False)["author_id"].first()
+    right = model.predict(timelines.tolist()) == y_true.reindex(authors.reindex(timelines.index)).to_numpy(str)
+    assert certificate["accuracy_at_1"].iloc[0] == pytest.approx(right.mean())
+
 
 def test_masking_the_feedback_classifiers_words_brings_its_accuracy_down(world):
     result = _protect(world, max_rounds=1)
@@ -112,7 +127,7 @@ def test_masking_the_feedback_classifiers_words_brings_its_accuracy_down(world):
     moved = result.table[result.table["round"] == 1]
     sources = corpus.set_index("doc_id").loc[moved["doc_id"], "text"]
     assert len(moved) and _region_words(moved["text"]) < _region_words(sources) / 4  # the evidence was masked
-    assert set(result.summary["figures"]) == {"reidentification", "reidentification_risk", "profiling"}
+    assert set(result.summary["figures"]) == {"reidentification", "reidentification_risk", "profiling", "verbatim"}
 
 
 def test_a_profiling_bound_on_histories_without_the_attribute_exits_2_naming_the_column(world):
@@ -138,7 +153,7 @@ def test_a_profiling_bound_on_a_corpus_without_attributes_is_refused(world):
 def test_an_unknown_figure_lists_profiling_among_the_known():
     assert "profiling" in PROTECT_FIGURES
     with pytest.raises(ConfigError) as caught:
-        parse_protect_budget("profile<=0.05")
+        parse_budget("profile<=0.05", "--budget", protect=True)
     assert str(caught.value) == f"--budget: unknown budget figure 'profile'; known: {', '.join(PROTECT_FIGURES)}"
-    assert [(b.column, b.limit) for b in parse_protect_budget("reidentification<=0.10,profiling<=0.05")] == [
+    assert [(b.column, b.limit) for b in parse_budget("reidentification<=0.10,profiling<=0.05", "--budget", protect=True)] == [
         ("reidentification", 0.10), ("profiling", 0.05)]

@@ -1,10 +1,12 @@
 """A run with the protect stage (``protect: enabled``) on a small simulated corpus, end to end: the report's
 Protection section shows the stage's rounds (curve, table, moves, verdict) as its artifacts hold them, the
-share-data goal ranks the protected output like any strategy and names it when it meets its budget, and
-``synthugc release RUN --strategy protect`` releases it. One flow run serves every test."""
+share-data goal ranks the protected output like any strategy and says that its certificate misses the budget, and
+``synthugc release RUN --strategy protect`` refuses it naming the attack, and releases it with --force. One flow
+run serves every test."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import re
@@ -24,7 +26,7 @@ from tasks.protect.release import CARD_FILE, DATA_FILE
 from tasks.report.render import PROTECT_ROUNDS_SHOWN, with_interval
 
 CLI = Path(sys.executable).parent / "synthugc"
-BUDGET = "reidentification<=0.5"
+BUDGET = "reidentification<=0.05"  # no certificate of 24 timelines can show it met: its interval is too wide
 
 
 def test_protect_curve_takes_each_roles_worst_case_per_round():
@@ -54,9 +56,10 @@ def test_protect_curve_takes_each_roles_worst_case_per_round():
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """The run directory of one flow run: 192 simulated posts of 24 timelines, stymask and protect."""
+    """The run directory of one flow run: 192 simulated posts of 24 timelines, stymask and protect; the embedding
+    attack is kept off the CPU (SYNTHUGC_CPU_ATTACK_POSTS=0), so the certificate leaves it out and says why."""
     tmp = tmp_path_factory.mktemp("protect-run")
-    histories = simulate_histories(120, 9000, out_path=tmp / "histories.parquet")
+    histories = simulate_histories(60, 6_000, out_path=tmp / "histories.parquet")
     simulate_synthetic(histories, n_timelines=24, n_posts=192).to_parquet(tmp / "corpus.parquet")
     config = {
         "experiment": "p", "seed": 3, "storage_root": str(tmp / "runs"), "data": {"path": str(tmp / "corpus.parquet")},
@@ -69,6 +72,7 @@ def run(tmp_path_factory) -> Path:
     }
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SYNTHUGC_CACHE_DIR", str(tmp / "cache"))
+        env.setenv("SYNTHUGC_CPU_ATTACK_POSTS", "0")
         experiment_from_mapping(config)
     return tmp / "runs" / "p"
 
@@ -133,12 +137,15 @@ def test_the_report_shows_the_protect_rounds_as_the_stage_wrote_them(run):
     assert {m: int(n) for m, n in parser.tables["protect-moves"][1:]} == moves
     # the verdict line, and the curve drawn (an image, not a reason)
     verdict = re.search(r'id="protect-verdict">([^<]*)<', page).group(1)
-    assert verdict.startswith(f"Budget {BUDGET.replace('<', '&lt;')} {'met' if summary['met'] else 'not met'}.")
-    assert summary["verdict"].replace("<", "&lt;") in verdict
+    assert verdict.startswith(f"Budget {BUDGET.replace('<', '&lt;')} not met on the certificate (every registered "
+                              "attack on the full histories).")
+    assert not summary["met"] and set(rounds["role"]) == {"feedback", "judge", "check", "certificate"}
+    assert summary["left_out"]["certificate"]["embedding"] == "needs a GPU, and none is present"
+    assert html.escape(summary["verdict"], quote=False) in verdict
     assert re.search(r'<figure id="plot-protect-rounds"><img alt="[^"]*" src="data:image/png;base64,', page)
     assert '<a href="#protection">Protection</a>' in page
     markdown = (run / "report.md").read_text()
-    assert "## Protection" in markdown and summary["verdict"].replace("<", "&lt;") in markdown
+    assert "## Protection" in markdown and html.escape(summary["verdict"], quote=False) in markdown
 
 
 @pytest.mark.slow
@@ -153,19 +160,18 @@ def test_the_curve_is_each_roles_worst_case_per_round(run):
     rounds, summary, _ = _protect_files(run)
     store = ArtifactStore(run)
     found = protection(run_layout(RunFiles.open(run)), store.read_table, store.read_text)
-    assert found is not None and found.limit == 0.5 and found.met == summary["met"]
+    assert found is not None and found.limit == 0.05 and found.met == summary["met"]
     ordered = rounds.sort_values(["attack", "adversary"], kind="stable").reset_index(drop=True)
     expected = ordered.loc[ordered.groupby(["round", "role"])["accuracy_at_1_ci_high"].idxmax()]
     curve = found.curve.set_index(["round", "role"])
     assert len(curve) == len(expected) == rounds[["round", "role"]].drop_duplicates().shape[0]
-    assert set(curve.index.get_level_values("role")) == {"feedback", "judge"}
+    assert set(curve.index.get_level_values("role")) == {"feedback", "judge", "check", "certificate"}
     for row in expected.itertuples():
         got = curve.loc[(row.round, row.role)]
         assert (got["attack"], got["accuracy_at_1"], got["accuracy_at_1_ci_high"], got["meaning"]) == \
             (row.attack, row.accuracy_at_1, row.accuracy_at_1_ci_high, row.meaning)
-    # with no document left out, the judge's worst case of the last round is the figure the budget was decided on
-    assert summary["documents"]["failed"] == 0
-    last, decided = curve.loc[(summary["rounds"], "judge")], summary["figures"]["reidentification"]
+    # the certificate's worst case (after the last round) is the figure the budget was decided on
+    last, decided = curve.loc[(summary["rounds"], "certificate")], summary["figures"]["reidentification"]
     assert (last["attack"], last["accuracy_at_1"], last["accuracy_at_1_ci_high"]) == \
         (decided["attack"], decided["value"], decided["ci_high"])
 
@@ -181,26 +187,34 @@ def test_share_data_ranks_the_protected_output_and_names_it(run):
     ranked = re.findall(r"^- (\d+)\. \*\*(\S+)\*\*", section, flags=re.M)
     assert sorted(name for _, name in ranked) == sorted(["stymask", PROTECT_LABEL])
     rank = {name: n for n, name in ranked}[PROTECT_LABEL]
-    assert summary["met"], "the budget is loose enough to be met on this corpus"
-    assert (f"> the protect output ('{PROTECT_LABEL}') meets its budget {BUDGET.replace('<', '&lt;')} on the "
-            f"judge attacks it never trained against: ranked {rank} here for sharing data") in markdown
+    assert not summary["met"]
+    assert (f"> the protect output ('{PROTECT_LABEL}') misses its budget {BUDGET.replace('<', '&lt;')}: ranked "
+            f"{rank} here, on the run's own attacks like any strategy") in markdown
 
 
 @pytest.mark.slow
 def test_release_of_the_run_dirs_protect_output(run, tmp_path):
     _, summary, protected = _protect_files(run)
     out = tmp_path / "release"
-    done = subprocess.run([str(CLI), "release", str(run), "--strategy", PROTECT_LABEL, "--out", str(out)],
-                          capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    args = [str(CLI), "release", str(run), "--strategy", PROTECT_LABEL, "--out", str(out)]
+    refused = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ), timeout=300)
+    assert refused.returncode == 2 and not out.exists(), refused.stderr
+    # the run states no budget: the protect stage's own, decided on the run's attacks on the output, by name
+    assert re.search(r"misses the run's budget: reidentification \S+ \[\S+, \S+\] > 0\.05 \(decided on the 95% "
+                     r"interval's upper bound; \w+, disjoint\)", refused.stderr), refused.stderr
+    done = subprocess.run([*args, "--force", "--keep-verbatim"], capture_output=True, text=True,
+                          env=dict(os.environ), timeout=300)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.startswith(f"release: {int((~protected['unchanged']).sum())} documents -> ")
+    copies = protected["verbatim"].astype(bool) | protected["unchanged"].astype(bool)
+    assert done.stdout.startswith(f"release: {len(protected)} documents -> ")
     released = pd.read_parquet(out / DATA_FILE)
-    kept = protected[~protected["unchanged"].astype(bool)]
-    assert sorted(released["text"]) == sorted(kept["text"])  # the protected texts, no source text among them
+    assert sorted(released["text"]) == sorted(protected["text"])
     card = (out / CARD_FILE).read_text()
+    assert f"{int(copies.sum())} hold a run of 30 or more characters of their source text" in card
+    assert "**are released (`--keep-verbatim`)" in card
     assert f"**protect verdict**: {summary['verdict']}" in card  # the protect.json adds how it was made
     assert f"**protect**: {summary['rounds']} round(s) from {summary['start']}" in card
-    assert f"`{BUDGET}` is **met**" in card  # the run states no budget: the protect stage's own
+    assert f"`{BUDGET}` is **missed** (released anyway with `--force`)" in card
     # the figures are the run's score table's (the run's own attacks on the protected output), not the loop's
     reid = pd.read_parquet(run / stage_kind("reidentify").relative_path("scores", {"label": PROTECT_LABEL}))
     worst = reid[(reid["strategy"] == PROTECT_LABEL) & (reid["metric"] == "reid_accuracy")].sort_values("ci_high").iloc[-1]

@@ -440,3 +440,26 @@ def test_a_utility_interval_over_test_documents_is_not_read_as_seeds():
     recs = recommend(table, GOALS["augment"], {"de": "backtranslate"})
     assert recs[0].seeds is None
     assert not any("seeds" in n for n in recommendation_notes(GOALS["augment"], recs))
+
+
+def test_sharing_data_under_a_budget_ranks_only_what_meets_it_and_the_glance_says_when_none_does():
+    """With a run budget, a strategy that misses it is not eligible to share (it keeps its reasons, plus why); the
+    at-a-glance row then names no first choice instead of the best of those that miss it."""
+    from tasks.report.recommend import within_budget
+    from tasks.report.render import _glance_rows
+
+    rows = [*PRIVACY_BASELINES, *baseline(BASE)]
+    for name, reid in (("de", 0.97), ("llm", 0.05)):
+        rows += [*intrinsic(name, "first", meaning=0.9, style=0.7, pos=0.7, div=0.8),
+                 *privacy(name, "first", reid=reid, profiling=0.8, auc=0.7), *utility(name, substitution=0.65)]
+    goal = GOALS["share-data"]
+    recs = recommend(frame(rows), goal, {"de": "backtranslate", "llm": "llm"})
+    one = within_budget(goal, recs, pd.DataFrame({"strategy": ["llm", "de"], "meets": [True, False]}), "b<=0.1")
+    assert [(r.strategy, r.rank, r.eligible) for r in one] == [("llm", 1, True), ("de", None, False)]
+    assert one[1].reasons[-1] == "not eligible: it misses the run's budget b<=0.1"
+    none = within_budget(goal, recs, pd.DataFrame({"strategy": ["llm", "de"], "meets": [False, False]}), "b<=0.1")
+    assert all(r.rank is None for r in none)
+    assert _glance_rows([(goal, none, [])]) == [(goal.headline(), "none eligible", "–",
+                                                  "no strategy of this run meets the run's budget")]
+    assert _glance_rows([(goal, one, [])])[0][1] == "llm"
+    assert within_budget(GOALS["augment"], recs, pd.DataFrame({"strategy": [], "meets": []}), "b<=0.1") == recs

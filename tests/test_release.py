@@ -18,7 +18,15 @@ import yaml
 
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import InputError
-from tasks.protect.files import MOVE_COLUMN, PROTECT_LABEL, ROUND_COLUMN, ROUNDS_COLUMNS, protect_paths
+from tasks.metrics.verbatim import verbatim_flags
+from tasks.protect.files import (
+    MOVE_COLUMN,
+    PROTECT_LABEL,
+    ROUND_COLUMN,
+    ROUNDS_COLUMNS,
+    VERBATIM_COLUMN,
+    protect_paths,
+)
 from tasks.protect.release import CARD_FILE, CHECKSUMS_FILE, DATA_FILE, release_table, size_category
 from tasks.report.render import with_interval
 
@@ -56,6 +64,15 @@ FIGURES = {  # the judge's worst case, as the protect summary states it
 }
 
 
+CERTIFICATE = [  # every attack on the full histories, as the protect summary lists them
+    {"attack": "minhash", "adversary": "full", "accuracy_at_1": 0.02, "accuracy_at_1_ci_low": 0.0,
+     "accuracy_at_1_ci_high": 0.08, "residual_risk": 0.0, "residual_risk_ci_low": 0.0, "residual_risk_ci_high": 0.07,
+     "n_timelines": 60, "chance": 0.01},
+    {"attack": "stylometric", "adversary": "full", "accuracy_at_1": 0.0, "accuracy_at_1_ci_low": 0.0,
+     "accuracy_at_1_ci_high": 0.06, "residual_risk": 0.0, "residual_risk_ci_low": 0.0, "residual_risk_ci_high": 0.05,
+     "n_timelines": 60, "chance": 0.01}]
+
+
 def _protect(base: Path, corpus: pd.DataFrame, *generate: str, meta: dict | None = None) -> Path:
     """A protect output built from real files in the protect format (P.parquet: `synthugc generate`'s schema
     plus round and move, strategy 'protect'; P.rounds.parquet, P.failures.parquet, P.protect.json and the
@@ -69,6 +86,8 @@ def _protect(base: Path, corpus: pd.DataFrame, *generate: str, meta: dict | None
     table["strategy"], table["variant"] = PROTECT_LABEL, "first"
     table[ROUND_COLUMN] = pd.array([0] * len(table), dtype="Int64")
     table[MOVE_COLUMN] = pd.array([f"strategy:{generate[1]}"] * len(table), dtype="string")
+    sources = corpus.set_index("doc_id").loc[table["doc_id"], "text"].astype(str).tolist()
+    table[VERBATIM_COLUMN] = pd.array(verbatim_flags(sources, table["text"].astype(str).tolist()), dtype="boolean")
     for column, value in (meta or {}).items():
         table[column] = value
     failed = table.index[~table["unchanged"].astype(bool)][0]  # a rewritten document that missed the floor
@@ -89,7 +108,8 @@ def _protect(base: Path, corpus: pd.DataFrame, *generate: str, meta: dict | None
         "tool_version": "0.1.0", "signature": f"protect start={generate[1]} ladder=pseudonymize,mask-evidence seed=0",
         "budget": "reidentification<=0.10", "decide_on": "bound", "met": True, "rounds": 1, "start": generate[1],
         "ladder": ["pseudonymize", "mask-evidence"], "meaning_metric": "bertscore_f1", "meaning_floor": 0.85,
-        "on_fail": "drop", "figures": FIGURES, "meaning": {"value": 0.93, "ci_low": 0.91, "ci_high": 0.95, "n": len(ok)},
+        "on_fail": "drop", "figures": FIGURES, "certificate": CERTIFICATE, "verbatim_chars": 30,
+        "meaning": {"value": 0.93, "ci_low": 0.91, "ci_high": 0.95, "n": len(ok)},
         "documents": {"input": len(table), "kept": len(ok), "rewritten": int((~ok["unchanged"]).sum()), "failed": 1},
         "verdict": "protect: budget met"}))
     return out
@@ -97,10 +117,12 @@ def _protect(base: Path, corpus: pd.DataFrame, *generate: str, meta: dict | None
 
 @pytest.fixture(scope="module")
 def protect_output(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
-    """A protect output of 48 debate turns started from stymask; returns P and the source corpus."""
+    """A protect output of 48 debate turns back-translated through a far pivot (apertium, Serbo-Croatian): a
+    quarter of them hold no run of 30 characters of their source; returns P and the source corpus."""
     debates = pd.read_parquet(fetch_dataset("debates", REPO / "data"))
     corpus = debates.sort_values(["group_id", "position"]).groupby("group_id").head(12).reset_index(drop=True)
-    return _protect(tmp_path_factory.mktemp("protect"), corpus, "--strategy", "stymask"), corpus
+    return _protect(tmp_path_factory.mktemp("protect"), corpus, "--strategy", "backtranslate", "--set",
+                    "backend=apertium", "--set", "pivots=[hbs]"), corpus
 
 
 def _card_header(card: str) -> dict:
@@ -115,12 +137,13 @@ def test_protect_release_hands_out_only_synthetic_texts_and_pseudonyms(protect_o
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = pd.read_parquet(p)
     ok = table[table["status"] == "ok"]
-    kept = ok[~ok["unchanged"].astype(bool)]
+    copied = ok["verbatim"].astype(bool) | ok["unchanged"].astype(bool)
+    kept = ok[~copied]
     reid = FIGURES["reidentification"]
     assert proc.stdout.strip() == (
         f"release: {len(kept)} documents -> {out} (budget met: reidentification "
         f"{with_interval(reid['value'], reid['ci_low'], reid['ci_high'])} <= 0.1 (decided on the 95% interval's "
-        "upper bound))")
+        "upper bound; minhash, full))")
     files = sorted(str(f.relative_to(out)) for f in out.rglob("*") if f.is_file())
     assert files == sorted([DATA_FILE, CARD_FILE, CHECKSUMS_FILE])  # no mapping, failures, rounds or histories
     check = subprocess.run(["sha256sum", "-c", CHECKSUMS_FILE], cwd=out, capture_output=True, text=True)
@@ -128,7 +151,7 @@ def test_protect_release_hands_out_only_synthetic_texts_and_pseudonyms(protect_o
 
     released = pd.read_parquet(out / "data")
     assert list(released.columns) == ["doc_id", "text", "label", "author_id", "group_id"]
-    assert sorted(released["text"]) == sorted(kept["text"])  # the failed and the unchanged rows are left out
+    assert sorted(released["text"]) == sorted(kept["text"])  # the failed and the verbatim rows are left out
     card = (out / CARD_FILE).read_text()
     values = _strings(released) | {card}
     long_sources = [t for t in corpus["text"] if len(t) >= SOURCE_CHARS]
@@ -145,9 +168,13 @@ def test_protect_release_hands_out_only_synthetic_texts_and_pseudonyms(protect_o
     header = _card_header(card)
     assert header == {"pretty_name": "protect: synthetic user-generated text", "language": ["en"],
                       "license": "cc-by-4.0", "size_categories": ["n<1K"], "task_categories": ["text-classification"]}
-    n_unchanged = int(ok["unchanged"].astype(bool).sum())
-    assert n_unchanged > 0 and f"{n_unchanged} kept their source text unchanged and are left out" in card
-    assert "protect start=stymask ladder=pseudonymize,mask-evidence seed=0" in card and "synthugc 0.1.0" in card
+    assert 0 < len(kept) < copied.sum()
+    assert (f"{int(copied.sum())} hold a run of 30 or more characters of their source text\n  "
+            f"({int(ok['unchanged'].astype(bool).sum())} of them unchanged) and are left out") in card
+    # the certificate, attack by attack, with its intervals
+    assert "| minhash | full | 0.020 [0.000, 0.080] | 0.000 [0.000, 0.070] | 60 |" in card
+    assert "| stylometric | full | 0.000 [0.000, 0.060] | 0.000 [0.000, 0.050] | 60 |" in card
+    assert "protect start=backtranslate ladder=pseudonymize,mask-evidence seed=0" in card and "synthugc 0.1.0" in card
     assert "| reidentification: share of users re-identified | attack minhash, adversary full | 0.020 [0.000, 0.080] | 60 |" in card
     assert "0.930 [0.910, 0.950]" in card  # the meaning kept, with its interval
     assert "`reidentification<=0.10` is **met**" in card and "--force" not in card
@@ -167,25 +194,43 @@ def test_release_loads_with_datasets(protect_output, tmp_path):
     assert by_card["train"].num_rows == len(by_pandas)
 
 
-def test_keep_unchanged_releases_the_users_own_words_and_says_so(protect_output, tmp_path):
+def test_keep_verbatim_releases_the_users_own_words_and_says_so(protect_output, tmp_path):
     p, _ = protect_output
     out = tmp_path / "release"
-    proc = _release(p, out, "--keep-unchanged", "--task-category", "text-generation")
+    proc = _release(p, out, "--keep-verbatim", "--task-category", "text-generation")
     assert proc.returncode == 0, proc.stderr[-2000:]
     table = pd.read_parquet(p)
     ok = table[table["status"] == "ok"]
     released = pd.read_parquet(out / DATA_FILE)
     assert sorted(released["text"]) == sorted(ok["text"]) and list(released.columns) == ["doc_id", "text"]
     card = (out / CARD_FILE).read_text()
-    assert "are released (`--keep-unchanged`): those rows are the" in card
+    assert "are released (`--keep-verbatim`): those rows are the users' own" in card
     assert _card_header(card)["task_categories"] == ["text-generation"]
 
 
 def test_a_release_of_nothing_but_source_texts_is_refused(protect_output):
     table = pd.read_parquet(protect_output[0]).assign(unchanged=True)
-    with pytest.raises(InputError, match=r"nothing to release: of 48 rows, 1 failed and 47 are unchanged"):
+    with pytest.raises(InputError, match=r"nothing to release: of 48 rows, 1 failed and 47 are verbatim"):
         release_table(table, ["label"])
-    assert len(release_table(table, ["label"], keep_unchanged=True).table) == 47
+    assert len(release_table(table, ["label"], keep_verbatim=True).table) == 47
+
+
+def test_a_pseudonymised_copy_is_verbatim_and_is_not_released_as_rewritten(tmp_path):
+    """A name swapped, every other word the user's: the copy holds a run of its source, so the release leaves it
+    out like an unchanged row (and --keep-verbatim keeps it)."""
+    from tasks.generate.pseudonymize import pseudonymize_corpus
+
+    texts = ["Maria Lopez told me the bus was late again and I walked the whole way to the office in the rain.",
+             "Call John Carter before Friday, the meeting room is booked for the whole afternoon on Monday."]
+    corpus = pd.DataFrame({"doc_id": ["a", "b"], "text": texts, "author_id": ["u1", "u2"]})
+    copies, _ = pseudonymize_corpus(corpus, scope="author", seed=0)
+    assert all(c != t for c, t in zip(copies["text"], texts, strict=True))  # the names were swapped
+    table = corpus.assign(text=copies["text"], status="ok", unchanged=False)
+    flags = pd.Series(verbatim_flags(texts, copies["text"].tolist()))
+    assert flags.all()
+    with pytest.raises(InputError, match=r"nothing to release: of 2 rows, 0 failed and 2 are verbatim"):
+        release_table(table, [], verbatim=flags)
+    assert len(release_table(table, [], verbatim=flags, keep_verbatim=True).table) == 2
 
 
 def test_size_categories_are_hugging_faces_buckets():
@@ -199,6 +244,9 @@ def test_a_missed_budget_exits_2_naming_the_figure_unless_forced(protect_output,
     line = _one_error_line(_release(p, out, "--require", "pii_leakage<=0.05"))
     assert line == ("synthugc: error: strategy 'protect' misses --require: pii_leakage 0.300 [0.200, 0.400] > 0.05 "
                     "(decided on the 95% interval's upper bound); --force releases it anyway and the card says so")
+    named = _one_error_line(_release(p, out, "--require", "reidentification<=0.01"))
+    assert ("reidentification 0.020 [0.000, 0.080] is undecided for reidentification<=0.01 (decided on the 95% "
+            "interval's upper bound; minhash, full: the interval straddles it)") in named  # the attack, its value
     assert not out.exists()
     undecided = _one_error_line(_release(p, out, "--require", "reidentification<=0.05"))
     assert "reidentification 0.020 [0.000, 0.080] is undecided for reidentification<=0.05" in undecided
@@ -240,6 +288,7 @@ def test_a_bad_budget_in_the_protect_summary_exits_2(protect_output, tmp_path):
     (["--keep", "nope"], "--keep 'nope': no such column; available: strategy, variant, author_id, group_id, position, split, "
                          "label, attr_party, round, move"),
     (["--keep", "unchanged"], "--keep 'unchanged': never released"),
+    (["--keep", "verbatim"], "--keep 'verbatim': never released"),
     (["--strategy", "stymask"], "--strategy 'stymask': a protect output holds one strategy, 'protect'"),
     (["--variant", "first"], "--variant: a protect output holds one strategy, 'protect', of one variant"),
     (["--license", "CC BY"], "--license 'CC BY': expected a Hugging Face id such as cc-by-4.0"),
@@ -289,14 +338,14 @@ def test_a_dp_release_states_the_nominal_and_the_audited_epsilon(protect_output,
     audited = proc.stdout.split(" -> ")[0].removeprefix("dp: ")
     assert audited.startswith("dp-bart: nominal epsilon 1 per document, audited (largest epsilon lower bound)")
     out = tmp_path / "release"
-    proc = _release(p, out, "--dp-audit", str(audit))
+    proc = _release(p, out, "--dp-audit", str(audit), "--keep-verbatim")  # stymask keeps most of each sentence
     assert proc.returncode == 0, proc.stderr[-2000:]
     card = (out / CARD_FILE).read_text()
     assert f"nominal epsilon 1\n  per document; audited with `synthugc audit-dp`: {audited}." in card
-    line = _one_error_line(_release(protect_output[0], tmp_path / "stymask", "--dp-audit", str(audit)))
+    line = _one_error_line(_release(protect_output[0], tmp_path / "backtranslate", "--dp-audit", str(audit)))
     assert "--dp-audit: strategy 'protect' has no DP epsilon to audit" in line
     assert "not an audit written by `synthugc audit-dp`" in _one_error_line(
-        _release(p, tmp_path / "bad", "--dp-audit", str(p)))
+        _release(p, tmp_path / "bad", "--dp-audit", str(p), "--keep-verbatim"))
 
 
 # ------------------------------------------------------------------------------------------------ a run
@@ -341,7 +390,8 @@ def test_run_release_takes_the_public_strategy_and_its_worst_case(tmp_path):
     raw = _one_error_line(_release(run, tmp_path / "raw", "--strategy", "stymask-raw"))
     assert "--strategy 'stymask-raw': not a strategy of this run (its strategies: stymask-pseudo)" in raw
     out = tmp_path / "release"
-    proc = _release(run, out, "--strategy", "stymask-pseudo", "--keep", "author_id,label", "--force")
+    proc = _release(run, out, "--strategy", "stymask-pseudo", "--keep", "author_id,label", "--force",
+                    "--keep-verbatim")  # stymask keeps most of each sentence: verbatim, left out otherwise
     assert proc.returncode == 0, proc.stderr[-2000:]
     card = (out / CARD_FILE).read_text()
     released = pd.read_parquet(out / DATA_FILE)

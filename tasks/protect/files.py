@@ -6,13 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
-#: Columns the protected table adds to the synthetic table's schema.
-ROUND_COLUMN, MOVE_COLUMN = "round", "move"
+#: Columns the protected table adds to the synthetic table's schema (``verbatim``: the document holds a run of its
+#: source's characters, :mod:`tasks.metrics.verbatim`; ``release`` leaves such documents out).
+ROUND_COLUMN, MOVE_COLUMN, VERBATIM_COLUMN = "round", "move", "verbatim"
 #: The ``strategy`` label of protected rows (the report and ``release`` name the output by it).
 PROTECT_LABEL = "protect"
 ROUNDS_COLUMNS = ["round", "attack", "adversary", "role", "accuracy_at_1", "accuracy_at_1_ci_low",
                   "accuracy_at_1_ci_high", "accuracy_at_10", "n_timelines", "chance", "residual_risk",
                   "residual_risk_ci_low", "residual_risk_ci_high", "meaning", "documents_rewritten", "seconds"]
+
+#: The rounds table's roles: the feedback attacks steer, the judge decides when the loop stops, ``check`` (round 0)
+#: runs the registered attacks a narrowed judge leaves out, and the ``certificate`` (the last round) runs every
+#: registered attack on the full histories: it decides the verdict.
+ROLES: tuple[str, ...] = ("feedback", "judge", "check", "certificate")
 
 #: The re-identification budget figures the protect curve can draw, by the rounds table's column holding each
 #: (with ``_ci_low``/``_ci_high`` beside it).
@@ -25,7 +31,7 @@ PROFILING_ATTACK = "profiling:"
 #: The keys of ``P.protect.json`` every reader may rely on (the loop writes at least these).
 PROTECT_SUMMARY_KEYS: tuple[str, ...] = ("tool_version", "signature", "budget", "decide_on", "met", "rounds",
                                          "start", "ladder", "meaning_metric", "meaning_floor", "on_fail", "figures",
-                                         "meaning", "documents", "verdict")
+                                         "certificate", "meaning", "documents", "verdict")
 
 
 class ProtectPaths(NamedTuple):

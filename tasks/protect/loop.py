@@ -1,30 +1,40 @@
 """The protect loop: rewrite a corpus until a re-identification attacker it never trained against fails, at a
-stated budget, keeping meaning.
+stated budget, keeping meaning; then certify the output against every registered attack on what a real adversary
+holds.
 
 Adversarial anonymisation as a feedback loop (Staab et al., "Language Models are Advanced Anonymizers", ICLR
 2025; authorship obfuscation in the Mutant-X line): an attack tries, its evidence drives the next rewrite, until
-it fails. What this loop adds is the judge: the histories are split per author (:mod:`tasks.privacy.history_split`);
-the feedback attack profiles one half of each author's posts and steers the rewriting, the judge attacks profile
-the other half with a different feature family and never give feedback, and the budget is decided on the judge's
-worst case (overfitting to the feedback attacker is the known failure of these loops, and the summary says when
-the two disagree).
+it fails. The histories are split per author (:mod:`tasks.privacy.history_split`); the feedback attack profiles one
+half of each author's posts and steers the rewriting; the judge, every registered attack by default (the feedback
+attacks among them), profiles the other half, never gives feedback, and decides when the loop stops (overfitting to
+the feedback attacker is the known failure of these loops, and the summary says when the two disagree). A judge
+the user narrows is checked at round 0 against the registered attacks it leaves out: the summary says when the
+strongest of them reads above the judge by more than their intervals allow.
+
+The verdict is not the judge's. After the last round every registered attack (those that can run on the histories
+and this hardware; the others are named with why) is run again on the kept output against the full histories, both
+halves, which is what a real adversary holds (:mod:`tasks.protect.certificate`): its worst case decides the exit
+code, the verdict line and what ``release`` states and refuses. A held-out judge steers; it is weaker than the
+adversary by construction (half the history), so it never certifies.
 
 A ``profiling`` bound adds the attributes the corpus names (``attr_<name>``): per attribute, a feedback and a judge
 classifier train on their halves of the histories (each author's posts one unit, labelled with the author's value;
-the histories must carry the column), the judge's a different linear model (:class:`_Profilers`), and predict each
-protected timeline's author's value. The figure is the judge's worst attribute's advantage over the majority class
-(Anonymeter's residual risk, :func:`tasks.privacy.profiling.advantage`); a timeline whose attribute the feedback
-classifier infers is caught, and the words pulling it towards the true value are its evidence.
+the histories must carry the column), the judge's a different linear model, and predict each protected timeline's
+author's value; the certificate trains the judge's model on the full histories. The figure is the worst
+attribute's advantage over the majority class (Anonymeter's residual risk,
+:func:`tasks.privacy.profiling.advantage`); a timeline whose attribute the feedback classifier infers is caught,
+and the words pulling it towards the true value are its evidence.
 
 Round 0 is the starting move on every document (default: pseudonymised copy). Each later round takes the
 timelines the feedback attack still attributes to their true author (ranked first) or whose attribute it still
-infers (profiling bound) and the documents that still leak PII, and gives the next rung of the ladder
-(:mod:`tasks.protect.moves`) to the ``docs_per_round`` documents of each such timeline that carry the most of the
-feedback evidence (and to every leaking document); a move is kept only if the document's meaning against its source
-(BERTScore F1) stays at or above the floor, otherwise the next rung is tried. Documents not caught are never
-rewritten again. Each round is written to the cache as it ends, keyed by everything it depends on but the budget
-and the number of rounds: a killed run resumes at the round it was in, a rerun is fully cached, and a changed
-budget reuses the rounds already computed.
+infers (profiling bound), the documents that still leak PII (pii_leakage bound) and those still holding a run of
+their source (verbatim bound), and gives the next rung of the ladder (:mod:`tasks.protect.moves`) to the
+``docs_per_round`` documents of each such timeline that carry the most of the feedback evidence (and to every
+leaking or verbatim document); a move is kept only if the document's meaning against its source (BERTScore F1)
+stays at or above the floor, otherwise the next rung is tried. Documents not caught are never rewritten again.
+Each round is written to the cache as it ends, keyed by everything it depends on but the budget and the number of
+rounds: a killed run resumes at the round it was in, a rerun is fully cached, and a changed budget reuses the
+rounds already computed. The certificate is cached by the output it attacks.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +52,21 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from tasks.budgets import Bound, decide_all
 from tasks.corpus.schema import ATTR_PREFIX, CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
 from tasks.errors import ConfigError, InputError
-from tasks.intervals import wilson
+from tasks.privacy.attacks import AttackPlan
+from tasks.protect.attackers import (
+    Attackers,
+    Profilers,
+    RoleSpec,
+    attack_figures,
+    attack_rows,
+    residual,
+    share_figure,
+    summaries,
+    worst,
+)
 from tasks.protect.files import (
     MOVE_COLUMN,
     PROFILING_ATTACK,
@@ -52,9 +74,9 @@ from tasks.protect.files import (
     PROTECT_SUMMARY_KEYS,
     ROUND_COLUMN,
     ROUNDS_COLUMNS,
+    VERBATIM_COLUMN,
 )
 from tasks.protect.moves import (
-    DEFAULT_LADDER,
     LLM_ANONYMIZE,
     MASK_EVIDENCE,
     PSEUDONYMIZE,
@@ -63,106 +85,20 @@ from tasks.protect.moves import (
     llm_anonymize,
     mask_evidence,
 )
-from tasks.report.budgets import Bound, parse_budget
+from tasks.protect.settings import ProtectSettings
 from tasks.store import fingerprint_config
 
-#: The figures a protect budget can bound (risks: each must stay at or below its limit): the judge's worst
-#: accuracy@1, its residual risk over chance 1/N (the figure a corpus of few authors can state a budget on:
-#: with 6 authors chance alone is 0.17), the share of PII spans still in the text, and the judge classifier's
-#: worst advantage over an attribute's majority class.
-PROTECT_FIGURES: tuple[str, ...] = ("reidentification", "reidentification_risk", "pii_leakage", "profiling")
-ON_FAIL: tuple[str, ...] = ("drop", "keep", "error")
 #: Column of the protected table flagging documents kept although they failed (``on_fail: keep``).
 FAILED_FLAG = "protect_failed"
 MEANING_COLUMN = "meaning"
 #: The source a round's output depends on (a change recomputes the rounds).
-ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/metrics/meaning.py")
+ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/metrics/meaning.py",
+                               "tasks/metrics/verbatim.py")
 #: Judge and feedback accuracies further apart than this are said in the summary (overfitting to feedback).
 DISAGREEMENT = 0.2
 #: Documents whose meaning is scored at once: their token embeddings are held in memory meanwhile (round 0 scores
 #: every document: 17.8k at the article's scale).
 _MEANING_CHUNK = 2_000
-
-
-def parse_protect_budget(text: str, where: str = "--budget") -> list[Bound]:
-    """``"reidentification<=0.10,pii_leakage<=0,profiling<=0.05"`` -> bounds; ConfigError naming the unknown
-    figure or operator and the known ones."""
-    return parse_budget(text, where, columns=PROTECT_FIGURES, operators=("<=",),
-                        example="reidentification<=0.10,pii_leakage<=0")
-
-
-@dataclass(frozen=True)
-class ProtectSettings:
-    """Everything a protect run depends on. The budget, ``max_rounds``, ``on_fail`` and ``decide_on`` decide when
-    to stop and what to write, not what a round computes, so they are not in the rounds' cache key."""
-
-    budget: str = "reidentification<=0.10"
-    start: str = PSEUDONYMIZE
-    ladder: tuple[Move, ...] = DEFAULT_LADDER
-    max_rounds: int = 6
-    meaning_floor: float = 0.80
-    on_fail: str = "drop"
-    decide_on: str = "bound"
-    feedback: tuple[tuple[str, Mapping[str, Any]], ...] = (("stylometric", {}),)
-    judge: tuple[tuple[str, Mapping[str, Any]], ...] = (("delta", {}), ("minhash", {}))
-    adversaries: tuple[str, ...] = ("disjoint",)
-    timeline_posts: int | None = None
-    evidence_top: int = 20
-    #: Per caught timeline and round, the documents carrying the most feedback evidence that are moved (None:
-    #: every document of the timeline); documents carrying none are not moved for re-identification.
-    docs_per_round: int | None = None
-    pii_scope: str = "author"
-    seed: int = 0
-    llm: Mapping[str, Any] = field(default_factory=dict)  # the llm role's settings (endpoint, model) for llm-anonymize
-    #: The profiling classifiers' LinearTextClassifier parameters. Feedback: tasks/privacy/profiling.py's own model
-    #: (logistic regression on word 1-2-grams, C=1), whose per-class weights are the masking evidence. Judge: a
-    #: linear SVM (squared hinge) on sublinear TF-IDF word 1-3-grams, C and class weighting chosen by
-    #: cross-validation: another loss, n-gram range and regularisation, so what the masking of the feedback's words
-    #: leaves still counts. Both read word tokens: LinearTextClassifier has no character n-grams.
-    profiling_feedback: Mapping[str, Any] = field(default_factory=dict)
-    profiling_judge: Mapping[str, Any] = field(default_factory=lambda: {
-        "loss": "hinge", "ngram_range": (1, 3), "sublinear_tf": True, "C": "auto", "class_weight": "auto"})
-
-    def __post_init__(self) -> None:
-        if self.max_rounds < 0 or self.max_rounds > 100:
-            raise ConfigError(f"max_rounds must be in [0, 100]; got {self.max_rounds}")
-        if not 0.0 <= self.meaning_floor <= 1.0:
-            raise ConfigError(f"meaning_floor must be in [0, 1]; got {self.meaning_floor}")
-        if self.on_fail not in ON_FAIL:
-            raise ConfigError(f"on_fail must be one of {', '.join(ON_FAIL)}; got {self.on_fail!r}")
-        if self.docs_per_round is not None and self.docs_per_round < 1:
-            raise ConfigError(f"docs_per_round must be at least 1 (or None: every document); got {self.docs_per_round}")
-        if not self.feedback or not self.judge:
-            raise ConfigError("protect needs at least one feedback attack and one judge attack")
-        parse_protect_budget(self.budget, "budget")
-
-    @property
-    def bounds(self) -> list[Bound]:
-        return parse_protect_budget(self.budget, "budget")
-
-    @property
-    def pii(self) -> bool:
-        """Whether the budget bounds PII leakage (documents still leaking are then caught)."""
-        return "pii_leakage" in {b.column for b in self.bounds}
-
-    @property
-    def profiling(self) -> bool:
-        """Whether the budget bounds profiling (its classifiers then run and catch)."""
-        return "profiling" in {b.column for b in self.bounds}
-
-    def round_key(self) -> dict[str, Any]:
-        """What a round's output depends on besides the corpus and the histories."""
-        return {"start": self.start, "ladder": [m.as_config() for m in self.ladder], "floor": self.meaning_floor,
-                "feedback": [[n, dict(p)] for n, p in self.feedback], "judge": [[n, dict(p)] for n, p in self.judge],
-                "adversaries": list(self.adversaries), "timeline_posts": self.timeline_posts,
-                "evidence_top": self.evidence_top, "docs_per_round": self.docs_per_round,
-                "pii": self.pii,
-                "pii_scope": self.pii_scope, "seed": self.seed,
-                "profiling": {"feedback": dict(self.profiling_feedback), "judge": dict(self.profiling_judge)}
-                if self.profiling else None,
-                "llm": dict(self.llm) if any(m.name == LLM_ANONYMIZE for m in self.ladder) else {}}
-
-
 @dataclass
 class RoundState:
     """The documents after one round and every attack's per-timeline result on them."""
@@ -186,222 +122,6 @@ class ProtectResult:
     met: bool
 
 
-# ----------------------------------------------------------------------------------------------- attacks
-
-def _no_evidence() -> pd.DataFrame:
-    """An empty evidence frame (:data:`tasks.privacy.stylometric.EVIDENCE_COLUMNS`; imported late: numba)."""
-    from tasks.privacy.stylometric import EVIDENCE_COLUMNS
-
-    return pd.DataFrame(columns=EVIDENCE_COLUMNS)
-
-
-@dataclass
-class _Attacker:
-    role: str
-    attack: Any
-    adversary: str
-    prepared: Any
-
-
-class _Attackers:
-    """The feedback and judge attacks, prepared once against their half of the histories (profiles are kept in
-    process memory by the attacks themselves) and re-run on changed timelines only."""
-
-    def __init__(self, settings: ProtectSettings, halves: Mapping[str, str], corpus_docs: frozenset[str],
-                 cache: Path) -> None:
-        from tasks.privacy.attacks import build_attack
-
-        self.entries: list[_Attacker] = []
-        for role, specs in (("feedback", settings.feedback), ("judge", settings.judge)):
-            for name, params in specs:
-                attack = build_attack(name, params, root=f"protect.{role}.")
-                index = None
-                if attack.builds_index:
-                    index = str(cache / f"{role}-{name}-{fingerprint_config(dict(params))[:12]}.index")
-                    if not Path(index).exists():
-                        attack.build_index(halves[role], index)
-                for adversary in settings.adversaries:
-                    held_out = corpus_docs if adversary == "disjoint" else None
-                    prepared = attack.prepare(halves[role], adversary, held_out, index=index)
-                    self.entries.append(_Attacker(role, attack, adversary, prepared))
-
-    def run(self, timelines: pd.DataFrame) -> pd.DataFrame:
-        """Per-timeline rows of every attack on ``timelines`` (doc_id, group_id, author_id, text)."""
-        frames = []
-        for e in self.entries:
-            result = e.attack.run(e.prepared, timelines)
-            per = result.per_timeline[["group_id", "author_id", "correct", "in_top10", "reciprocal_rank", "in_history"]]
-            frames.append(per.assign(role=e.role, attack=e.attack.name, adversary=e.adversary,
-                                     n_authors=int(result.summary.get("n_authors", result.summary.get(
-                                         "n_history_users", 0)) or 0)))
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-    @property
-    def gives_evidence(self) -> bool:
-        """Whether a feedback attack returns evidence."""
-        return any(e.role == "feedback" and e.attack.returns_evidence for e in self.entries)
-
-    def evidence(self, timelines: pd.DataFrame, top: int, authors: set[str]) -> pd.DataFrame:
-        """The feedback attacks' evidence for ``timelines`` (those that return evidence), fitted for ``authors``
-        (those round 0 left caught: each round scores against the same fit, which the attack keeps, so a
-        round reads nothing from the histories; :func:`tasks.privacy.stylometric.stylometric_evidence`). With
-        no timelines, the fit is made ahead."""
-        frames = [e.attack.evidence(e.prepared, timelines, top, authors=authors) for e in self.entries
-                  if e.role == "feedback" and e.attack.returns_evidence]
-        frames = [f for f in frames if len(f)]
-        return pd.concat(frames, ignore_index=True) if frames else _no_evidence()
-
-
-@dataclass
-class _Profiler:
-    role: str
-    column: str
-    adversary: str
-    model: Any  # a fitted LinearTextClassifier
-
-    @property
-    def attack(self) -> str:
-        return PROFILING_ATTACK + self.column.removeprefix(ATTR_PREFIX)
-
-
-class _Profilers:
-    """The attribute classifiers of a profiling bound, per attribute, role and adversary setting: trained on the
-    authors of the role's half of the histories (each author's posts one unit, as a timeline is; the disjoint
-    adversary without the corpus's documents), run on whole timelines, labelled with their author's value in
-    the corpus."""
-
-    def __init__(self, settings: ProtectSettings, halves: Mapping[str, str], corpus: pd.DataFrame,
-                 histories: str) -> None:
-        import pyarrow.parquet as pq
-
-        from tasks.privacy.profiling import author_units
-        from tasks.training.classifiers import LinearTextClassifier, TrainingDataError
-
-        columns = attr_columns(corpus)
-        self.labels = {col: author_units(corpus, col).set_index("unit")["y"].astype(str) for col in columns}
-        corpus_docs = corpus["doc_id"].astype(str)
-        params = {"feedback": settings.profiling_feedback, "judge": settings.profiling_judge}
-        self.entries: list[_Profiler] = []
-        for role in ("feedback", "judge"):
-            half = pq.read_table(halves[role], columns=["author_id", "doc_id", "text", *columns]).to_pandas()
-            for adversary in settings.adversaries:
-                rows = half[~half["doc_id"].astype(str).isin(corpus_docs)] if adversary == "disjoint" else half
-                for col in columns:
-                    units = author_units(rows, col)
-                    try:
-                        model = LinearTextClassifier(seed=settings.seed, **params[role]).fit(units["text"],
-                                                                                             units["y"].astype(str))
-                    except TrainingDataError as exc:
-                        raise InputError(f"the {role} half of the histories ({adversary} adversary) cannot train "
-                                         f"the attribute classifier: {exc}", file=histories, column=col) from None
-                    self.entries.append(_Profiler(role, col, adversary, model))
-
-    def _predict(self, e: _Profiler, units: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
-        """(the units whose author has a value, their values, the classifier's predictions)."""
-        y = units["author_id"].map(self.labels[e.column])
-        labelled = units[y.notna().to_numpy()]
-        pred = e.model.predict(labelled["text"].tolist()) if len(labelled) else np.array([], str)
-        return labelled, y.dropna().to_numpy(str), np.asarray(pred, str)
-
-    def run(self, timelines: pd.DataFrame) -> pd.DataFrame:
-        """Per-timeline rows of every classifier (correct, y_true, y_pred) on ``timelines``."""
-        units = _timeline_units(timelines)
-        frames = []
-        for e in self.entries:
-            labelled, y, pred = self._predict(e, units)
-            frames.append(pd.DataFrame({"group_id": labelled.index.to_numpy(),
-                                        "author_id": labelled["author_id"].to_numpy(), "correct": y == pred,
-                                        "y_true": y, "y_pred": pred, "role": e.role,
-                                        "attack": e.attack, "adversary": e.adversary}))
-        return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-
-    def evidence(self, timelines: pd.DataFrame, top: int) -> pd.DataFrame:
-        """For each timeline whose attribute a feedback classifier infers, the words in it that pull that
-        classifier towards the true value (seed 004, appendix B), strongest first."""
-        from tasks.privacy.profiling import evidence_words
-
-        units = _timeline_units(timelines)
-        frames = []
-        for e in self.entries:
-            if e.role != "feedback":
-                continue
-            labelled, y, pred = self._predict(e, units)
-            hit = y == pred
-            words = evidence_words(e.model, labelled["text"][hit].tolist(), pred[hit].tolist(), top)
-            frames.append(pd.DataFrame({"group_id": np.repeat(labelled.index[hit].to_numpy(), [len(w) for w in words]),
-                                        "feature": [w for ws in words for w in ws], "kind": "word"}))
-        return pd.concat(frames, ignore_index=True) if frames else _no_evidence()
-
-
-def _timeline_units(timelines: pd.DataFrame) -> pd.DataFrame:
-    """One row per timeline (indexed by group_id): its author and its posts' texts joined."""
-    return timelines.groupby("group_id", sort=False).agg(author_id=("author_id", "first"), text=("text", "\n".join))
-
-
-def _profiling_summary(part: pd.DataFrame) -> dict[str, Any]:
-    """A profiling classifier over the timelines kept: accuracy (Wilson interval) as accuracy_at_1, the majority
-    class's rate, and the advantage over it with its interval, of its predictions as an attacker who knows how
-    the kept timelines were selected would read them (:func:`tasks.privacy.profiling.relabelled`: leaving out
-    the timelines a feedback classifier got right would otherwise make a correlated judge look blind)."""
-    from tasks.privacy.profiling import advantage, relabelled
-
-    y, pred = part["y_true"].to_numpy(str), part["y_pred"].to_numpy(str)
-    n, k = len(part), int((y == pred).sum())
-    low, high = wilson(k, n)
-    risk = advantage(y, relabelled(y, pred).astype(str))
-    return {"accuracy_at_1": k / n if n else math.nan, "accuracy_at_1_ci_low": low, "accuracy_at_1_ci_high": high,
-            "accuracy_at_10": math.nan, "n_timelines": n, "n_correct": k,
-            # the control is the majority class (re-identification's: chance 1/N), in the same keys
-            "chance": float(pd.Series(y).value_counts().iloc[0]) / n if n else math.nan,
-            "risk": risk.value, "risk_ci_low": risk.ci_low, "risk_ci_high": risk.ci_high}
-
-
-def _summaries(attacks: pd.DataFrame, keep: set[str] | None = None) -> list[dict[str, Any]]:
-    """One summary per (role, attack, adversary) over the timelines kept: accuracy@1/@10 with intervals and n
-    (profiling classifiers: :func:`_profiling_summary`)."""
-    from tasks.privacy.attribution import attribution_summary
-
-    out = []
-    for (role, attack, adversary), part in attacks.groupby(["role", "attack", "adversary"], sort=False):
-        if keep is not None:
-            part = part[part["group_id"].isin(keep)]
-        summary = _profiling_summary(part) if attack.startswith(PROFILING_ATTACK) else attribution_summary(
-            part.reset_index(drop=True), int(part["n_authors"].max()) if len(part) else 0, n_resamples=1)
-        out.append({"role": role, "attack": attack, "adversary": adversary, **summary})
-    return out
-
-
-def _residual(s: Mapping[str, Any]) -> tuple[float, float, float]:
-    """A summary's residual risk over chance (value, ci_low, ci_high); an attack not above chance has risk 0
-    (its interval still says how much it could be)."""
-    value, low, high = (float(s.get(k, math.nan)) for k in ("risk", "risk_ci_low", "risk_ci_high"))
-    if math.isnan(high):
-        return math.nan, math.nan, math.nan
-    return (0.0 if math.isnan(value) else max(0.0, value)), low, high
-
-
-def _worst(summaries: list[dict[str, Any]], role: str, decide_on: str, figure: str = "accuracy") -> dict[str, Any]:
-    """The role's worst case of ``figure``: the highest upper bound (or value, when deciding on the point).
-    ``accuracy``: a re-identification attack's accuracy@1; ``risk``: its residual risk over chance;
-    ``profiling``: an attribute classifier's advantage over the majority class, where an undefined advantage
-    (the timelines all of one value) ranks worst, so it cannot pass a budget."""
-    profiling = figure == "profiling"
-    rows = [s for s in summaries if s["role"] == role and s["n_timelines"]
-            and s["attack"].startswith(PROFILING_ATTACK) == profiling]
-    if not rows:
-        return {"value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n": 0, "attack": None, "adversary": None}
-
-    def of(s: Mapping[str, Any]) -> tuple[float, float, float]:
-        return (s["accuracy_at_1"], s["accuracy_at_1_ci_low"], s["accuracy_at_1_ci_high"]) if figure == "accuracy" \
-            else _residual(s)
-
-    at, missing = (2 if decide_on == "bound" else 0), (math.inf if profiling else -1.0)
-    s = max(rows, key=lambda r: (np.nan_to_num(of(r)[at], nan=missing), np.nan_to_num(of(r)[0], nan=missing)))
-    value, low, high = of(s)
-    return {"value": value, "ci_low": low, "ci_high": high, "n": s["n_timelines"], "attack": s["attack"],
-            "adversary": s["adversary"], "accuracy": s["accuracy_at_1"], "chance": s.get("chance", math.nan)}
-
-
 # ----------------------------------------------------------------------------------------------- the loop
 
 def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | None) -> pd.DataFrame:
@@ -415,25 +135,30 @@ def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | Non
 
 class _Protector:
     def __init__(self, corpus: pd.DataFrame, histories: str, settings: ProtectSettings, folder: Path,
-                 log: Callable[[str], None], histories_fingerprint: str) -> None:
+                 log: Callable[[str], None], histories_fingerprint: str, judge: AttackPlan,
+                 check: Sequence[str] = ()) -> None:
         self.corpus = corpus.reset_index(drop=True)
         self.sources = self.corpus["text"].astype(str)
         self.settings = settings
+        self.judge = judge
+        self.check_attacks = list(check)  # round 0 only: see ProtectSettings.check_attacks
         self.folder = folder
         self.log = log
         self.histories = histories
         self.histories_fingerprint = histories_fingerprint
-        self._attackers: _Attackers | None = None
-        self._profilers: _Profilers | None = None
+        self._attackers: Attackers | None = None
+        self._profilers: Profilers | None = None
         self._halves: dict[str, str] | None = None
         self._strategies: dict[str, Any] = {}
         self._detector: Any = None
         self._embeddings: Any = None
         self._llm: Any = None
         self.pii = settings.pii
+        self.verbatim = settings.bounds_figure("verbatim")
         self.profiling = settings.profiling
         self.mappings: list[pd.DataFrame] = []
         self.doc_timeline = _timelines(self.corpus, self.sources, settings.timeline_posts).set_index("doc_id")["group_id"]
+        self.corpus_docs = frozenset(self.corpus["doc_id"].astype(str))
         self.evidence_authors: set[str] | None = None  # fixed by round 0 (:meth:`fit_evidence`)
 
     # -- components, built on first use (a fully cached rerun builds none of them)
@@ -451,24 +176,33 @@ class _Protector:
             self._halves = {"feedback": str(feedback), "judge": str(judge)}
         return self._halves
 
-    def attackers(self) -> _Attackers:
+    def role_specs(self, roles: Sequence[str]) -> list[RoleSpec]:
+        """The feedback (feedback half), judge (judge half) and check (the registered attacks the judge leaves out,
+        judge half) attacks asked for."""
+        s, halves = self.settings, self.halves()
+        names = {"feedback": s.feedback, "judge": s._specs(self.judge),
+                 "check": tuple((n, s.params_of(n)) for n in self.check_attacks)}
+        return [RoleSpec(role, names[role], halves["judge" if role == "check" else role], s.adversaries)
+                for role in roles if names[role]]
+
+    def attackers(self) -> Attackers:
         if self._attackers is None:
-            docs = frozenset(self.corpus["doc_id"].astype(str))
-            self._attackers = _Attackers(self.settings, self.halves(), docs, self.folder)
+            self._attackers = Attackers(self.role_specs(("feedback", "judge")), self.corpus_docs, self.folder)
         return self._attackers
 
-    def profilers(self) -> _Profilers:
+    def profilers(self) -> Profilers:
         if self._profilers is None:
-            self._profilers = _Profilers(self.settings, self.halves(), self.corpus, self.histories)
+            halves, s = self.halves(), self.settings
+            self._profilers = Profilers({"feedback": (halves["feedback"], s.profiling_feedback),
+                                         "judge": (halves["judge"], s.profiling_judge)}, s.adversaries, self.corpus,
+                                        s.seed)
         return self._profilers
 
     def attack(self, timelines: pd.DataFrame) -> pd.DataFrame:
         """Every attack's per-timeline rows on ``timelines``: the re-identification attacks and, with a profiling
         bound, the attribute classifiers (their rows have no rank: in_top10 and in_history empty)."""
         frames = [self.attackers().run(timelines)] + ([self.profilers().run(timelines)] if self.profiling else [])
-        frames = [f for f in frames if len(f)]
-        out = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
-        return out.astype({c: "boolean" for c in ("in_top10", "in_history") if c in out.columns})
+        return attack_rows(frames)
 
     def evidence(self, timelines: pd.DataFrame) -> pd.DataFrame:
         """The feedback attacks' evidence for ``timelines`` and, with a profiling bound, the feedback classifiers'."""
@@ -477,6 +211,12 @@ class _Protector:
         frames = [self.attackers().evidence(timelines, top, self.evidence_authors)] + (
             [self.profilers().evidence(timelines, top)] if self.profiling else [])
         return pd.concat(frames, ignore_index=True).drop_duplicates(ignore_index=True)
+
+    def verbatim_flags(self, idx: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+        """Per document ``idx``, whether ``texts`` holds a run of its source (:mod:`tasks.metrics.verbatim`)."""
+        from tasks.metrics.verbatim import verbatim_flags
+
+        return verbatim_flags(self.sources.iloc[idx].tolist(), list(texts), min_chars=self.settings.verbatim_chars)
 
     def detector(self) -> Any:
         if self._detector is None:
@@ -568,8 +308,12 @@ class _Protector:
         spans, leaked = self.leaks(idx, new.tolist())
         docs = pd.DataFrame({"doc_id": self.corpus["doc_id"].astype(str), "text": new, "meaning": meaning,
                              "round": 0, "move": start.label, "rung": 0, "blocked": False,
-                             "spans": spans, "leaked": leaked})
-        attacks = self.attack(_timelines(self.corpus, new, self.settings.timeline_posts))
+                             "spans": spans, "leaked": leaked, VERBATIM_COLUMN: self.verbatim_flags(idx, new.tolist())})
+        timelines = _timelines(self.corpus, new, self.settings.timeline_posts)
+        attacks = self.attack(timelines)
+        if self.check_attacks:  # round 0 only: the registered attacks the judge leaves out, for the strength check
+            check = Attackers(self.role_specs(("check",)), self.corpus_docs, self.folder)
+            attacks = attack_rows([attacks, check.run(timelines)])
         state = RoundState(0, docs, attacks, int(sum(o is not None for o in out)), 0.0)
         self.fit_evidence(state, ahead=self.settings.max_rounds > 0)  # so no later round reads the histories
         state.seconds = time.perf_counter() - started
@@ -599,20 +343,28 @@ class _Protector:
 
     def caught(self, state: RoundState) -> np.ndarray:
         """Positions of the documents that still give their author away (feedback), their author's attribute
-        (feedback classifiers, with a profiling bound) or still leak PII."""
+        (feedback classifiers, with a profiling bound), still leak PII (pii_leakage bound) or still hold a run of
+        their source (verbatim bound)."""
         fb = state.attacks[(state.attacks["role"] == "feedback") & state.attacks["correct"].astype(bool)]
         timelines = set(fb["group_id"])
         hit = self.doc_timeline.reindex(state.docs["doc_id"]).isin(timelines).to_numpy()
+        return np.flatnonzero(hit | self.must_move(state.docs))
+
+    def must_move(self, docs: pd.DataFrame) -> np.ndarray:
+        """Per document, whether a bound catches it on its own: it leaks PII, or it is verbatim."""
+        hit = np.zeros(len(docs), bool)
         if self.pii:
-            hit |= state.docs["leaked"].to_numpy() > 0
-        return np.flatnonzero(hit)
+            hit |= docs["leaked"].to_numpy() > 0
+        if self.verbatim:
+            hit |= docs[VERBATIM_COLUMN].to_numpy(bool)
+        return hit
 
     def most_evidential(self, todo: np.ndarray, texts: pd.Series, evidence: pd.DataFrame,
                         leaking: np.ndarray) -> np.ndarray:
         """Of the documents ``todo``, per timeline the ``docs_per_round`` that carry the most of its evidence (the
         sum of the contributions of the features they hold, :func:`tasks.protect.moves.carried_by`; a feature without
-        one, a profiling classifier's word, weighs 1), ties by position, none that carries nothing; with a
-        pii_leakage bound, every document still leaking as well."""
+        one, a profiling classifier's word, weighs 1), ties by position, none that carries nothing; every document
+        a bound catches on its own (``leaking``: :meth:`must_move`) as well."""
         groups = self.doc_timeline.reindex(self.corpus["doc_id"].iloc[todo]).to_numpy()
         weight = evidence["contribution"].fillna(1.0) if "contribution" in evidence.columns else \
             pd.Series(1.0, index=evidence.index)
@@ -626,9 +378,7 @@ class _Protector:
         order = np.lexsort((todo, -score, pd.factorize(groups)[0]))  # per timeline: most evidence, then position
         rank = np.empty(len(todo), np.int64)
         rank[order] = pd.Series(groups[order]).groupby(groups[order], sort=False).cumcount().to_numpy()
-        keep = (rank < self.settings.docs_per_round) & (score > 0)
-        if self.pii:
-            keep |= leaking[todo]
+        keep = (rank < self.settings.docs_per_round) & (score > 0) | leaking[todo]
         return todo[keep]
 
     def next_round(self, prev: RoundState, k: int) -> RoundState:
@@ -645,7 +395,7 @@ class _Protector:
         changed = np.zeros(len(docs), bool)
         texts = docs["text"].astype(str)
         if self.ranks_documents:
-            todo = self.most_evidential(todo, texts, evidence, docs["leaked"].to_numpy() > 0)
+            todo = self.most_evidential(todo, texts, evidence, self.must_move(docs))
         while len(todo):
             rung = docs["rung"].to_numpy().copy()  # this pass's rungs (the frame's change as moves fail)
             tried_later = []
@@ -676,7 +426,9 @@ class _Protector:
         if self.pii and len(idx):
             spans, leaked = self.leaks(idx, docs["text"].iloc[idx].tolist())
             docs.loc[idx, "spans"], docs.loc[idx, "leaked"] = spans, leaked
-        attacks = prev.attacks
+        if len(idx):
+            docs.loc[idx, VERBATIM_COLUMN] = self.verbatim_flags(idx, docs["text"].iloc[idx].tolist())
+        attacks = prev.attacks[prev.attacks["role"] != "check"]  # round 0's strength check is not run again
         if len(idx):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[idx]))
             timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
@@ -708,45 +460,58 @@ class _Protector:
         os.replace(tmp, meta)
 
 
-def _round_rows(state: RoundState, summaries: list[dict[str, Any]], meaning: float) -> list[dict[str, Any]]:
-    return [{"round": state.round, "attack": s["attack"], "adversary": s["adversary"], "role": s["role"],
+def _round_rows(round_: int, summaries_: list[dict[str, Any]], meaning: float, rewritten: int,
+                seconds: float) -> list[dict[str, Any]]:
+    return [{"round": round_, "attack": s["attack"], "adversary": s["adversary"], "role": s["role"],
              "accuracy_at_1": s["accuracy_at_1"], "accuracy_at_1_ci_low": s["accuracy_at_1_ci_low"],
              "accuracy_at_1_ci_high": s["accuracy_at_1_ci_high"], "accuracy_at_10": s["accuracy_at_10"],
              "n_timelines": s["n_timelines"], "chance": s.get("chance", math.nan),
-             **dict(zip(("residual_risk", "residual_risk_ci_low", "residual_risk_ci_high"), _residual(s), strict=True)),
-             "meaning": meaning, "documents_rewritten": state.rewritten,
-             "seconds": state.seconds} for s in summaries]
+             **dict(zip(("residual_risk", "residual_risk_ci_low", "residual_risk_ci_high"), residual(s), strict=True)),
+             "meaning": meaning, "documents_rewritten": rewritten, "seconds": seconds} for s in summaries_]
 
 
-def _decide(bounds: list[Bound], figures: Mapping[str, Mapping[str, Any]], decide_on: str) -> tuple[bool, list[str]]:
-    """(every bound met, words for each bound) on the interval's upper bound (or the value)."""
-    met, words = True, []
-    for b in bounds:
-        f = figures[b.column]
-        value = f["value"]
-        checked = f["ci_high"] if decide_on == "bound" and f.get("ci_high") is not None and \
-            not math.isnan(f["ci_high"]) else value
-        ok = value is not None and not math.isnan(value) and checked <= b.limit
-        met &= ok
-        shown = f"{value:.3g}" + (f" [{f['ci_low']:.3g}, {f['ci_high']:.3g}]" if f.get("ci_high") is not None
-                                  and not math.isnan(f["ci_high"]) else "")
-        words.append(f"{b.column} {shown} {'<=' if ok else '>'} {b.limit:g}")
-    return met, words
-
-
-def _figures(state: RoundState, summaries: list[dict[str, Any]], decide_on: str, pii: bool,
-             kept: np.ndarray | None = None, profiling: bool = False) -> dict[str, dict[str, Any]]:
-    figures = {"reidentification": _worst(summaries, "judge", decide_on),
-               "reidentification_risk": _worst(summaries, "judge", decide_on, figure="risk")}
-    if pii:
-        docs = state.docs if kept is None else state.docs[kept]
-        k, n = int(docs["leaked"].sum()), int(docs["spans"].sum())
-        low, high = wilson(k, n)
-        figures["pii_leakage"] = {"value": k / n if n else 0.0, "ci_low": low if n else 0.0,
-                                  "ci_high": high if n else 0.0, "n": n, "attack": "pii", "adversary": None}
-    if profiling:
-        figures["profiling"] = _worst(summaries, "judge", decide_on, figure="profiling")
+def _judge_figures(state: RoundState, summaries_: list[dict[str, Any]], protector: _Protector,
+                   kept: np.ndarray | None = None) -> dict[str, dict[str, Any]]:
+    """The judge's figures (what stops the loop): its worst attacks, and the PII and verbatim shares of the
+    documents (``kept``, default all)."""
+    figures = attack_figures(summaries_, "judge", protector.settings.decide_on, protector.profiling)
+    docs = state.docs if kept is None else state.docs[kept]
+    if protector.pii:
+        figures["pii_leakage"] = share_figure(int(docs["leaked"].sum()), int(docs["spans"].sum()), what="pii")
+    figures["verbatim"] = share_figure(int(docs[VERBATIM_COLUMN].sum()), len(docs), what="verbatim")
     return figures
+
+
+def _decided(bounds: Sequence[Bound], figures: Mapping[str, Mapping[str, Any]], decide_on: str
+             ) -> tuple[bool, list[str]]:
+    """(every bound met, words for each bound: ``reidentification 0.104 [0.0453, 0.222] > 0.09 (delta/disjoint)``)."""
+    decisions = decide_all(bounds, figures, decide_on)
+    words = []
+    for d in decisions:
+        f = figures.get(d.bound.column, {})
+        who = "/".join(str(f[k]) for k in ("attack", "adversary") if f.get(k) and f[k] not in ("pii", "verbatim"))
+        words.append(d.short + (f" ({who})" if who else ""))
+    return all(d.met for d in decisions), words
+
+
+def judge_strength(summaries_: list[dict[str, Any]], decide_on: str) -> str | None:
+    """At round 0: when the judge's worst accuracy@1 (its upper bound) falls below the strongest registered
+    attack's (its lower bound, among the judge and the attacks a narrowed judge leaves out, on the judge's half),
+    the words that say so and name both attacks; None otherwise."""
+    judge = worst(summaries_, "judge", decide_on)
+    rows = [s for s in summaries_ if s["role"] in ("judge", "check") and s["n_timelines"]
+            and not str(s["attack"]).startswith(PROFILING_ATTACK)]
+    if not rows or judge["attack"] is None:
+        return None
+    strongest = max(rows, key=lambda s: (np.nan_to_num(s["accuracy_at_1"], nan=-1.0), s["role"] == "judge"))
+    low, high = strongest["accuracy_at_1_ci_low"], judge["ci_high"] if decide_on == "bound" else judge["value"]
+    if strongest["role"] == "judge" or not low > high:
+        return None
+    return (f"the judge is weaker than the strongest registered attack at round 0: {strongest['attack']} "
+            f"({strongest['adversary']}) re-identifies {strongest['accuracy_at_1']:.3g} "
+            f"[{low:.3g}, {strongest['accuracy_at_1_ci_high']:.3g}] of the timelines, the judge's worst "
+            f"{judge['attack']} ({judge['adversary']}) {judge['value']:.3g} [{judge['ci_low']:.3g}, "
+            f"{judge['ci_high']:.3g}]; add {strongest['attack']} to --judge (the certificate runs it regardless)")
 
 
 def _check_disjoint_histories(corpus: pd.DataFrame, histories: str, settings: ProtectSettings) -> None:
@@ -791,25 +556,33 @@ def _check_profiling(corpus: pd.DataFrame, histories: str, settings: ProtectSett
 def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings: ProtectSettings, *,
                    cache_dir: str | os.PathLike, corpus_fingerprint: str, histories_fingerprint: str,
                    log: Callable[[str], None] = lambda _line: None,
-                   invalid: pd.DataFrame | None = None) -> ProtectResult:
-    """Run the loop on ``corpus`` (the corpus schema) against ``histories`` (a history parquet file) and build
-    the protected table, the rounds table, the failures and the summary. Rounds are cached under ``cache_dir``
-    keyed by the fingerprints of the corpus and the histories and :meth:`ProtectSettings.round_key`.
+                   invalid: pd.DataFrame | None = None, gpu: bool | None = None) -> ProtectResult:
+    """Run the loop on ``corpus`` (the corpus schema) against ``histories`` (a history parquet file), certify what it
+    keeps and build the protected table, the rounds table, the failures and the summary. Rounds are cached under
+    ``cache_dir`` keyed by the fingerprints of the corpus and the histories and :meth:`ProtectSettings.round_key`.
     ``invalid``: the input rows that failed validation (:data:`tasks.corpus.schema.FAILURE_COLUMNS`), recorded
-    among the failures so that every input row ends in the output or in a failure with its reason."""
-    from tasks.metrics.base import make_signature
-    from tasks.store import code_version, tool_version
+    among the failures so that every input row ends in the output or in a failure with its reason. ``gpu``: whether
+    the GPU attacks can run at any size (default: whether CUDA is present)."""
+    from tasks.privacy.attacks import gpu_present
+    from tasks.privacy.reidentify import history_rows
+    from tasks.store import code_version
 
+    gpu = gpu_present() if gpu is None else gpu
+    n_posts = history_rows(os.fspath(histories))
+    judge = settings.judge_plan(n_posts, gpu)
+    check = settings.check_attacks(judge, n_posts, gpu)
     key = fingerprint_config({"corpus": corpus_fingerprint, "histories": histories_fingerprint,
-                              "code": code_version(*ROUND_CODE), **settings.round_key()})[:24]
+                              "code": code_version(*ROUND_CODE), **settings.round_key(judge, check)})[:24]
     folder = Path(cache_dir) / key
     _check_disjoint_histories(corpus, os.fspath(histories), settings)
     _check_profiling(corpus, os.fspath(histories), settings)
-    protector = _Protector(corpus, os.fspath(histories), settings, folder, log, histories_fingerprint)
-    bounds = settings.bounds
+    protector = _Protector(corpus, os.fspath(histories), settings, folder, log, histories_fingerprint, judge, check)
+    if judge.left_out:
+        log(f"judge: {', '.join(judge.names)}; left out: {'; '.join(judge.lines())}")
     rounds: list[dict[str, Any]] = []
     state: RoundState | None = None
-    met, words, stop = False, [], "rounds ran out"
+    strength: str | None = None
+    met, stop = False, "rounds ran out"
     for k in range(settings.max_rounds + 1):
         cached = protector.load(k)
         if cached is not None:
@@ -819,17 +592,19 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
         else:
             state = protector.round_zero() if state is None else protector.next_round(state, k)
             protector.save(state)
-        summaries = _summaries(state.attacks)
+        round_summaries = summaries(state.attacks)
         ok = state.docs["meaning"].to_numpy(float)
-        rounds += _round_rows(state, summaries, float(np.mean(ok)) if len(ok) else math.nan)
-        figures = _figures(state, summaries, settings.decide_on, protector.pii, profiling=protector.profiling)
-        met, words = _decide(bounds, figures, settings.decide_on)
-        feedback = _worst(summaries, "feedback", "point")
+        rounds += _round_rows(state.round, round_summaries, float(np.mean(ok)) if len(ok) else math.nan,
+                              state.rewritten, state.seconds)
+        met, words = _decided(settings.bounds, _judge_figures(state, round_summaries, protector), settings.decide_on)
+        feedback = worst(round_summaries, "feedback", "point")
         log(f"round {k}: judge {', '.join(words)}; feedback {feedback['attack']} {feedback['value']:.3g}; "
             f"meaning {np.mean(ok):.3f}; {state.rewritten} rewritten ({state.seconds:.1f} s"
             f"{', cached' if cached is not None else ''})")
+        if k == 0 and (strength := judge_strength(round_summaries, settings.decide_on)):
+            log(f"warning: {strength}")
         if met:
-            stop = "budget met"
+            stop = "the judge's budget is met"
             break
         if k == settings.max_rounds:
             break
@@ -841,12 +616,17 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
             stop = "the ladder is exhausted"
             break
     assert state is not None
-    return _result(protector, state, rounds, met, stop, key, tool_version(), make_signature, invalid)
+    return _result(protector, state, rounds, met, stop, key, strength, n_posts, gpu, invalid)
 
 
 def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any]], met_in_loop: bool, stop: str,
-            key: str, tool_version: str, make_signature: Callable[..., str],
+            key: str, strength: str | None, n_posts: int, gpu: bool,
             invalid: pd.DataFrame | None = None) -> ProtectResult:
+    from tasks.intervals import bootstrap
+    from tasks.metrics.base import make_signature
+    from tasks.protect.certificate import certify
+    from tasks.store import tool_version
+
     settings, corpus = protector.settings, protector.corpus
     caught = np.zeros(len(corpus), bool)
     if not met_in_loop:
@@ -869,24 +649,42 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     kept = ~caught if settings.on_fail == "drop" else np.ones(len(corpus), bool)
     kept_timelines = set(protector.doc_timeline.reindex(docs["doc_id"][kept]))
     dropped_timelines = set(protector.doc_timeline.reindex(docs["doc_id"][~kept]))
-    summaries = _summaries(state.attacks, kept_timelines - dropped_timelines)
-    figures = _figures(state, summaries, settings.decide_on, protector.pii, kept, profiling=protector.profiling)
-    met, words = _decide(settings.bounds, figures, settings.decide_on)
+    judged = summaries(state.attacks, kept_timelines - dropped_timelines)
+    judge_figures = _judge_figures(state, judged, protector, kept)
     table = _protected_table(corpus, docs, kept, caught if settings.on_fail == "keep" else None)
+
+    plan = settings.certificate_plan(n_posts, gpu)
+    params = {name: settings.params_of(name) for name in plan.names}
+    kept_docs = docs[kept]
+    certificate = certify(table, histories=protector.histories, plan=plan, params=params,
+                          adversaries=tuple(settings.adversaries), timeline_posts=settings.timeline_posts,
+                          decide_on=settings.decide_on, corpus=corpus, cache=protector.folder,
+                          profiling=settings.profiling_judge if protector.profiling else None,
+                          pii=(int(kept_docs["leaked"].sum()), int(kept_docs["spans"].sum())) if protector.pii else None,
+                          seed=settings.seed)
     meaning = table[MEANING_COLUMN].to_numpy(float)
-    from tasks.intervals import bootstrap
+    rounds += _round_rows(state.round, certificate.summaries, float(np.mean(meaning)) if len(meaning) else math.nan,
+                          0, certificate.seconds)
+    met, words = _decided(settings.bounds, certificate.figures, settings.decide_on)
+    _, judge_words = _decided(settings.bounds, judge_figures, settings.decide_on)
+    protector.log(f"certificate: {', '.join(words)} ({len(plan.names)} attack(s) on the full histories: "
+                  f"{', '.join(plan.names)}; {certificate.seconds:.1f} s)"
+                  + (f"; left out: {'; '.join(plan.lines())}" if plan.left_out else ""))
 
     low, high = bootstrap(meaning, seed=settings.seed) if len(meaning) else (math.nan, math.nan)
-    last = _summaries(state.attacks)  # before any document is left out: where the loop itself stopped
-    feedback, judge = _worst(last, "feedback", "point"), _worst(last, "judge", "point")
+    last = summaries(state.attacks)  # before any document is left out: where the loop itself stopped
+    feedback, judge = worst(last, "feedback", "point"), worst(last, "judge", "point")
     rewritten = int((table[ROUND_COLUMN] > 0).sum()) if len(table) else 0
-    verdict = (f"protect: judge {', '.join(words)} after {state.round} round(s), BERTScore "
+    verdict = (f"protect: certificate {', '.join(words)} after {state.round} round(s), BERTScore "
                f"{np.mean(meaning) if len(meaning) else math.nan:.2f}, {rewritten}/{len(corpus)} rewritten after "
                f"round 0, {n_caught} failed ({settings.on_fail})"
                + (f", {len(failures) - n_caught} input rows invalid" if len(failures) > n_caught else ""))
     notes = []
     if not met:
-        notes.append(f"budget not met: {stop}")
+        notes.append("budget not met: " + ("the certificate misses it although the judge's half-history attacks "
+                                           "meet it" if met_in_loop else stop))
+    if strength:
+        notes.append(strength)
     if feedback["value"] is not None and judge["value"] is not None and \
             judge["value"] - feedback["value"] > DISAGREEMENT:
         notes.append(f"the judge ({judge['attack']}, {judge['value']:.2f}) re-identifies far more than the feedback "
@@ -901,15 +699,19 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                          f"({s['accuracy_at_1']:.2f}) than the feedback classifier ({fed:.2f}): the masking fits the "
                          f"feedback classifier; add stronger moves")
     summary = {
-        "tool_version": tool_version,
+        "tool_version": tool_version(),
         "signature": make_signature("protect", key=key, budget=settings.budget, decide_on=settings.decide_on,
                                     on_fail=settings.on_fail),
         "budget": settings.budget, "decide_on": settings.decide_on, "met": bool(met), "rounds": int(state.round),
         "stop": stop, "start": settings.start, "ladder": [m.label for m in settings.ladder],
         "meaning_metric": "bertscore_f1", "meaning_floor": settings.meaning_floor, "on_fail": settings.on_fail,
-        "feedback": [n for n, _ in settings.feedback], "judge": [n for n, _ in settings.judge],
-        "adversaries": list(settings.adversaries),
-        "figures": {k: _plain(v) for k, v in figures.items()},
+        "feedback": [n for n, _ in settings.feedback], "judge": list(protector.judge.names),
+        "adversaries": list(settings.adversaries), "verbatim_chars": settings.verbatim_chars,
+        "unit": "timeline", "figures": {k: _plain(v) for k, v in certificate.figures.items()},
+        "certificate": [_plain(r) for r in certificate.rows()],
+        "left_out": {"judge": dict(protector.judge.left_out), "certificate": dict(certificate.left_out)},
+        "judge_figures": {k: _plain(v) for k, v in judge_figures.items()}, "judge_verdict": judge_words,
+        "judge_strength": strength,
         "feedback_worst": _plain(feedback), "judge_worst_before_failures_left_out": _plain(judge),
         "meaning": _plain({"value": float(np.mean(meaning)) if len(meaning) else math.nan, "ci_low": low,
                            "ci_high": high, "n": len(meaning)}),
@@ -937,7 +739,7 @@ def _plain(values: Mapping[str, Any]) -> dict[str, Any]:
 
 def _protected_table(corpus: pd.DataFrame, docs: pd.DataFrame, kept: np.ndarray,
                      failed_flag: np.ndarray | None) -> pd.DataFrame:
-    """The synthetic table's schema (one ok row per kept document) plus round, move and meaning."""
+    """The synthetic table's schema (one ok row per kept document) plus round, move, meaning and verbatim."""
     from tasks.generate.base import is_unchanged
 
     rows = corpus[kept].reset_index(drop=True)
@@ -958,6 +760,7 @@ def _protected_table(corpus: pd.DataFrame, docs: pd.DataFrame, kept: np.ndarray,
     table[ROUND_COLUMN] = d["round"].astype("Int64").to_numpy()
     table[MOVE_COLUMN] = d["move"].astype("string").to_numpy()
     table[MEANING_COLUMN] = d["meaning"].astype(float).to_numpy()
+    table[VERBATIM_COLUMN] = pd.Series(d[VERBATIM_COLUMN].to_numpy(bool), dtype="boolean").to_numpy()
     if failed_flag is not None:
         table[FAILED_FLAG] = pd.Series(failed_flag[kept], dtype="boolean").to_numpy()
     assert list(table.columns[:len(SYNTHETIC_COLUMNS)]) == list(SYNTHETIC_COLUMNS)

@@ -5,8 +5,9 @@ The folder holds the synthetic texts and the columns the user keeps (``--keep``)
 keep, what they leak, the budget and the limitations) and ``checksums.sha256`` (``sha256sum -c`` checks it).
 It loads with ``datasets.load_dataset("parquet", data_dir=...)`` and with pandas.
 
-What never goes out: the source texts (rows whose text is their source's, ``unchanged``, are left out unless
-the user keeps them, and the card counts them), failed rows, the private pseudonym mapping, failure texts,
+What never goes out: the source texts (rows that hold a run of at least ``verbatim_chars`` characters of their
+source, ``verbatim``: a pseudonymised copy, a name swapped and the rest the user's own words, or an unchanged row,
+are left out unless the user keeps them, and the card counts them), failed rows, the private pseudonym mapping, failure texts,
 histories, and any identifier in clear: doc, author and group ids become keyed-hash pseudonyms whose key is
 drawn fresh for each release and never written, so no one (the releaser included) can map them back, and two
 releases cannot be joined on them. Within a release the same id has the same pseudonym on every row.
@@ -27,12 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from tasks.budgets import BUDGET_METRICS, DECIDE_ON, decide, number, parse_budget, worst_index
 from tasks.corpus.schema import STATUS_OK
 from tasks.errors import InputError, shown
-from tasks.protect.files import PROTECT_LABEL, PROTECT_SUMMARY_KEYS, protect_paths
-from tasks.report.budgets import BUDGET_METRICS, DECIDE_ON, check_budget, parse_budget
+from tasks.metrics.base import VERBATIM_MIN_CHARS
+from tasks.protect.files import PROTECT_LABEL, PROTECT_SUMMARY_KEYS, VERBATIM_COLUMN, protect_paths
 from tasks.report.render import with_interval
 
 #: The release folder's files: one train split in Hugging Face's layout, the card, the checksums.
@@ -47,13 +50,16 @@ ALWAYS_KEPT: tuple[str, ...] = ("doc_id", "text")
 PSEUDONYMISED: tuple[str, ...] = ("doc_id", "author_id", "group_id")
 #: Never released, whatever ``--keep`` says: how a row was made (its status, a failure's reason, whether its
 #: text is its source's).
-WITHHELD: tuple[str, ...] = ("status", "reason", "unchanged")
+WITHHELD: tuple[str, ...] = ("status", "reason", "unchanged", VERBATIM_COLUMN)
 #: The figures a release states about what its texts leak, by the score table's metric behind each: the
 #: privacy budget columns (profiling: the advantage over guessing the most common value), and the profiling
 #: accuracy itself.
 LEAK_METRICS: dict[str, str] = {**BUDGET_METRICS, "profiling_accuracy": "profiling_accuracy"}
 #: The keys of a figure, as the protect summary writes them.
 FIGURE_KEYS: tuple[str, ...] = ("value", "ci_low", "ci_high", "n", "attack", "adversary")
+#: A document holding a run of this many characters of its source is verbatim, where its input does not say (a
+#: protect output states its own ``verbatim_chars``; a run its ``metrics.verbatim.min_chars``).
+VERBATIM_CHARS = VERBATIM_MIN_CHARS
 #: Hugging Face's ``size_categories`` buckets: (upper bound, name); the last has none.
 SIZE_CATEGORIES: tuple[tuple[float, str], ...] = (
     (1e3, "n<1K"), (1e4, "1K<n<10K"), (1e5, "10K<n<100K"), (1e6, "100K<n<1M"), (1e7, "1M<n<10M"),
@@ -82,22 +88,16 @@ class ReleaseInput:
     tool_version: str
     epsilon: float | None = None  # the nominal per-document DP epsilon, for a DP strategy
     facts: dict[str, str] = field(default_factory=dict)  # further lines of "how it was made"
+    #: Re-identification attack by attack (attack, adversary, accuracy_at_1 and residual_risk with their intervals,
+    #: n_timelines, reason): a protect output's certificate, or a run's attacks on the strategy.
+    attacks: list[dict[str, Any]] = field(default_factory=list)
+    #: Per row of ``table``, whether its text holds a run of its source (None: not known, nothing left out for it).
+    verbatim: pd.Series | None = None
+    verbatim_chars: int = 30
 
-    def budget_row(self) -> dict[str, Any]:
-        """The figures as one row of :func:`tasks.report.budgets.check_budget`'s table."""
-        row: dict[str, Any] = {"strategy": self.label}
-        for name, figure in [*self.leaks.items(), *((k["name"], k) for k in self.keeps if k.get("budget"))]:
-            row[name] = _number(figure.get("value"))
-            for part in ("ci_low", "ci_high", "n"):
-                row[f"{name}_{part}"] = _number(figure.get(part))
-        return row
-
-
-def _number(value: object) -> float:
-    try:
-        return math.nan if value is None or value is pd.NA else float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
+    def figures(self) -> dict[str, dict[str, Any]]:
+        """Every figure a budget can bound, by name: the leaks, and the keeps that are budget figures."""
+        return {**self.leaks, **{k["name"]: k for k in self.keeps if k.get("budget")}}
 
 
 # ----------------------------------------------------------------------------------------------- inputs
@@ -172,18 +172,72 @@ def read_run(run_dir: str | Path, label: str | None, variant: str | None = None)
     if adversaries:
         facts["threat model"] = (f"the leak figures and the budget take the worst case over the "
                                  f"{', '.join(adversaries)} adversary setting(s) (the run's report.adversaries)")
+    corpus_ref = layout.one("split", "corpus")
+    verbatim = None
+    if VERBATIM_COLUMN in table.columns:  # the run's protect stage wrote its own flags
+        verbatim = pd.Series(_flag(table, VERBATIM_COLUMN), index=table.index)
+    chars = int(((config.get("metrics") or {}).get("verbatim") or {}).get("min_chars") or VERBATIM_CHARS)
+    if VERBATIM_COLUMN not in table.columns and corpus_ref is not None:
+        verbatim = _verbatim_flags(table, store.read_table(corpus_ref), chars)
+    attacks = _run_attacks(mine[mine["strategy"] == label], adversaries)
     protected = layout.one("protect", "summary") if label == PROTECT_LABEL else None
-    if protected is not None:  # the run's protect stage: its summary says how it was made (figures: the run's)
+    if protected is not None:  # the run's protect stage: its summary says how it was made and adds its certificate
         summary = _protect_summary(Path(protected.path))
         signature = str(summary["signature"])
         if not budget:  # the run states none: the protect stage's own, decided as it decided it
             budget, decide_on = summary["budget"] or None, summary["decide_on"]
         facts.update(_protect_facts(summary))
+        leaks = _worse(leaks, {name: _figure(f) for name, f in summary["figures"].items()}, decide_on)
+        attacks += [{**r, "adversary": f"{r['adversary']} (certificate)"} for r in summary["certificate"]]
     return ReleaseInput(
         kind="run", path=run.root, label=name, table=table, leaks=leaks, keeps=keeps,
         budget=budget, decide_on=decide_on, signature=signature,
         tool_version=str(manifest.get("versions", {}).get("synthugc", "unknown")),
-        epsilon=variant_epsilons(table).get(variant), facts=facts)
+        epsilon=variant_epsilons(table).get(variant), facts=facts, attacks=attacks, verbatim=verbatim,
+        verbatim_chars=chars)
+
+
+def _verbatim_flags(table: pd.DataFrame, corpus: pd.DataFrame, min_chars: int) -> pd.Series:
+    """Per row of ``table``, whether its text holds a run of ``min_chars`` characters of its source in ``corpus``
+    (rows whose source is not found: not verbatim; failed rows: not scored)."""
+    from tasks.metrics.verbatim import verbatim_flags
+
+    sources = table["doc_id"].map(corpus.drop_duplicates("doc_id").set_index("doc_id")["text"])
+    known = sources.notna().to_numpy() & (table["status"] == STATUS_OK).to_numpy()
+    flags = np.zeros(len(table), bool)
+    flags[known] = verbatim_flags(sources[known].astype(str).tolist(), table["text"][known].astype(str).tolist(),
+                                  min_chars=min_chars)
+    return pd.Series(flags, index=table.index)
+
+
+def _worse(one: Mapping[str, dict[str, Any]], other: Mapping[str, dict[str, Any]],
+           decide_on: str) -> dict[str, dict[str, Any]]:
+    """Per figure, the worse of two measurements of it (:func:`tasks.budgets.worst_index`): a run's own attacks and
+    its protect stage's certificate each state what the output leaks, and the stronger one counts."""
+    out = dict(one)
+    for name, figure in other.items():
+        both = [f for f in (one.get(name), figure) if f is not None]
+        at = worst_index([f.get("value") for f in both], [f.get("ci_high") for f in both], decide_on)
+        out[name] = both[at if at is not None else -1]
+    return out
+
+
+def _run_attacks(scores: pd.DataFrame, adversaries: Sequence[str] | None) -> list[dict[str, Any]]:
+    """A run's re-identification attacks on one strategy, one row per (attack, adversary): accuracy@1 and the
+    residual risk over chance with their intervals, and why an attack has no value (left out, not measurable)."""
+    rows = scores[(scores["level"] == "privacy") & scores["metric"].isin(["reid_accuracy", "reid_residual_risk"])]
+    if adversaries is not None:
+        rows = rows[rows["adversary"].isna() | rows["adversary"].isin(list(adversaries))]
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in rows.to_dict("records"):
+        entry = out.setdefault((str(r.get("attack")), str(r.get("adversary"))), {
+            "attack": str(r.get("attack")), "adversary": str(r.get("adversary")), "reason": None})
+        name = "accuracy_at_1" if r["metric"] == "reid_accuracy" else "residual_risk"
+        entry.update({name: number(r["value"]), f"{name}_ci_low": number(r.get("ci_low")),
+                      f"{name}_ci_high": number(r.get("ci_high")), "n_timelines": number(r.get("n"))})
+        if isinstance(r.get("reason"), str) and r["reason"] and not entry["reason"]:
+            entry["reason"] = r["reason"]
+    return sorted(out.values(), key=lambda e: (e["attack"], e["adversary"]))
 
 
 def strategy_name(label: str, variant: str) -> str:
@@ -244,6 +298,8 @@ def _protect_problem(summary: Any) -> str | None:
         return f"lacks key(s) {', '.join(missing)} of the protect format"
     if not isinstance(summary["figures"], dict) or not all(isinstance(f, dict) for f in summary["figures"].values()):
         return "key 'figures': expected a mapping from figure name to {value, ci_low, ci_high, n, attack, adversary}"
+    if not isinstance(summary["certificate"], list) or not all(isinstance(r, dict) for r in summary["certificate"]):
+        return "key 'certificate': expected a list of {attack, adversary, accuracy_at_1, ...}"
     if not isinstance(summary["meaning"], dict) or not isinstance(summary["documents"], dict):
         return "keys 'meaning' and 'documents': expected mappings"
     if summary["decide_on"] not in DECIDE_ON:
@@ -268,6 +324,10 @@ def _protect_facts(summary: Mapping[str, Any]) -> dict[str, str]:
                        f"{', '.join(map(str, summary['ladder'])) or 'none'}; meaning floor {summary['meaning_metric']}"
                        f" >= {summary['meaning_floor']}; documents that missed budget or floor: {summary['on_fail']}",
             "documents": ", ".join(f"{k} {v}" for k, v in summary["documents"].items()),
+            "certificate": "every registered attack run again on the output against the full histories (what a real "
+                           "adversary holds), at the unit the output exposes (" + str(summary.get("unit", "timeline"))
+                           + "s)" + ("; left out: " + "; ".join(f"{k}: {v}" for k, v in left.items())
+                                     if (left := (summary.get("left_out") or {}).get("certificate")) else ""),
             "protect verdict": str(summary["verdict"])}
 
 
@@ -288,13 +348,18 @@ def read_protect(path: str | Path) -> ReleaseInput:
                          file=str(paths.table), column="strategy")
     meaning = summary["meaning"]
     facts = _protect_facts(summary)
+    if VERBATIM_COLUMN not in table.columns:
+        raise InputError(f"column {VERBATIM_COLUMN!r} is missing: a protect output states which documents hold a run "
+                         "of their source; rerun synthugc protect", file=str(paths.table), column=VERBATIM_COLUMN)
     return ReleaseInput(
         kind="protect output", path=paths.table, label=PROTECT_LABEL, table=table,
         leaks={name: _figure(f) for name, f in summary["figures"].items()},
         keeps=[{"name": str(summary["meaning_metric"]), "aspect": "meaning", **_figure(meaning)}],
         budget=summary["budget"] or None, decide_on=summary["decide_on"], signature=str(summary["signature"]),
         tool_version=str(summary["tool_version"]), epsilon=next(iter(variant_epsilons(table).values()), None),
-        facts=facts)
+        facts=facts, attacks=[dict(r) for r in summary["certificate"]],
+        verbatim=pd.Series(_flag(table, VERBATIM_COLUMN), index=table.index),
+        verbatim_chars=int(summary.get("verbatim_chars", VERBATIM_CHARS)))
 
 
 def dp_audit_line(path: str | Path, release: ReleaseInput) -> str:
@@ -332,31 +397,28 @@ class Verdict:
         return f"budget {'met' if self.met else 'missed'}: " + "; ".join(self.failing if not self.met else self.lines)
 
 
-def decide(release: ReleaseInput, budget: str | None, decide_on: str, where: str) -> Verdict:
-    """Each bound of ``budget`` decided on the release's figures as the report decides it (the interval's
-    bound by default); a figure the input lacks is unknown, so not met."""
+def verdict_of(release: ReleaseInput, budget: str | None, decide_on: str, where: str) -> Verdict:
+    """Each bound of ``budget`` decided on the release's figures (:func:`tasks.budgets.decide`, the interval's bound
+    by default); a figure the input lacks is unknown, so not met. A line names the attack that reached the figure."""
     if not budget:
         return Verdict(None, True, (), ())
-    bounds = parse_budget(budget, where=where)
-    row = release.budget_row()
+    figures = release.figures()
     lines, failing = [], []
-    side = {"<=": "upper", ">=": "lower"}
-    for bound in bounds:
-        figure = bound.column
-        row.setdefault(figure, math.nan)
-        verdict = check_budget(pd.DataFrame([row]), [bound], decide_on=decide_on).iloc[0]
-        shown_figure = f"{figure} {with_interval(row[figure], row.get(f'{figure}_ci_low'), row.get(f'{figure}_ci_high'))}"
-        how = ("on the point estimate" if decide_on == "point" or math.isnan(_number(row.get(f"{figure}_ci_high")))
-               else f"on the 95% interval's {side[bound.op]} bound")
-        if verdict["meets"]:
-            lines.append(f"{shown_figure} {bound.op} {bound.limit:g} (decided {how})")
+    for bound in parse_budget(budget, where=where):
+        figure = figures.get(bound.column, {})
+        d = decide(bound, figure, decide_on)
+        shown_figure = f"{bound.column} {with_interval(d.value, d.ci_low, d.ci_high)}"
+        who = ", ".join(str(figure[k]) for k in ("attack", "adversary", "attribute") if figure.get(k))
+        how = f"decided {d.how}" + (f"; {who}" if who else "")
+        if d.met:
+            lines.append(f"{shown_figure} {bound.op} {bound.limit:g} ({how})")
             continue
-        if math.isnan(row[figure]):
-            line = f"{figure} is not measured for {release.label!r}, so {bound} cannot be shown met"
-        elif verdict["undecided"]:
-            line = f"{shown_figure} is undecided for {bound} (decided {how}: the interval straddles it)"
+        if d.outcome == "unknown":
+            line = f"{bound.column} is not measured for {release.label!r}, so {bound} cannot be shown met"
+        elif d.outcome == "undecided":
+            line = f"{shown_figure} is undecided for {bound} ({how}: the interval straddles it)"
         else:
-            line = f"{shown_figure} {'>' if bound.op == '<=' else '<'} {bound.limit:g} (decided {how})"
+            line = f"{shown_figure} {'>' if bound.op == '<=' else '<'} {bound.limit:g} ({how})"
         lines.append(line)
         failing.append(line)
     return Verdict(budget, not failing, tuple(lines), tuple(failing))
@@ -370,8 +432,10 @@ class ReleaseTable:
     table: pd.DataFrame
     n_input: int
     n_failed: int
-    n_unchanged: int  # rows whose text is their source's
-    unchanged_kept: bool
+    n_verbatim: int  # ok rows that hold a run of their source (the unchanged ones among them)
+    verbatim_kept: bool
+    verbatim_chars: int = VERBATIM_CHARS
+    n_unchanged: int = 0  # of the verbatim rows, those whose text is their source's
 
 
 def keepable_columns(table: pd.DataFrame) -> list[str]:
@@ -407,27 +471,38 @@ def pseudonyms(values: pd.Series, key: bytes, column: str) -> pd.Series:
     return values.map(one).astype("string")
 
 
-def release_table(table: pd.DataFrame, keep: Sequence[str], *, keep_unchanged: bool = False,
+def _flag(table: pd.DataFrame, column: str) -> np.ndarray:
+    """A nullable boolean column as a plain one (missing: False)."""
+    if column not in table.columns:
+        return np.zeros(len(table), bool)
+    return table[column].astype("boolean").fillna(False).to_numpy(dtype=bool)
+
+
+def release_table(table: pd.DataFrame, keep: Sequence[str], *, keep_verbatim: bool = False,
+                  verbatim: pd.Series | None = None, verbatim_chars: int = VERBATIM_CHARS,
                   key: bytes | None = None) -> ReleaseTable:
-    """The rows a release hands out: ok rows only, not the unchanged ones (their text is the source's) unless
-    ``keep_unchanged``; ``doc_id``, ``text`` and the ``keep`` columns, identifiers as pseudonyms under ``key``
-    (default: a fresh random key, never kept)."""
+    """The rows a release hands out: ok rows only, not the verbatim ones (``verbatim``: per row of ``table``, whether
+    its text holds a run of its source; the unchanged rows always count) unless ``keep_verbatim``; ``doc_id``,
+    ``text`` and the ``keep`` columns, identifiers as pseudonyms under ``key`` (default: a fresh random key, never
+    kept)."""
     columns = [*ALWAYS_KEPT, *check_keep(table, keep)]
-    ok = table[table["status"] == STATUS_OK]
-    unchanged = (ok["unchanged"].astype("boolean").fillna(False).to_numpy(dtype=bool) if "unchanged" in ok.columns
-                 else [False] * len(ok))
-    n_unchanged = int(sum(unchanged))
-    out = (ok if keep_unchanged else ok[[not u for u in unchanged]])[columns].reset_index(drop=True)
+    ok = (table["status"] == STATUS_OK).to_numpy()
+    unchanged = _flag(table, "unchanged") & ok
+    copied = unchanged | (verbatim.to_numpy(dtype=bool) if verbatim is not None else _flag(table, VERBATIM_COLUMN)) & ok
+    n_verbatim = int(copied.sum())
+    out = table[ok & (keep_verbatim | ~copied)][columns].reset_index(drop=True)
     if out.empty:
-        raise InputError(f"nothing to release: of {len(table)} rows, {len(table) - len(ok)} failed and "
-                         f"{n_unchanged} are unchanged (their text is the source's; --keep-unchanged releases them)")
+        raise InputError(f"nothing to release: of {len(table)} rows, {int((~ok).sum())} failed and {n_verbatim} are "
+                         f"verbatim (they hold a run of {verbatim_chars} or more characters of their source text; "
+                         "--keep-verbatim releases them)")
     key = secrets.token_bytes(32) if key is None else key
     for column in PSEUDONYMISED:
         if column in out.columns:
             out[column] = pseudonyms(out[column], key, column)
     if out["doc_id"].duplicated().any():
         raise InputError("two documents share a doc_id; a release needs one row per document", column="doc_id")
-    return ReleaseTable(out, len(table), len(table) - len(ok), n_unchanged, keep_unchanged)
+    return ReleaseTable(out, len(table), int((~ok).sum()), n_verbatim, keep_verbatim, verbatim_chars,
+                        int(unchanged.sum()))
 
 
 # -------------------------------------------------------------------------------------------------- card
@@ -456,10 +531,10 @@ def render_card(release: ReleaseInput, rows: ReleaseTable, verdict: Verdict, opt
     task = options.task_category or ("text-classification" if "label" in rows.table.columns else "text-generation")
 
     def shown_figure(figure: Mapping[str, Any]) -> str:
-        return with_interval(_number(figure.get("value")), _number(figure.get("ci_low")), _number(figure.get("ci_high")))
+        return with_interval(number(figure.get("value")), number(figure.get("ci_low")), number(figure.get("ci_high")))
 
     def count(n: object) -> str:
-        return "–" if math.isnan(_number(n)) else f"{_number(n):.0f}"
+        return "–" if math.isnan(number(n)) else f"{number(n):.0f}"
 
     def worst(figure: Mapping[str, Any]) -> str:
         parts = [f"{key} {figure[key]}" for key in ("attack", "adversary", "attribute") if figure.get(key)]

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tasks.budgets import Bound
 from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout
 from tasks.metrics.suite import metric_correlation_matrix
 from tasks.protect.files import CURVE_COLUMNS, MOVE_COLUMN, PROFILING_ATTACK
-from tasks.report.budgets import Bound
 from tasks.report.human_eval import read_results
 from tasks.scores import BASELINE_ROWS, CHANCE, SCORE_KEY, SCORES, score_frame
 from tasks.store import ArtifactRef
@@ -226,7 +226,7 @@ def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Prote
     """The protect stage's rounds, moves and verdict from its artifacts, or None without a protect stage."""
     import json
 
-    from tasks.protect.loop import parse_protect_budget
+    from tasks.budgets import parse_budget
 
     rounds_ref, summary_ref = layout.one("protect", "rounds"), layout.one("protect", "summary")
     if rounds_ref is None or summary_ref is None:
@@ -235,7 +235,7 @@ def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Prote
     moves = summary.get("moves")
     if moves is None and (table := layout.one("protect", "shard")) is not None:
         moves = read(table)[MOVE_COLUMN].value_counts().to_dict()
-    figure, limit = curve_budget(parse_protect_budget(summary["budget"], "budget"))
+    figure, limit = curve_budget(parse_budget(summary["budget"], "budget", protect=True))
     return Protection(rounds=rounds, curve=protect_curve(rounds, summary["decide_on"], figure),
                       moves={str(k): int(v) for k, v in (moves or {}).items()}, budget=summary["budget"],
                       limit=limit, verdict=summary["verdict"], met=bool(summary["met"]), figure=figure)

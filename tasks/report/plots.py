@@ -609,7 +609,10 @@ def metaeval_chart(summary: pd.DataFrame) -> Plot:
 PROTECT_TITLE = "Protect: re-identification against meaning, round by round"
 #: The protect roles the curve draws, each with its colour and words (the judge decides the budget).
 PROTECT_SERIES: dict[str, tuple[str, str]] = {
-    "judge": (OKABE_ITO[3], "judge (decides the budget)"), "feedback": (OKABE_ITO[0], "feedback (steers the rewriting)")}
+    "judge": (OKABE_ITO[3], "judge (half the histories: stops the loop)"),
+    "feedback": (OKABE_ITO[0], "feedback (steers the rewriting)"),
+    "certificate": (OKABE_ITO[5], "certificate (every attack, full histories: decides the budget)")}
+_SERIES_MARKS: tuple[tuple[str, int], ...] = (("o", 6), ("s", -12), ("D", 14))  # marker, label offset per series
 
 
 #: How the protect curve labels each figure it can draw (:data:`tasks.protect.files.CURVE_COLUMNS`): the y axis
@@ -634,8 +637,9 @@ def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None, figure:
                  "timelines whose author the adversary knows)")
     caption = (f"Each point is one round of the protect loop: {what} (lower = more private) against the meaning "
                "the round's texts keep (BERTScore F1 against the source, right = more kept), labelled by round "
-               "(r0 = the starting move). The judge attacks never steer the rewriting and decide the budget; the "
-               "feedback attack does steer it.")
+               "(r0 = the starting move). The feedback attack steers the rewriting; the judge attacks, on the other "
+               "half of each user's history, decide when the loop stops; the certificate, every registered attack "
+               "run again after the last round against the full histories, decides the budget.")
     problem = _missing(curve, ["round", "role", column, "meaning"])
     if problem:
         return _skipped(name, PROTECT_TITLE, caption, problem)
@@ -657,10 +661,11 @@ def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None, figure:
         if part.empty:
             continue
         _error_bars(ax, part, "y", colour)
-        ax.plot(part["x"], part["y"], color=colour, marker="o" if k == 0 else "s", markersize=7, linewidth=1.4,
+        marker, offset = _SERIES_MARKS[k % len(_SERIES_MARKS)]
+        ax.plot(part["x"], part["y"], color=colour, marker=marker, markersize=7, linewidth=1.4,
                 markeredgecolor="#1b1f24", label=words, zorder=3)
         for x, y, r in zip(part["x"], part["y"], part["round"], strict=True):  # judge above, feedback below
-            ax.annotate(f"r{r:.0f}", (x, y), xytext=(6, 6 if k == 0 else -12), textcoords="offset points",
+            ax.annotate(f"r{r:.0f}", (x, y), xytext=(6, offset), textcoords="offset points",
                         fontsize=8.5, color=colour)
     if limit is not None and math.isfinite(limit):
         ax.axhline(limit, color="#57606a", linestyle="--", linewidth=1.3, zorder=1,

@@ -49,7 +49,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, get_args
 
 import numpy as np
@@ -717,6 +717,31 @@ def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) ->
     return out
 
 
+#: The reason a strategy is not eligible to share: it misses the run's budget (followed by the budget).
+OVER_BUDGET = "not eligible: it misses the run's budget"
+
+
+def within_budget(goal: Goal, recs: Sequence[Recommendation], verdicts: pd.DataFrame,
+                  budget: str) -> list[Recommendation]:
+    """For a share-data goal in a run with a budget: only the strategies that meet it stay eligible (ranked in the
+    same order); the others say they miss it. Other goals: ``recs`` as they are."""
+    if goal.use_case != "share_data":
+        return list(recs)
+    from tasks.report.tables import strategy_label
+
+    meeting = set(verdicts.loc[verdicts["meets"].astype(bool), "strategy"].astype(str)) if len(verdicts) else set()
+    out, rank = [], 0
+    for rec in recs:
+        if rec.eligible and strategy_label(rec.strategy, rec.variant) not in meeting:
+            rec = replace(rec, eligible=False, rank=None,
+                          reasons=[*rec.reasons, f"{OVER_BUDGET} {budget}"])
+        elif rec.eligible:
+            rank += 1
+            rec = replace(rec, rank=rank)
+        out.append(rec)
+    return out
+
+
 def budget_note(goal: Goal, verdicts: pd.DataFrame, budget: str) -> str | None:
     """For a share-data goal in a run with a budget (``report.require``): the strategies that meet it (the
     verdicts of :func:`tasks.report.budgets.check_budget`), or that none does; None for other goals."""
@@ -738,8 +763,8 @@ def protect_note(goal: Goal, recs: Sequence[Recommendation], label: str, budget:
         return f"the protect output ({label!r}) has no scores in this run: it could not be ranked"
     place = f"ranked {rec.rank}" if rec.rank is not None else "not eligible"
     if met:
-        return (f"the protect output ({label!r}) meets its budget {budget} on the judge attacks it never trained "
-                f"against: {place} here for sharing data")
+        return (f"the protect output ({label!r}) meets its budget {budget} on its certificate (every registered "
+                f"attack on the full histories): {place} here for sharing data")
     return (f"the protect output ({label!r}) misses its budget {budget}: {place} here, on the run's own attacks "
             "like any strategy")
 

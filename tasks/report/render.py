@@ -21,7 +21,15 @@ from tasks.report.build import (
     ReportData,
     aspect_points,
 )
-from tasks.report.recommend import Recommendation, budget_note, protect_note, recommend, recommendation_notes
+from tasks.report.recommend import (
+    OVER_BUDGET,
+    Recommendation,
+    budget_note,
+    protect_note,
+    recommend,
+    recommendation_notes,
+    within_budget,
+)
 from tasks.report.tables import (
     BASELINE_ROWS,
     ArticleTable,
@@ -76,11 +84,14 @@ def _recommendations(data: ReportData) -> list[tuple[object, list[Recommendation
     out = []
     for goal in data.goals:
         recs = recommend(data.summary, goal, data.families)
+        verdicts = budget_verdicts(data)
+        if verdicts is not None:  # sharing data: only what meets the run's budget is eligible
+            recs = within_budget(goal, recs, verdicts, data.budget or "")
         notes = recommendation_notes(goal, recs)
         if data.protection is not None and (note := protect_note(goal, recs, PROTECT_LABEL, data.protection.budget,
                                                                  data.protection.met)):
             notes.insert(0, note)
-        if (verdicts := budget_verdicts(data)) is not None and (note := budget_note(goal, verdicts, data.budget or "")):
+        if verdicts is not None and (note := budget_note(goal, verdicts, data.budget or "")):
             notes.insert(0, note)
         out.append((goal, recs, notes))
     return out
@@ -202,7 +213,8 @@ def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
     unless ``report.decide_on`` / ``--decide-on`` says point; a straddled budget is undecided."""
     if not data.budget:
         return None
-    from tasks.report.budgets import budget_table, check_budget, parse_budget
+    from tasks.budgets import parse_budget
+    from tasks.report.budgets import budget_table, check_budget
 
     bounds = parse_budget(data.budget)
     verdicts = check_budget(budget_table(data.summary, data.budget_adversaries), bounds, decide_on=data.decide_on)
@@ -242,9 +254,11 @@ def protect_moves_table(protection: Protection) -> pd.DataFrame:
 
 
 def protect_verdict(protection: Protection) -> str:
-    """The protect stage's verdict line: budget met or not, then the loop's own verdict and notes."""
+    """The protect stage's verdict line: budget met or not on the certificate, then the loop's own verdict and
+    notes."""
     met = "met" if protection.met else "not met"
-    return f"Budget {protection.budget} {met}. {protection.verdict}"
+    return (f"Budget {protection.budget} {met} on the certificate (every registered attack on the full histories). "
+            f"{protection.verdict}")
 
 
 def render_markdown(data: ReportData) -> str:
@@ -340,8 +354,10 @@ def _glance_rows(ranked: list[tuple[object, list[Recommendation], list[str]]]) -
     rows = []
     for goal, recs, _ in ranked:
         top = next((r for r in recs if r.rank == 1), None)
+        over = any(r.reasons and r.reasons[-1].startswith(OVER_BUDGET) for r in recs)
         name = "none eligible" if top is None else strategy_label(top.strategy, top.variant)
         rows.append((goal.headline(), name, fmt(top.score, 2) if top else "–", top.cost if top else
+                     "no strategy of this run meets the run's budget" if over else
                      "no strategy of this run meets the goal"))
     return rows
 

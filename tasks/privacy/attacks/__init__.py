@@ -37,6 +37,7 @@ from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_
 from tasks.paths import segment_problem
 from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
 from tasks.privacy.reidentify import HistorySource, ReidResult
+from tasks.settings import get_settings
 
 SUMMARY_FIELDS = ["attack", "adversary", "accuracy_at_1", "accuracy_at_1_ci_low", "accuracy_at_1_ci_high",
                   "accuracy_at_10", "accuracy_at_10_ci_low", "accuracy_at_10_ci_high", "mrr", "mrr_ci_low",
@@ -61,13 +62,16 @@ class Attack(ABC):
 
     @classmethod
     def skip_reason(cls, n_history_posts: int, gpu: bool) -> str | None:
-        """Why ``all`` leaves this attack out on these histories and this hardware (None: it runs)."""
+        """Why ``all`` leaves this attack out on these histories and this hardware (None: it runs). On CPU a GPU
+        attack runs up to its ``cpu_posts`` history posts, or ``SYNTHUGC_CPU_ATTACK_POSTS`` where set."""
         if not cls.needs_gpu or gpu:
             return None
-        if cls.cpu_posts is None:
+        limit = get_settings().cpu_attack_posts
+        limit = cls.cpu_posts if limit is None else limit
+        if not limit:
             return "needs a GPU, and none is present"
-        if n_history_posts > cls.cpu_posts:
-            return (f"needs a GPU for {n_history_posts:,} history posts (on CPU it runs up to {cls.cpu_posts:,}), "
+        if n_history_posts > limit:
+            return (f"needs a GPU for {n_history_posts:,} history posts (on CPU it runs up to {limit:,}), "
                     f"and none is present")
         return None
 
