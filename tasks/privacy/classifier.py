@@ -8,9 +8,11 @@ n-gram settings): character ``ngram_min..ngram_max``-grams and word ``word_min..
 history post, sublinear TF ``1 + ln(count)`` times the smooth IDF of the history posts, L2-normalised.
 Each history post is a training example labelled by its author (the held-out documents removed in the
 ``disjoint`` setting). A timeline is scored as its posts joined into one text (the sum of its posts' n-gram
-counts, no n-gram across two posts; sublinear TF, IDF, L2): on the 2012 conventions speakers that read
-accuracy@1 0.394 against 0.374 for the mean of its posts' rows (3 seeded splits, C = 3), and 0.385 against
-0.359 at C = 1. A timeline's score for an author is the model's decision value for that author.
+counts, no n-gram across two posts; sublinear TF, IDF, L2): on the 2012 conventions speakers (disjoint,
+seeded splits 0-2 of :func:`tasks.corpus.splits.author_timelines`) that read accuracy@1 0.383 against 0.357
+for the mean of its posts' rows at C = 1, and 0.394 against 0.374 at C = 3 (``benchmarks/conventions.py
+--seeds 0 1 2 --svc-forms 1 3``). A timeline's score for an author is the model's decision value for that
+author.
 
 Two ways to compute it, chosen by the size of the histories (``mode="auto"``):
 
