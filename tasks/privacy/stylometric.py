@@ -21,8 +21,8 @@ attribution follows :mod:`tasks.privacy.attribution`. What a profile is depends 
   of its posts' n-gram counts, no n-gram across two posts, then sublinear TF, IDF and L2); a timeline's
   profile is its posts as one text likewise. One numba pass in author order (:func:`_text_kernel`);
   memory is the vocabulary plus one (author, n-gram, count) triple per distinct n-gram of each author:
-  36 MB of simulated history text (200k posts) took 15.6 s and 1.8 GB, so it is for corpora that fit in
-  memory. This is the profile-based attribution of Keselj et al. (an author's texts concatenated).
+  36 MB of simulated history text (200k posts of 2,000 users) took 14.2 s and 1.6 GB peak
+  (``benchmarks/reidentify.py``; the sketch: 3.5 s, 0.6 GB), so it is for corpora that fit in memory. This is the profile-based attribution of Keselj et al. (an author's texts concatenated).
 - ``exact`` and ``sketch``: an author's profile is the mean of its posts' L2-normalised vectors, a
   timeline's the mean of its posts' vectors.
 - ``auto`` (the default): ``text`` when the histories hold at most ``text_max_mb`` MB of text (the text
@@ -30,13 +30,15 @@ attribution follows :mod:`tasks.privacy.attribution`. What a profile is depends 
 
 Why ``text`` below the size: on the 2012 conventions corpus (181 speakers; a run of 5 consecutive
 sentences of each speaker as its timeline, the speaker's other sentences as history, disjoint adversary;
-10 seeded splits, :func:`tasks.corpus.splits.author_timelines`) the mean of post vectors read accuracy@1
-0.187 and the ``text`` profile 0.419 (scikit-learn word 1-2-gram centroids: 0.219 as means of posts, 0.414
-as texts). The sketch was not the cause (``exact`` and ``sketch`` both read 0.171 on seed 0): averaging unit
+10 seeded splits, :func:`tasks.corpus.splits.author_timelines`; ``benchmarks/conventions.py --seeds 0 1 2 3
+4 5 6 7 8 9``) the mean of post vectors read accuracy@1 0.187 (``sketch``, the old default: 0.174) and the
+``text`` profile 0.419 (scikit-learn word 1-2-gram centroids: 0.219 as means of posts, 0.417 as texts). The
+sketch was not the cause (``exact`` and ``sketch`` both read 0.171 on seed 0): averaging unit
 vectors of one-sentence posts, whose TF is almost always 1, weighs an n-gram by the share of the author's
 posts that hold it, so the frequent n-grams every speaker uses drown the rare ones that tell speakers
-apart; sublinear TF of the author's total counts damps them. On simulated posts (200k posts of 2,000
-users, 50 timelines) both profiles read the same within noise.
+apart; sublinear TF of the author's total counts damps them. On simulated posts both read about the same
+(200k posts of 2,000 users, 50 timelines, rewrite 0.2 / 0.8: ``full`` 1.00 / 0.98 as text against 1.00 /
+1.00 as sketch, ``disjoint`` 0.80 / 0.70 against 0.76 / 0.66).
 
 Computing the mean-of-posts profile:
 
