@@ -225,10 +225,13 @@ def test_the_privacy_table_describes_its_attacks_from_the_registry(length_attack
     assert "stylometric: Writing style: TF-IDF author profiles" in caption and "minhash" not in caption
 
 
-def test_all_runs_every_registered_attack_that_can_run_and_names_the_others_with_why():
-    """``all`` is every registered attack; a GPU attack runs on CPU only up to its declared history size and is
-    otherwise left out with the reason; named attacks run as asked and the others are named as not asked for."""
+def test_all_runs_every_registered_attack_that_can_run_and_names_the_others_with_why(monkeypatch):
+    """``all`` is every registered attack; a GPU attack runs on CPU only up to its declared history size (or
+    SYNTHUGC_CPU_ATTACK_POSTS) and is otherwise left out with the reason; named attacks run as asked and the
+    others are named as not asked for."""
     from tasks.privacy.attacks import attack_class, plan_attacks
+
+    monkeypatch.delenv("SYNTHUGC_CPU_ATTACK_POSTS", raising=False)  # the attack's own limit
 
     embedding = attack_class("embedding")
     small, large = embedding.cpu_posts, embedding.cpu_posts + 1
@@ -244,23 +247,25 @@ def test_all_runs_every_registered_attack_that_can_run_and_names_the_others_with
     assert narrowed.left_out["minhash"] == "not asked for (--judge delta,embedding)"
     with pytest.raises(ValueError, match=r"attack must be one of .* or all; got 'nope'"):
         plan_attacks("nope", 10)
+    monkeypatch.setenv("SYNTHUGC_CPU_ATTACK_POSTS", "0")  # never on CPU
+    assert plan_attacks("all", 1, gpu=False).left_out == {"embedding": "needs a GPU, and none is present"}
 
 
 def test_reidentify_all_names_the_attack_it_left_out_in_the_log_and_the_scores(tmp_path):
     """`synthugc reidentify --attack all` on histories too large for the embedding attack on CPU: every other
     attack runs, the log says which was left out and why, and the scores carry it with the reason and no value."""
     from tasks.corpus.simulate import simulate_histories, simulate_synthetic
-    from tasks.privacy.attacks import attack_class
-
-    n_posts = attack_class("embedding").cpu_posts + 500
+    n_posts = 2_000
     histories = simulate_histories(40, n_posts, seed=3, out_path=tmp_path / "h.parquet")
     synthetic = simulate_synthetic(histories, n_timelines=8, n_posts=40, rewrite_strength=0.2, seed=4)
     synthetic.assign(strategy="copy", variant="first", status="ok").to_parquet(tmp_path / "s.parquet")
     done = subprocess.run([str(CLI), "reidentify", "--histories", str(histories), "--synthetic",
                            str(tmp_path / "s.parquet"), "--out", str(tmp_path / "reid"), "--attack", "all",
-                           "--setting", "disjoint"], capture_output=True, text=True, timeout=600)
+                           "--setting", "disjoint"], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "SYNTHUGC_CPU_ATTACK_POSTS": "1000"})
     assert done.returncode == 0, done.stderr
-    assert f"synthugc: attack left out: embedding: needs a GPU for {n_posts:,} history posts" in done.stderr
+    assert (f"synthugc: attack left out: embedding: needs a GPU for {n_posts:,} history posts (on CPU it runs up "
+            "to 1,000)") in done.stderr
     scores = pd.read_parquet(next((tmp_path / "reid").glob("*scores.parquet")))
     ran = set(scores.loc[scores["value"].notna() & (scores["metric"] == "reid_accuracy"), "attack"])
     assert ran == set(available_attacks()) - {"embedding"}
