@@ -70,6 +70,8 @@ def _child(hist: str, syn_paths: dict[float, str], options: dict, cache: str, qu
         result = protect_corpus(corpus, hist, settings, cache_dir=cache, corpus_fingerprint=fingerprint_file(path),
                                 histories_fingerprint=fingerprint_file(hist), log=log)
         out.append((strength, result.rounds, peaks, result.summary["verdict"]))
+        if result.summary["judge_strength"]:
+            print(f"  [rewrite {strength:g}] judge-strength warning: {result.summary['judge_strength']}", flush=True)
     if profiler:
         profiler.disable()
         profiler.dump_stats(profile)
@@ -134,6 +136,9 @@ def main() -> None:
     ap.add_argument("--ladder", default=DEFAULT_LADDER, help="comma-separated moves")
     ap.add_argument("--max-rounds", type=int, default=3)
     ap.add_argument("--budget", default="reidentification<=0.10")
+    ap.add_argument("--judge", default=None, help="comma-separated judge attacks (default: every registered attack "
+                                                   "that can run here); a narrowed judge is checked at round 0")
+    ap.add_argument("--feedback", default=None, help="comma-separated feedback attacks (default: stylometric)")
     ap.add_argument("--docs-per-round", type=int, default=ProtectSettings.docs_per_round, metavar="N",
                     help="documents moved per caught timeline and round (0: every document)")
     ap.add_argument("--profile", default=None, metavar="FILE",
@@ -162,7 +167,9 @@ def main() -> None:
     run_attacks(warm, warm, [build_attack(name) for name in available_attacks() if name != "embedding"], ["full"])
 
     options = {"start": args.start, "ladder": args.ladder.split(","), "max_rounds": args.max_rounds,
-               "budget": args.budget, "profile": args.profile, "docs_per_round": args.docs_per_round}
+               "budget": args.budget, "profile": args.profile, "docs_per_round": args.docs_per_round,
+               "judge": args.judge.split(",") if args.judge else None,
+               "feedback": args.feedback.split(",") if args.feedback else None}
     load = os.getloadavg()
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="protect-bench-", dir=args.data_dir) as cache:
