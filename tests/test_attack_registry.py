@@ -272,3 +272,17 @@ def test_reidentify_all_names_the_attack_it_left_out_in_the_log_and_the_scores(t
     skipped = scores[(scores["attack"] == "embedding") & (scores["strategy"] != "chance")]
     assert set(skipped["metric"]) == {"reid_accuracy", "reid_residual_risk"} and skipped["value"].isna().all()
     assert skipped["reason"].str.startswith("not run: needs a GPU").all()
+
+
+def test_forgetting_a_history_file_frees_what_every_attack_built_from_it_and_nothing_else(tmp_path):
+    from tasks.corpus.simulate import simulate_histories
+    from tasks.privacy.attacks import forget_histories
+
+    one = simulate_histories(10, 300, seed=1, out_path=tmp_path / "one.parquet")
+    two = simulate_histories(10, 300, seed=2, out_path=tmp_path / "two.parquet")
+    attack = build_attack("delta")
+    first, other = attack.prepare(one, "full", None), attack.prepare(two, "full", None)
+    assert attack.prepare(one, "full", None).profiles is first.profiles  # remembered
+    forget_histories(one)
+    assert attack.prepare(one, "full", None).profiles is not first.profiles  # built again
+    assert attack.prepare(two, "full", None).profiles is other.profiles  # the other file's kept

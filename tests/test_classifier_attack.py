@@ -230,3 +230,30 @@ def test_a_run_with_both_attacks_profiles_the_histories_once(sim, monkeypatch) -
         ("stylometric", "full"), ("stylometric", "disjoint"), ("classifier", "full"), ("classifier", "disjoint")]
     assert len(calls) == 2  # stage 1 took the stylometric attack's profiles of each setting
     assert all(r.summary["accuracy_at_1"] > 0.5 for r in results)
+
+
+def test_two_stage_reads_each_candidates_posts_once_and_scores_as_if_read_fresh(tmp_path, monkeypatch):
+    """A later attack with the same side (a protect round) reads only the candidates it has not seen, and scores
+    every timeline as a fresh side does."""
+    import tasks.privacy.classifier as classifier
+    from tasks.corpus.simulate import simulate_histories, simulate_synthetic
+    from tasks.privacy.audit import attack_timelines
+
+    histories = simulate_histories(80, 4_000, seed=5, out_path=tmp_path / "h.parquet")
+    timelines = attack_timelines(simulate_synthetic(histories, n_timelines=12, n_posts=60, rewrite_strength=0.3,
+                                                    seed=6).assign(status="ok"))
+    params = classifier.ClassifierParams(mode="two_stage", top_k=5)
+    side = classifier.fit_classifier(histories, params, None)
+    groups = list(dict.fromkeys(timelines["group_id"]))
+    first, later = timelines[timelines["group_id"].isin(groups[:6])], timelines[timelines["group_id"].isin(groups[4:])]
+    fresh = classifier.classifier_attack(classifier.fit_classifier(histories, params, None), later)
+    classifier.classifier_attack(side, first)
+    seen = set(side.read)
+    asked: list[int] = []
+    real = classifier.candidate_posts
+    monkeypatch.setattr(classifier, "candidate_posts", lambda h, held, names, *a: asked.append(len(names)) or
+                        real(h, held, names, *a))
+    again = classifier.classifier_attack(side, later)
+    assert len(asked) == 1 and asked[0] == len(set(side.read) - seen) > 0  # only the candidates not seen before
+    assert seen & set(side.read) and asked[0] < len(set(side.read))  # the others were not read again
+    pd.testing.assert_frame_equal(again.per_timeline, fresh.per_timeline)

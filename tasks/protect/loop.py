@@ -55,7 +55,7 @@ import pyarrow as pa
 from tasks.budgets import Bound, decide_all
 from tasks.corpus.schema import ATTR_PREFIX, CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
 from tasks.errors import ConfigError, InputError
-from tasks.privacy.attacks import AttackPlan
+from tasks.privacy.attacks import AttackPlan, forget_histories
 from tasks.protect.attackers import (
     Attackers,
     Profilers,
@@ -175,6 +175,12 @@ class _Protector:
                 split_histories_by_author(self.histories, feedback, judge, seed=self.settings.seed)
             self._halves = {"feedback": str(feedback), "judge": str(judge)}
         return self._halves
+
+    def forget_halves(self) -> None:
+        """Free the attackers and the profiles built from the halves of the histories (the loop is over)."""
+        self._attackers = self._profilers = None
+        for half in (self._halves or {}).values():
+            forget_histories(half)
 
     def role_specs(self, roles: Sequence[str]) -> list[RoleSpec]:
         """The feedback (feedback half), judge (judge half) and check (the registered attacks the judge leaves out,
@@ -653,6 +659,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     judge_figures = _judge_figures(state, judged, protector, kept)
     table = _protected_table(corpus, docs, kept, caught if settings.on_fail == "keep" else None)
 
+    protector.forget_halves()  # the loop is done with them: the certificate profiles the full histories
     plan = settings.certificate_plan(n_posts, gpu)
     params = {name: settings.params_of(name) for name in plan.names}
     kept_docs = docs[kept]

@@ -23,6 +23,7 @@ import importlib
 import os
 import pkgutil
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -119,6 +120,14 @@ class HistoryMemo:
         self.kept = kept
         self._results: OrderedDict[tuple, Any] = OrderedDict()
         self._lock = threading.Lock()
+        _MEMOS.add(self)
+
+    def forget(self, histories: str | os.PathLike) -> None:
+        """Drop what was built from the history file ``histories`` (its memory is freed once nothing else holds it)."""
+        path = os.path.realpath(os.fspath(histories))
+        with self._lock:
+            for key in [k for k in self._results if k[0] == path]:
+                del self._results[key]
 
     def get(self, histories: HistorySource, params: Any, held_out: frozenset[str] | None,
             build: Callable[[HistorySource], P]) -> P:
@@ -138,6 +147,17 @@ class HistoryMemo:
             while len(self._results) > self.kept:
                 self._results.popitem(last=False)
             return result
+
+
+#: Every history memo of the process (each attack's and the evidence's), so a caller done with a history file
+#: frees what was built from it (:func:`forget_histories`).
+_MEMOS: weakref.WeakSet[HistoryMemo] = weakref.WeakSet()
+
+
+def forget_histories(histories: str | os.PathLike) -> None:
+    """Drop every attack's profiles of the history file ``histories`` from this process's memos."""
+    for memo in list(_MEMOS):
+        memo.forget(histories)
 
 
 _REGISTRY: dict[str, type[Attack]] = {}
