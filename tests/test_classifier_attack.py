@@ -111,6 +111,42 @@ def test_c_is_tuned_on_held_out_posts_then_refitted(debates) -> None:
     assert share.between(0.1, 0.3).all() and not np.array_equal(held, validation_split(texts, owner, 0.2, seed=2))
 
 
+def test_a_fitted_exact_model_is_read_back_from_the_cache_folder(debates, tmp_path, monkeypatch) -> None:
+    """A second fit on the same history file, parameters and held-out documents reads the model the first
+    wrote (the same weights, C and validation figures, without fitting); other held-out documents, a
+    rewritten file or an unreadable cached file are fitted again."""
+    import tasks.privacy.classifier as classifier
+
+    hist, syn = debates
+    path = tmp_path / "histories.parquet"
+    hist.to_parquet(path, index=False)
+    params = ClassifierParams(c_grid=(0.3, 1.0), mode="exact")
+    held = held_out_doc_ids(syn, "disjoint")
+    fitted = fit_classifier(str(path), params, held, cache=tmp_path / "models")
+    [written] = (tmp_path / "models").glob("*.npz")
+    fresh = reidentify_classifier(hist, syn, params, setting="disjoint").per_timeline  # a DataFrame: never cached
+    fits = []
+    monkeypatch.setattr(classifier, "fit_exact", lambda *a, **k: fits.append(a) or fitted)
+    read = fit_classifier(str(path), params, held, cache=tmp_path / "models")
+    assert not fits and read is not fitted
+    np.testing.assert_array_equal(read.coef, fitted.coef)
+    np.testing.assert_array_equal(read.vocab, fitted.vocab)
+    assert (read.c, read.validation, read.n_posts) == (fitted.c, fitted.validation, fitted.n_posts)
+    assert list(read.authors) == list(fitted.authors)
+    attacked = classifier.classifier_attack(read, syn, "disjoint").per_timeline
+    assert (attacked["predicted_author"] == fresh["predicted_author"]).all()
+    np.testing.assert_array_equal(attacked["score_true"], fresh["score_true"])
+    fit_classifier(str(path), params, None, cache=tmp_path / "models")  # the full adversary's: another model
+    assert len(fits) == 1
+    hist.iloc[1:].to_parquet(path, index=False)  # a rewritten file
+    fit_classifier(str(path), params, held, cache=tmp_path / "models")
+    assert len(fits) == 2
+    hist.to_parquet(path, index=False)
+    written.write_bytes(b"not a model")
+    fit_classifier(str(path), params, held, cache=tmp_path / "models")
+    assert len(fits) == 3
+
+
 def test_rerank_solver_is_linear_svc() -> None:
     """The two-stage re-ranker's dual coordinate descent solves LinearSVC's problem: on the same hashed
     features (one bucket per column) its decision values on a timeline equal scikit-learn's."""

@@ -26,8 +26,10 @@ class ClassifierAttack(ProfilingAttack):
     def profile(self, histories: HistorySource, held_out: frozenset[str] | None) -> ExactModel | TwoStageSide:
         """Exact: the SVM (authors x n-grams x 8 B: 0.15 GB for the 181 conventions speakers). Two stages:
         the stylometric profiles (shared with the stylometric attack) and a 4 MB bucket IDF; the candidates'
-        posts are read again by each attack."""
-        return fit_classifier(histories, self.params, held_out)
+        posts are read again by each attack. A fitted exact model is kept in ``<cache_dir>/classifier``."""
+        from tasks.settings import get_settings
+
+        return fit_classifier(histories, self.params, held_out, cache=get_settings().cache_dir / "classifier")
 
     def attribute(self, profiles: ExactModel | TwoStageSide, timelines: pd.DataFrame, setting: Setting) -> ReidResult:
         return classifier_attack(profiles, timelines, setting)
