@@ -15,6 +15,7 @@ import pytest
 
 from tasks.models.llm import ChatRequest, OpenAICompatibleClient, RequestCache, TransformersBackend
 from tasks.models.registry import resolve_model
+from tasks.settings import get_settings
 
 pytestmark = pytest.mark.slow
 
@@ -88,6 +89,29 @@ def test_export_is_complete_and_cached(hf_folder: Path) -> None:
     started = time.perf_counter()
     assert export_hf_folder(resolve_model("llm"), hf_folder) == hf_folder
     assert time.perf_counter() - started < 1.0
+
+
+def test_the_loaders_read_the_gguf_models_export_the_same_weights_and_tokens() -> None:
+    """The offline LLM is read from its plain export in the cache folder (written once), and that export is the
+    GGUF file's model: the same token ids and the same logits as transformers' own GGUF load."""
+    import torch
+
+    from tasks.models.hf_export import export_complete
+    from tasks.models.loaders import gguf_export, load_causal_lm, load_gguf_causal_lm
+
+    spec = resolve_model("llm")
+    folder = gguf_export(spec)
+    assert export_complete(folder, spec) and folder.is_relative_to(get_settings().cache_dir.resolve())
+    tokenizer, model = load_causal_lm(spec)
+    gguf_tokenizer, gguf_model = load_gguf_causal_lm(spec)
+    text = "Reply with one word: is the sky blue? Ünïcode, 2012, e-mail@example.org"
+    ids = tokenizer(text, return_tensors="pt")["input_ids"]
+    assert ids.tolist() == gguf_tokenizer(text, return_tensors="pt")["input_ids"].tolist()
+    assert tokenizer.pad_token == gguf_tokenizer.pad_token is not None
+    with torch.inference_mode():
+        assert torch.equal(model(ids).logits, gguf_model(ids).logits)
+    started = time.perf_counter()
+    assert gguf_export(spec) == folder and time.perf_counter() - started < 1.0  # written once
 
 
 def test_generation_through_server(server: ServerProcess) -> None:

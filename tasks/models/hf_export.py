@@ -41,12 +41,25 @@ def export_hf_folder(spec: ModelSpec, out_dir: str | Path, *, dtype: str = "floa
     if spec.kind not in ("gguf-causal-lm", "hf-causal-lm"):
         raise ModelUnavailable(f"model for role '{spec.role}': {spec.name} is a {spec.kind} model; "
                                f"only causal LMs can be exported for an OpenAI-compatible server")
+    from tasks.models.loaders import gguf_export, load_causal_lm, load_gguf_causal_lm
+
+    if spec.kind == "gguf-causal-lm" and (cached := gguf_export(spec)) != out:  # the loaders' export, copied
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+        try:
+            shutil.copytree(cached, tmp, dirs_exist_ok=True)
+            os.chmod(tmp, 0o755)
+            if out.exists():
+                shutil.rmtree(out)
+            tmp.rename(out)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return out
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tasks.models.loaders import load_causal_lm
-
-    tokenizer, loaded = load_causal_lm(spec)
+    tokenizer, loaded = load_gguf_causal_lm(spec) if spec.kind == "gguf-causal-lm" else load_causal_lm(spec)
     config = copy.deepcopy(loaded.config)
     if hasattr(config, "quantization_config"):  # the GGUF marker would make from_pretrained look for a .gguf
         del config.quantization_config

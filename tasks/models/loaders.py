@@ -17,6 +17,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from tasks.errors import ModelUnavailable
@@ -121,7 +122,10 @@ def load_sentence_encoder(spec: ModelSpec) -> Any:
 
 @cache
 def load_tokenizer(spec: ModelSpec) -> Any:
-    """The model's tokenizer alone (cheap; enough to tokenise or build idf weights)."""
+    """The model's tokenizer alone (cheap; enough to tokenise or build idf weights); a GGUF model's from its
+    plain export (:func:`gguf_export`)."""
+    if spec.kind == "gguf-causal-lm":
+        spec = dataclasses.replace(spec, path=str(gguf_export(spec)), gguf_file=None)
     local = _offline(spec)
     try:
         from transformers import AutoTokenizer
@@ -129,6 +133,48 @@ def load_tokenizer(spec: ModelSpec) -> Any:
         return AutoTokenizer.from_pretrained(spec.path, local_files_only=local, gguf_file=spec.gguf_file)
     except (OSError, ValueError, ImportError) as exc:
         raise _unavailable(spec, exc) from exc
+
+
+def load_gguf_causal_lm(spec: ModelSpec) -> tuple[Any, Any]:
+    """(tokenizer, model) read from the GGUF file itself: transformers parses and dequantises it (~25 s on 2
+    CPU cores for SmolLM2-135M, tokenizer included), which is why the loaders read its export instead."""
+    local = _offline(spec)
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(spec.path, local_files_only=local, gguf_file=spec.gguf_file)
+        model = AutoModelForCausalLM.from_pretrained(spec.path, gguf_file=spec.gguf_file, local_files_only=local)
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:  # batched prompts are padded; some
+        tokenizer.pad_token = tokenizer.eos_token  # tokenizers (SmolLM2's GGUF under transformers 5.17) ship none
+    return tokenizer, model.eval()
+
+
+def gguf_export(spec: ModelSpec) -> Path:
+    """A GGUF model as a plain Hugging Face folder (config, tokenizer, float32 safetensors: the dequantised
+    weights, the same numbers) in ``<cache_dir>/models``, written once per GGUF file (its path, size and
+    time) under a file lock, so processes side by side export it once; later loads read safetensors (~1 s)."""
+    import fcntl
+    import hashlib
+
+    from tasks.models.hf_export import export_complete, export_hf_folder
+    from tasks.models.registry import model_id
+    from tasks.settings import get_settings
+
+    gguf = Path(spec.path) / (spec.gguf_file or "")
+    try:
+        stat = gguf.stat()
+    except OSError as exc:
+        raise _unavailable(spec, exc) from exc
+    key = hashlib.sha256(f"{model_id(spec)}|{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
+    folder = get_settings().cache_dir.resolve() / "models" / f"{spec.name}-{key.hexdigest()[:16]}"
+    if export_complete(folder, spec):
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be writing it: wait, then read its export
+        return export_hf_folder(spec, folder)
 
 
 @cache
@@ -182,17 +228,18 @@ def load_pos_tagger(spec: ModelSpec) -> Any:
 
 @cache
 def load_causal_lm(spec: ModelSpec) -> tuple[Any, Any]:
-    """(tokenizer, AutoModelForCausalLM in eval mode); a GGUF file is dequantised by transformers (needs the
-    ``gguf`` package), which takes ~15 s on CPU for SmolLM2-135M."""
+    """(tokenizer, AutoModelForCausalLM in eval mode); a GGUF model is read from its plain export
+    (:func:`gguf_export`; the first load dequantises the GGUF file, which needs the ``gguf`` package)."""
     _check_kind(spec, "hf-causal-lm", "gguf-causal-lm")
     tokenizer = load_tokenizer(spec)
     if tokenizer.pad_token is None and tokenizer.eos_token is not None:  # batched prompts are padded; some
-        tokenizer.pad_token = tokenizer.eos_token  # tokenizers (SmolLM2's GGUF under transformers 5.17) ship none
+        tokenizer.pad_token = tokenizer.eos_token  # tokenizers ship none
+    path = str(gguf_export(spec)) if spec.kind == "gguf-causal-lm" else spec.path
     local = _offline(spec)
     try:
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(spec.path, gguf_file=spec.gguf_file, local_files_only=local)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=local)
     except (OSError, ValueError, ImportError) as exc:
         raise _unavailable(spec, exc) from exc
     return tokenizer, model.eval().to(device())
