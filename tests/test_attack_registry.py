@@ -245,6 +245,8 @@ def test_all_runs_every_registered_attack_that_can_run_and_names_the_others_with
     narrowed = plan_attacks(["delta", "embedding"], large, gpu=False, asked="--judge")
     assert narrowed.names == ("delta", "embedding")  # asked by name: it runs, however slow
     assert narrowed.left_out["minhash"] == "not asked for (--judge delta,embedding)"
+    twice = plan_attacks(["delta", "delta"], large, gpu=False, asked="--judge")  # a judge that is the feedback too
+    assert twice.names == ("delta",) and twice.left_out["minhash"] == "not asked for (--judge delta)"
     with pytest.raises(ValueError, match=r"attack must be one of .* or all; got 'nope'"):
         plan_attacks("nope", 10)
     monkeypatch.setenv("SYNTHUGC_CPU_ATTACK_POSTS", "0")  # never on CPU

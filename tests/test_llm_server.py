@@ -91,27 +91,39 @@ def test_export_is_complete_and_cached(hf_folder: Path) -> None:
     assert time.perf_counter() - started < 1.0
 
 
-def test_the_loaders_read_the_gguf_models_export_the_same_weights_and_tokens() -> None:
-    """The offline LLM is read from its plain export in the cache folder (written once), and that export is the
-    GGUF file's model: the same token ids and the same logits as transformers' own GGUF load."""
+def test_the_loaders_read_the_gguf_models_export_the_same_weights_and_tokens(tmp_path, monkeypatch) -> None:
+    """On a fresh cache folder (a fresh clone's), an export for a server writes the loaders' export first and
+    copies it, parsing the GGUF file once; the loaders then read that export, which is the GGUF file's model:
+    the same token ids and the same logits as transformers' own GGUF load."""
     import torch
 
-    from tasks.models.hf_export import export_complete
-    from tasks.models.loaders import gguf_export, load_causal_lm, load_gguf_causal_lm
+    import tasks.models.loaders as loaders
+    from tasks.models.hf_export import export_complete, export_hf_folder
 
+    monkeypatch.setenv("SYNTHUGC_CACHE_DIR", str(tmp_path / "cache"))
+    parsed = []
+    real = loaders.load_gguf_causal_lm
+    monkeypatch.setattr(loaders, "load_gguf_causal_lm", lambda spec: parsed.append(real(spec)) or parsed[-1])
+    loaders.load_causal_lm.cache_clear()
+    loaders.load_tokenizer.cache_clear()
     spec = resolve_model("llm")
-    folder = gguf_export(spec)
-    assert export_complete(folder, spec) and folder.is_relative_to(get_settings().cache_dir.resolve())
-    tokenizer, model = load_causal_lm(spec)
-    gguf_tokenizer, gguf_model = load_gguf_causal_lm(spec)
+    try:
+        served = export_hf_folder(spec, tmp_path / "served")
+        folder = loaders.gguf_export(spec)
+        assert folder.is_relative_to(get_settings().cache_dir.resolve()) and len(parsed) == 1
+        assert export_complete(served, spec) and export_complete(folder, spec)
+        tokenizer, model = loaders.load_causal_lm(spec)
+        assert len(parsed) == 1  # read from the export
+    finally:  # the other tests load from the suite's cache folder again
+        loaders.load_causal_lm.cache_clear()
+        loaders.load_tokenizer.cache_clear()
+    gguf_tokenizer, gguf_model = parsed[0]
     text = "Reply with one word: is the sky blue? Ünïcode, 2012, e-mail@example.org"
     ids = tokenizer(text, return_tensors="pt")["input_ids"]
     assert ids.tolist() == gguf_tokenizer(text, return_tensors="pt")["input_ids"].tolist()
     assert tokenizer.pad_token == gguf_tokenizer.pad_token is not None
     with torch.inference_mode():
         assert torch.equal(model(ids).logits, gguf_model(ids).logits)
-    started = time.perf_counter()
-    assert gguf_export(spec) == folder and time.perf_counter() - started < 1.0  # written once
 
 
 def test_generation_through_server(server: ServerProcess) -> None:

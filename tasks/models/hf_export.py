@@ -34,16 +34,18 @@ def export_complete(out_dir: Path, spec: ModelSpec) -> bool:
 
 def export_hf_folder(spec: ModelSpec, out_dir: str | Path, *, dtype: str = "float32") -> Path:
     """Write ``spec`` (a gguf-causal-lm or hf-causal-lm) to ``out_dir`` as config + tokenizer + safetensors;
-    returns ``out_dir``. Skips the work when a complete export of the same model id is already there."""
+    returns ``out_dir``. Skips the work when a complete export of the same model id is already there; a GGUF
+    model in float32 is copied from the loaders' export (:func:`tasks.models.loaders.gguf_export`)."""
     out = Path(out_dir).expanduser().resolve()
     if export_complete(out, spec):
         return out
     if spec.kind not in ("gguf-causal-lm", "hf-causal-lm"):
         raise ModelUnavailable(f"model for role '{spec.role}': {spec.name} is a {spec.kind} model; "
                                f"only causal LMs can be exported for an OpenAI-compatible server")
-    from tasks.models.loaders import gguf_export, load_causal_lm, load_gguf_causal_lm
+    if spec.kind == "gguf-causal-lm" and dtype == "float32":
+        from tasks.models.loaders import gguf_export
 
-    if spec.kind == "gguf-causal-lm" and (cached := gguf_export(spec)) != out:  # the loaders' export, copied
+        cached = gguf_export(spec)
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
         try:
@@ -56,8 +58,15 @@ def export_hf_folder(spec: ModelSpec, out_dir: str | Path, *, dtype: str = "floa
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         return out
+    return write_export(spec, out, dtype=dtype)
+
+
+def write_export(spec: ModelSpec, out: Path, *, dtype: str = "float32") -> Path:
+    """Load ``spec`` (a GGUF file dequantised by transformers) and save it to ``out`` (temp dir + rename)."""
     import torch
     from transformers import AutoModelForCausalLM
+
+    from tasks.models.loaders import load_causal_lm, load_gguf_causal_lm
 
     tokenizer, loaded = load_gguf_causal_lm(spec) if spec.kind == "gguf-causal-lm" else load_causal_lm(spec)
     config = copy.deepcopy(loaded.config)

@@ -158,7 +158,7 @@ def gguf_export(spec: ModelSpec) -> Path:
     import fcntl
     import hashlib
 
-    from tasks.models.hf_export import export_complete, export_hf_folder
+    from tasks.models.hf_export import export_complete, write_export
     from tasks.models.registry import model_id
     from tasks.settings import get_settings
 
@@ -174,7 +174,7 @@ def gguf_export(spec: ModelSpec) -> Path:
     folder.parent.mkdir(parents=True, exist_ok=True)
     with open(folder.parent / f".{folder.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be writing it: wait, then read its export
-        return export_hf_folder(spec, folder)
+        return folder if export_complete(folder, spec) else write_export(spec, folder)
 
 
 @cache

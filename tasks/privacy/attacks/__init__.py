@@ -334,7 +334,7 @@ def plan_attacks(requested: str | Sequence[str], n_history_posts: int, *, gpu: b
     run = list(dict.fromkeys(run))
     for known in sorted(registry):
         if known not in run and known not in left_out:
-            left_out[known] = f"not asked for ({asked} {','.join(names)})"
+            left_out[known] = f"not asked for ({asked} {','.join(dict.fromkeys(names))})"
     return AttackPlan(tuple(run), {k: v for k, v in left_out.items() if k not in run})
 
 
