@@ -15,6 +15,9 @@ apply_environment_defaults(allow_downloads=False)  # the suite never reaches the
 # `all` attacks leave the embedding attack out on CPU (it encodes every history post: a minute per few thousand
 # posts here): the tests that run it ask for it by name, or set their own limit
 os.environ.setdefault("SYNTHUGC_CPU_ATTACK_POSTS", "0")
+# `make test` runs two workers on two cores: one torch/OpenMP thread each (and in the commands they start). Two
+# threads a process spin against the other worker's and ran the SmolLM2 tests 10-25x slower than alone.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_unconfigure(config) -> None:

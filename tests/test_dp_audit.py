@@ -59,7 +59,7 @@ def smollm2():
     """The offline SmolLM2, loaded once for the module (~15 s)."""
     from tasks.models.loaders import load_causal_lm
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)
     strategy = build_strategy("dp", {"epsilon": 2.0, "max_tokens": 8})
     return load_causal_lm(strategy.spec)
 

@@ -161,7 +161,18 @@ def test_one_forward_pass_serves_token_and_sentence_roles(tmp_path, spec) -> Non
     assert cache.present(token_key(spec, 3), shas) == set(shas)
 
 
-def test_shared_pass_yields_a_core_while_asked_and_restores_torch_threads(tmp_path, spec) -> None:
+@pytest.fixture
+def two_torch_threads():
+    """Two torch threads (the suite runs with one: OMP_NUM_THREADS=1 in conftest), so yielding one shows."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_shared_pass_yields_a_core_while_asked_and_restores_torch_threads(tmp_path, spec, two_torch_threads) -> None:
     """While yield_core() is true the shared pass runs on one torch thread fewer (a thread starting meanwhile
     gets them all); afterwards torch has its threads back, and the vectors are those of a pass that did not
     yield."""
@@ -172,6 +183,7 @@ def test_shared_pass_yields_a_core_while_asked_and_restores_torch_threads(tmp_pa
     st_spec = resolve_model("sentence_encoder")
     texts = [*TEXTS, LONG, "short", "a sentence of middling length for the batcher"]
     threads = torch.get_num_threads()
+    assert threads == 2
     seen: list[int] = []  # torch's thread count each time the pass asks, i.e. before each batch
 
     started: list[int] = []  # what a thread that starts using torch while the pass yields gets
@@ -199,7 +211,7 @@ def test_shared_pass_yields_a_core_while_asked_and_restores_torch_threads(tmp_pa
         np.testing.assert_allclose(a, b, atol=1e-5)
 
 
-def test_different_models_fall_back_to_one_pass_per_role(tmp_path, spec) -> None:
+def test_different_models_fall_back_to_one_pass_per_role(tmp_path, spec, two_torch_threads) -> None:
     from dataclasses import replace
 
     import torch

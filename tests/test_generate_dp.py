@@ -334,7 +334,7 @@ def test_seq2seq_paraphrase_on_a_tiny_random_bart(tiny_bart):
 
 @pytest.mark.slow
 def test_dp_prompt_with_smollm2():
-    strategy = build_strategy("dp", {"epsilon": 20.0, "max_tokens": 20, "backend": {"num_threads": 2}})
+    strategy = build_strategy("dp", {"epsilon": 20.0, "max_tokens": 20, "backend": {"num_threads": 1}})
     t0 = time.perf_counter()
     table = generate_synthetic(strategy, corpus(TEXTS[:2]), seed=0)
     print(f"dp-prompt: {2 / (time.perf_counter() - t0):.3f} texts/s")

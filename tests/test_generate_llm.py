@@ -234,7 +234,7 @@ def test_paraphrase_llm_path_with_canned_backend():
 
 @pytest.mark.slow
 def test_llm_strategy_with_smollm2():
-    strategy = build_strategy("llm", {"max_tokens": 40, "backend": {"num_threads": 2}})
+    strategy = build_strategy("llm", {"max_tokens": 16, "backend": {"num_threads": 1}})
     t0 = time.perf_counter()
     table = generate_synthetic(strategy, corpus(TEXTS[:2]), seed=0)
     print(f"llm: {2 / (time.perf_counter() - t0):.3f} texts/s")
@@ -246,7 +246,7 @@ def test_llm_strategy_with_smollm2():
 
 @pytest.mark.slow
 def test_paraphrase_offline_default_with_smollm2():
-    strategy = build_strategy("paraphrase", {"max_tokens": 30, "backend": {"num_threads": 2}})
+    strategy = build_strategy("paraphrase", {"max_tokens": 16, "backend": {"num_threads": 1}})
     t0 = time.perf_counter()
     table = generate_synthetic(strategy, corpus(TEXTS[:2]), seed=0)
     print(f"paraphrase: {2 / (time.perf_counter() - t0):.3f} texts/s")

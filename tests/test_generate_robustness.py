@@ -29,11 +29,11 @@ INPUTS: dict[str, str] = {
 }
 #: Strategies that run an LLM (slow on CPU) and cut over-long inputs to their model's context (meta truncated).
 LLM_BASED = {"llm", "paraphrase", "dp"}
-TINY = {"max_tokens": 8, "backend": {"num_threads": 2}}
+TINY = {"max_tokens": 8, "backend": {"num_threads": 1}}
 PARAMS: dict[str, dict[str, object]] = {
     "llm": TINY,
     "paraphrase": TINY,
-    "dp": {"epsilon": 20.0, "max_tokens": 8, "backend": {"num_threads": 2}},
+    "dp": {"epsilon": 20.0, "max_tokens": 8, "backend": {"num_threads": 1}},
 }
 
 

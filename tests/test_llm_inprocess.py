@@ -110,8 +110,8 @@ def test_batched_greedy_equals_unbatched_in_request_order() -> None:
     request order; one of them stops early on a stop string."""
     spec = resolve_model("llm")
     requests = [greedy(p) for p in PROMPTS] + [greedy(PROMPTS[1], stop=[","])]
-    alone = TransformersBackend(spec, batch_size=1, num_threads=2).complete(requests)
-    together_backend = TransformersBackend(spec, batch_size=8, num_threads=2)
+    alone = TransformersBackend(spec, batch_size=1, num_threads=1).complete(requests)
+    together_backend = TransformersBackend(spec, batch_size=8, num_threads=1)
     assert together_backend.batches(requests)[0] != list(range(4))  # sorted by length: order really changes
     together = together_backend.complete(requests)
     assert all(r.ok for r in alone + together)
@@ -131,10 +131,10 @@ def test_sampled_text_does_not_depend_on_batch_neighbours() -> None:
                            max_tokens=10, n=2, seed=seed)
 
     requests = [sampled(p, 10 + i) for i, p in enumerate(PROMPTS[:3])]
-    backend = TransformersBackend(spec, batch_size=6, num_threads=2)
+    backend = TransformersBackend(spec, batch_size=6, num_threads=1)
     assert len(backend.batches(requests)) == 1
     together = backend.complete(requests)
-    alone = [TransformersBackend(spec, batch_size=2, num_threads=2).complete([r])[0] for r in requests]
+    alone = [TransformersBackend(spec, batch_size=2, num_threads=1).complete([r])[0] for r in requests]
     assert [r.texts for r in together] == [r.texts for r in alone]
     assert all(len(r.texts) == 2 for r in together)
     outs = {tuple(r.texts) for r in backend.complete([sampled(PROMPTS[1], s) for s in range(100, 103)])}
@@ -148,7 +148,7 @@ def test_failed_batch_records_its_reason_and_others_succeed() -> None:
     spec = resolve_model("llm")
     bad = ChatRequest(messages=[{"role": "user", "content": 5}], temperature=0.0, max_tokens=6)  # type: ignore[dict-item]
     requests = [greedy(PROMPTS[0], 6), bad, greedy(PROMPTS[2], 8)]
-    results = TransformersBackend(spec, batch_size=4, num_threads=2).complete(requests)
+    results = TransformersBackend(spec, batch_size=4, num_threads=1).complete(requests)
     assert len(results) == 3
     assert not results[0].ok and not results[1].ok and results[0].error == results[1].error
     assert "generation failed" in results[1].error and "\n" not in results[1].error
