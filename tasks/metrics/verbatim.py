@@ -36,6 +36,7 @@ import pandas as pd
 from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import wilson
 from tasks.metrics.base import VERBATIM_MIN_CHARS, make_signature
+from tasks.scores import score_frame
 
 METRIC = "verbatim"
 #: The shortest shared run (characters of the normalised texts) that makes a document verbatim.
@@ -131,7 +132,4 @@ def verbatim_scores(pairs: pd.DataFrame, min_chars: int = DEFAULT_MIN_CHARS) -> 
                      "value": figure.value, "std": np.nan, "median": np.nan, "n": figure.n,
                      "n_failed": int(part[METRIC].isna().sum()), "ci_low": figure.ci_low, "ci_high": figure.ci_high,
                      "signature": signature, "reason": None if figure.n else NO_PAIRS})
-    out = pd.DataFrame(rows, columns=["strategy", "variant", "level", "metric", "value", "std", "median", "n",
-                                      "n_failed", "ci_low", "ci_high", "signature", "reason"])
-    out["reason"] = out["reason"].astype("string")
-    return per_pair.drop(columns="strategy"), out
+    return per_pair.drop(columns="strategy"), score_frame(rows)

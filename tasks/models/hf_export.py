@@ -14,6 +14,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tasks.errors import ModelUnavailable
@@ -46,19 +48,27 @@ def export_hf_folder(spec: ModelSpec, out_dir: str | Path, *, dtype: str = "floa
         from tasks.models.loaders import gguf_export
 
         cached = gguf_export(spec)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-        try:
+        with _folder_written(out) as tmp:
             shutil.copytree(cached, tmp, dirs_exist_ok=True)
-            os.chmod(tmp, 0o755)
-            if out.exists():
-                shutil.rmtree(out)
-            tmp.rename(out)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
         return out
     return write_export(spec, out, dtype=dtype)
+
+
+@contextmanager
+def _folder_written(out: Path) -> Iterator[Path]:
+    """A temp folder beside ``out`` to fill; on success it replaces ``out`` (an incomplete or stale export), on
+    failure it is removed, so ``out`` is never half-written."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    os.chmod(tmp, 0o755)
+    try:
+        yield tmp
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def write_export(spec: ModelSpec, out: Path, *, dtype: str = "float32") -> Path:
@@ -80,18 +90,9 @@ def write_export(spec: ModelSpec, out: Path, *, dtype: str = "float32") -> Path:
         raise ModelUnavailable(f"model for role '{spec.role}': cannot export {spec.name}: state dict mismatch "
                                f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
     fresh.generation_config = loaded.generation_config
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    os.chmod(tmp, 0o755)
-    try:
+    with _folder_written(out) as tmp:
         fresh.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / MARKER).write_text(json.dumps({"model_id": model_id(spec), "source": spec.source,
                                               "gguf_file": spec.gguf_file, "dtype": dtype}))
-        if out.exists():  # an incomplete or stale export
-            shutil.rmtree(out)
-        tmp.rename(out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return out

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.budgets import BUDGET_METRICS, DECIDE_ON, decide, number, parse_budget, worst_index
+from tasks.budgets import BUDGET_METRICS, DECIDE_ON, decide, number, parse_budget, worst_figure
 from tasks.corpus.schema import STATUS_OK
 from tasks.errors import InputError, shown
 from tasks.metrics.base import VERBATIM_MIN_CHARS
@@ -217,8 +217,7 @@ def _worse(one: Mapping[str, dict[str, Any]], other: Mapping[str, dict[str, Any]
     out = dict(one)
     for name, figure in other.items():
         both = [f for f in (one.get(name), figure) if f is not None]
-        at = worst_index([f.get("value") for f in both], [f.get("ci_high") for f in both], decide_on)
-        out[name] = both[at if at is not None else -1]
+        out[name] = worst_figure(both, decide_on) or both[-1]
     return out
 
 
