@@ -126,6 +126,20 @@ def test_the_loaders_read_the_gguf_models_export_the_same_weights_and_tokens(tmp
         assert torch.equal(model(ids).logits, gguf_model(ids).logits)
 
 
+def test_the_export_folder_stays_in_the_cache_whatever_the_models_name(tmp_path, monkeypatch) -> None:
+    """The user's model name (a path as given: ``../models/x.gguf``) never becomes part of the export's path."""
+    from dataclasses import replace
+
+    from tasks.models.loaders import gguf_export_folder
+
+    monkeypatch.setenv("SYNTHUGC_CACHE_DIR", str(tmp_path / "cache"))
+    spec = resolve_model("llm")
+    for name in ("../../escaped", "/etc/x.gguf", "a/b"):
+        folder = gguf_export_folder(replace(spec, name=name))
+        assert folder.parent == (tmp_path / "cache" / "models").resolve() and folder.name.startswith("gguf-")
+    assert gguf_export_folder(spec) == gguf_export_folder(replace(spec, name="other"))  # the file decides
+
+
 def test_generation_through_server(server: ServerProcess) -> None:
     client = OpenAICompatibleClient(server.url, "smollm2", timeout_s=300, max_retries=1, concurrency=4)
     assert client.list_models() == ["smollm2"]

@@ -157,14 +157,12 @@ def _padded(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def gguf_export(spec: ModelSpec) -> Path:
-    """A GGUF model as a plain Hugging Face folder (config, tokenizer, float32 safetensors: the dequantised
-    weights, the same numbers) in ``<cache_dir>/models``, written once per GGUF file (its path, size and
-    time) under a file lock, so processes side by side export it once; later loads read safetensors."""
-    import fcntl
+def gguf_export_folder(spec: ModelSpec) -> Path:
+    """Where :func:`gguf_export` keeps ``spec``'s export: ``<cache_dir>/models/gguf-<hash>``, the hash of the model id
+    and the GGUF file's path, size and time (the user's model name is not part of the path: it may hold ``/``
+    or ``..``)."""
     import hashlib
 
-    from tasks.models.hf_export import export_complete, write_export
     from tasks.models.registry import model_id
     from tasks.settings import get_settings
 
@@ -174,7 +172,18 @@ def gguf_export(spec: ModelSpec) -> Path:
     except OSError as exc:
         raise _unavailable(spec, exc) from exc
     key = hashlib.sha256(f"{model_id(spec)}|{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
-    folder = get_settings().cache_dir.resolve() / "models" / f"{spec.name}-{key.hexdigest()[:16]}"
+    return get_settings().cache_dir.resolve() / "models" / f"gguf-{key.hexdigest()[:16]}"
+
+
+def gguf_export(spec: ModelSpec) -> Path:
+    """A GGUF model as a plain Hugging Face folder (config, tokenizer, float32 safetensors: the dequantised
+    weights, the same numbers) in ``<cache_dir>/models``, written once per GGUF file (its path, size and
+    time) under a file lock, so processes side by side export it once; later loads read safetensors."""
+    import fcntl
+
+    from tasks.models.hf_export import export_complete, write_export
+
+    folder = gguf_export_folder(spec)
     if export_complete(folder, spec):
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)
