@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -35,13 +36,18 @@ class EmbeddingAttackParams:
         return embedding_signature(self.model)
 
 
-@functools.cache
 def _cache() -> Any:
-    """The embedding cache every attack in this process shares (``<cache_dir>/embeddings.sqlite``)."""
-    from tasks.models.embeddings import EmbeddingCache
+    """The embedding cache every attack in this process shares (``<cache_dir>/embeddings.sqlite``; the cache folder
+    is read from the settings each time, as the classifier's is)."""
     from tasks.settings import get_settings
 
-    folder = get_settings().cache_dir.resolve()
+    return _cache_in(get_settings().cache_dir.resolve())
+
+
+@functools.cache
+def _cache_in(folder: Path) -> Any:
+    from tasks.models.embeddings import EmbeddingCache
+
     folder.mkdir(parents=True, exist_ok=True)
     return EmbeddingCache(folder / "embeddings.sqlite")
 
