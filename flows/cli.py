@@ -21,7 +21,8 @@ from flows import progress
 from flows.annotate_cli import annotate_app
 from tasks.budgets import PROTECT_FIGURES
 from tasks.errors import InputError, SynthUGCError, key_path, shown
-from tasks.protect.settings import ON_FAIL, ProtectSettings
+from tasks.protect.files import protect_paths
+from tasks.protect.settings import ON_FAIL, UNITS, ProtectSettings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -191,9 +192,51 @@ def run(config: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
 @app.command()
 def demo(set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.path=value.")] = None,
          verbose: VerboseOption = False, wait: WaitOption = False) -> None:
-    """Run the embedded default: deployments/configs/demo.yaml on the public 'debates' dataset."""
+    """Run the embedded default: the evaluation of deployments/configs/demo.yaml on the public 'debates' dataset, then
+    protect the 'conventions' speakers' timelines at several meaning floors and release the chosen point."""
     _environment()
     _run_config(DEMO_CONFIG, set_ or [], verbose, wait)
+    _demo_protect_and_release(verbose)
+
+
+#: The demo's protect part: per 2012 convention speaker, one run of 5 consecutive sentences to protect, the speaker's
+#: other sentences the adversary's history (chance 1/181); a frontier of meaning floors; unlinked posts released.
+DEMO_PROTECT: dict[str, str] = {"dataset": "conventions", "folder": "demo-protect", "posts": "5",
+                                "floors": "0.9,0.8,0.7,0.6", "unit": "post", "budget": "reidentification<=0.10"}
+
+
+def _demo_protect_and_release(verbose: bool) -> None:
+    """``synthugc datasets timelines``, ``synthugc protect`` and ``synthugc release`` on the demo's conventions
+    timelines (the commands a user would type, each said before it runs)."""
+    from tasks.corpus.datasets import fetch_dataset
+    from tasks.settings import get_settings
+
+    settings = get_settings()
+    corpus = Path(settings.data_dir) / f"{DEMO_PROTECT['dataset']}.parquet"
+    if not corpus.exists():
+        try:
+            corpus = fetch_dataset(DEMO_PROTECT["dataset"], settings.data_dir)
+        except SynthUGCError as exc:
+            _fail(str(exc))
+    folder = Path(settings.storage_root) / DEMO_PROTECT["folder"]
+    timelines, histories = (folder / name for name in TIMELINE_FILES)
+    out, release_dir = folder / "P.parquet", folder / "release"
+    _say(f"demo: synthugc datasets timelines --corpus {corpus} --out-dir {folder} --posts {DEMO_PROTECT['posts']}")
+    datasets_timelines(corpus=corpus, out_dir=folder, posts=int(DEMO_PROTECT["posts"]), seed=0)
+    _say(f"demo: synthugc protect --corpus {timelines} --histories {histories} --out {out} --meaning-floor "
+         f"{DEMO_PROTECT['floors']} --unit {DEMO_PROTECT['unit']} --budget {DEMO_PROTECT['budget']}")
+    try:
+        protect(corpus=timelines, out=out, histories=histories, budget=DEMO_PROTECT["budget"],
+                meaning_floor=DEMO_PROTECT["floors"], unit=DEMO_PROTECT["unit"], verbose=verbose)
+    except typer.Exit as exc:
+        if exc.exit_code != 1:
+            raise
+        _say("demo: no meaning floor meets the budget, so there is nothing to release (see the frontier: "
+             f"{protect_paths(out).frontier_plot})")
+        raise
+    _say(f"demo: synthugc release {out} --out {release_dir} --overwrite")
+    release(source=out, out=release_dir, overwrite=True,
+            pretty_name="2012 convention speakers: protected sentences, unlinked")
 
 
 @app.command("import")
@@ -349,6 +392,18 @@ def write_protect_output(result: ProtectResult, out: Path) -> None:
     paths = protect_paths(out)
     write_parquet_atomic(result.rounds, paths.rounds)
     write_parquet_atomic(result.failures, paths.failures)
+    write_parquet_atomic(result.frontier, paths.frontier)
+    if len(result.frontier) and result.frontier["floor"].nunique() > 1:
+        from tasks.budgets import parse_budget
+        from tasks.report.build import curve_budget
+        from tasks.report.plots import protect_frontier_chart
+
+        _, limit = curve_budget(parse_budget(result.summary["budget"], "budget", protect=True))
+        plot = protect_frontier_chart(result.frontier, limit)
+        if plot.png is not None:
+            tmp = paths.frontier_plot.with_name(paths.frontier_plot.name + ".tmp")
+            tmp.write_bytes(plot.png)
+            os.replace(tmp, paths.frontier_plot)
     if len(result.mapping):
         write_parquet_atomic(result.mapping, paths.private / f"{out.name.removesuffix('.parquet')}.pii_mapping.parquet")
     tmp = paths.summary.with_name(paths.summary.name + ".tmp")
@@ -358,6 +413,17 @@ def write_protect_output(result: ProtectResult, out: Path) -> None:
 
 
 _PROTECT = ProtectSettings()  # the defaults the help states (the loop and the config read the same)
+
+
+def _floors(text: str) -> tuple[float, ...]:
+    """``--meaning-floor 0.9,0.8``: the floors, or exit 2 naming the item that is not a number."""
+    floors = []
+    for item in (t.strip() for t in text.split(",")):
+        try:
+            floors.append(float(item))
+        except ValueError:
+            _fail(f"--meaning-floor {shown(text)}: {shown(item)} is not a number (e.g. 0.8 or 0.9,0.8,0.7)")
+    return tuple(floors)
 
 
 @app.command()
@@ -375,8 +441,14 @@ def protect(
                                               f"{_PROTECT.start}).")] = None,
     max_rounds: Annotated[int | None, typer.Option("--max-rounds", help=f"Rounds after round 0 (default "
                                                    f"{_PROTECT.max_rounds}).")] = None,
-    meaning_floor: Annotated[float | None, typer.Option("--meaning-floor", help=f"BERTScore F1 a kept move must keep "
-                                                        f"(default {_PROTECT.meaning_floor:g}).")] = None,
+    meaning_floor: Annotated[str | None, typer.Option("--meaning-floor", help="BERTScore F1 a kept move must keep; "
+                                                      "several floors (e.g. 0.9,0.8,0.7,0.6) make a frontier: P is "
+                                                      "the highest floor that meets the budget (default "
+                                                      f"{','.join(f'{f:g}' for f in _PROTECT.floors)}).")] = None,
+    unit: Annotated[str | None, typer.Option("--unit", help=f"{' | '.join(UNITS)}: what the output exposes and what "
+                                             "is attacked: an author's documents together, or each post alone "
+                                             f"(a release then drops author and group) (default {_PROTECT.unit}).")]
+    = None,
     on_fail: Annotated[str | None, typer.Option("--on-fail", help=f"{' | '.join(ON_FAIL)} (default "
                                                 f"{_PROTECT.on_fail}).")] = None,
     ladder: Annotated[str | None, typer.Option("--ladder", help="Comma-separated moves, e.g. "
@@ -439,13 +511,14 @@ def protect(
                 if not (role == "judge" and name == "all"):
                     attack_class(name, root=f"--{role}")
         settings = protect_settings(
-            cfg, budget=budget, start=start, max_rounds=max_rounds, meaning_floor=meaning_floor, on_fail=on_fail,
+            cfg, budget=budget, start=start, max_rounds=max_rounds, on_fail=on_fail, unit=unit,
+            meaning_floors=None if meaning_floor is None else _floors(meaning_floor),
             ladder=names(ladder, "--ladder"), decide_on=decide_on, seed=seed, timeline_posts=timeline_posts,
             docs_per_round=docs_per_round, verbatim_chars=verbatim_chars,
             adversaries=None if adversary is None else (("full", "disjoint") if adversary == "both" else (adversary,)),
             **attacks)
         paths = protect_paths(check_output_file(out))
-        for path in paths[1:4]:
+        for path in (paths.rounds, paths.failures, paths.summary, paths.frontier, paths.frontier_plot):
             check_output_file(path)
         validated = read_corpus(corpus)
         history_file = histories or corpus
@@ -815,6 +888,40 @@ def datasets_fetch(name: Annotated[str, typer.Argument(help="Dataset name (see: 
     except SynthUGCError as exc:
         _fail(str(exc))
     typer.echo(str(path))
+
+
+@datasets_app.command("timelines")
+def datasets_timelines(
+    corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) with author_id.")],
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Folder for timelines.parquet and histories.parquet.")],
+    posts: Annotated[int, typer.Option("--posts", min=1, help="Documents per timeline.")] = 5,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Split a corpus for protect: per author one run of --posts consecutive documents becomes a timeline to
+    protect, the author's other documents the adversary's history (documents without an author are left out)."""
+    from tasks.corpus.importers import read_corpus, write_parquet_atomic
+    from tasks.corpus.splits import author_timelines
+    from tasks.paths import check_output_file
+
+    try:
+        timelines_path, histories_path = (check_output_file(out_dir / n) for n in TIMELINE_FILES)
+        timelines, histories = author_timelines(read_corpus(corpus).corpus, posts, seed=seed)
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    authorless = int(histories["author_id"].isna().sum())
+    histories = histories[histories["author_id"].notna()].reset_index(drop=True)
+    if timelines.empty:
+        _fail(f"{corpus}: no author has more than {posts} documents in one group, so no timeline can be made")
+    with _writing(out_dir):
+        write_parquet_atomic(histories, histories_path)
+        write_parquet_atomic(timelines, timelines_path)
+    typer.echo(f"{len(timelines)} documents in {timelines['author_id'].nunique()} timelines -> {timelines_path}; "
+               f"{len(histories)} history documents -> {histories_path}"
+               + (f" ({authorless} without an author left out)" if authorless else ""))
+
+
+#: The files ``synthugc datasets timelines`` writes: the timelines to protect, the adversary's histories.
+TIMELINE_FILES: tuple[str, str] = ("timelines.parquet", "histories.parquet")
 
 
 @app.command()

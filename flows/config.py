@@ -394,8 +394,14 @@ class ProtectConfig(Section):
                           "(name, or {name, params}), or llm-anonymize. Default: "
                           f"{', '.join(m.label for m in _PROTECT.ladder)}.")
     max_rounds: int = Field(_PROTECT.max_rounds, ge=0, le=100, description="Rounds after round 0.")
-    meaning_floor: float = Field(_PROTECT.meaning_floor, ge=0.0, le=1.0, description="A move is kept only if "
-                                 "BERTScore F1 against the source stays at or above this.")
+    meaning_floor: float | list[float] = Field(
+        _PROTECT.meaning_floor, description="A move is kept only if BERTScore F1 against the source stays at or above "
+        "this; a list of floors (e.g. [0.9, 0.8, 0.7]) makes a frontier, one certified point per floor, and the "
+        "output is the highest floor that meets the budget.")
+    unit: Literal["timeline", "post"] = Field(_PROTECT.unit, description="What the output exposes and what the loop "
+                                              "and the certificate attack: an author's documents together "
+                                              "(timeline), or each post alone (post: a release drops author and "
+                                              "group and shuffles the rows).")
     on_fail: Literal["drop", "keep", "error"] = Field(_PROTECT.on_fail, description="Documents that cannot meet budget "
                                                       "and floor: left out (drop), kept with a flag (keep), or stop "
                                                       "(error).")
@@ -723,7 +729,9 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
     if cfg is not None:
         p, reid = cfg.protect, cfg.privacy.reidentify
         params = {name: dict(given) for name, given in reid.attack_params(cfg.seed)}
-        values = {"budget": p.budget, "start": p.start, "max_rounds": p.max_rounds, "meaning_floor": p.meaning_floor,
+        floors = p.meaning_floor if isinstance(p.meaning_floor, list) else [p.meaning_floor]
+        values = {"budget": p.budget, "start": p.start, "max_rounds": p.max_rounds, "meaning_floors": tuple(floors),
+                  "unit": p.unit,
                   "on_fail": p.on_fail, "decide_on": p.decide_on, "adversaries": tuple(p.adversaries),
                   "timeline_posts": p.timeline_posts or reid.timeline_posts, "seed": cfg.seed,
                   "docs_per_round": p.docs_per_round, "verbatim_chars": p.verbatim_chars,

@@ -278,6 +278,7 @@ def protect(corpus: ArtifactRef, histories: ArtifactRef, place: RunPlace, option
     out.table("shard", result.table)
     out.table("rounds", result.rounds)
     out.table("failures", result.failures)
+    out.table("frontier", result.frontier)
     out.text("summary", json.dumps(result.summary, indent=2, sort_keys=True))
     return out.result(verdict=result.summary["verdict"], met=result.met)
 

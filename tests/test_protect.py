@@ -98,7 +98,7 @@ def test_killed_run_resumes_at_its_round_brings_the_feedback_down_and_leaves_saf
     assert set(moved["move"]) <= {"mask-evidence", "strategy:stymask"}
 
     # timelines the feedback attack missed in round 0 were never rewritten again
-    folder = _rounds_done(world)[0].parent
+    folder = next(p for p in _rounds_done(world) if p.name == "round-000.json").parent
     first_attacks = pd.read_parquet(folder / "round-000.attacks.parquet")
     caught = set(first_attacks[(first_attacks["role"] == "feedback") & first_attacks["correct"]]["group_id"])
     timeline = table["author_id"] + "/" + table["group_id"]  # tasks.privacy.audit.attack_timelines' ids
@@ -247,7 +247,7 @@ def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_
     from tasks.store import fingerprint_file
 
     corpus = pd.read_parquet(world["corpus"])  # 40 timelines of 5 posts
-    settings = ProtectSettings(start="stymask", ladder=(Move("mask-evidence"), Move("stymask")), meaning_floor=0.0,
+    settings = ProtectSettings(start="stymask", ladder=(Move("mask-evidence"), Move("stymask")), meaning_floors=(0.0,),
                                judge=(("delta", {}),), docs_per_round=2)
     protector = _Protector(corpus, str(world["histories"]), settings, tmp_path / "rounds", lambda _: None,
                            fingerprint_file(world["histories"]), plan_attacks(["delta", "stylometric"], 0))

@@ -24,6 +24,17 @@ ROLES: tuple[str, ...] = ("feedback", "judge", "check", "certificate")
 #: (with ``_ci_low``/``_ci_high`` beside it).
 CURVE_COLUMNS: dict[str, str] = {"reidentification": "accuracy_at_1", "reidentification_risk": "residual_risk"}
 
+#: The frontier table ``P.frontier.parquet``: one row per meaning floor and certificate attack; the point's figures
+#: (the budget's re-identification figure with its interval, rows kept and held back, meaning, linkability at post
+#: unit, utility) are repeated on each of its rows (:mod:`tasks.protect.frontier`).
+FRONTIER_COLUMNS: tuple[str, ...] = (
+    "floor", "chosen", "met", "figure", "value", "ci_low", "ci_high", "worst_attack", "worst_adversary", "rounds",
+    "documents_input", "documents_kept", "documents_held_back", "documents_rewritten", "meaning", "meaning_ci_low",
+    "meaning_ci_high", "verbatim", "linkability_auc", "linkability_ci_low", "linkability_ci_high",
+    "substitution_macro_f1", "augmentation_macro_f1", "real_macro_f1", "utility_note", "attack", "adversary",
+    "accuracy_at_1", "accuracy_at_1_ci_low", "accuracy_at_1_ci_high", "residual_risk", "residual_risk_ci_low",
+    "residual_risk_ci_high", "n_timelines")
+
 #: The ``attack`` of a profiling row of the rounds table is this prefix and the attribute's name (``profiling:age``);
 #: its accuracy_at_1 is the attribute classifier's accuracy, its accuracy_at_10 empty.
 PROFILING_ATTACK = "profiling:"
@@ -42,12 +53,15 @@ class ProtectPaths(NamedTuple):
     failures: Path
     summary: Path
     private: Path  # folder: the pseudonym mapping, never handed out
+    frontier: Path
+    frontier_plot: Path  # the frontier drawn (written when the run has several floors)
 
 
 def protect_paths(out: str | Path) -> ProtectPaths:
     """The files of the protect output ``out`` (``P.parquet`` -> ``P.rounds.parquet``, ``P.failures.parquet``,
-    ``P.protect.json``, ``private/``)."""
+    ``P.protect.json``, ``private/``, ``P.frontier.parquet``, ``P.frontier.png``)."""
     out = Path(out)
     stem = out.name.removesuffix(".parquet")
     return ProtectPaths(out, out.with_name(f"{stem}.rounds.parquet"), out.with_name(f"{stem}.failures.parquet"),
-                        out.with_name(f"{stem}.protect.json"), out.parent / "private")
+                        out.with_name(f"{stem}.protect.json"), out.parent / "private",
+                        out.with_name(f"{stem}.frontier.parquet"), out.with_name(f"{stem}.frontier.png"))

@@ -44,7 +44,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +120,8 @@ class ProtectResult:
     summary: dict[str, Any]
     mapping: pd.DataFrame
     met: bool
+    #: One row per frontier point and certificate attack (:data:`tasks.protect.files.FRONTIER_COLUMNS`).
+    frontier: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 # ----------------------------------------------------------------------------------------------- the loop
@@ -136,13 +138,14 @@ def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | Non
 class _Protector:
     def __init__(self, corpus: pd.DataFrame, histories: str, settings: ProtectSettings, folder: Path,
                  log: Callable[[str], None], histories_fingerprint: str, judge: AttackPlan,
-                 check: Sequence[str] = ()) -> None:
+                 check: Sequence[str] = (), zero_folder: Path | None = None) -> None:
         self.corpus = corpus.reset_index(drop=True)
         self.sources = self.corpus["text"].astype(str)
         self.settings = settings
         self.judge = judge
         self.check_attacks = list(check)  # round 0 only: see ProtectSettings.check_attacks
         self.folder = folder
+        self.zero_folder = zero_folder or folder  # round 0 (shared by the points of a frontier)
         self.log = log
         self.histories = histories
         self.histories_fingerprint = histories_fingerprint
@@ -157,7 +160,7 @@ class _Protector:
         self.verbatim = settings.bounds_figure("verbatim")
         self.profiling = settings.profiling
         self.mappings: list[pd.DataFrame] = []
-        self.doc_timeline = _timelines(self.corpus, self.sources, settings.timeline_posts).set_index("doc_id")["group_id"]
+        self.doc_timeline = _timelines(self.corpus, self.sources, settings.attack_posts).set_index("doc_id")["group_id"]
         self.corpus_docs = frozenset(self.corpus["doc_id"].astype(str))
         self.evidence_authors: set[str] | None = None  # fixed by round 0 (:meth:`fit_evidence`)
 
@@ -315,7 +318,7 @@ class _Protector:
         docs = pd.DataFrame({"doc_id": self.corpus["doc_id"].astype(str), "text": new, "meaning": meaning,
                              "round": 0, "move": start.label, "rung": 0, "blocked": False,
                              "spans": spans, "leaked": leaked, VERBATIM_COLUMN: self.verbatim_flags(idx, new.tolist())})
-        timelines = _timelines(self.corpus, new, self.settings.timeline_posts)
+        timelines = _timelines(self.corpus, new, self.settings.attack_posts)
         attacks = self.attack(timelines)
         if self.check_attacks:  # round 0 only: the registered attacks the judge leaves out, for the strength check
             check = Attackers(self.role_specs(("check",)), self.corpus_docs, self.folder)
@@ -396,7 +399,7 @@ class _Protector:
         evidence = pd.DataFrame()
         if self.needs_evidence and len(todo):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[todo]))
-            timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
+            timelines = _timelines(self.corpus, docs["text"], self.settings.attack_posts)
             evidence = self.evidence(timelines[timelines["group_id"].isin(groups)])
         changed = np.zeros(len(docs), bool)
         texts = docs["text"].astype(str)
@@ -437,15 +440,16 @@ class _Protector:
         attacks = prev.attacks[prev.attacks["role"] != "check"]  # round 0's strength check is not run again
         if len(idx):
             groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[idx]))
-            timelines = _timelines(self.corpus, docs["text"], self.settings.timeline_posts)
+            timelines = _timelines(self.corpus, docs["text"], self.settings.attack_posts)
             fresh = self.attack(timelines[timelines["group_id"].isin(groups)])
             attacks = pd.concat([attacks[~attacks["group_id"].isin(groups)], fresh], ignore_index=True)
         return RoundState(k, docs, attacks, int(changed.sum()), time.perf_counter() - started)
 
     # -- cache
     def _paths(self, k: int) -> tuple[Path, Path, Path]:
-        return (self.folder / f"round-{k:03d}.docs.parquet", self.folder / f"round-{k:03d}.attacks.parquet",
-                self.folder / f"round-{k:03d}.json")
+        folder = self.zero_folder if k == 0 else self.folder
+        return (folder / f"round-{k:03d}.docs.parquet", folder / f"round-{k:03d}.attacks.parquet",
+                folder / f"round-{k:03d}.json")
 
     def load(self, k: int) -> RoundState | None:
         docs, attacks, meta = self._paths(k)
@@ -458,7 +462,7 @@ class _Protector:
         from tasks.corpus.importers import write_parquet_atomic
 
         docs, attacks, meta = self._paths(state.round)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        meta.parent.mkdir(parents=True, exist_ok=True)
         write_parquet_atomic(state.docs, docs)
         write_parquet_atomic(state.attacks, attacks)
         tmp = meta.with_suffix(".json.tmp")
@@ -563,28 +567,67 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
                    cache_dir: str | os.PathLike, corpus_fingerprint: str, histories_fingerprint: str,
                    log: Callable[[str], None] = lambda _line: None,
                    invalid: pd.DataFrame | None = None, gpu: bool | None = None) -> ProtectResult:
-    """Run the loop on ``corpus`` (the corpus schema) against ``histories`` (a history parquet file), certify what it
-    keeps and build the protected table, the rounds table, the failures and the summary. Rounds are cached under
-    ``cache_dir`` keyed by the fingerprints of the corpus and the histories and :meth:`ProtectSettings.round_key`.
-    ``invalid``: the input rows that failed validation (:data:`tasks.corpus.schema.FAILURE_COLUMNS`), recorded
-    among the failures so that every input row ends in the output or in a failure with its reason. ``gpu``: whether
-    the GPU attacks can run at any size (default: whether CUDA is present)."""
+    """Run the loop on ``corpus`` (the corpus schema) against ``histories`` (a history parquet file) at each meaning
+    floor of ``settings``, certify what each point keeps, and return the chosen point (the highest floor whose
+    certificate meets the budget, else the point of least risk) with the frontier of every point. Rounds are cached
+    under ``cache_dir`` keyed by the fingerprints of the corpus and the histories and
+    :meth:`ProtectSettings.round_key` (round 0 without the floor: the points share it). ``invalid``: the input rows
+    that failed validation (:data:`tasks.corpus.schema.FAILURE_COLUMNS`), recorded among the failures so that every
+    input row ends in the output or in a failure with its reason. ``gpu``: whether the GPU attacks can run at any
+    size (default: whether CUDA is present)."""
     from tasks.privacy.attacks import gpu_present
     from tasks.privacy.reidentify import history_rows
-    from tasks.store import code_version
+    from tasks.protect.frontier import choose_point, frontier_figure, frontier_table, point_utility
 
     gpu = gpu_present() if gpu is None else gpu
     n_posts = history_rows(os.fspath(histories))
     judge = settings.judge_plan(n_posts, gpu)
     check = settings.check_attacks(judge, n_posts, gpu)
-    key = fingerprint_config({"corpus": corpus_fingerprint, "histories": histories_fingerprint,
-                              "code": code_version(*ROUND_CODE), **settings.round_key(judge, check)})[:24]
-    folder = Path(cache_dir) / key
     _check_disjoint_histories(corpus, os.fspath(histories), settings)
     _check_profiling(corpus, os.fspath(histories), settings)
-    protector = _Protector(corpus, os.fspath(histories), settings, folder, log, histories_fingerprint, judge, check)
     if judge.left_out:
         log(f"judge: {', '.join(judge.names)}; left out: {'; '.join(judge.lines())}")
+    floors = settings.floors
+    points: list[ProtectResult] = []
+    for floor in floors:
+        if len(floors) > 1:
+            log(f"frontier point: meaning floor {floor:g}")
+        point = _protect_point(corpus, os.fspath(histories), settings.at_floor(floor), cache_dir=Path(cache_dir),
+                               corpus_fingerprint=corpus_fingerprint, histories_fingerprint=histories_fingerprint,
+                               log=log, invalid=invalid, gpu=gpu, judge=judge, check=check, n_posts=n_posts)
+        point.summary["utility"] = point_utility(corpus, point.table, seed=settings.seed)
+        points.append(point)
+    chosen = choose_point([p.summary for p in points], frontier_figure(settings))
+    frontier, notes = frontier_table([p.summary for p in points], chosen, settings)
+    result = points[chosen]
+    summary = result.summary
+    summary["meaning_floors"] = list(floors)
+    summary["frontier"] = {"floors": list(floors), "chosen_floor": floors[chosen], "notes": notes,
+                           "met_floors": [f for f, p in zip(floors, points, strict=True) if p.met]}
+    if len(floors) > 1:
+        met_floors = summary["frontier"]["met_floors"]
+        line = (f"frontier: the budget is met at floor {floors[chosen]:g}, the highest of {len(met_floors)} of "
+                f"{len(floors)} floors that meet it" if result.met else
+                f"frontier: no floor of {', '.join(f'{f:g}' for f in floors)} meets the budget; P is the floor-"
+                f"{floors[chosen]:g} output, the least re-identified")
+        summary["verdict"] = f"{line}; {summary['verdict']}" + ("; " + "; ".join(notes) if notes else "")
+        log(line)
+    result.frontier = frontier
+    return result
+
+
+def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettings, *, cache_dir: Path,
+                   corpus_fingerprint: str, histories_fingerprint: str, log: Callable[[str], None],
+                   invalid: pd.DataFrame | None, gpu: bool, judge: AttackPlan, check: tuple[str, ...],
+                   n_posts: int) -> ProtectResult:
+    """One frontier point: the loop at ``settings``' single floor, then its certificate."""
+    from tasks.store import code_version
+
+    base = {"corpus": corpus_fingerprint, "histories": histories_fingerprint, "code": code_version(*ROUND_CODE)}
+    key = fingerprint_config({**base, **settings.round_key(judge, check)})[:24]
+    zero = fingerprint_config({**base, **settings.round_key(judge, check, floor=False)})[:24]
+    protector = _Protector(corpus, histories, settings, cache_dir / key, log, histories_fingerprint, judge, check,
+                           zero_folder=cache_dir / zero)
     rounds: list[dict[str, Any]] = []
     state: RoundState | None = None
     strength: str | None = None
@@ -634,13 +677,19 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     from tasks.store import tool_version
 
     settings, corpus = protector.settings, protector.corpus
-    caught = np.zeros(len(corpus), bool)
-    if not met_in_loop:
-        caught[protector.caught(state)] = True
     docs = state.docs
-    reason = np.where(docs["blocked"].to_numpy() & caught,
-                      f"floor: every move left {MEANING_COLUMN} below {settings.meaning_floor:g}",
-                      f"still caught after {state.round} round(s): {stop}")
+    still = np.zeros(len(corpus), bool)
+    if not met_in_loop:
+        still[protector.caught(state)] = True
+    # held back: a still-caught document every rung left below the floor, or one a bound catches on its own (it
+    # leaks PII, or holds a run of its source); its timeline's other documents are kept, and the certificate
+    # judges what is kept
+    blocked, alone = docs["blocked"].to_numpy(bool), protector.must_move(docs)
+    caught = still & (blocked | alone)
+    reason = np.where(blocked, f"floor: every move left {MEANING_COLUMN} below {settings.meaning_floor:g}",
+                      np.where(docs["leaked"].to_numpy() > 0 if protector.pii else False,
+                               f"still leaks PII after {state.round} round(s): {stop}",
+                               f"still holds a run of its source after {state.round} round(s): {stop}"))
     failures = pd.DataFrame({"doc_id": docs["doc_id"].to_numpy()[caught], "author_id": corpus["author_id"].to_numpy()[caught],
                              "round": docs["round"].to_numpy()[caught], "move": docs["move"].to_numpy()[caught],
                              MEANING_COLUMN: docs["meaning"].to_numpy()[caught], "reason": reason[caught]})
@@ -664,11 +713,17 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     params = {name: settings.params_of(name) for name in plan.names}
     kept_docs = docs[kept]
     certificate = certify(table, histories=protector.histories, plan=plan, params=params,
-                          adversaries=tuple(settings.adversaries), timeline_posts=settings.timeline_posts,
+                          adversaries=tuple(settings.adversaries), timeline_posts=settings.attack_posts,
                           decide_on=settings.decide_on, corpus=corpus, cache=protector.folder,
                           profiling=settings.profiling_judge if protector.profiling else None,
                           pii=(int(kept_docs["leaked"].sum()), int(kept_docs["spans"].sum())) if protector.pii else None,
                           seed=settings.seed)
+    linkability = None
+    if settings.unit == "post":  # unlinked posts can be linked again by their style: how well, on what is kept
+        from tasks.privacy.linkability import same_author_auc
+
+        linkability = _plain(same_author_auc(table["text"].astype(str).tolist(), table["author_id"].astype(str).tolist(),
+                                             histories=protector.histories, seed=settings.seed))
     meaning = table[MEANING_COLUMN].to_numpy(float)
     rounds += _round_rows(state.round, certificate.summaries, float(np.mean(meaning)) if len(meaning) else math.nan,
                           0, certificate.seconds)
@@ -677,6 +732,9 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     protector.log(f"certificate: {', '.join(words)} ({len(plan.names)} attack(s) on the full histories: "
                   f"{', '.join(plan.names)}; {certificate.seconds:.1f} s)"
                   + (f"; left out: {'; '.join(plan.lines())}" if plan.left_out else ""))
+    if linkability is not None:
+        protector.log(f"linkability: same-author pairs of kept posts told from others at AUC "
+                      f"{_shown(linkability)} ({linkability.get('model')})")
 
     low, high = bootstrap(meaning, seed=settings.seed) if len(meaning) else (math.nan, math.nan)
     last = summaries(state.attacks)  # before any document is left out: where the loop itself stopped
@@ -684,7 +742,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     rewritten = int((table[ROUND_COLUMN] > 0).sum()) if len(table) else 0
     verdict = (f"protect: certificate {', '.join(words)} after {state.round} round(s), BERTScore "
                f"{np.mean(meaning) if len(meaning) else math.nan:.2f}, {rewritten}/{len(corpus)} rewritten after "
-               f"round 0, {n_caught} failed ({settings.on_fail})"
+               f"round 0, {n_caught} held back ({settings.on_fail})"
                + (f", {len(failures) - n_caught} input rows invalid" if len(failures) > n_caught else ""))
     notes = []
     if not met:
@@ -714,7 +772,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         "meaning_metric": "bertscore_f1", "meaning_floor": settings.meaning_floor, "on_fail": settings.on_fail,
         "feedback": [n for n, _ in settings.feedback], "judge": list(protector.judge.names),
         "adversaries": list(settings.adversaries), "verbatim_chars": settings.verbatim_chars,
-        "unit": "timeline", "figures": {k: _plain(v) for k, v in certificate.figures.items()},
+        "unit": settings.unit, "linkability": linkability, "figures": {k: _plain(v) for k, v in certificate.figures.items()},
         "certificate": [_plain(r) for r in certificate.rows()],
         "left_out": {"judge": dict(protector.judge.left_out), "certificate": dict(certificate.left_out)},
         "judge_figures": {k: _plain(v) for k, v in judge_figures.items()}, "judge_verdict": judge_words,
@@ -723,13 +781,21 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         "meaning": _plain({"value": float(np.mean(meaning)) if len(meaning) else math.nan, "ci_low": low,
                            "ci_high": high, "n": len(meaning)}),
         "documents": {"input": len(corpus), "kept": len(table), "rewritten": rewritten, "failed": n_caught,
-                      "invalid": len(failures) - n_caught},
+                      "invalid": len(failures) - n_caught, "still_caught_kept": int((still & ~caught).sum())},
         "moves": {str(k): int(v) for k, v in table[MOVE_COLUMN].value_counts().items()} if len(table) else {},
         "notes": notes, "verdict": verdict + ("; " + "; ".join(notes) if notes else ""),
     }
     assert set(PROTECT_SUMMARY_KEYS) <= set(summary), set(PROTECT_SUMMARY_KEYS) - set(summary)
     mapping = pd.concat(protector.mappings, ignore_index=True) if protector.mappings else pd.DataFrame()
     return ProtectResult(table, pd.DataFrame(rounds, columns=ROUNDS_COLUMNS), failures, summary, mapping, bool(met))
+
+
+def _shown(figure: Mapping[str, Any]) -> str:
+    """``0.71 [0.66, 0.75]`` (``n/a`` without a value)."""
+    value = figure.get("value")
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{value:.3g} [{figure.get('ci_low', math.nan):.3g}, {figure.get('ci_high', math.nan):.3g}]"
 
 
 def _plain(values: Mapping[str, Any]) -> dict[str, Any]:

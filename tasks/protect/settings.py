@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from tasks.budgets import Bound, parse_budget
@@ -17,6 +17,10 @@ if TYPE_CHECKING:
 
 ON_FAIL: tuple[str, ...] = ("drop", "keep", "error")
 ADVERSARIES: tuple[str, ...] = ("full", "disjoint")
+#: What the output exposes to an adversary, and so what the loop and the certificate attack: an author's documents
+#: together (``timeline``, while authors or groups stay linked) or each document alone (``post``: a release drops
+#: the author and group pseudonyms and shuffles the rows).
+UNITS: tuple[str, ...] = ("timeline", "post")
 #: What protect's attack lists are written as when every registered attack is meant.
 EVERY_ATTACK = "all"
 
@@ -34,7 +38,8 @@ class ProtectSettings:
     start: str = PSEUDONYMIZE
     ladder: tuple[Move, ...] = DEFAULT_LADDER
     max_rounds: int = 6
-    meaning_floor: float = 0.80
+    #: The BERTScore F1 a kept move must keep; several floors make a frontier (one protect point per floor).
+    meaning_floors: tuple[float, ...] = (0.80,)
     on_fail: str = "drop"
     decide_on: str = "bound"
     feedback: AttackSpecs = (("stylometric", {}),)
@@ -44,6 +49,7 @@ class ProtectSettings:
     attack_params: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     adversaries: tuple[str, ...] = ("disjoint",)
     timeline_posts: int | None = None
+    unit: str = "timeline"
     evidence_top: int = 20
     #: Per caught timeline and round, the documents carrying the most feedback evidence that are moved (None:
     #: every document of the timeline); documents carrying none are not moved for re-identification.
@@ -67,8 +73,12 @@ class ProtectSettings:
     def __post_init__(self) -> None:
         if self.max_rounds < 0 or self.max_rounds > 100:
             raise ConfigError(f"max_rounds must be in [0, 100]; got {self.max_rounds}")
-        if not 0.0 <= self.meaning_floor <= 1.0:
-            raise ConfigError(f"meaning_floor must be in [0, 1]; got {self.meaning_floor}")
+        if not self.meaning_floors or not all(0.0 <= f <= 1.0 for f in self.meaning_floors):
+            raise ConfigError(f"meaning_floor must be one or more floors in [0, 1]; got {list(self.meaning_floors)}")
+        if len(set(self.meaning_floors)) != len(self.meaning_floors):
+            raise ConfigError(f"meaning_floor names a floor twice: {list(self.meaning_floors)}")
+        if self.unit not in UNITS:
+            raise ConfigError(f"unit must be one of {', '.join(UNITS)}; got {self.unit!r}")
         if self.on_fail not in ON_FAIL:
             raise ConfigError(f"on_fail must be one of {', '.join(ON_FAIL)}; got {self.on_fail!r}")
         if self.docs_per_round is not None and self.docs_per_round < 1:
@@ -78,6 +88,27 @@ class ProtectSettings:
         if not self.feedback or (self.judge is not None and not self.judge):
             raise ConfigError("protect needs at least one feedback attack and one judge attack")
         object.__setattr__(self, "bounds", tuple(parse_budget(self.budget, "budget", protect=True)))
+
+    @property
+    def meaning_floor(self) -> float:
+        """The floor of a single protect point (a frontier's settings are split by :meth:`at_floor` first)."""
+        if len(self.meaning_floors) != 1:
+            raise ValueError(f"settings with several floors ({list(self.meaning_floors)}): take one with at_floor()")
+        return self.meaning_floors[0]
+
+    @property
+    def floors(self) -> tuple[float, ...]:
+        """The frontier's floors, highest (most meaning kept) first."""
+        return tuple(sorted(self.meaning_floors, reverse=True))
+
+    def at_floor(self, floor: float) -> ProtectSettings:
+        """The settings of one frontier point."""
+        return replace(self, meaning_floors=(floor,))
+
+    @property
+    def attack_posts(self) -> int | None:
+        """Posts per attacked unit: one at ``post`` unit, else ``timeline_posts`` (None: whole timelines)."""
+        return 1 if self.unit == "post" else self.timeline_posts
 
     def bounds_figure(self, figure: str) -> bool:
         """Whether the budget bounds ``figure`` (pii_leakage, verbatim and profiling change what is caught)."""
@@ -127,13 +158,17 @@ class ProtectSettings:
 
         return tuple(n for n in plan_attacks(EVERY_ATTACK, n_history_posts, gpu=gpu).names if n not in judge.names)
 
-    def round_key(self, judge: AttackPlan, check: tuple[str, ...]) -> dict[str, Any]:
+    def round_key(self, judge: AttackPlan, check: tuple[str, ...], *, floor: bool = True) -> dict[str, Any]:
         """What a round's output depends on besides the corpus and the histories (``judge``: the resolved
-        judge; ``check``: the attacks round 0 also runs for the judge-strength check)."""
-        return {"start": self.start, "ladder": [m.as_config() for m in self.ladder], "floor": self.meaning_floor,
+        judge; ``check``: the attacks round 0 also runs for the judge-strength check; without ``floor``: what
+        round 0 depends on, which keeps every document's starting move whatever its meaning, so the points of a
+        frontier share it)."""
+        return {"start": self.start, "ladder": [m.as_config() for m in self.ladder],
+                "floor": self.meaning_floor if floor else None,
                 "feedback": [[n, dict(p)] for n, p in self.feedback],
                 "judge": [[n, dict(p)] for n, p in self._specs(judge)], "check": list(check),
                 "adversaries": list(self.adversaries), "timeline_posts": self.timeline_posts,
+                "unit": self.unit,
                 "evidence_top": self.evidence_top, "docs_per_round": self.docs_per_round,
                 "pii": self.pii, "verbatim": [self.verbatim_chars, self.bounds_figure("verbatim")],
                 "pii_scope": self.pii_scope, "seed": self.seed,

@@ -58,6 +58,8 @@ class Protection:
     verdict: str  # the loop's verdict, its notes included
     met: bool
     figure: str = "reidentification"  # what the curve draws: a key of CURVE_COLUMNS
+    frontier: pd.DataFrame | None = None  # tasks.protect.files.FRONTIER_COLUMNS: one certified point per meaning floor
+    frontier_notes: tuple[str, ...] = ()  # where the frontier is not monotone in its floors
 
 
 @dataclass
@@ -236,9 +238,12 @@ def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Prote
     if moves is None and (table := layout.one("protect", "shard")) is not None:
         moves = read(table)[MOVE_COLUMN].value_counts().to_dict()
     figure, limit = curve_budget(parse_budget(summary["budget"], "budget", protect=True))
+    frontier_ref = layout.one("protect", "frontier")
     return Protection(rounds=rounds, curve=protect_curve(rounds, summary["decide_on"], figure),
                       moves={str(k): int(v) for k, v in (moves or {}).items()}, budget=summary["budget"],
-                      limit=limit, verdict=summary["verdict"], met=bool(summary["met"]), figure=figure)
+                      limit=limit, verdict=summary["verdict"], met=bool(summary["met"]), figure=figure,
+                      frontier=read(frontier_ref) if frontier_ref is not None else None,
+                      frontier_notes=tuple((summary.get("frontier") or {}).get("notes") or ()))
 
 
 def _read_local_text(ref: ArtifactRef) -> str:

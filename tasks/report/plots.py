@@ -678,3 +678,60 @@ def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None, figure:
     ax.set_title(PROTECT_TITLE, fontsize=11)
     ax.legend(fontsize=8.5, frameon=False, loc="best")
     return _finished(name, PROTECT_TITLE, caption, fig)
+
+
+FRONTIER_TITLE = "Protect: the risk-meaning frontier, one certified point per meaning floor"
+
+
+def protect_frontier_chart(frontier: pd.DataFrame, limit: float | None = None) -> Plot:
+    """The frontier of a protect run: per meaning floor, the certificate's worst figure (y, with its 95% interval)
+    against the meaning its output keeps (x, mean BERTScore F1 with its bootstrap interval), points labelled by
+    floor, the chosen point ringed, the budget's bound as a dashed line. ``frontier``:
+    :data:`tasks.protect.files.FRONTIER_COLUMNS` (one row per point is enough)."""
+    name = "protect-frontier"
+    caption = ("Each point is one protect run at a meaning floor (a move is kept only if the document keeps at "
+               "least that BERTScore F1 against its source), certified by every registered attack on the full "
+               "histories: the worst attack's figure (lower = more private) against the mean meaning the output keeps "
+               "(right = more kept). Bars: 95% intervals. The ringed point is the one chosen: the highest floor "
+               "whose certificate meets the budget, else the least re-identified.")
+    problem = _missing(frontier, ["floor", "value", "meaning", "chosen", "figure"])
+    if problem:
+        return _skipped(name, FRONTIER_TITLE, caption, problem)
+    points = frontier.drop_duplicates("floor")
+    frame = pd.DataFrame({"floor": _numeric(points["floor"]).to_numpy(), "x": _numeric(points["meaning"]).to_numpy(),
+                          "y": _numeric(points["value"]).to_numpy(),
+                          "x_low": _numeric(points.get("meaning_ci_low", pd.Series(np.nan, index=points.index))).to_numpy(),
+                          "x_high": _numeric(points.get("meaning_ci_high", pd.Series(np.nan, index=points.index))).to_numpy(),
+                          "y_low": _numeric(points.get("ci_low", pd.Series(np.nan, index=points.index))).to_numpy(),
+                          "y_high": _numeric(points.get("ci_high", pd.Series(np.nan, index=points.index))).to_numpy(),
+                          "chosen": points["chosen"].astype(bool).to_numpy()}).dropna(subset=["x", "y"])
+    if frame.empty:
+        return _skipped(name, FRONTIER_TITLE, caption, "needs at least 1 point with a finite figure and meaning")
+    figure = str(points["figure"].iloc[0])
+    ylabel, words_of = CURVE_LABELS.get(figure, (figure, figure))
+    frame = frame.sort_values("floor", ascending=False)
+    fig = new_figure()
+    ax = fig.add_subplot()
+    _style_axes(ax)
+    colour = PROTECT_SERIES["certificate"][0]
+    _error_bars(ax, frame, "y", colour)
+    _error_bars(ax, frame, "x", colour)
+    ax.plot(frame["x"], frame["y"], color=colour, marker="D", markersize=7, linewidth=1.4, markeredgecolor="#1b1f24",
+            label="certificate's worst attack", zorder=3)
+    for x, y, floor in zip(frame["x"], frame["y"], frame["floor"], strict=True):
+        ax.annotate(f"floor {floor:g}", (x, y), xytext=(6, 6), textcoords="offset points", fontsize=8.5, color=colour)
+    chosen = frame[frame["chosen"]]
+    if len(chosen):
+        ax.scatter(chosen["x"], chosen["y"], s=260, facecolors="none", edgecolors="#1b1f24", linewidths=1.6,
+                   zorder=4, label="chosen point (the output P)")
+    if limit is not None and math.isfinite(limit):
+        ax.axhline(limit, color="#57606a", linestyle="--", linewidth=1.3, zorder=1,
+                   label=f"budget: {words_of} ≤ {limit:g}")
+        caption += f" The dashed line is the budget's bound on the {words_of}."
+    ax.set_ylim(-0.03, 1.05)
+    ax.set_xlim(*_padded_limits(frame["x"].to_numpy(), 0.0, 1.0, 0.2))
+    ax.set_xlabel("meaning kept (mean BERTScore F1 of the output)", fontsize=10)
+    ax.set_ylabel(ylabel, fontsize=10)
+    ax.set_title(FRONTIER_TITLE, fontsize=11)
+    ax.legend(fontsize=8.5, frameon=False, loc="best")
+    return _finished(name, FRONTIER_TITLE, caption, fig)

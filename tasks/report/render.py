@@ -137,6 +137,8 @@ def _plots(data: ReportData) -> list[plots.Plot]:
     if data.protection is not None:
         figures.append(plots.protect_curve_chart(data.protection.curve, data.protection.limit,
                                                  figure=data.protection.figure))
+        if data.protection.frontier is not None and data.protection.frontier["floor"].nunique() > 1:
+            figures.append(plots.protect_frontier_chart(data.protection.frontier, data.protection.limit))
     return figures
 
 
@@ -247,6 +249,37 @@ def protect_rounds_table(protection: Protection) -> pd.DataFrame:
     return pd.DataFrame({header: shown[column] for column, header in PROTECT_ROUNDS_SHOWN.items()})
 
 
+def protect_frontier_table(frontier: pd.DataFrame) -> pd.DataFrame:
+    """The frontier's points as the report shows them (highest floor first), every cell already text."""
+    from tasks.protect.frontier import frontier_points
+
+    points = frontier_points(frontier)
+
+    def column(name: str) -> pd.Series:
+        return points.get(name, pd.Series(math.nan, index=points.index)).astype(float)
+
+    def interval(name: str, bounds: str) -> list[str]:  # bounds: the prefix of the interval's columns
+        return [with_interval(v, lo, hi) for v, lo, hi in zip(column(name), column(f"{bounds}ci_low"),
+                                                            column(f"{bounds}ci_high"), strict=True)]
+
+    return pd.DataFrame({
+        "meaning floor": points["floor"].map(lambda v: f"{v:g}"),
+        "certificate (worst attack)": [f"{v} ({a})" for v, a in zip(interval("value", ""),
+                                                                    points["worst_attack"].map(_text_cell), strict=True)],
+        "meaning (BERTScore F1)": interval("meaning", "meaning_"),
+        "kept / held back": [f"{k} / {h}" for k, h in zip(points["documents_kept"], points["documents_held_back"],
+                                                          strict=True)],
+        "substitution F1": column("substitution_macro_f1").map(fmt),
+        "augmentation F1": column("augmentation_macro_f1").map(fmt),
+        "linkability AUC": interval("linkability_auc", "linkability_"),
+        "budget": points["met"].map({True: "met", False: "not met"}),
+        "chosen": points["chosen"].map({True: "yes", False: ""})})
+
+
+def _text_cell(value: object) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
 def protect_moves_table(protection: Protection) -> pd.DataFrame:
     """How many documents of the protected output each move made last (most first)."""
     moves = sorted(protection.moves.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -287,6 +320,10 @@ def render_markdown(data: ReportData) -> str:
         lines += ["", "## Protection", "", f"**{_md(protect_verdict(p))}**", "",
                   _md_frame(protect_rounds_table(p)), "", "Moves (documents each move made last):", "",
                   _md_frame(protect_moves_table(p))]
+        if p.frontier is not None and p.frontier["floor"].nunique() > 1:
+            lines += ["", "Frontier (one certified point per meaning floor; P is the chosen one):", "",
+                      _md_frame(protect_frontier_table(p.frontier))]
+            lines += [f"> {_md(note)}" for note in p.frontier_notes]
     for table in article_tables(data.summary, level=data.level, families=data.families, order=data.order):
         lines += ["", *_md_article_table(table, signatures)]
     risks = residual_risk_table(data.summary, data.order)

@@ -1,0 +1,129 @@
+"""The risk-meaning frontier of a protect run: one protect point per meaning floor, each certified, with the rows
+it keeps and what it is still good for.
+
+What identifies people is often what they talk about, so no single meaning floor fits every corpus: a lower floor
+lets stronger rewrites stand (less meaning kept, less re-identification). The frontier puts the points side by
+side; the chosen point is the highest floor whose certificate meets the budget (P is its output), or, where none
+does, the least re-identified point, and the verdict says so. The frontier should fall as the floor falls; where a
+lower floor reads higher, the table's notes say where (rewrites are stochastic and the loop stops on its judge, not
+on the certificate).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from tasks.protect.files import CURVE_COLUMNS, FRONTIER_COLUMNS
+from tasks.protect.settings import ProtectSettings
+
+#: The utility figures of a point: macro-F1 on the real test rows of a model trained on the point's kept rows
+#: (substitution), on the real training rows plus them (augmentation), and on the real training rows (real).
+UTILITY_KEYS: tuple[str, ...] = ("substitution_macro_f1", "augmentation_macro_f1", "real_macro_f1")
+
+
+def frontier_figure(settings: ProtectSettings) -> str:
+    """The budget figure the frontier draws: the re-identification bound, else the budget's first."""
+    columns = [b.column for b in settings.bounds]
+    return next((c for c in columns if c in CURVE_COLUMNS), columns[0])
+
+
+def _value(summary: Mapping[str, Any], figure: str) -> float:
+    value = (summary.get("figures") or {}).get(figure, {}).get("value")
+    return math.nan if value is None else float(value)
+
+
+def choose_point(summaries: Sequence[Mapping[str, Any]], figure: str) -> int:
+    """The chosen point (``summaries`` in frontier order, highest floor first): the first whose certificate meets
+    the budget, else the one reading least on ``figure`` (the highest floor among equals)."""
+    for i, s in enumerate(summaries):
+        if s.get("met"):
+            return i
+    values = np.array([_value(s, figure) for s in summaries])
+    if np.isnan(values).all():
+        return len(summaries) - 1
+    return int(np.nanargmin(values))  # the first of equal minima: the highest floor
+
+
+def point_utility(corpus: pd.DataFrame, table: pd.DataFrame, *, seed: int = 0) -> dict[str, Any]:
+    """What a point is still good for: macro-F1 on the corpus's labelled real test rows of the linear utility model
+    (C chosen on the validation rows) trained on the point's kept train rows, on the real train rows plus them, and
+    on the real train rows alone; ``reason`` instead where the corpus has no labelled train and test rows."""
+    from tasks.training.utility import run_post_utility
+
+    empty: dict[str, Any] = {k: None for k in UTILITY_KEYS}
+    if not {"label", "split"} <= set(corpus.columns):
+        return {**empty, "reason": "the corpus has no label or split column"}
+    labelled = corpus[corpus["label"].notna().to_numpy(bool)]
+    splits = set(labelled["split"].astype("string").dropna())
+    if not {"train", "test"} <= splits:
+        return {**empty, "reason": "the corpus has no labelled train and test rows"}
+    runs = run_post_utility(corpus, {"protect": table}, settings=("substitution", "augmentation"), fractions=(1.0,),
+                            seeds=(seed,))
+    out = dict(empty)
+    for setting, key in (("substitution", "substitution_macro_f1"), ("augmentation", "augmentation_macro_f1"),
+                         ("baseline", "real_macro_f1")):
+        row = runs[(runs["setting"] == setting) & (runs["status"] == "ok")]
+        out[key] = float(row["macro_f1"].iloc[0]) if len(row) else None
+    failed = runs[runs["status"] != "ok"]
+    if len(failed):
+        out["reason"] = "; ".join(f"{s}: {r}" for s, r in zip(failed["setting"], failed["reason"], strict=True))
+    return out
+
+
+def _number(value: object) -> float:
+    return math.nan if value is None else float(value)  # type: ignore[arg-type]
+
+
+def frontier_table(summaries: Sequence[Mapping[str, Any]], chosen: int, settings: ProtectSettings
+                   ) -> tuple[pd.DataFrame, list[str]]:
+    """One row per point and certificate attack (:data:`FRONTIER_COLUMNS`; the point's figures repeated on each of
+    its rows), and the notes on where the frontier is not monotone in its floors."""
+    figure = frontier_figure(settings)
+    rows = []
+    for i, s in enumerate(summaries):
+        f = (s.get("figures") or {}).get(figure, {})
+        docs, meaning, link, util = s["documents"], s.get("meaning") or {}, s.get("linkability") or {}, \
+            s.get("utility") or {}
+        point = {"floor": float(s["meaning_floor"]), "chosen": i == chosen, "met": bool(s["met"]), "figure": figure,
+                 "value": _number(f.get("value")), "ci_low": _number(f.get("ci_low")),
+                 "ci_high": _number(f.get("ci_high")), "worst_attack": f.get("attack"),
+                 "worst_adversary": f.get("adversary"), "rounds": int(s["rounds"]),
+                 "documents_input": int(docs["input"]), "documents_kept": int(docs["kept"]),
+                 "documents_held_back": int(docs["failed"]), "documents_rewritten": int(docs["rewritten"]),
+                 "meaning": _number(meaning.get("value")), "meaning_ci_low": _number(meaning.get("ci_low")),
+                 "meaning_ci_high": _number(meaning.get("ci_high")),
+                 "verbatim": _number((s.get("figures") or {}).get("verbatim", {}).get("value")),
+                 "linkability_auc": _number(link.get("value")), "linkability_ci_low": _number(link.get("ci_low")),
+                 "linkability_ci_high": _number(link.get("ci_high")),
+                 **{k: _number(util.get(k)) for k in UTILITY_KEYS}, "utility_note": util.get("reason")}
+        for c in s.get("certificate") or [{}]:
+            rows.append({**point, **{k: c.get(k) for k in ("attack", "adversary")},
+                         **{k: _number(c.get(k)) for k in ("accuracy_at_1", "accuracy_at_1_ci_low",
+                                                           "accuracy_at_1_ci_high", "residual_risk",
+                                                           "residual_risk_ci_low", "residual_risk_ci_high")},
+                         "n_timelines": int(c.get("n_timelines") or 0)})
+    table = pd.DataFrame(rows, columns=list(FRONTIER_COLUMNS))
+    return table, monotone_notes(table)
+
+
+def frontier_points(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per point of a frontier table, highest floor first."""
+    return table.drop_duplicates("floor").sort_values("floor", ascending=False, kind="stable").reset_index(drop=True)
+
+
+def monotone_notes(table: pd.DataFrame) -> list[str]:
+    """Where a lower floor reads higher on the frontier's figure than the floor above it (empty: monotone)."""
+    points = frontier_points(table)
+    notes = []
+    for (_, hi), (_, lo) in zip(points.iloc[:-1].iterrows(), points.iloc[1:].iterrows(), strict=True):
+        if lo["value"] > hi["value"]:
+            beyond = lo["ci_low"] > hi["ci_high"]
+            notes.append(f"the frontier is not monotone: floor {lo['floor']:g} reads {lo['figure']} "
+                         f"{lo['value']:.3g} above floor {hi['floor']:g}'s {hi['value']:.3g}"
+                         + (" beyond their intervals" if beyond else " (within their intervals)"))
+    return notes

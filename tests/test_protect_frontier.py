@@ -1,0 +1,127 @@
+"""`synthugc protect` at several meaning floors (the risk-meaning frontier) and at post unit, on simulated
+timelines with a stable personal style, with the real attacks and BERTScore model: every floor is a certified point
+in P.frontier.parquet, the output is the chosen point, the verdict names it, the frontier is monotone in its floors
+or its notes say where it is not; at post unit every attack reads single posts and the certificate states how well
+style links the kept posts again; a document every rung leaves below the floor is held back with its reason while
+its timeline's other documents stay."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tasks.corpus.simulate import simulate_histories, simulate_synthetic
+from tasks.protect.files import FRONTIER_COLUMNS, protect_paths
+from tasks.protect.frontier import choose_point, frontier_points, monotone_notes
+
+REPO = Path(__file__).resolve().parent.parent
+FLOORS = (0.95, 0.6)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory) -> dict:
+    """30 simulated users, 3,000 history posts, 20 timelines of 5 posts, protected at two floors and post unit
+    with mask-evidence and stymask (the embedding attack kept off the CPU)."""
+    root = tmp_path_factory.mktemp("frontier")
+    histories = simulate_histories(30, 3_000, seed=1, out_path=root / "histories.parquet")
+    simulate_synthetic(histories, n_timelines=20, n_posts=100, rewrite_strength=0.0, seed=2).to_parquet(
+        root / "corpus.parquet", index=False)
+    out = root / "out" / "P.parquet"
+    env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(root / "cache"), "HF_HUB_OFFLINE": "1",
+           "SYNTHUGC_CPU_ATTACK_POSTS": "0"}
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "protect", "--corpus", str(root / "corpus.parquet"),
+                           "--histories", str(histories), "--out", str(out), "--ladder", "mask-evidence,stymask",
+                           "--meaning-floor", ",".join(map(str, FLOORS)), "--unit", "post", "--max-rounds", "2",
+                           "--budget", "reidentification<=0.0", "--judge", "delta,minhash"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
+    paths = protect_paths(out)
+    return {"proc": proc, "paths": paths, "corpus": pd.read_parquet(root / "corpus.parquet"),
+            "root": root, "env": env}
+
+
+def test_every_floor_is_a_certified_point_and_p_is_the_chosen_one(run):
+    proc, paths = run["proc"], run["paths"]
+    assert proc.returncode == 1, proc.stderr  # an impossible budget: no floor meets it
+    frontier = pd.read_parquet(paths.frontier)
+    assert list(frontier.columns) == list(FRONTIER_COLUMNS)
+    points = frontier_points(frontier)
+    assert list(points["floor"]) == sorted(FLOORS, reverse=True) and points["chosen"].sum() == 1
+    assert set(frontier["attack"]) == {"classifier", "delta", "minhash", "stylometric"}  # the certificate of each
+    summary = json.loads(paths.summary.read_text())
+    chosen = points[points["chosen"]].iloc[0]
+    # none meets it: the chosen point is the least re-identified, and the verdict says so and names it
+    assert chosen["value"] == points["value"].min() and summary["meaning_floor"] == chosen["floor"]
+    assert summary["verdict"].startswith(f"frontier: no floor of 0.95, 0.6 meets the budget; P is the floor-"
+                                         f"{chosen['floor']:g} output"), summary["verdict"]
+    table = pd.read_parquet(paths.table)
+    assert len(table) == chosen["documents_kept"]
+    moved = table[table["round"] > 0]
+    assert (moved["meaning"] >= chosen["floor"]).all()
+    assert paths.frontier_plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # a lower floor lets more moves stand: it keeps less meaning
+    assert points["meaning"].iloc[1] <= points["meaning"].iloc[0]
+    # the frontier falls with the floor, or the notes say where it does not
+    notes = summary["frontier"]["notes"]
+    rising = points["value"].iloc[1] > points["value"].iloc[0]
+    assert bool(notes) == rising and all("not monotone" in n for n in notes)
+
+
+def test_post_unit_attacks_single_posts_and_states_how_style_links_them(run):
+    paths, corpus = run["paths"], run["corpus"]
+    summary = json.loads(paths.summary.read_text())
+    assert summary["unit"] == "post"
+    rounds = pd.read_parquet(paths.rounds)
+    certificate = rounds[rounds["role"] == "certificate"]
+    table = pd.read_parquet(paths.table)
+    assert (certificate["n_timelines"] == len(table)).all()  # every kept post is one trial
+    judge0 = rounds[(rounds["role"] == "judge") & (rounds["round"] == 0)]
+    assert (judge0["n_timelines"] == len(corpus)).all()
+    link = summary["linkability"]
+    assert 0.0 <= link["ci_low"] <= link["value"] <= link["ci_high"] <= 1.0 and link["n_same"] > 0
+    frontier = pd.read_parquet(paths.frontier)
+    assert frontier["linkability_auc"].notna().all()
+
+
+def test_every_input_document_is_kept_or_held_back_with_its_reason_and_timelines_are_not_dropped_whole(run):
+    paths, corpus = run["paths"], run["corpus"]
+    table, failures = pd.read_parquet(paths.table), pd.read_parquet(paths.failures)
+    assert set(table["doc_id"]) | set(failures["doc_id"]) == set(corpus["doc_id"])
+    assert not set(table["doc_id"]) & set(failures["doc_id"])
+    assert failures["reason"].str.len().gt(0).all()
+    held = failures[failures["reason"].str.startswith("floor: every move left meaning below")]
+    assert len(held) == len(failures)  # no PII or verbatim bound: only the floor holds a document back
+    # the held-back documents' timelines keep their other documents
+    authors_held = set(corpus.set_index("doc_id").loc[held["doc_id"], "group_id"])
+    kept_groups = set(table["group_id"])
+    assert authors_held & kept_groups, (authors_held, kept_groups)
+
+
+def test_choose_point_and_monotone_notes():
+    def point(floor, value, met):
+        return {"met": met, "figures": {"reidentification": {"value": value}}, "meaning_floor": floor}
+
+    assert choose_point([point(0.9, 0.5, False), point(0.8, 0.08, True), point(0.7, 0.05, True)],
+                        "reidentification") == 1  # the highest floor that meets it
+    assert choose_point([point(0.9, 0.5, False), point(0.8, 0.3, False), point(0.7, 0.3, False)],
+                        "reidentification") == 1  # none: the least re-identified, highest floor among equals
+    table = pd.DataFrame({"floor": [0.9, 0.8, 0.7], "value": [0.5, 0.6, 0.2], "ci_low": [0.4, 0.55, 0.1],
+                          "ci_high": [0.52, 0.7, 0.3], "figure": "reidentification"})
+    notes = monotone_notes(table)
+    assert notes == ["the frontier is not monotone: floor 0.8 reads reidentification 0.6 above floor 0.9's 0.5 "
+                     "beyond their intervals"]
+    assert monotone_notes(table.assign(value=[0.5, 0.4, 0.2])) == []
+
+
+def test_several_floors_in_one_flag_are_parsed_and_a_bad_one_exits_2(run):
+    proc = subprocess.run([sys.executable, "-m", "flows.cli", "protect", "--corpus", str(run["root"] / "corpus.parquet"),
+                           "--histories", str(run["root"] / "histories.parquet"), "--out",
+                           str(run["root"] / "bad" / "P.parquet"), "--meaning-floor", "0.9,high"],
+                          capture_output=True, text=True, env=run["env"], cwd=REPO, timeout=300)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
+        "synthugc: error: --meaning-floor '0.9,high': 'high' is not a number (e.g. 0.8 or 0.9,0.8,0.7)"), proc.stderr
