@@ -998,13 +998,18 @@ def release(
     dp_audit: Annotated[Path | None, typer.Option("--dp-audit", help="A DP strategy's `synthugc audit-dp` table: "
                                                   "the card states the audited epsilon beside the nominal one.")]
     = None,
+    unit: Annotated[str | None, typer.Option("--unit", help="timeline (an author's posts together, in order) or "
+                                             "post (no author_id, group_id or position; rows shuffled; the card "
+                                             "states how well style re-links them). Default: the unit the input "
+                                             "was certified at (a run's: timeline).")] = None,
 ) -> None:
     """A folder to hand out: the synthetic texts and the kept columns (ids pseudonymised), a Hugging Face
     dataset card and checksums; never the source texts, the pseudonym mapping, failures or histories."""
     import re
 
-    from tasks.budgets import check_decide_on
+    from tasks.budgets import check_decide_on, number
     from tasks.protect import release as rel
+    from tasks.report.render import with_interval
 
     codes = [c.strip() for c in language.split(",") if c.strip()] or [language]
     examples = {"--license": "cc-by-4.0", "--language": "en", "--task-category": "text-generation"}
@@ -1018,6 +1023,8 @@ def release(
             check_decide_on(decide_on)
         out = rel.check_release_folder(out, overwrite)
         made = rel.read_input(source, strategy, variant)
+        kept = [c.strip() for c in (keep or "").split(",") if c.strip()]
+        released_unit = rel.release_unit(made, unit, kept)
         decided_on = decide_on or made.decide_on
         whose = "--require" if require is not None else f"the {made.kind}'s budget"
         verdict = rel.verdict_of(made, require if require is not None else made.budget, decided_on,
@@ -1025,9 +1032,9 @@ def release(
         if not verdict.met and not force:
             raise InputError(f"strategy {made.label!r} misses {whose}: {'; '.join(verdict.failing)}; --force "
                              "releases it anyway and the card says so")
-        rows = rel.release_table(made.table, [c.strip() for c in (keep or "").split(",") if c.strip()],
-                                 keep_verbatim=keep_verbatim, verbatim=made.verbatim,
-                                 verbatim_chars=made.verbatim_chars)
+        rows = rel.with_linkability(made, rel.release_table(
+            made.table, kept, keep_verbatim=keep_verbatim, verbatim=made.verbatim, verbatim_chars=made.verbatim_chars,
+            unit=released_unit))
         options = rel.CardOptions(pretty_name=pretty_name or f"{made.label}: synthetic user-generated text",
                                   license=license_, language=tuple(codes), task_category=task_category)
         audited = rel.dp_audit_line(dp_audit, made) if dp_audit is not None else None
@@ -1038,6 +1045,10 @@ def release(
     with _writing(out):
         rel.write_release(out, rows.table, card)
     said = verdict.summary() + (", released with --force" if not verdict.met else "")
+    if rows.unit == "post":
+        link = rows.linkability or {}
+        said += ("; unit post: rows unlinked, same-author pair AUC "
+                 + with_interval(number(link.get("value")), number(link.get("ci_low")), number(link.get("ci_high"))))
     typer.echo(f"release: {len(rows.table)} documents -> {out} ({said})")
 
 

@@ -430,3 +430,94 @@ def test_run_leaks_are_stated_under_the_budget_threat_model():
     disjoint = _run_leaks(privacy, ["disjoint"])
     assert disjoint["reidentification"]["value"] == 0.2 and disjoint["reidentification"]["adversary"] == "disjoint"
     assert disjoint["reidentification_risk"]["value"] == 0.0 and disjoint["reidentification_risk"]["ci_high"] == 0.05
+
+
+# ------------------------------------------------------------------------------------------- post unit
+def _beyond_chance(values: list, rng_seed: int = 0, n: int = 4000) -> tuple[int, float, float]:
+    """Adjacent equal values in ``values``, and their mean and standard deviation over random orders."""
+    import numpy as np
+
+    rng = np.random.default_rng(rng_seed)
+    codes = pd.factorize(pd.Series(values))[0]
+    draws = np.array([np.sum(p[1:] == p[:-1]) for p in (rng.permutation(codes) for _ in range(n))])
+    return int(np.sum(codes[1:] == codes[:-1])), float(draws.mean()), float(draws.std())
+
+
+def test_post_release_unlinks_the_rows_and_states_style_linkability(protect_output, tmp_path):
+    """--unit post: no author, group or position column, rows in an order that follows neither the input nor an
+    author, group, position or released column; the card states the unit, that the timeline certificate is
+    conservative, and the same-author pair AUC measured on the released rows."""
+    p, _ = protect_output
+    out = tmp_path / "release"
+    proc = _release(p, out, "--unit", "post", "--keep", "label")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "; unit post: rows unlinked, same-author pair AUC " in proc.stdout
+    released = pd.read_parquet(out / DATA_FILE)
+    assert list(released.columns) == ["doc_id", "text", "label"]
+    table = pd.read_parquet(p)
+    kept = table[(table["status"] == "ok") & ~table["verbatim"].astype(bool) & ~table["unchanged"].astype(bool)]
+    kept = kept.reset_index(drop=True).assign(order=lambda f: range(len(f)))
+    assert kept["text"].is_unique and sorted(released["text"]) == sorted(kept["text"])
+    joined = released.merge(kept[["text", "author_id", "group_id", "position", "order"]], on="text", how="left")  # test only
+    assert joined["order"].tolist() != sorted(joined["order"])  # not the input's order
+    for column in ["doc_id", "text", "label", "author_id", "group_id", "position", "order"]:
+        assert not joined[column].is_monotonic_increasing and not joined[column].is_monotonic_decreasing, column
+    for column in ["author_id", "group_id"]:  # an author's (a debate's) rows no more adjacent than by chance
+        observed, mean, sd = _beyond_chance(joined[column].tolist())
+        assert observed <= mean + 4 * sd, (column, observed, mean, sd)
+    again = tmp_path / "again"
+    assert _release(p, again, "--unit", "post", "--keep", "label").returncode == 0
+    assert pd.read_parquet(again / DATA_FILE)["text"].tolist() != released["text"].tolist()  # a fresh order
+
+    card = (out / CARD_FILE).read_text()
+    assert "## Unit: each post alone" in card and "no author, group or position column" in card
+    assert "measured on timelines, so for single posts they are conservative" in card
+    assert "can be re-linked by their style" in card and "**AUC " in card
+    assert "the released rows, at release time" in card and "released posts themselves (no histories given)" in card
+    n_authors = kept["author_id"].nunique()
+    assert f"posts of {n_authors} authors" in card
+    assert "rows of one author or conversation stay linked" not in card
+
+
+def test_timeline_release_says_its_unit(protect_output, tmp_path):
+    p, _ = protect_output
+    out = tmp_path / "release"
+    assert _release(p, out, "--keep", "author_id").returncode == 0
+    card = (out / CARD_FILE).read_text()
+    assert "## Unit: an author's posts together" in card and "an attacker sees an author's posts together" in card
+    assert "AUC" not in card
+
+
+@pytest.mark.parametrize("column", ["author_id", "group_id", "position"])
+def test_post_release_keeping_a_linking_column_exits_2(protect_output, tmp_path, column):
+    p, _ = protect_output
+    line = _one_error_line(_release(p, tmp_path / "release", "--unit", "post", "--keep", f"label,{column}"))
+    assert f"--keep {column}: a release at --unit post drops author_id, group_id, position" in line
+    assert not (tmp_path / "release").exists()
+
+
+def test_post_certified_output_is_released_at_post_unit_only(protect_output, tmp_path):
+    """A summary certified at post unit: the default unit is post and the card states its certificate's AUC; a
+    timeline release is refused (a post certificate says nothing of timelines); so is an unknown unit."""
+    p, _ = protect_output
+    copy = tmp_path / "P.parquet"
+    shutil.copy(p, copy)
+    summary = json.loads(protect_paths(p).summary.read_text())
+    link = {"value": 0.61, "ci_low": 0.55, "ci_high": 0.67, "n_same": 120, "n_other": 120, "n_authors": 9,
+            "n_posts": 40, "model": "centred cosine (test)", "interval": "cluster bootstrap (test)"}
+    protect_paths(copy).summary.write_text(json.dumps({**summary, "unit": "post", "linkability": link}))
+    line = _one_error_line(_release(copy, tmp_path / "timeline", "--unit", "timeline"))
+    assert "--unit timeline: the protect output was certified at post unit" in line
+    assert "--unit 'cluster': must be one of timeline, post" in _one_error_line(
+        _release(copy, tmp_path / "bad", "--unit", "cluster"))
+    kept = _one_error_line(_release(copy, tmp_path / "kept", "--keep", "author_id"))
+    assert "a release at post unit (the unit the protect output was certified at) drops" in kept
+    out = tmp_path / "release"
+    proc = _release(copy, out)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "same-author pair AUC 0.610 [0.550, 0.670]" in proc.stdout
+    assert list(pd.read_parquet(out / DATA_FILE).columns) == ["doc_id", "text"]
+    card = (out / CARD_FILE).read_text()
+    assert "measured on single posts, as they are released" in card
+    assert "**AUC 0.610 [0.550, 0.670]**" in card and "the protect output's certificate" in card
+    assert "Its interval lies above 0.5" in card

@@ -11,6 +11,15 @@ are left out unless the user keeps them, and the card counts them), failed rows,
 histories, and any identifier in clear: doc, author and group ids become keyed-hash pseudonyms whose key is
 drawn fresh for each release and never written, so no one (the releaser included) can map them back, and two
 releases cannot be joined on them. Within a release the same id has the same pseudonym on every row.
+
+The unit a release exposes (``--unit``): ``timeline`` (the default for a run's strategy and for a protect output
+certified on timelines) keeps the rows in their order and the pseudonyms the user keeps, so an attacker reads an
+author's posts together, the stronger attack; ``post`` unlinks them: no author, group or position column, whatever
+``--keep`` says, and the rows in a fresh random order, so each post stands alone. Style still links the posts of
+one author, so a post release states the same-author pair AUC (:mod:`tasks.privacy.linkability`): the protect
+certificate's, or measured on the released rows (their authors are known before they are dropped). A timeline
+certificate is conservative for a post release; a post certificate says nothing of timelines, so releasing its
+output at timeline unit is refused.
 """
 
 from __future__ import annotations
@@ -48,6 +57,10 @@ CARD_TEMPLATE = "dataset_card.md.j2"
 ALWAYS_KEPT: tuple[str, ...] = ("doc_id", "text")
 #: Identifiers released only as keyed-hash pseudonyms.
 PSEUDONYMISED: tuple[str, ...] = ("doc_id", "author_id", "group_id")
+#: The units a release exposes: an author's posts together (``timeline``) or each post alone (``post``).
+UNITS: tuple[str, ...] = ("timeline", "post")
+#: Never released at post unit, whatever ``--keep`` says: the columns that link or order an author's posts.
+LINKING: tuple[str, ...] = ("author_id", "group_id", "position")
 #: Never released, whatever ``--keep`` says: how a row was made (its status, a failure's reason, whether its
 #: text is its source's).
 WITHHELD: tuple[str, ...] = ("status", "reason", "unchanged", VERBATIM_COLUMN)
@@ -94,6 +107,10 @@ class ReleaseInput:
     #: Per row of ``table``, whether its text holds a run of its source (None: not known, nothing left out for it).
     verbatim: pd.Series | None = None
     verbatim_chars: int = 30
+    unit: str = "timeline"  # the unit its figures were measured at (a protect certificate's; a run's: timeline)
+    #: The same-author pair AUC (:func:`tasks.privacy.linkability.same_author_auc`), where a post certificate has one.
+    linkability: dict[str, Any] | None = None
+    histories: str | None = None  # the adversary's histories the input names (fits the linkability model)
 
     def figures(self) -> dict[str, dict[str, Any]]:
         """Every figure a budget can bound, by name: the leaks, and the keeps that are budget figures."""
@@ -189,12 +206,14 @@ def read_run(run_dir: str | Path, label: str | None, variant: str | None = None)
         facts.update(_protect_facts(summary))
         leaks = _worse(leaks, {name: _figure(f) for name, f in summary["figures"].items()}, decide_on)
         attacks += [{**r, "adversary": f"{r['adversary']} (certificate)"} for r in summary["certificate"]]
+    unit, linkability = _summary_unit(summary) if protected is not None else ("timeline", None)
+    named = ((config.get("privacy") or {}).get("reidentify") or {}).get("histories")
     return ReleaseInput(
         kind="run", path=run.root, label=name, table=table, leaks=leaks, keeps=keeps,
         budget=budget, decide_on=decide_on, signature=signature,
         tool_version=str(manifest.get("versions", {}).get("synthugc", "unknown")),
         epsilon=variant_epsilons(table).get(variant), facts=facts, attacks=attacks, verbatim=verbatim,
-        verbatim_chars=chars)
+        verbatim_chars=chars, unit=unit, linkability=linkability, histories=_histories(named))
 
 
 def _verbatim_flags(table: pd.DataFrame, corpus: pd.DataFrame, min_chars: int) -> pd.Series:
@@ -330,6 +349,39 @@ def _protect_facts(summary: Mapping[str, Any]) -> dict[str, str]:
             "protect verdict": str(summary["verdict"])}
 
 
+def _summary_unit(summary: Mapping[str, Any], where: str | None = None) -> tuple[str, dict[str, Any] | None]:
+    """The unit a protect summary was certified at (``timeline`` where it says none) and its linkability figure."""
+    unit = summary.get("unit") or "timeline"
+    if unit not in UNITS:
+        raise InputError(f"key 'unit': must be one of {', '.join(UNITS)}, got {shown(unit)}", file=where)
+    linkability = summary.get("linkability")
+    return unit, dict(linkability) if isinstance(linkability, Mapping) else None
+
+
+def _histories(named: object) -> str | None:
+    """The histories file an input names, where it is still there (else the linkability model fits on the
+    released texts, and says so)."""
+    return str(named) if isinstance(named, str) and named and Path(named).is_file() else None
+
+
+def release_unit(release: ReleaseInput, unit: str | None, keep: Sequence[str]) -> str:
+    """The unit to release at: ``unit``, or the one the input was certified at. InputError (exit 2) for an unknown
+    unit, a timeline release of a post certificate (it says nothing of timelines), and a post release that keeps a
+    column linking an author's posts."""
+    chosen = release.unit if unit is None else unit
+    if chosen not in UNITS:
+        raise InputError(f"--unit {shown(chosen)}: must be one of {', '.join(UNITS)}")
+    if chosen == "timeline" and release.unit == "post":
+        raise InputError(f"--unit timeline: the {release.kind} was certified at post unit, which says nothing of "
+                         "what timelines leak; release it at post unit or protect it again at timeline unit")
+    linking = [c for c in keep if c in LINKING]
+    if chosen == "post" and linking:
+        why = "--unit post" if unit is not None else f"post unit (the unit the {release.kind} was certified at)"
+        raise InputError(f"--keep {', '.join(linking)}: a release at {why} drops {', '.join(LINKING)}, which link "
+                         "an author's posts; leave them out of --keep, or release at timeline unit")
+    return chosen
+
+
 def read_protect(path: str | Path) -> ReleaseInput:
     """A protect output: ``P.parquet`` (the synthetic table plus round and move) and its summary
     ``P.protect.json`` (figures, budget, signature); the rounds, failures and private files are not read."""
@@ -347,6 +399,7 @@ def read_protect(path: str | Path) -> ReleaseInput:
                          file=str(paths.table), column="strategy")
     meaning = summary["meaning"]
     facts = _protect_facts(summary)
+    unit, linkability = _summary_unit(summary, str(paths.summary))
     if VERBATIM_COLUMN not in table.columns:
         raise InputError(f"column {VERBATIM_COLUMN!r} is missing: a protect output states which documents hold a run "
                          "of their source; rerun synthugc protect", file=str(paths.table), column=VERBATIM_COLUMN)
@@ -358,7 +411,8 @@ def read_protect(path: str | Path) -> ReleaseInput:
         tool_version=str(summary["tool_version"]), epsilon=next(iter(variant_epsilons(table).values()), None),
         facts=facts, attacks=[dict(r) for r in summary["certificate"]],
         verbatim=pd.Series(_flag(table, VERBATIM_COLUMN), index=table.index),
-        verbatim_chars=int(summary.get("verbatim_chars", VERBATIM_CHARS)))
+        verbatim_chars=int(summary.get("verbatim_chars", VERBATIM_CHARS)), unit=unit, linkability=linkability,
+        histories=_histories(summary.get("histories")))
 
 
 def dp_audit_line(path: str | Path, release: ReleaseInput) -> str:
@@ -435,6 +489,12 @@ class ReleaseTable:
     verbatim_kept: bool
     verbatim_chars: int = VERBATIM_CHARS
     n_unchanged: int = 0  # of the verbatim rows, those whose text is their source's
+    unit: str = "timeline"
+    #: The released rows' authors in clear, row by row (None: the input has none); for the linkability figure, never
+    #: written.
+    authors: tuple[str | None, ...] | None = field(default=None, repr=False)
+    #: The same-author pair AUC the card states for a post release, with ``where`` it was measured.
+    linkability: dict[str, Any] | None = None
 
 
 def keepable_columns(table: pd.DataFrame) -> list[str]:
@@ -479,17 +539,27 @@ def _flag(table: pd.DataFrame, column: str) -> np.ndarray:
 
 def release_table(table: pd.DataFrame, keep: Sequence[str], *, keep_verbatim: bool = False,
                   verbatim: pd.Series | None = None, verbatim_chars: int = VERBATIM_CHARS,
-                  key: bytes | None = None) -> ReleaseTable:
+                  key: bytes | None = None, unit: str = "timeline") -> ReleaseTable:
     """The rows a release hands out: ok rows only, not the verbatim ones (``verbatim``: per row of ``table``, whether
     its text holds a run of its source; the unchanged rows always count) unless ``keep_verbatim``; ``doc_id``,
     ``text`` and the ``keep`` columns, identifiers as pseudonyms under ``key`` (default: a fresh random key, never
-    kept)."""
+    kept). At ``post`` unit no column of :data:`LINKING` goes out and the rows are in a fresh random order (a seed
+    drawn from the operating system, so the order follows neither the input, nor an author, group or position)."""
     columns = [*ALWAYS_KEPT, *check_keep(table, keep)]
+    if unit not in UNITS:
+        raise InputError(f"--unit {shown(unit)}: must be one of {', '.join(UNITS)}")
+    if unit == "post" and (linking := [c for c in columns if c in LINKING]):
+        raise InputError(f"--keep {', '.join(linking)}: a release at post unit drops {', '.join(LINKING)}")
     ok = (table["status"] == STATUS_OK).to_numpy()
     unchanged = _flag(table, "unchanged") & ok
     copied = unchanged | (verbatim.to_numpy(dtype=bool) if verbatim is not None else _flag(table, VERBATIM_COLUMN)) & ok
     n_verbatim = int(copied.sum())
-    out = table[ok & (keep_verbatim | ~copied)][columns].reset_index(drop=True)
+    chosen = table[ok & (keep_verbatim | ~copied)]
+    if unit == "post":  # a fresh permutation, not reproducible from the data or any seed the user knows
+        chosen = chosen.iloc[np.random.default_rng(secrets.randbits(128)).permutation(len(chosen))]
+    authors = (tuple(None if pd.isna(a) else str(a) for a in chosen["author_id"])
+               if "author_id" in chosen.columns else None)
+    out = chosen[columns].reset_index(drop=True)
     if out.empty:
         raise InputError(f"nothing to release: of {len(table)} rows, {int((~ok).sum())} failed and {n_verbatim} are "
                          f"verbatim (they hold a run of {verbatim_chars} or more characters of their source text; "
@@ -501,7 +571,33 @@ def release_table(table: pd.DataFrame, keep: Sequence[str], *, keep_verbatim: bo
     if out["doc_id"].duplicated().any():
         raise InputError("two documents share a doc_id; a release needs one row per document", column="doc_id")
     return ReleaseTable(out, len(table), int((~ok).sum()), n_verbatim, keep_verbatim, verbatim_chars,
-                        int(unchanged.sum()))
+                        int(unchanged.sum()), unit, authors)
+
+
+def with_linkability(release: ReleaseInput, rows: ReleaseTable, *, seed: int = 0) -> ReleaseTable:
+    """``rows`` with the same-author pair AUC a post release states: the certificate's where the input has one,
+    else measured now on the released rows with their authors (the histories the input names fit the style model;
+    none: the released texts). A timeline release states none (its attacks read timelines)."""
+    from dataclasses import replace
+
+    from tasks.privacy.linkability import same_author_auc
+
+    if rows.unit != "post":
+        return rows
+    if release.linkability is not None:
+        return replace(rows, linkability={**release.linkability, "where": f"the {release.kind}'s certificate, on "
+                                                                          "its posts"})
+    authors = rows.authors or ()
+    known = [i for i, a in enumerate(authors) if a is not None]
+    if not known:
+        return replace(rows, linkability={"value": math.nan, "ci_low": math.nan, "ci_high": math.nan,
+                                          "reason": "the input names no author: not measurable",
+                                          "where": "the released rows"})
+    texts = rows.table["text"].astype(str).tolist()
+    measured = same_author_auc([texts[i] for i in known], [str(authors[i]) for i in known],
+                               histories=release.histories, seed=seed)
+    return replace(rows, linkability={**measured, "where": "the released rows, at release time (their authors "
+                                                           "known before they were dropped)"})
 
 
 # -------------------------------------------------------------------------------------------------- card
