@@ -772,7 +772,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         "meaning_metric": "bertscore_f1", "meaning_floor": settings.meaning_floor, "on_fail": settings.on_fail,
         "feedback": [n for n, _ in settings.feedback], "judge": list(protector.judge.names),
         "adversaries": list(settings.adversaries), "verbatim_chars": settings.verbatim_chars,
-        "unit": settings.unit, "linkability": linkability, "figures": {k: _plain(v) for k, v in certificate.figures.items()},
+        "unit": settings.unit, "linkability": linkability, "histories": protector.histories, "figures": {k: _plain(v) for k, v in certificate.figures.items()},
         "certificate": [_plain(r) for r in certificate.rows()],
         "left_out": {"judge": dict(protector.judge.left_out), "certificate": dict(certificate.left_out)},
         "judge_figures": {k: _plain(v) for k, v in judge_figures.items()}, "judge_verdict": judge_words,
