@@ -321,7 +321,11 @@ _MONTHS = frozenset(["january", "february", "march", "april", "may", "june", "ju
 _TIME_UNITS = frozenset(["second", "seconds", "minute", "minutes", "min", "mins", "hour", "hours", "hr", "hrs", "day", "days", "week", "weeks", "month", "months", "year", "years", "yr", "yrs", "decade", "decades", "century", "centuries", "night", "nights"])
 _CURRENCY = frozenset(["$", "£", "€", "¥", "us$", "usd", "eur", "gbp"])
 _DETERMINERS = frozenset(["the", "a", "an", "this", "that", "these", "those", "my", "your", "his", "her", "its", "our", "their", "whose", "every", "each", "another", "any", "no", "some"])
-_TITLES = frozenset(["mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "prof", "prof.", "sir", "madam", "miss"])
+#: Titles before a name, replaced with it ("President Bill Clinton" -> "someone").
+_TITLES = frozenset(["mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "prof", "prof.", "sir", "madam", "miss",
+                     "president", "senator", "sen.", "governor", "gov.", "mayor", "judge", "justice", "rep.",
+                     "congressman", "congresswoman", "general", "gen.", "captain", "capt.", "pope", "king", "queen",
+                     "prince", "princess", "saint", "st.", "rev.", "reverend", "lord", "lady", "uncle", "aunt"])
 _VERSION_WORDS = frozenset(["version", "ver", "release", "v"])
 _KEEP_NUMBERS = frozenset({"one", "1", "zero", "0"})
 #: Noun-phrase categories: the category noun, the first surrogate's determiner, the modifier form.
@@ -449,6 +453,8 @@ class _Doc:
         determined = not own_det and self.determined(start, end)
         modifier = self.modifier(start, end)
         root = self.doc[start:end].root
+        if label == "CARDINAL" and _NUMERIC_DATE.match(text):  # 9/11
+            label = "DATE"
         if label in ("DATE", "TIME"):
             return self.date(label, text, start, end, determined, modifier)
         if label in ("CARDINAL", "QUANTITY"):
