@@ -138,3 +138,9 @@ def test_a_protect_round_with_generalize_moves_a_document_with_an_entity(tmp_pat
     assert moved["text"].str.contains("my state in that year", regex=False).all()
     untouched = one.docs[one.docs["rung"] == 0]
     assert untouched["text"].str.contains("Ohio").all()
+
+
+def test_small_number_words_stay_and_numbers_in_a_duration_become_quantifiers(nlp):
+    texts = ["We fought two wars and won 3 seats.", "I was 13 years old and walked 5 miles in two hours."]
+    assert generalize(texts, ["a", "a"], [[], []], nlp=nlp) == [
+        "We fought two wars and won a few seats.", "I was many years old and walked a few miles in two hours."]

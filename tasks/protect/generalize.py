@@ -356,6 +356,14 @@ def _number_value(text: str) -> float | None:
     return value
 
 
+def _telling(tok: Any) -> bool:
+    """Whether a number token is worth generalising: written in digits (not 0 or 1) or a large number word."""
+    if not tok.like_num or tok.lower_ in _KEEP_NUMBERS:
+        return False
+    return bool(_DIGIT.search(tok.text)) or tok.lower_ in ("dozen", "hundred", "thousand", "million", "billion",
+                                                           "trillion", "hundreds", "thousands", "millions")
+
+
 def _quantifier(text: str, determined: bool) -> str:
     """``a few`` (2-9), ``many`` (10 or more), ``some`` (unknown); after a determiner ``few``/``many``/``""``."""
     value = _number_value(text)
@@ -526,7 +534,7 @@ class _Doc:
 
     def number(self, text: str, start: int, end: int, determined: bool) -> str | None:
         toks = self.doc[start:end]
-        if {t.lower_ for t in toks} <= _KEEP_NUMBERS or not any(t.like_num for t in toks):
+        if not any(_telling(t) for t in toks):  # one, two, ten: said by anyone
             return None
         if any(not t.like_num and t.lower_ not in ("a", "an", "and", ",", "-") for t in toks):
             self.numbers_in(start, end)  # five miles -> a few miles
@@ -541,7 +549,7 @@ class _Doc:
         """The numbers inside a span (a duration, a quantity) as quantifiers; the rest of it kept."""
         i = start
         while i < end:
-            if self.doc[i].like_num and self.doc[i].lower_ not in _KEEP_NUMBERS and not self.taken[i]:
+            if _telling(self.doc[i]) and not self.taken[i]:
                 j = i + 1
                 while j < end and self.doc[j].like_num:
                     j += 1
