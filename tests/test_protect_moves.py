@@ -35,7 +35,7 @@ def test_ladder_and_budget_errors_name_the_problem():
         Move("mask-evidence"), Move("dp", {"epsilon": 8.0}))
     assert Move("stymask").label == "strategy:stymask" and Move("mask-evidence").label == "mask-evidence"
     with pytest.raises(ConfigError, match=r"protect.ladder\[1\]: unknown move 'paint' \(known: pseudonymize, "
-                                          r"mask-evidence, llm-anonymize, backtranslate"):
+                                          r"mask-evidence, generalize, llm-anonymize, backtranslate"):
         parse_ladder(["stymask", "paint"], "protect.ladder")
     with pytest.raises(ConfigError, match=r"protect.ladder\[0\].params"):
         parse_ladder([{"name": "dp", "params": {"epsilon": "lots"}}], "protect.ladder")

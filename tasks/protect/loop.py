@@ -77,6 +77,7 @@ from tasks.protect.files import (
     VERBATIM_COLUMN,
 )
 from tasks.protect.moves import (
+    GENERALIZE,
     LLM_ANONYMIZE,
     MASK_EVIDENCE,
     PSEUDONYMIZE,
@@ -156,6 +157,7 @@ class _Protector:
         self._detector: Any = None
         self._embeddings: Any = None
         self._llm: Any = None
+        self._surrogates: Any = None  # generalize's per-author phrases, kept for the whole run
         self.pii = settings.pii
         self.verbatim = settings.bounds_figure("verbatim")
         self.profiling = settings.profiling
@@ -272,12 +274,19 @@ class _Protector:
                                                     detector=self.detector() if self.pii else None)
             self.mappings.append(mapping)
             out = replaced["text"].astype(str).tolist()
-        elif move.name in (MASK_EVIDENCE, LLM_ANONYMIZE):
+        elif move.name in (MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE):
             by_group = {g: list(zip(f["feature"], f["kind"], strict=True))
                         for g, f in evidence.groupby("group_id", sort=False)} if len(evidence) else {}
             features = [by_group.get(self.doc_timeline.get(d), []) for d in rows["doc_id"]]
             if move.name == MASK_EVIDENCE:
                 out = [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
+            elif move.name == GENERALIZE:
+                from tasks.protect.generalize import Surrogates, generalize
+
+                if self._surrogates is None:
+                    self._surrogates = Surrogates()
+                out = generalize(rows["text"].astype(str).tolist(), rows["author_id"].astype(str).tolist(), features,
+                                 surrogates=self._surrogates)
             else:
                 if self._llm is None:
                     from tasks.models.llm import llm_backend_for
@@ -348,7 +357,8 @@ class _Protector:
     def needs_evidence(self) -> bool:
         """Whether later rounds ask the feedback attacks for evidence (a move masks it, or the documents moved
         are ranked by it)."""
-        return self.ranks_documents or any(m.name in (MASK_EVIDENCE, LLM_ANONYMIZE) for m in self.settings.ladder)
+        return self.ranks_documents or any(m.name in (MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE)
+                                           for m in self.settings.ladder)
 
     def caught(self, state: RoundState) -> np.ndarray:
         """Positions of the documents that still give their author away (feedback), their author's attribute

@@ -6,6 +6,10 @@ A ladder is a list of moves tried in order, one rung per round for each document
 - ``mask-evidence``: the features the feedback attack says tied the document's timeline to its author
   (:meth:`tasks.privacy.attacks.Attack.evidence`) are removed or normalised where the document carries them
   (:func:`mask_evidence`);
+- ``generalize``: named entities, identifiers, numbers, dates and the evidence's content words become generic
+  phrases of the same category in the same grammatical role ("Ohio" -> "my state", "2011" -> "that year", a
+  noun -> its WordNet hypernym), the same entity the same phrase within an author
+  (:mod:`tasks.protect.generalize`);
 - ``llm-anonymize``: an LLM is shown the document and the attacker's evidence and asked to generalise what
   gave the author away without inventing facts (Staab et al., ICLR 2025), through the client the ``llm``
   strategy uses (a served model on GPU workers; the small offline model on CPU, slower and weaker);
@@ -25,8 +29,9 @@ import numpy as np
 from tasks.errors import ConfigError, shown
 
 PSEUDONYMIZE, MASK_EVIDENCE, LLM_ANONYMIZE = "pseudonymize", "mask-evidence", "llm-anonymize"
+GENERALIZE = "generalize"
 #: Moves that are not generation strategies.
-OWN_MOVES: tuple[str, ...] = (PSEUDONYMIZE, MASK_EVIDENCE, LLM_ANONYMIZE)
+OWN_MOVES: tuple[str, ...] = (PSEUDONYMIZE, MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE)
 
 
 @dataclass(frozen=True)
@@ -45,12 +50,13 @@ class Move:
         return self.name if not self.params else {"name": self.name, "params": dict(self.params)}
 
 
-#: The default escalation, weakest first: evidence masking, then ever stronger rewrites (the far pivot of
-#: back-translation, a syntax-guided paraphrase, an LLM paraphrase, the LLM anonymiser shown the evidence, DP
-#: rewriting at decreasing epsilon).
+#: The default escalation, weakest first: evidence masking, generalisation, then ever stronger rewrites (the far
+#: pivot of back-translation, a syntax-guided paraphrase, an LLM paraphrase, the LLM anonymiser shown the
+#: evidence, DP rewriting at decreasing epsilon).
 DEFAULT_LADDER: tuple[Move, ...] = (
-    Move(MASK_EVIDENCE), Move("stymask"), Move(MASK_EVIDENCE), Move("backtranslate", {"pivots": ["hbs"], "backend": "apertium"}),
-    Move("syndiff"), Move("llm"), Move(LLM_ANONYMIZE), Move("dp", {"epsilon": 50.0}), Move("dp", {"epsilon": 10.0}),
+    Move(MASK_EVIDENCE), Move(GENERALIZE), Move("stymask"), Move(MASK_EVIDENCE),
+    Move("backtranslate", {"pivots": ["hbs"], "backend": "apertium"}), Move("syndiff"), Move("llm"),
+    Move(LLM_ANONYMIZE), Move("dp", {"epsilon": 50.0}), Move("dp", {"epsilon": 10.0}),
 )
 
 

