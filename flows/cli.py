@@ -22,6 +22,7 @@ from flows.annotate_cli import annotate_app
 from tasks.budgets import PROTECT_FIGURES
 from tasks.errors import InputError, SynthUGCError, key_path, shown
 from tasks.protect.files import protect_paths
+from tasks.protect.moves import LLM_RUNGS
 from tasks.protect.settings import ON_FAIL, UNITS, ProtectSettings
 
 if TYPE_CHECKING:
@@ -453,7 +454,8 @@ def protect(
                                                 f"{_PROTECT.on_fail}).")] = None,
     ladder: Annotated[str | None, typer.Option("--ladder", help="Comma-separated moves, e.g. "
                                                "mask-evidence,stymask,mask-evidence,backtranslate (default: "
-                                               f"{', '.join(m.label for m in _PROTECT.ladder)}).")] = None,
+                                               f"{', '.join(m.label for m in _PROTECT.ladder)}; with an LLM endpoint set, then "
+                                               f"{', '.join(m.label for m in LLM_RUNGS)}).")] = None,
     judge: Annotated[str | None, typer.Option("--judge", help="Comma-separated judge attacks, or all (default: every "
                                               "registered attack that can run on the histories here; the feedback "
                                               "attacks always judge too). The certificate runs every one "

@@ -35,6 +35,7 @@ from tasks.models.registry import ROLES, resolve_model
 from tasks.paths import segment_problem
 from tasks.privacy.audit import PrivacyOptions
 from tasks.privacy.pii import DEFAULT_ENTITIES as DEFAULT_PII_ENTITIES
+from tasks.protect.moves import LLM_RUNGS
 from tasks.protect.settings import EVERY_ATTACK, ProtectSettings
 
 
@@ -392,7 +393,8 @@ class ProtectConfig(Section):
     ladder: list[str | dict[str, Any]] | None = Field(
         None, description="Moves tried in order on documents still caught: pseudonymize, mask-evidence or a strategy "
                           "(name, or {name, params}), or llm-anonymize. Default: "
-                          f"{', '.join(m.label for m in _PROTECT.ladder)}.")
+                          f"{', '.join(m.label for m in _PROTECT.ladder)}; with an LLM endpoint set (SYNTHUGC_LLM_ENDPOINT_LLM), "
+                          f"then {', '.join(m.label for m in LLM_RUNGS)}.")
     max_rounds: int = Field(_PROTECT.max_rounds, ge=0, le=100, description="Rounds after round 0.")
     meaning_floor: float | list[float] = Field(
         _PROTECT.meaning_floor, description="A move is kept only if BERTScore F1 against the source stays at or above "
@@ -722,22 +724,24 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
     (its attack parameters, adversaries and timeline runs from ``privacy.reidentify`` unless set there), or the
     defaults without one; ``overrides`` (CLI flags) win. ConfigError naming the key on a bad value."""
     from tasks.models.llm import llm_role_settings
-    from tasks.protect.moves import DEFAULT_LADDER, OWN_MOVES, parse_ladder
+    from tasks.protect.moves import OWN_MOVES, default_ladder, parse_ladder
 
     values: dict[str, Any] = {}
     params: dict[str, dict[str, Any]] = {}
+    llm = llm_role_settings("llm", cfg.models.get("llm") if cfg is not None else None)
+    values["ladder"] = default_ladder(llm_served=bool(llm.get("endpoint")))
     if cfg is not None:
         p, reid = cfg.protect, cfg.privacy.reidentify
         params = {name: dict(given) for name, given in reid.attack_params(cfg.seed)}
         floors = p.meaning_floor if isinstance(p.meaning_floor, list) else [p.meaning_floor]
-        values = {"budget": p.budget, "start": p.start, "max_rounds": p.max_rounds, "meaning_floors": tuple(floors),
+        values = {**values, "budget": p.budget, "start": p.start, "max_rounds": p.max_rounds, "meaning_floors": tuple(floors),
                   "unit": p.unit,
                   "on_fail": p.on_fail, "decide_on": p.decide_on, "adversaries": tuple(p.adversaries),
                   "timeline_posts": p.timeline_posts or reid.timeline_posts, "seed": cfg.seed,
                   "docs_per_round": p.docs_per_round, "verbatim_chars": p.verbatim_chars,
                   "feedback": p.feedback, "judge": p.judge, "attack_params": params,
-                  "ladder": parse_ladder(p.ladder, "protect.ladder") if p.ladder is not None else DEFAULT_LADDER,
-                  "llm": llm_role_settings("llm", cfg.models.get("llm"))}
+                  "ladder": parse_ladder(p.ladder, "protect.ladder") if p.ladder is not None else values["ladder"],
+                  "llm": llm}
     values.update({k: v for k, v in overrides.items() if v is not None})
     if values.get("judge") is not None and EVERY_ATTACK in values["judge"]:
         values["judge"] = None  # every registered attack (those named besides are among them)

@@ -48,6 +48,18 @@ def test_ladder_and_budget_errors_name_the_problem():
     settings = protect_settings(None, ladder=["stymask"], judge=["delta"], max_rounds=2)
     assert settings.ladder == (Move("stymask"),) and settings.judge == (("delta", {}),) and settings.max_rounds == 2
     assert protect_settings(None).ladder == DEFAULT_LADDER
+
+
+def test_the_llm_rungs_join_the_default_ladder_only_where_an_llm_is_served(monkeypatch):
+    """On CPU the small offline LLM costs minutes a round: the default ladder names no move that needs it; with an
+    endpoint set, the LLM paraphrase, the anonymiser and DP rewriting follow the CPU rungs. Named, they run anyway."""
+    monkeypatch.delenv("SYNTHUGC_LLM_ENDPOINT_LLM", raising=False)
+    needs_llm = {"llm", "llm-anonymize", "dp"}
+    assert not {m.name for m in protect_settings(None).ladder} & needs_llm
+    monkeypatch.setenv("SYNTHUGC_LLM_ENDPOINT_LLM", "http://127.0.0.1:9/v1")
+    served = protect_settings(None).ladder
+    assert served[:len(DEFAULT_LADDER)] == DEFAULT_LADDER and {m.name for m in served[len(DEFAULT_LADDER):]} == needs_llm
+    assert protect_settings(None, ladder=["llm"]).ladder == (Move("llm"),)
     with pytest.raises(ConfigError, match="start: unknown move 'nothing'"):
         protect_settings(None, start="nothing")
 

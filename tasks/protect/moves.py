@@ -51,13 +51,22 @@ class Move:
 
 
 #: The default escalation, weakest first: evidence masking, generalisation, then ever stronger rewrites (the far
-#: pivot of back-translation, a syntax-guided paraphrase, an LLM paraphrase, the LLM anonymiser shown the
-#: evidence, DP rewriting at decreasing epsilon).
+#: pivot of back-translation, a syntax-guided paraphrase). The rungs that need an LLM (an LLM paraphrase, the LLM
+#: anonymiser shown the evidence, DP rewriting at decreasing epsilon) join it only where an LLM is served
+#: (:func:`default_ladder`): on CPU the small offline model took 956 s for one round of 825 conventions sentences
+#: and paid for little of it; a user can still name them in ``--ladder``.
 DEFAULT_LADDER: tuple[Move, ...] = (
     Move(MASK_EVIDENCE), Move(GENERALIZE), Move("stymask"), Move(MASK_EVIDENCE),
-    Move("backtranslate", {"pivots": ["hbs"], "backend": "apertium"}), Move("syndiff"), Move("llm"),
-    Move(LLM_ANONYMIZE), Move("dp", {"epsilon": 50.0}), Move("dp", {"epsilon": 10.0}),
+    Move("backtranslate", {"pivots": ["hbs"], "backend": "apertium"}), Move("syndiff"),
 )
+#: The rungs appended to the default ladder when an LLM endpoint is served.
+LLM_RUNGS: tuple[Move, ...] = (Move("llm"), Move(LLM_ANONYMIZE), Move("dp", {"epsilon": 50.0}),
+                               Move("dp", {"epsilon": 10.0}))
+
+
+def default_ladder(llm_served: bool) -> tuple[Move, ...]:
+    """The default ladder: with an LLM endpoint served, the LLM rungs after the CPU ones."""
+    return DEFAULT_LADDER + (LLM_RUNGS if llm_served else ())
 
 
 def parse_ladder(items: Iterable[str | Mapping[str, Any]], where: str) -> tuple[Move, ...]:
