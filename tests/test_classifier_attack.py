@@ -1,7 +1,8 @@
 """The classifier attack: exact mode predicts what scikit-learn's own TfidfVectorizer + LinearSVC pipeline
 predicts, the two-stage path's numba solver is LinearSVC's optimisation, two stages agree with exact where
-the true author is a candidate, the disjoint adversary never trains on the sources, and the registry knows
-the attack (listing, validation, a run with the stylometric attack profiles the histories once)."""
+the true author is a candidate, the disjoint adversary never trains on the sources, the registry knows
+the attack (listing, validation, a run with the stylometric attack profiles the histories once), and its
+evidence is the true author's largest contributions x_f * w_f, which masking takes away."""
 
 from __future__ import annotations
 
@@ -52,11 +53,13 @@ def debates() -> tuple[pd.DataFrame, pd.DataFrame]:
     return corpus[["doc_id", "author_id", "text"]], attack_timelines(released)
 
 
-def scikit_learn_pipeline(hist: pd.DataFrame, syn: pd.DataFrame, c: float, seed: int) -> tuple[np.ndarray, list, list]:
+def scikit_learn_model(hist: pd.DataFrame, syn: pd.DataFrame, c: float, seed: int
+                       ) -> tuple[sp.csr_matrix, list, LinearSVC, dict[str, int]]:
     """The attack in scikit-learn alone: one TfidfVectorizer over character 2-4-grams and word 1-2-grams
     (scikit-learn's own analyzers, cased, words kept apart by a prefix; sublinear TF, smooth IDF, L2), a
     LinearSVC (one-vs-rest, squared hinge) on the history posts, and each timeline's posts counted
-    together (no n-gram across two posts), weighted and normalised the same way."""
+    together (no n-gram across two posts), weighted and normalised the same way: (the timelines' rows, their
+    ids, the model, the vocabulary)."""
     chars = TfidfVectorizer(analyzer="char", ngram_range=(2, 4), lowercase=False).build_analyzer()
     words = TfidfVectorizer(analyzer="word", ngram_range=(1, 2), lowercase=False).build_analyzer()
 
@@ -71,8 +74,13 @@ def scikit_learn_pipeline(hist: pd.DataFrame, syn: pd.DataFrame, c: float, seed:
     summed = sp.csr_matrix(np.vstack([np.asarray(counts[(syn["group_id"] == g).to_numpy()].sum(axis=0))
                                       for g in groups]))
     summed.data = 1.0 + np.log(summed.data)
-    scores = model.decision_function(normalize(summed @ sp.diags(vec.idf_)))
-    return scores, groups, list(model.classes_)
+    return sp.csr_matrix(normalize(summed @ sp.diags(vec.idf_))), groups, model, vec.vocabulary_
+
+
+def scikit_learn_pipeline(hist: pd.DataFrame, syn: pd.DataFrame, c: float, seed: int) -> tuple[np.ndarray, list, list]:
+    """:func:`scikit_learn_model`'s decision values for the timelines (timelines x classes), ids and classes."""
+    x, groups, model, _ = scikit_learn_model(hist, syn, c, seed)
+    return model.decision_function(x), groups, list(model.classes_)
 
 
 def test_exact_mode_predicts_what_scikit_learn_predicts(debates) -> None:
@@ -293,3 +301,89 @@ def test_two_stage_reads_each_candidates_posts_once_and_scores_as_if_read_fresh(
     assert len(asked) == 1 and asked[0] == len(set(side.read) - seen) > 0  # only the candidates not seen before
     assert seen & set(side.read) and asked[0] < len(set(side.read))  # the others were not read again
     pd.testing.assert_frame_equal(again.per_timeline, fresh.per_timeline)
+
+
+def _runs(timelines: pd.DataFrame, posts: int) -> pd.DataFrame:
+    """Each timeline cut into runs of ``posts`` posts (more, shorter timelines)."""
+    run = timelines.groupby("group_id", sort=False).cumcount() // posts
+    return timelines.assign(group_id=timelines["group_id"] + "/" + run.astype(str))
+
+
+def test_evidence_is_the_true_authors_largest_contributions_and_masking_it_lowers_their_score(debates) -> None:
+    """The contribution test: every evidence feature is carried by its timeline's text as written, its
+    contribution is x_f * w_f of scikit-learn's own TfidfVectorizer + LinearSVC fitted on the same posts with the
+    same C, no carried feature with a larger contribution is left out, and masking the evidence with the protect
+    move lowers the true author's decision value for most timelines."""
+    from tasks.protect.moves import carried_by, mask_evidence
+
+    hist, syn = debates
+    timelines = _runs(syn, 8)
+    attack = build_attack("classifier", {"mode": "exact", "c_grid": [], "c": 0.5})
+    held = held_out_doc_ids(timelines, "disjoint")
+    prepared = attack.prepare(hist, "disjoint", held)
+    assert type(attack).returns_evidence
+    top = 10
+    evidence = attack.evidence(prepared, timelines, top)
+    assert list(evidence.columns) == ["group_id", "author_id", "feature", "kind", "contribution"]
+    x, groups, model, vocabulary = scikit_learn_model(hist[~hist["doc_id"].isin(held)], timelines, 0.5, 1)
+    classes = list(model.classes_)
+    texts = timelines.groupby("group_id", sort=False)["text"].agg(list)
+    known = timelines.groupby("group_id", sort=False)["author_id"].first().isin(classes)  # the moderator: no history
+    assert set(evidence["group_id"]) == set(known.index[known]) and known.sum() >= 10 and not known.all()
+    for group, part in evidence.groupby("group_id", sort=False):
+        assert len(part) == top and part["author_id"].nunique() == 1 and (part["contribution"] > 0).all()
+        assert part["contribution"].is_monotonic_decreasing and set(part["kind"]) <= {"char", "word"}
+        g, a = groups.index(group), classes.index(part["author_id"].iloc[0])
+        assert all(carried_by(texts[group], f, k).any() for f, k in zip(part["feature"], part["kind"], strict=True))
+        cols = [vocabulary[("\x00" if k == "word" else "") + f] for f, k in zip(part["feature"], part["kind"],
+                                                                                     strict=True)]
+        ref = x[g].toarray().ravel() * model.coef_[a]
+        np.testing.assert_allclose(part["contribution"], ref[cols], rtol=1e-3, atol=1e-6)
+        # completeness: a feature scikit-learn rates above the last one kept is evidence, or no move can find it
+        names = {v: k for k, v in vocabulary.items()}
+        above = np.flatnonzero(ref > part["contribution"].min() * (1 + 1e-3) + 1e-6)
+        shown = set(zip(part["feature"], part["kind"], strict=True))
+        for col in above:
+            name = names[col]
+            feature, kind = (name[1:], "word") if name.startswith("\x00") else (name, "char")
+            assert (feature, kind) in shown or not carried_by(texts[group], feature, kind).any(), (group, feature)
+    # masking the evidence where the posts carry it lowers the true author's decision value
+    features = {g: list(zip(f["feature"], f["kind"], strict=True)) for g, f in evidence.groupby("group_id")}
+    masked = timelines.assign(text=[mask_evidence(t, features.get(g, []))
+                                    for t, g in zip(timelines["text"], timelines["group_id"], strict=True)])
+    before = attack.run(prepared, timelines).per_timeline.set_index("group_id").loc[list(features)]
+    after = attack.run(prepared, masked).per_timeline.set_index("group_id").loc[list(features)]
+    assert (after["score_true"] < before["score_true"]).mean() >= 0.9
+    assert after["rank"].mean() > before["rank"].mean()
+    # ``authors`` limits whose timelines get rows; the model prepare fitted is used, nothing is refitted
+    some = set(evidence["author_id"].iloc[:1])
+    assert attack.evidence(prepared, timelines.iloc[:0], top, authors=some).empty
+    limited = attack.evidence(prepared, timelines, top, authors=some)
+    pd.testing.assert_frame_equal(limited, evidence[evidence["author_id"].isin(some)].reset_index(drop=True))
+
+
+def test_lowercased_features_are_named_as_the_posts_write_them(debates) -> None:
+    """With ``lowercase`` the model's features are lowercase; the evidence names each as its timeline writes it,
+    capitals kept, so the case-sensitive masking of the protect loop finds it."""
+    from tasks.protect.moves import carried_by
+
+    hist, syn = debates
+    timelines = _runs(syn, 8)
+    attack = build_attack("classifier", {"mode": "exact", "c_grid": [], "lowercase": True})
+    evidence = attack.evidence(attack.prepare(hist, "full", None), timelines, 10)
+    texts = timelines.groupby("group_id", sort=False)["text"].agg(list)
+    assert len(evidence) and evidence["feature"].str.contains("[A-Z]").any()
+    assert all(carried_by(texts[g], f, k).any() for g, f, k in evidence[["group_id", "feature", "kind"]].itertuples(
+        index=False))
+
+
+def test_two_stage_evidence_is_stage_ones(sim) -> None:
+    """Two stages train the re-ranker per timeline and keep no weights: the evidence is the stylometric stage 1's."""
+    from tasks.privacy.stylometric import stylometric_evidence
+
+    path, syn = sim
+    attack = build_attack("classifier", {"mode": "two_stage", "top_k": 5})
+    held = held_out_doc_ids(syn, "disjoint")
+    got = attack.evidence(attack.prepare(path, "disjoint", held), syn, 5)
+    assert len(got)
+    pd.testing.assert_frame_equal(got, stylometric_evidence(path, syn, StyloParams(), held_out=held, top=5))

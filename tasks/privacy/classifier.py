@@ -358,6 +358,64 @@ def exact_scores(model: ExactModel, synthetic: pd.DataFrame) -> tuple[np.ndarray
     return np.asarray(joined @ model.coef.T) + model.intercept[None, :], groups, true_author, n_posts
 
 
+def exact_evidence(model: ExactModel, timelines: pd.DataFrame, top: int = 20,
+                   authors: set[str] | None = None) -> pd.DataFrame:
+    """Per timeline (group_id, author_id, text), the ``top`` character and word n-grams with the largest
+    contribution ``x_f * w_f`` to its true author's decision value, ``x`` the timeline's feature row as
+    :func:`exact_scores` scores it (its posts joined) and ``w`` that author's one-vs-rest weights: the features
+    that most pull the SVM towards the true author, which a protect move masks. Only contributions > 0 (so
+    features the timeline holds, x_f > 0), largest first, ties by the reference vectorizer's feature order, and
+    only those :func:`tasks.protect.moves.carried_by` finds in the timeline's posts as written: a move cannot
+    mask the others (an n-gram under two non-space characters such as ``"I "``, a word bigram scikit-learn's
+    tokens join across a comma or a one-letter word). Each is named as the first of the timeline's posts that
+    holds it writes it (with ``lowercase`` its capitals kept, so a case-sensitive
+    :func:`tasks.protect.moves.mask_evidence` finds it there); a key whose name the analyzer writes otherwise is
+    left out. A timeline whose author the model lacks, or outside ``authors`` where given,
+    gets no rows. Columns :data:`tasks.privacy.stylometric.EVIDENCE_COLUMNS`."""
+    from tasks.privacy.stylometric import EVIDENCE_COLUMNS, ngram_names
+    from tasks.protect.moves import carried_by
+
+    if timelines.empty or top < 1 or len(model.authors) == 0:
+        return pd.DataFrame(columns=EVIDENCE_COLUMNS)
+    params = model.params
+    codes, groups, true_author, _ = timeline_codes(timelines)
+    texts = timelines["text"].fillna("").astype(str).tolist()
+    counts, _ = _exact_counts(_texts(timelines["text"], params.lowercase), params.stylo, model.vocab)
+    joined = _joined(counts, codes, len(groups), model.idf)
+    named_authors = pd.Index(true_author).astype(str)
+    row = pd.Index(model.authors).get_indexer(named_authors)
+    if authors is not None:
+        row[~named_authors.isin(list(authors))] = -1
+    posts = pd.Series(np.arange(len(codes))).groupby(codes, sort=True).indices
+    frame: list[tuple[Any, Any, str, str, float]] = []
+    for g, mine in posts.items():
+        if row[g] < 0:
+            continue
+        x = joined[g]
+        values = x.data * model.coef[row[g], x.indices]
+        cols, values = x.indices[values > 0], values[values > 0]
+        held = counts[mine]  # the timeline's posts, in order: the first that holds each key names it
+        post = np.repeat(mine, np.diff(held.indptr))
+        hit = np.isin(held.indices, cols)
+        key_cols, at = np.unique(held.indices[hit], return_index=True)
+        first = dict(zip(key_cols.tolist(), post[hit][at].tolist(), strict=True))
+        ids = sorted(set(first.values()))
+        names = ngram_names([texts[i] for i in ids], ids, params.stylo, as_written=True)
+        keys = model.vocab[cols].tolist()
+        named = [(*names[first[c]][k], v) for c, k, v in zip(cols.tolist(), keys, values.tolist(), strict=True)
+                 if k in names[first[c]]]  # a key the analyzer writes otherwise (a case it maps apart) is left out
+        named.sort(key=lambda f: (-f[2], ("\x00" if f[1] == "word" else "") + f[0]))
+        own = [texts[i] for i in mine]
+        kept: list[tuple[str, str, float]] = []
+        for f in named:  # the strongest that a move can find in the text (not a word bigram across a comma)
+            if carried_by(own, f[0], f[1]).any():
+                kept.append(f)
+                if len(kept) == top:
+                    break
+        frame += [(groups[g], true_author[g], *f) for f in kept]
+    return pd.DataFrame(frame, columns=EVIDENCE_COLUMNS)
+
+
 # -------------------------------------------------------------------------------------- two-stage mode
 
 @dataclass

@@ -67,6 +67,7 @@ every strategy's :func:`stylometric_attack`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import os
@@ -1085,7 +1086,8 @@ class EvidenceProfiles:
             first = dict(zip(key_cols.tolist(), post[hit][at].tolist(), strict=True))
             found += zip([g] * len(cols), self.vocab[cols].tolist(), values.tolist(), [first[c] for c in cols.tolist()],
                          strict=True)
-        names = self._names([texts[i] for i in sorted({f[3] for f in found})], sorted({f[3] for f in found}))
+        names = ngram_names([texts[i] for i in sorted({f[3] for f in found})], sorted({f[3] for f in found}),
+                            self.params)
         out: dict[int, list[tuple[str, str, float]]] = {}
         for g, key, c, post in found:
             # a key the post holds has its name among its n-grams; one the analyzer writes otherwise (a character
@@ -1099,24 +1101,35 @@ class EvidenceProfiles:
             frame += [(uniques[g], authors[posts[g][0]], *f) for f in named[:top]]
         return pd.DataFrame(frame, columns=EVIDENCE_COLUMNS)
 
-    def _names(self, texts: list[str], ids: list[int]) -> dict[int, dict[int, tuple[str, str]]]:
-        """Per post (``ids``: its position), key -> (n-gram as the reference analyzer writes it, char|word)."""
-        analyzer = reference_vectorizer(self.params).build_analyzer()
-        grams = [analyzer(t) for t in texts]
-        plain = [g[1:] if g.startswith("\x00") else g for gs in grams for g in gs]
-        words = np.fromiter((g.startswith("\x00") for gs in grams for g in gs), bool, len(plain))
-        suffix = np.where(words, [_WORD_KEY + g.count(" ") + 1 for g in plain], [len(g) for g in plain]) \
-            if plain else np.zeros(0, np.int64)
-        offsets, data, _ = _views(pa.array(plain, pa.large_string()))
-        keys = _string_keys(offsets, data, suffix.astype(np.uint64)).tolist()
-        out: dict[int, dict[int, tuple[str, str]]] = {}
-        start = 0
-        for post, gs in zip(ids, grams, strict=True):
-            out[post] = {k: (g, "word" if w else "char") for k, g, w in
-                         zip(keys[start:start + len(gs)], plain[start:start + len(gs)],
-                             words[start:start + len(gs)].tolist(), strict=True)}
-            start += len(gs)
-        return out
+
+def ngram_names(texts: list[str], ids: list[int], params: StyloParams, *,
+                as_written: bool = False) -> dict[int, dict[int, tuple[str, str]]]:
+    """Per post (``ids``: its position), 64-bit n-gram key -> (the n-gram as the reference analyzer writes it,
+    ``char`` or ``word``): the names of the keys the exact features hold, so evidence can be masked where a
+    text carries it. ``as_written`` (with ``params.lowercase``): each key named by its first occurrence as
+    the post writes it (its capitals kept), which is what a case-sensitive :func:`tasks.protect.moves.mask_evidence`
+    finds in the text; otherwise lowercased, as the features are."""
+    written = as_written and params.lowercase
+    analyzer = reference_vectorizer(dataclasses.replace(params, lowercase=False) if written else params
+                                    ).build_analyzer()
+    grams = [analyzer(t) for t in texts]
+    plain = [g[1:] if g.startswith("\x00") else g for gs in grams for g in gs]
+    words = np.fromiter((g.startswith("\x00") for gs in grams for g in gs), bool, len(plain))
+    keyed = [g.lower() for g in plain] if written else plain
+    suffix = np.where(words, [_WORD_KEY + g.count(" ") + 1 for g in keyed], [len(g) for g in keyed]) \
+        if plain else np.zeros(0, np.int64)
+    offsets, data, _ = _views(pa.array(keyed, pa.large_string()))
+    keys = _string_keys(offsets, data, suffix.astype(np.uint64)).tolist()
+    out: dict[int, dict[int, tuple[str, str]]] = {}
+    start = 0
+    for post, gs in zip(ids, grams, strict=True):
+        names: dict[int, tuple[str, str]] = {}
+        for k, g, w in zip(keys[start:start + len(gs)], plain[start:start + len(gs)],
+                           words[start:start + len(gs)].tolist(), strict=True):
+            names.setdefault(k, (g, "word" if w else "char"))  # the first occurrence names it
+        out[post] = names
+        start += len(gs)
+    return out
 
 
 @functools.cache

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import pandas as pd
 
-from tasks.privacy.attacks import ProfilingAttack, register_attack
+from tasks.privacy.attacks import Prepared, ProfilingAttack, register_attack
 from tasks.privacy.attribution import Setting
 from tasks.privacy.classifier import (
     ClassifierParams,
     ExactModel,
     TwoStageSide,
     classifier_attack,
+    exact_evidence,
     fit_classifier,
 )
 from tasks.privacy.reidentify import HistorySource, ReidResult
+from tasks.privacy.stylometric import StyloParams, stylometric_evidence
 
 
-@register_attack("classifier", params=ClassifierParams)
+@register_attack("classifier", params=ClassifierParams, returns_evidence=True)
 class ClassifierAttack(ProfilingAttack):
     """Discriminative: a one-vs-rest linear SVM over character 2-4-grams and word 1-2-grams of the history posts (two stages at scale: stylometric top-K, then re-ranked)."""
 
@@ -33,3 +35,17 @@ class ClassifierAttack(ProfilingAttack):
 
     def attribute(self, profiles: ExactModel | TwoStageSide, timelines: pd.DataFrame, setting: Setting) -> ReidResult:
         return classifier_attack(profiles, timelines, setting)
+
+    def evidence(self, prepared: Prepared, timelines: pd.DataFrame, top: int = 20, *,
+                 authors: set[str] | None = None) -> pd.DataFrame:
+        """Exact mode: the n-grams with the largest contribution ``x_f * w_f`` to the true author's decision value
+        (:func:`tasks.privacy.classifier.exact_evidence`), from the model ``prepare`` fitted (or read from the
+        cache folder): nothing is refitted, whatever ``authors`` holds (it only limits whose timelines get rows).
+        Two stages: the re-ranker's model is trained per timeline and not kept, so the evidence is stage 1's, the
+        stylometric attack's default profiles (:func:`tasks.privacy.stylometric.stylometric_evidence`), which
+        decide whether the true author is re-ranked at all."""
+        side = prepared.profiles
+        if isinstance(side, ExactModel):
+            return exact_evidence(side, timelines, top, authors)
+        return stylometric_evidence(prepared.histories, timelines, StyloParams(), held_out=prepared.held_out, top=top,
+                                    authors=authors)
