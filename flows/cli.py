@@ -461,7 +461,8 @@ def protect(
                                               "attacks always judge too). The certificate runs every one "
                                               "regardless.")] = None,
     feedback: Annotated[str | None, typer.Option("--feedback", help="Comma-separated feedback attacks (default "
-                                                 f"{','.join(n for n, _ in _PROTECT.feedback)}).")] = None,
+                                                 f"{','.join(n for n, _ in _PROTECT.feedback)}, each where it can run on "
+                                                 "the histories here).")] = None,
     adversary: Annotated[str | None, typer.Option("--adversary", help="full, disjoint or both (default "
                                                   f"{'both' if len(_PROTECT.adversaries) == 2 else _PROTECT.adversaries[0]}"
                                                   ").")] = None,

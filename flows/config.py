@@ -410,8 +410,9 @@ class ProtectConfig(Section):
     decide_on: Literal["bound", "point"] = Field(_PROTECT.decide_on, description="Budget decided on the 95% upper "
                                                  "bound or the value.")
     feedback: list[str] = Field(default_factory=lambda: [n for n, _ in _PROTECT.feedback], min_length=1,
-                                description="Attacks whose evidence steers the rewriting (profiles: one half of each "
-                                            "author's history).")
+                                description="Attacks that catch the documents to move and whose evidence steers the "
+                                            "rewriting (profiles: one half of each author's history). The default "
+                                            "runs each where it can on the histories here.")
     judge: list[str] | None = Field(None, min_length=1,
                                     description="Attacks that decide when the loop stops and never give feedback (the "
                                                 "other half). Default: every registered attack that can run on the "

@@ -41,7 +41,7 @@ def world(tmp_path_factory) -> dict[str, Path]:
 
 
 def _cli(world: dict[str, Path], out: Path, *args: str, corpus: Path | None = None,
-         judge: tuple[str, ...] = ("--judge", "delta,minhash")) -> subprocess.Popen:
+         judge: tuple[str, ...] = ("--judge", "delta,minhash", "--feedback", "stylometric")) -> subprocess.Popen:
     env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(world["root"] / "cache"), "HF_HUB_OFFLINE": "1",
            "SYNTHUGC_CPU_ATTACK_POSTS": "0"}
     return subprocess.Popen([sys.executable, "-m", "flows.cli", "protect", "--corpus", str(corpus or world["corpus"]),
@@ -143,7 +143,7 @@ def test_the_default_judge_does_not_meet_it_and_the_certificate_is_every_attacks
     measures it against the full histories."""
     out = world["root"] / "default" / "P.parquet"
     proc = _cli(world, out, "--budget", "reidentification<=0.3", "--decide-on", "point", "--max-rounds", "1",
-                "--on-fail", "keep", judge=())  # every document kept: the adversary of `reidentify` holds the same
+                "--on-fail", "keep", judge=("--feedback", "stylometric"))  # every document kept: the adversary of `reidentify` holds the same
     log, _ = proc.communicate(timeout=900)
     assert proc.returncode == 1, log
     summary = json.loads(protect_paths(out).summary.read_text())

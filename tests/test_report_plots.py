@@ -21,6 +21,7 @@ from tasks.report.plots import (
     metaeval_chart,
     plot_to_png,
     protect_curve_chart,
+    protect_frontier_chart,
     reid_vs_divergence,
     tradeoff_chart,
 )
@@ -199,7 +200,32 @@ DEGENERATE = {
     "protect-empty": lambda: protect_curve_chart(pd.DataFrame()),
     "protect-nan": lambda: protect_curve_chart(_protect_curve().assign(meaning=np.nan), 0.3),
     "protect-unknown-role": lambda: protect_curve_chart(_protect_curve().assign(role="helper")),
+    "frontier-empty": lambda: protect_frontier_chart(pd.DataFrame()),
+    "frontier-nan": lambda: protect_frontier_chart(_frontier().assign(value=np.nan)),
 }
+
+
+def _frontier() -> pd.DataFrame:
+    """Three frontier points: the certificate's worst falls with the floor; floor 0.7 chosen."""
+    return pd.DataFrame({"floor": [0.9, 0.8, 0.7], "value": [0.3, 0.15, 0.08], "ci_low": [0.2, 0.1, 0.05],
+                         "ci_high": [0.4, 0.2, 0.09], "meaning": [0.95, 0.9, 0.85], "meaning_ci_low": [0.94, 0.89, 0.83],
+                         "meaning_ci_high": [0.96, 0.91, 0.87], "chosen": [False, False, True],
+                         "figure": "reidentification", "worst_attack": "classifier", "documents_kept": [90, 95, 99],
+                         "documents_held_back": [10, 5, 1], "met": [False, False, True],
+                         "moves": ["pseudonymize 80, generalize 10", "generalize 50", "stymask 60"]})
+
+
+def test_the_frontier_draws_each_floor_with_its_intervals_the_budget_and_the_chosen_point() -> None:
+    from tasks.report.render import protect_frontier_table
+
+    plain, with_budget = protect_frontier_chart(_frontier()), protect_frontier_chart(_frontier(), 0.1)
+    unchosen = protect_frontier_chart(_frontier().assign(chosen=False), 0.1)
+    assert plain.ok and with_budget.ok and unchosen.ok and len({plain.png, with_budget.png, unchosen.png}) == 3
+    assert "dashed line is the budget" in with_budget.caption and "dashed" not in plain.caption
+    shown = protect_frontier_table(pd.concat([_frontier(), _frontier()]))  # one row per point, highest floor first
+    assert list(shown["meaning floor"]) == ["0.9", "0.8", "0.7"] and list(shown["chosen"]) == ["", "", "yes"]
+    assert shown["certificate (worst attack)"].iloc[2] == "0.080 [0.050, 0.090] (classifier)"
+    assert list(shown["budget"]) == ["not met", "not met", "met"] and shown["kept / held back"].iloc[0] == "90 / 10"
 
 
 @pytest.mark.parametrize("key", list(DEGENERATE))

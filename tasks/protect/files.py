@@ -26,12 +26,13 @@ CURVE_COLUMNS: dict[str, str] = {"reidentification": "accuracy_at_1", "reidentif
 
 #: The frontier table ``P.frontier.parquet``: one row per meaning floor and certificate attack; the point's figures
 #: (the budget's re-identification figure with its interval, rows kept and held back, meaning, linkability at post
-#: unit, utility) are repeated on each of its rows (:mod:`tasks.protect.frontier`).
+#: unit, utility, the moves that made the kept documents as ``move count, ...``) are repeated on each of its rows
+#: (:mod:`tasks.protect.frontier`).
 FRONTIER_COLUMNS: tuple[str, ...] = (
     "floor", "chosen", "met", "figure", "value", "ci_low", "ci_high", "worst_attack", "worst_adversary", "rounds",
     "documents_input", "documents_kept", "documents_held_back", "documents_rewritten", "meaning", "meaning_ci_low",
     "meaning_ci_high", "verbatim", "linkability_auc", "linkability_ci_low", "linkability_ci_high",
-    "substitution_macro_f1", "augmentation_macro_f1", "real_macro_f1", "utility_note", "attack", "adversary",
+    "substitution_macro_f1", "augmentation_macro_f1", "real_macro_f1", "utility_note", "moves", "attack", "adversary",
     "accuracy_at_1", "accuracy_at_1_ci_low", "accuracy_at_1_ci_high", "residual_risk", "residual_risk_ci_low",
     "residual_risk_ci_high", "n_timelines")
 

@@ -100,7 +100,9 @@ def frontier_table(summaries: Sequence[Mapping[str, Any]], chosen: int, settings
                  "verbatim": _number((s.get("figures") or {}).get("verbatim", {}).get("value")),
                  "linkability_auc": _number(link.get("value")), "linkability_ci_low": _number(link.get("ci_low")),
                  "linkability_ci_high": _number(link.get("ci_high")),
-                 **{k: _number(util.get(k)) for k in UTILITY_KEYS}, "utility_note": util.get("reason")}
+                 **{k: _number(util.get(k)) for k in UTILITY_KEYS}, "utility_note": util.get("reason"),
+                 "moves": ", ".join(f"{m} {n}" for m, n in sorted((s.get("moves") or {}).items(),
+                                                                   key=lambda kv: (-kv[1], kv[0])))}
         for c in s.get("certificate") or [{}]:
             rows.append({**point, **{k: c.get(k) for k in ("attack", "adversary")},
                          **{k: _number(c.get(k)) for k in ("accuracy_at_1", "accuracy_at_1_ci_low",

@@ -591,6 +591,10 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
 
     gpu = gpu_present() if gpu is None else gpu
     n_posts = history_rows(os.fspath(histories))
+    settings, feedback_left_out = settings.runnable_feedback(n_posts, gpu)
+    if feedback_left_out:
+        log(f"feedback: {', '.join(n for n, _ in settings.feedback)}; left out: "
+            f"{'; '.join(f'{n}: {why}' for n, why in feedback_left_out.items())}")
     judge = settings.judge_plan(n_posts, gpu)
     check = settings.check_attacks(judge, n_posts, gpu)
     _check_disjoint_histories(corpus, os.fspath(histories), settings)

@@ -27,6 +27,13 @@ EVERY_ATTACK = "all"
 
 AttackSpecs = tuple[tuple[str, Mapping[str, Any]], ...]
 
+#: The default feedback: the stylometric and classifier attacks, whose evidence the moves mask and generalize, and
+#: the embedding attack, which catches what speakers talk about (no evidence: the moves that need none act on what
+#: it catches); each where it can run on the histories here (the embedding attack needs a GPU on large ones). On
+#: the conventions timelines at post unit, stylometric feedback alone left the certificate at 0.084-0.092
+#: (embedding) over four meaning floors; these three brought it to 0.071-0.076 (benchmarks/README.md).
+DEFAULT_FEEDBACK: AttackSpecs = (("stylometric", {}), ("classifier", {}), ("embedding", {}))
+
 
 @dataclass(frozen=True)
 class ProtectSettings:
@@ -42,7 +49,7 @@ class ProtectSettings:
     meaning_floors: tuple[float, ...] = (0.80,)
     on_fail: str = "drop"
     decide_on: str = "bound"
-    feedback: AttackSpecs = (("stylometric", {}),)
+    feedback: AttackSpecs = DEFAULT_FEEDBACK
     #: None: every registered attack that can run on the histories here (and the feedback attacks, always).
     judge: AttackSpecs | None = None
     #: Parameters of the attacks the judge and the certificate run without being named (``privacy.reidentify.params``).
@@ -150,6 +157,17 @@ class ProtectSettings:
 
         named = [n for n, _ in (*self.feedback, *(self.judge or ()))]
         return plan_attacks([EVERY_ATTACK, *named], n_history_posts, gpu=gpu, asked="--judge")
+
+    def runnable_feedback(self, n_history_posts: int, gpu: bool) -> tuple[ProtectSettings, dict[str, str]]:
+        """The settings with the default feedback narrowed to the attacks that can run here, and those left out
+        with why (feedback the user names runs as named)."""
+        from tasks.privacy.attacks import attack_class
+
+        if [n for n, _ in self.feedback] != [n for n, _ in DEFAULT_FEEDBACK]:
+            return self, {}
+        left_out = {n: why for n, _ in self.feedback
+                    if (why := attack_class(n).skip_reason(n_history_posts, gpu)) is not None}
+        return replace(self, feedback=tuple(f for f in self.feedback if f[0] not in left_out)), left_out
 
     def check_attacks(self, judge: AttackPlan, n_history_posts: int, gpu: bool) -> tuple[str, ...]:
         """The registered attacks a narrowed judge leaves out that could run here (what ``all`` would run):

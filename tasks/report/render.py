@@ -272,6 +272,7 @@ def protect_frontier_table(frontier: pd.DataFrame) -> pd.DataFrame:
         "substitution F1": column("substitution_macro_f1").map(fmt),
         "augmentation F1": column("augmentation_macro_f1").map(fmt),
         "linkability AUC": interval("linkability_auc", "linkability_"),
+        "moves (documents)": points["moves"].map(_text_cell) if "moves" in points.columns else "–",
         "budget": points["met"].map({True: "met", False: "not met"}),
         "chosen": points["chosen"].map({True: "yes", False: ""})})
 
