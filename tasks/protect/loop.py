@@ -125,6 +125,24 @@ class ProtectResult:
     frontier: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
+@dataclass
+class Shared:
+    """What the points of a frontier share: the fitted strategies, generalize's per-author phrases (the same entity
+    gets the same phrase at every floor), and the moves' outputs and meaning scores already computed (a point asks
+    for most of the ones the point above it did)."""
+
+    strategies: dict[str, Any] = field(default_factory=dict)
+    surrogates: Any = None
+    outputs: dict[tuple, str | None] = field(default_factory=dict)
+    meanings: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.surrogates is None:
+            from tasks.protect.generalize import Surrogates
+
+            self.surrogates = Surrogates()
+
+
 # ----------------------------------------------------------------------------------------------- the loop
 
 def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | None) -> pd.DataFrame:
@@ -139,7 +157,7 @@ def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | Non
 class _Protector:
     def __init__(self, corpus: pd.DataFrame, histories: str, settings: ProtectSettings, folder: Path,
                  log: Callable[[str], None], histories_fingerprint: str, judge: AttackPlan,
-                 check: Sequence[str] = (), zero_folder: Path | None = None) -> None:
+                 check: Sequence[str] = (), zero_folder: Path | None = None, shared: Shared | None = None) -> None:
         self.corpus = corpus.reset_index(drop=True)
         self.sources = self.corpus["text"].astype(str)
         self.settings = settings
@@ -147,17 +165,16 @@ class _Protector:
         self.check_attacks = list(check)  # round 0 only: see ProtectSettings.check_attacks
         self.folder = folder
         self.zero_folder = zero_folder or folder  # round 0 (shared by the points of a frontier)
+        self.shared = shared or Shared()
         self.log = log
         self.histories = histories
         self.histories_fingerprint = histories_fingerprint
         self._attackers: Attackers | None = None
         self._profilers: Profilers | None = None
         self._halves: dict[str, str] | None = None
-        self._strategies: dict[str, Any] = {}
         self._detector: Any = None
         self._embeddings: Any = None
         self._llm: Any = None
-        self._surrogates: Any = None  # generalize's per-author phrases, kept for the whole run
         self.pii = settings.pii
         self.verbatim = settings.bounds_figure("verbatim")
         self.profiling = settings.profiling
@@ -241,13 +258,18 @@ class _Protector:
         from tasks.models.embeddings import EmbeddingCache
 
         out = np.ones(len(candidates))  # a text equal to its source keeps all of its meaning
-        differ = np.flatnonzero([c != r for c, r in zip(candidates, references, strict=True)])
+        known = self.shared.meanings
+        for i, pair in enumerate(zip(candidates, references, strict=True)):
+            if pair in known:
+                out[i] = known[pair]
+        differ = np.flatnonzero([c != r and (c, r) not in known for c, r in zip(candidates, references, strict=True)])
         if len(differ):
             if self._embeddings is None:  # sources and earlier rounds' texts are embedded once
                 self._embeddings = EmbeddingCache(self.folder.parent / "embeddings.sqlite")
             for part in np.array_split(differ, -(-len(differ) // _MEANING_CHUNK)):  # token embeddings of a part held
                 out[part] = bertscore([candidates[i] for i in part], [references[i] for i in part],
                                       cache=self._embeddings, cache_candidates=False).scores["bertscore_f1"].to_numpy(float)
+            known.update({(candidates[i], references[i]): float(out[i]) for i in differ})
         return out
 
     def leaks(self, idx: np.ndarray, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -265,53 +287,69 @@ class _Protector:
 
     # -- moves
     def apply(self, move: Move, idx: np.ndarray, texts: pd.Series, evidence: pd.DataFrame, round_: int) -> list[str | None]:
-        """The move's output for each document ``idx`` (None where it failed or changed nothing)."""
+        """The move's output for each document ``idx`` (None where it failed or changed nothing). An output is
+        remembered for the whole run by what it depends on (the move, the round's seed, the document, its text and
+        its timeline's evidence): the points of a frontier ask for the same ones, and only their floors differ."""
         rows = self.corpus.iloc[idx].assign(text=texts.iloc[idx].to_numpy())
+        features: list[list[tuple[str, str]]] = [[] for _ in range(len(rows))]
+        if move.name in (MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE):
+            by_group = {g: list(zip(f["feature"], f["kind"], strict=True))
+                        for g, f in evidence.groupby("group_id", sort=False)} if len(evidence) else {}
+            features = [by_group.get(self.doc_timeline.get(d), []) for d in rows["doc_id"]]
+        if move.name == PSEUDONYMIZE:  # round 0 only (shared by the points), and it records the mapping
+            out = self._apply_now(move, rows, features, round_)
+        else:
+            done = self.shared.outputs
+            head = fingerprint_config([move.as_config(), self.settings.seed + round_])
+            keys = [(head, d, t, tuple(f)) for d, t, f in zip(rows["doc_id"], rows["text"].astype(str), features,
+                                                               strict=True)]
+            todo = [i for i, k in enumerate(keys) if k not in done]
+            if todo:
+                fresh = self._apply_now(move, rows.iloc[todo], [features[i] for i in todo], round_)
+                done.update({keys[i]: o for i, o in zip(todo, fresh, strict=True)})
+            out = [done[k] for k in keys]
+        from tasks.generate.base import is_unchanged
+
+        return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) else None
+                for o, t in zip(out, rows["text"].astype(str), strict=True)]
+
+    def _apply_now(self, move: Move, rows: pd.DataFrame, features: list[list[tuple[str, str]]],
+                   round_: int) -> list[str | None]:
+        """The move run on ``rows`` (their current texts), each with its timeline's evidence ``features``."""
         if move.name == PSEUDONYMIZE:
             from tasks.generate.pseudonymize import pseudonymize_corpus
 
             replaced, mapping = pseudonymize_corpus(rows, scope=self.settings.pii_scope, seed=self.settings.seed,
                                                     detector=self.detector() if self.pii else None)
             self.mappings.append(mapping)
-            out = replaced["text"].astype(str).tolist()
-        elif move.name in (MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE):
-            by_group = {g: list(zip(f["feature"], f["kind"], strict=True))
-                        for g, f in evidence.groupby("group_id", sort=False)} if len(evidence) else {}
-            features = [by_group.get(self.doc_timeline.get(d), []) for d in rows["doc_id"]]
-            if move.name == MASK_EVIDENCE:
-                out = [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
-            elif move.name == GENERALIZE:
-                from tasks.protect.generalize import Surrogates, generalize
+            return replaced["text"].astype(str).tolist()
+        if move.name == MASK_EVIDENCE:
+            return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
+        if move.name == GENERALIZE:
+            from tasks.protect.generalize import generalize
 
-                if self._surrogates is None:
-                    self._surrogates = Surrogates()
-                out = generalize(rows["text"].astype(str).tolist(), rows["author_id"].astype(str).tolist(), features,
-                                 surrogates=self._surrogates)
-            else:
-                if self._llm is None:
-                    from tasks.models.llm import llm_backend_for
+            return generalize(rows["text"].astype(str).tolist(), rows["author_id"].astype(str).tolist(), features,
+                              surrogates=self.shared.surrogates)
+        if move.name == LLM_ANONYMIZE:
+            if self._llm is None:
+                from tasks.models.llm import llm_backend_for
 
-                    self._llm = llm_backend_for("llm", dict(self.settings.llm))
-                    if type(self._llm).__name__ == "TransformersBackend":
-                        self.log("llm-anonymize: no LLM endpoint set; the small offline model on CPU rewrites "
-                                 "(slower and weaker than a served model)")
-                out = llm_anonymize(rows["text"].astype(str).tolist(), features, self._llm,
-                                    seed=self.settings.seed + round_)
-        else:
-            from tasks.generate.base import build_strategy, generate_synthetic
+                self._llm = llm_backend_for("llm", dict(self.settings.llm))
+                if type(self._llm).__name__ == "TransformersBackend":
+                    self.log("llm-anonymize: no LLM endpoint set; the small offline model on CPU rewrites "
+                             "(slower and weaker than a served model)")
+            return llm_anonymize(rows["text"].astype(str).tolist(), features, self._llm,
+                                 seed=self.settings.seed + round_)
+        from tasks.generate.base import build_strategy, generate_synthetic
 
-            key = fingerprint_config(move.as_config())
-            if key not in self._strategies:
-                self._strategies[key] = build_strategy(move.name, dict(move.params),
-                                                       root=f"protect.ladder.{move.name}").fit(self.corpus)
-            table = generate_synthetic(self._strategies[key], rows, seed=self.settings.seed + round_)
-            first = table.drop_duplicates("doc_id", keep="first").set_index("doc_id")
-            first = first.reindex(rows["doc_id"])
-            out = [t if s == STATUS_OK else None for t, s in zip(first["text"], first["status"], strict=True)]
-        from tasks.generate.base import is_unchanged
-
-        return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) else None
-                for o, t in zip(out, rows["text"].astype(str), strict=True)]
+        key = fingerprint_config(move.as_config())
+        strategies = self.shared.strategies
+        if key not in strategies:
+            strategies[key] = build_strategy(move.name, dict(move.params),
+                                             root=f"protect.ladder.{move.name}").fit(self.corpus)
+        table = generate_synthetic(strategies[key], rows, seed=self.settings.seed + round_)
+        first = table.drop_duplicates("doc_id", keep="first").set_index("doc_id").reindex(rows["doc_id"])
+        return [t if s == STATUS_OK else None for t, s in zip(first["text"], first["status"], strict=True)]
 
     # -- rounds
     def round_zero(self) -> RoundState:
@@ -602,13 +640,15 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
     if judge.left_out:
         log(f"judge: {', '.join(judge.names)}; left out: {'; '.join(judge.lines())}")
     floors = settings.floors
+    shared = Shared()
     points: list[ProtectResult] = []
     for floor in floors:
         if len(floors) > 1:
             log(f"frontier point: meaning floor {floor:g}")
         point = _protect_point(corpus, os.fspath(histories), settings.at_floor(floor), cache_dir=Path(cache_dir),
                                corpus_fingerprint=corpus_fingerprint, histories_fingerprint=histories_fingerprint,
-                               log=log, invalid=invalid, gpu=gpu, judge=judge, check=check, n_posts=n_posts)
+                               log=log, invalid=invalid, gpu=gpu, judge=judge, check=check, n_posts=n_posts,
+                               shared=shared)
         point.summary["utility"] = point_utility(corpus, point.table, seed=settings.seed)
         points.append(point)
     chosen = choose_point([p.summary for p in points], frontier_figure(settings))
@@ -633,7 +673,7 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
 def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettings, *, cache_dir: Path,
                    corpus_fingerprint: str, histories_fingerprint: str, log: Callable[[str], None],
                    invalid: pd.DataFrame | None, gpu: bool, judge: AttackPlan, check: tuple[str, ...],
-                   n_posts: int) -> ProtectResult:
+                   n_posts: int, shared: Shared) -> ProtectResult:
     """One frontier point: the loop at ``settings``' single floor, then its certificate."""
     from tasks.store import code_version
 
@@ -641,7 +681,7 @@ def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettin
     key = fingerprint_config({**base, **settings.round_key(judge, check)})[:24]
     zero = fingerprint_config({**base, **settings.round_key(judge, check, floor=False)})[:24]
     protector = _Protector(corpus, histories, settings, cache_dir / key, log, histories_fingerprint, judge, check,
-                           zero_folder=cache_dir / zero)
+                           zero_folder=cache_dir / zero, shared=shared)
     rounds: list[dict[str, Any]] = []
     state: RoundState | None = None
     strength: str | None = None
