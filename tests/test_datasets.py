@@ -155,3 +155,33 @@ def test_real_wheel_checksum_rejects_a_flipped_byte(tmp_path, real_wheel):
         verify_wheel(corrupt)
     message = str(info.value)
     assert str(corrupt) in message and f"expected {WHEEL_SHA256}" in message and "got " in message
+
+
+def test_timelines_command_splits_each_author_into_a_timeline_and_a_history(tmp_path):
+    """`synthugc datasets timelines`: per author one run of --posts documents of one group to protect, the rest
+    the adversary's history; authorless documents are left out of both and counted; no author column exits 2."""
+    import subprocess
+    import sys
+
+    rows = [{"doc_id": f"{a}-{k}", "text": f"post {k} by {a}", "author_id": a, "group_id": f"g-{a}", "position": k}
+            for a in ("ann", "bob", "cy") for k in range(4)]
+    rows += [{"doc_id": "anon-1", "text": "who wrote this", "author_id": None, "group_id": "g-x", "position": 0}]
+    corpus = tmp_path / "corpus.parquet"
+    pd.DataFrame(rows).to_parquet(corpus, index=False)
+    repo = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-m", "flows.cli", "datasets", "timelines", "--corpus", str(corpus),
+                           "--out-dir", str(tmp_path / "split"), "--posts", "3"], capture_output=True, text=True,
+                          cwd=repo, timeout=120)
+    assert done.returncode == 0, done.stderr
+    timelines = pd.read_parquet(tmp_path / "split" / "timelines.parquet")
+    histories = pd.read_parquet(tmp_path / "split" / "histories.parquet")
+    assert timelines.groupby("author_id").size().to_dict() == {"ann": 3, "bob": 3, "cy": 3}
+    assert histories.groupby("author_id").size().to_dict() == {"ann": 1, "bob": 1, "cy": 1}
+    assert not set(timelines["doc_id"]) & set(histories["doc_id"]) and "anon-1" not in set(histories["doc_id"])
+    assert "9 documents in 3 timelines" in done.stdout and "(1 without an author left out)" in done.stdout
+    pd.DataFrame(rows).drop(columns="author_id").to_parquet(corpus, index=False)
+    refused = subprocess.run([sys.executable, "-m", "flows.cli", "datasets", "timelines", "--corpus", str(corpus),
+                              "--out-dir", str(tmp_path / "split2")], capture_output=True, text=True, cwd=repo,
+                             timeout=120)
+    assert refused.returncode == 2 and refused.stderr.strip().startswith("synthugc: error: "), refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "split2").exists()
