@@ -90,7 +90,8 @@ STAGES: dict[str, StageKind] = {kind.name: kind for kind in (
     StageKind("generate", "generate/{label}", ("label", "shard"), (Output("shard", "shard-{shard:05d}.parquet"),)),
     StageKind("protect", "generate/protect", (), (  # the protected output joins the run as the strategy "protect"
         Output("shard", "protected.parquet"), Output("rounds", "rounds.parquet"),
-        Output("failures", "failures.parquet"), Output("summary", "protect.json"))),
+        Output("failures", "failures.parquet"), Output("summary", "protect.json"),
+        Output("frontier", "frontier.parquet"))),
     StageKind("metrics", "metrics/{label}", ("label",), (
         Output("sample_scores", "sample_scores.parquet", table="sample_scores"),
         Output("distribution_scores", "distribution_scores.parquet", table="scores"),

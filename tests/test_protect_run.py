@@ -68,7 +68,7 @@ def run(tmp_path_factory) -> Path:
                     "reidentify": {"histories": histories, "attacks": ["minhash", "delta"], "adversaries": ["disjoint"]}},
         "utility": {"enabled": False}, "report": {"goals": ["share-data"]},
         "protect": {"enabled": True, "budget": BUDGET, "ladder": ["mask-evidence", "stymask"], "max_rounds": 2,
-                    "meaning_floor": 0.7, "judge": ["delta", "minhash"]},
+                    "meaning_floor": 0.7, "judge": ["delta", "minhash"], "feedback": ["stylometric"]},
     }
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SYNTHUGC_CACHE_DIR", str(tmp / "cache"))
