@@ -20,20 +20,6 @@ os.environ.setdefault("SYNTHUGC_CPU_ATTACK_POSTS", "0")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-#: The longest test files (their tests' seconds summed, `--durations=0` on 2 cores, 2026-11-26: 169, 155, 117, 105,
-#: 83, 79, 66, 64, 61, 60 s), started first: the two workers take whole files in collection order, and one of these
-#: started last kept the other worker idle for a minute at the end.
-LONGEST_FIRST: tuple[str, ...] = ("test_protect.py", "test_flow.py", "test_release.py", "test_cluster.py",
-                                  "test_hostile_inputs.py", "test_run_lock.py", "test_report_e2e.py",
-                                  "test_executor.py", "test_deployments.py", "test_protect_run.py")
-
-
-def pytest_collection_modifyitems(config, items) -> None:
-    """The longest test files first (the others keep their order): see :data:`LONGEST_FIRST`."""
-    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
-
-
 def pytest_unconfigure(config) -> None:
     """Prefect stops its temporary server at interpreter exit and logs that to a console pytest has
     already closed; do not print a 'Logging error' trace for it."""
