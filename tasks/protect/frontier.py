@@ -11,13 +11,13 @@ on the certificate).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from tasks.budgets import number
 from tasks.protect.files import CURVE_COLUMNS, FRONTIER_COLUMNS
 from tasks.protect.settings import ProtectSettings
 
@@ -33,8 +33,7 @@ def frontier_figure(settings: ProtectSettings) -> str:
 
 
 def _value(summary: Mapping[str, Any], figure: str) -> float:
-    value = (summary.get("figures") or {}).get(figure, {}).get("value")
-    return math.nan if value is None else float(value)
+    return number((summary.get("figures") or {}).get(figure, {}).get("value"))
 
 
 def choose_point(summaries: Sequence[Mapping[str, Any]], figure: str) -> int:
@@ -75,10 +74,6 @@ def point_utility(corpus: pd.DataFrame, table: pd.DataFrame, *, seed: int = 0) -
     return out
 
 
-def _number(value: object) -> float:
-    return math.nan if value is None else float(value)  # type: ignore[arg-type]
-
-
 def frontier_table(summaries: Sequence[Mapping[str, Any]], chosen: int, settings: ProtectSettings
                    ) -> tuple[pd.DataFrame, list[str]]:
     """One row per point and certificate attack (:data:`FRONTIER_COLUMNS`; the point's figures repeated on each of
@@ -90,22 +85,22 @@ def frontier_table(summaries: Sequence[Mapping[str, Any]], chosen: int, settings
         docs, meaning, link, util = s["documents"], s.get("meaning") or {}, s.get("linkability") or {}, \
             s.get("utility") or {}
         point = {"floor": float(s["meaning_floor"]), "chosen": i == chosen, "met": bool(s["met"]), "figure": figure,
-                 "value": _number(f.get("value")), "ci_low": _number(f.get("ci_low")),
-                 "ci_high": _number(f.get("ci_high")), "worst_attack": f.get("attack"),
+                 "value": number(f.get("value")), "ci_low": number(f.get("ci_low")),
+                 "ci_high": number(f.get("ci_high")), "worst_attack": f.get("attack"),
                  "worst_adversary": f.get("adversary"), "rounds": int(s["rounds"]),
                  "documents_input": int(docs["input"]), "documents_kept": int(docs["kept"]),
                  "documents_held_back": int(docs["failed"]), "documents_rewritten": int(docs["rewritten"]),
-                 "meaning": _number(meaning.get("value")), "meaning_ci_low": _number(meaning.get("ci_low")),
-                 "meaning_ci_high": _number(meaning.get("ci_high")),
-                 "verbatim": _number((s.get("figures") or {}).get("verbatim", {}).get("value")),
-                 "linkability_auc": _number(link.get("value")), "linkability_ci_low": _number(link.get("ci_low")),
-                 "linkability_ci_high": _number(link.get("ci_high")),
-                 **{k: _number(util.get(k)) for k in UTILITY_KEYS}, "utility_note": util.get("reason"),
+                 "meaning": number(meaning.get("value")), "meaning_ci_low": number(meaning.get("ci_low")),
+                 "meaning_ci_high": number(meaning.get("ci_high")),
+                 "verbatim": number((s.get("figures") or {}).get("verbatim", {}).get("value")),
+                 "linkability_auc": number(link.get("value")), "linkability_ci_low": number(link.get("ci_low")),
+                 "linkability_ci_high": number(link.get("ci_high")),
+                 **{k: number(util.get(k)) for k in UTILITY_KEYS}, "utility_note": util.get("reason"),
                  "moves": ", ".join(f"{m} {n}" for m, n in sorted((s.get("moves") or {}).items(),
                                                                    key=lambda kv: (-kv[1], kv[0])))}
         for c in s.get("certificate") or [{}]:
             rows.append({**point, **{k: c.get(k) for k in ("attack", "adversary")},
-                         **{k: _number(c.get(k)) for k in ("accuracy_at_1", "accuracy_at_1_ci_low",
+                         **{k: number(c.get(k)) for k in ("accuracy_at_1", "accuracy_at_1_ci_low",
                                                            "accuracy_at_1_ci_high", "residual_risk",
                                                            "residual_risk_ci_low", "residual_risk_ci_high")},
                          "n_timelines": int(c.get("n_timelines") or 0)})

@@ -226,17 +226,20 @@ _IRREGULAR_VERBS = {  # base: (past, past participle)
 _SHORT_CVC = re.compile(r"^[^aeiou]*[aeiou][bdgmnprt]$")
 
 
+def _with_s(word: str, es_after: str) -> str:
+    """``word`` + the English ``-s`` (plural noun, third-person verb): ``-es`` after the endings ``es_after``, ``-ies``
+    for a consonant + ``y``."""
+    if re.search(f"({es_after})$", word):
+        return word + "es"
+    if re.search(r"[^aeiou]y$", word):
+        return word[:-1] + "ies"
+    return word + "s"
+
+
 def plural(noun: str) -> str:
     """The plural of a noun phrase's last word (``stringed instrument`` -> ``stringed instruments``)."""
     head, _, last = noun.rpartition(" ")
-    if last in _IRREGULAR_PLURAL:
-        last = _IRREGULAR_PLURAL[last]
-    elif re.search(r"(s|x|z|ch|sh)$", last):
-        last += "es"
-    elif re.search(r"[^aeiou]y$", last):
-        last = last[:-1] + "ies"
-    else:
-        last += "s"
+    last = _IRREGULAR_PLURAL[last] if last in _IRREGULAR_PLURAL else _with_s(last, "s|x|z|ch|sh")
     return f"{head} {last}" if head else last
 
 
@@ -254,14 +257,7 @@ def inflect_verb(verb: str, tag: str) -> str:
             first += (first[-1] if _SHORT_CVC.match(first) else "") + "ed"
     elif tag == "VBZ":
         special = {"be": "is", "have": "has", "do": "does", "go": "goes"}
-        if first in special:
-            first = special[first]
-        elif re.search(r"(s|x|z|ch|sh|o)$", first):
-            first += "es"
-        elif re.search(r"[^aeiou]y$", first):
-            first = first[:-1] + "ies"
-        else:
-            first += "s"
+        first = special[first] if first in special else _with_s(first, "s|x|z|ch|sh|o")
     elif tag == "VBG":
         if first.endswith("ie"):
             first = first[:-2] + "ying"

@@ -667,17 +667,24 @@ def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None, figure:
         for x, y, r in zip(part["x"], part["y"], part["round"], strict=True):  # judge above, feedback below
             ax.annotate(f"r{r:.0f}", (x, y), xytext=(6, offset), textcoords="offset points",
                         fontsize=8.5, color=colour)
+    return _risk_meaning_finished(fig, ax, frame, limit, words_of, ylabel, "the round", name, PROTECT_TITLE, caption)
+
+
+def _risk_meaning_finished(fig: Figure, ax, frame: pd.DataFrame, limit: float | None, words_of: str, ylabel: str,
+                           of: str, name: str, title: str, caption: str) -> Plot:
+    """A protect chart's common end: the budget's bound as a dashed line (said in the caption), risk on [0, 1]
+    against the meaning kept (mean BERTScore F1 of ``of``), titles, legend."""
     if limit is not None and math.isfinite(limit):
         ax.axhline(limit, color="#57606a", linestyle="--", linewidth=1.3, zorder=1,
                    label=f"budget: {words_of} ≤ {limit:g}")
         caption += f" The dashed line is the budget's bound on the {words_of}."
     ax.set_ylim(-0.03, 1.05)
     ax.set_xlim(*_padded_limits(frame["x"].to_numpy(), 0.0, 1.0, 0.2))
-    ax.set_xlabel("meaning kept (mean BERTScore F1 of the round)", fontsize=10)
+    ax.set_xlabel(f"meaning kept (mean BERTScore F1 of {of})", fontsize=10)
     ax.set_ylabel(ylabel, fontsize=10)
-    ax.set_title(PROTECT_TITLE, fontsize=11)
+    ax.set_title(title, fontsize=11)
     ax.legend(fontsize=8.5, frameon=False, loc="best")
-    return _finished(name, PROTECT_TITLE, caption, fig)
+    return _finished(name, title, caption, fig)
 
 
 FRONTIER_TITLE = "Protect: the risk-meaning frontier, one certified point per meaning floor"
@@ -724,14 +731,4 @@ def protect_frontier_chart(frontier: pd.DataFrame, limit: float | None = None) -
     if len(chosen):
         ax.scatter(chosen["x"], chosen["y"], s=260, facecolors="none", edgecolors="#1b1f24", linewidths=1.6,
                    zorder=4, label="chosen point (the output P)")
-    if limit is not None and math.isfinite(limit):
-        ax.axhline(limit, color="#57606a", linestyle="--", linewidth=1.3, zorder=1,
-                   label=f"budget: {words_of} ≤ {limit:g}")
-        caption += f" The dashed line is the budget's bound on the {words_of}."
-    ax.set_ylim(-0.03, 1.05)
-    ax.set_xlim(*_padded_limits(frame["x"].to_numpy(), 0.0, 1.0, 0.2))
-    ax.set_xlabel("meaning kept (mean BERTScore F1 of the output)", fontsize=10)
-    ax.set_ylabel(ylabel, fontsize=10)
-    ax.set_title(FRONTIER_TITLE, fontsize=11)
-    ax.legend(fontsize=8.5, frameon=False, loc="best")
-    return _finished(name, FRONTIER_TITLE, caption, fig)
+    return _risk_meaning_finished(fig, ax, frame, limit, words_of, ylabel, "the output", name, FRONTIER_TITLE, caption)
