@@ -28,6 +28,7 @@ from tasks.protect.settings import ON_FAIL, UNITS, ProtectSettings
 if TYPE_CHECKING:
     import pandas as pd
 
+    from flows.temporary_server import LaunchedServer
     from tasks.protect.loop import ProtectResult
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
@@ -118,6 +119,7 @@ def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait:
     """Validate, take the experiment's lock (refusing links out of the storage root and removing an interrupted
     run's partial files while holding it), then run with a temporary Prefect server bound to this process."""
     from flows.config import load_config
+    from flows.temporary_server import end_orphaned_servers, launch_temporary_server
     from tasks.paths import check_storage_root
     from tasks.runlock import open_run
     from tasks.settings import get_settings
@@ -128,30 +130,36 @@ def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait:
             cfg = load_config(config, overrides)  # validate before any server starts
             root = cfg.storage_root or get_settings().storage_root
             check_storage_root(root)
+            for server, run in end_orphaned_servers():
+                _say(f"ended the temporary Prefect server (pid {server}) left running by an interrupted run (pid {run})")
+            # the server starts while this process imports the flow's code; ended here if the run stops before it
+            launched = launch_temporary_server()
+            if launched is not None:
+                held.callback(launched.discard)
             held.enter_context(open_run(ArtifactStore(root), cfg.experiment, local_dir=get_settings().cache_dir,
                                         say=_say, wait=wait))
         except SynthUGCError as exc:
             _fail(str(exc))
-        _run_locked(config, overrides, verbose, then)
+        _run_locked(config, overrides, verbose, then, launched)
 
 
-def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callable[[], None] | None = None) -> None:
-    """The run itself (``then``: what runs after it succeeds, before the exit noise is silenced)."""
+def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callable[[], None] | None = None,
+                launched: LaunchedServer | None = None) -> None:
+    """The run itself (``then``: what runs after it succeeds, before the exit noise is silenced), on the temporary
+    server ``launched`` ahead of it, if any."""
     import time
 
     from prefect.logging.configuration import setup_logging
 
     from flows.experiment import RunSummary, StageFailed, experiment
-    from flows.temporary_server import end_orphaned_servers, start_temporary_server
+    from flows.temporary_server import start_temporary_server
 
-    for server, run in end_orphaned_servers():
-        _say(f"ended the temporary Prefect server (pid {server}) left running by an interrupted run (pid {run})")
     setup_logging()
     _quiet_user_error_tracebacks()
     if not verbose:  # one line per stage from the reporter; Prefect's own INFO lines still reach the API/UI
         _console_log_level(logging.ERROR)
         _quiet_libraries()
-    start_temporary_server()  # here, in the main thread: it ends with this process, even a killed one
+    start_temporary_server(launched)  # here, in the main thread: it ends with this process, even a killed one
     bar = progress.RichStageBar() if sys.stderr.isatty() else progress.StageLines()
     started = time.perf_counter()
     summary: RunSummary | None = None

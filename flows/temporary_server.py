@@ -12,23 +12,30 @@ run starts that server itself, in the main thread, before the flow:
   reused pid is never signalled.
 
 Prefect finds the started server as its own temporary one (same class, same registry slot) and reuses it.
+
+The server process takes about 3.5 s to answer (its imports, the database check); a run launches it as soon as
+its config is valid (:func:`launch_temporary_server`, which imports nothing of Prefect's server) and waits for it
+only when the flow starts (:func:`start_temporary_server`), so the server starts while the run imports its own
+code.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
-from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import (
     PREFECT_API_URL,
     PREFECT_HOME,
@@ -37,6 +44,7 @@ from prefect.settings import (
 )
 
 _PR_SET_PDEATHSIG = 1
+_PORTS = range(8000, 9000)  # Prefect's own range for its temporary servers
 
 
 def registry() -> Path:
@@ -71,27 +79,87 @@ def _die_with(parent: int) -> Callable[[], None]:
     return preexec
 
 
-class RunBoundServer(SubprocessASGIServer):
-    """Prefect's temporary server (the same uvicorn command), bound to the life of the process that starts it."""
+def _free_port() -> int:
+    """A free port of Prefect's range (chosen at random, as Prefect does)."""
+    for port in random.sample(_PORTS, 20):
+        with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORTS.start}-{_PORTS.stop - 1} for the temporary Prefect server")
 
-    def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-        import prefect
 
-        env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-               **get_current_settings().to_environment_variables(exclude_unset=True)}
-        process = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
-             "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(self.port),
-             "--log-level", "error", "--lifespan", "on"],
-            env=env, preexec_fn=_die_with(os.getpid()))
-        _record(process.pid)
-        return process
+def _uvicorn(port: int) -> subprocess.Popen[Any]:
+    """Prefect's temporary-server command (uvicorn on its app factory), bound to this process's life and recorded."""
+    import prefect  # its package folder only (already imported by prefect.settings)
 
-    def stop(self) -> None:
-        pid = self.server_process.pid if self.server_process else None
-        super().stop()
-        if pid is not None:
-            (registry() / f"{pid}.json").unlink(missing_ok=True)
+    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
+           **get_current_settings().to_environment_variables(exclude_unset=True)}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
+         "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
+         "--log-level", "error", "--lifespan", "on"],
+        env=env, preexec_fn=_die_with(os.getpid()))
+    _record(process.pid)
+    return process
+
+
+@dataclass
+class LaunchedServer:
+    """A server process launched ahead of the flow (:func:`launch_temporary_server`), not yet waited for."""
+
+    port: int
+    process: subprocess.Popen[Any]
+    adopted: bool = False
+
+    def discard(self) -> None:
+        """End it if no flow took it (the run stopped before its flow: a held lock, a failed check)."""
+        if not self.adopted and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        if not self.adopted:
+            (registry() / f"{self.process.pid}.json").unlink(missing_ok=True)
+
+
+def _server_class() -> type:
+    """RunBoundServer, defined on first use: its base class is in Prefect's server package (~2.4 s to import),
+    which a run imports only once its server has been launched."""
+    from prefect.server.api.server import SubprocessASGIServer  # heavy: deferred on purpose (see above)
+
+    global _RunBoundServer
+    if _RunBoundServer is None:
+        class RunBoundServer(SubprocessASGIServer):
+            """Prefect's temporary server (the same uvicorn command), bound to the life of the process that starts
+            it; the first process it runs may be one launched earlier."""
+
+            launched: LaunchedServer | None = None
+
+            def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
+                launched, self.launched = self.launched, None
+                if launched is not None and launched.port == self.port and launched.process.poll() is None:
+                    launched.adopted = True
+                    return launched.process
+                if launched is not None:
+                    launched.discard()
+                return _uvicorn(self.port)
+
+            def stop(self) -> None:
+                pid = self.server_process.pid if self.server_process else None
+                super().stop()
+                if pid is not None:
+                    (registry() / f"{pid}.json").unlink(missing_ok=True)
+
+        _RunBoundServer = RunBoundServer
+    return _RunBoundServer
+
+
+_RunBoundServer: type | None = None
 
 
 def _record(pid: int) -> None:
@@ -131,15 +199,39 @@ def end_orphaned_servers() -> list[tuple[int, int]]:
     return ended
 
 
-def start_temporary_server() -> RunBoundServer | None:
-    """Start the run's temporary server now (main thread), unless the user set a server (``PREFECT_API_URL``)
-    or turned temporary servers off; Prefect's clients then use it. Returns it, or None."""
-    if PREFECT_API_URL.value() or not PREFECT_SERVER_EPHEMERAL_ENABLED.value():
+def _wanted() -> bool:
+    """A run starts its own server unless the user set one (``PREFECT_API_URL``) or turned them off."""
+    return not PREFECT_API_URL.value() and bool(PREFECT_SERVER_EPHEMERAL_ENABLED.value())
+
+
+def launch_temporary_server() -> LaunchedServer | None:
+    """Launch the run's temporary server process now (main thread) without waiting for it; None where the run
+    will not start one. :func:`start_temporary_server` takes it; :meth:`LaunchedServer.discard` ends it if not."""
+    if not _wanted():
         return None
+    port = _free_port()
+    return LaunchedServer(port, _uvicorn(port))
+
+
+def start_temporary_server(launched: LaunchedServer | None = None) -> Any:
+    """Start the run's temporary server (main thread), taking ``launched`` if given, and wait until it answers,
+    unless the user set a server (``PREFECT_API_URL``) or turned temporary servers off; Prefect's clients then
+    use it. Returns it, or None."""
+    if not _wanted():
+        if launched is not None:
+            launched.discard()
+        return None
+    from prefect.server.api.server import SubprocessASGIServer  # heavy: see _server_class
+
+    cls = _server_class()
     current = SubprocessASGIServer._instances.get(None)
     if current is not None and current.running:
-        return current if isinstance(current, RunBoundServer) else None
+        if launched is not None:
+            launched.discard()
+        return current if isinstance(current, cls) else None
     SubprocessASGIServer._instances.pop(None, None)  # a stopped one: the slot then takes ours
-    server = RunBoundServer()
+    server = cls()
+    if launched is not None:
+        server.port, server.launched = launched.port, launched
     server.start()
     return server

@@ -16,12 +16,12 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
 CONFIDENCE = 0.95
 N_RESAMPLES = 1000
@@ -33,9 +33,12 @@ METHOD = (f"{CONFIDENCE:.0%} intervals: Wilson score intervals for proportions (
           f"= (attack - control) / (1 - control) with its interval, as Anonymeter defines it.")
 
 
+@functools.cache
 def _z(confidence: float) -> float:
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must lie in (0, 1), got {confidence!r}")
+    from scipy.stats import norm  # heavy (0.5 s): deferred on purpose, every CLI command imports this module
+
     return float(norm.ppf(0.5 * (1.0 + confidence)))
 
 

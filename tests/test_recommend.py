@@ -1,9 +1,8 @@
-"""Strategy recommendations (seed 000 §7) on small hand-built score tables and on the demo run."""
+"""Strategy recommendations (seed 000 §7) on small hand-built score tables (a real run's: tests/test_report_e2e.py)."""
 
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -21,7 +20,7 @@ from tasks.report.recommend import (
     recommend,
     recommendation_notes,
 )
-from tasks.scores import SCORE_KEY, SCORES, score_frame
+from tasks.scores import SCORES, score_frame
 
 NAN = float("nan")
 def row(strategy: str, variant: str, level: str, metric: str, value: float, *, std: float = NAN, n: int = 5,
@@ -359,49 +358,6 @@ def test_seed_spread_and_seed_count_are_reported():
 def test_a_table_without_the_score_columns_is_refused():
     with pytest.raises(InputError, match="value"):
         recommend(pd.DataFrame({"strategy": ["a"], "variant": [""], "metric": ["x"]}), GOALS["augment"], {})
-
-
-# ---------------------------------------------------------------------------------------------- demo run
-
-DEMO = Path(__file__).resolve().parents[1] / "runs" / "demo"
-
-
-def _demo_summary(root: Path) -> pd.DataFrame:
-    """The run's long score table as the report stage assembles it."""
-    files = [*sorted(root.glob("metrics/*/distribution_scores.parquet")),
-             *sorted(root.glob("privacy/*/*_scores.parquet")), *sorted(root.glob("report/utility_scores.parquet"))]
-    summary = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
-    summary["variant"] = summary["variant"].fillna("").astype(str)
-    return summary.drop_duplicates(list(SCORE_KEY))
-
-
-@pytest.mark.skipif(not (DEMO / "manifest.json").is_file(), reason="no demo run in runs/demo")
-def test_demo_run_gets_one_recommendation_per_strategy_variant_for_every_goal():
-    from tasks.report.run_files import RunFiles
-
-    run = RunFiles.open(DEMO)
-    summary, families = _demo_summary(DEMO), run.strategy_families()
-    labels = set(run.strategy_labels())
-    assert labels
-    # one recommendation per variant each strategy wrote (backtranslate: one per pivot)
-    scored = summary[(summary["metric"] == "bertscore_f1") & summary["strategy"].isin(labels)]
-    variants = sorted(zip(scored["strategy"], scored["variant"], strict=True))
-    assert {s for s, _ in variants} == labels
-    # the variants that copied any of the source's PII spans verbatim, read from the score table itself
-    leak = summary[(summary["metric"] == "pii_leakage") & (summary["entity"] == "all") & (summary["value"] > 0)]
-    copies_pii = set(zip(leak["strategy"], leak["variant"], strict=True))
-    for name, goal in GOALS.items():
-        recs = recommend(summary, goal, families)
-        assert sorted((r.strategy, r.variant) for r in recs) == variants, name
-        for rec in recs:
-            assert rec.reasons and all(isinstance(r, str) and r for r in rec.reasons)
-            assert rec.cost.startswith("utility: ")
-            assert (rec.rank is None) == (not rec.eligible)
-            # ineligible only for a formal-DP goal without DP, or for sharing data with PII copied verbatim
-            copied = (rec.strategy, rec.variant) in copies_pii
-            assert rec.eligible == (not (goal.formal_dp and rec.family != "dp")
-                                    and not (goal.use_case == "share_data" and copied)), (name, rec.label)
-        assert recommendation_notes(goal, recs)
 
 
 def test_reidentification_reason_quotes_its_interval_and_a_risk_never_zero(tmp_path):

@@ -23,8 +23,10 @@ from report_page import parse_report
 
 from flows.experiment import experiment_from_mapping
 from tasks.corpus.datasets import fetch_dataset
+from tasks.report.recommend import GOALS, LITTLE_PROTECTION, recommend, recommendation_notes
 from tasks.report.render import fmt
-from tasks.scores import column_key, column_keys
+from tasks.report.run_files import RunFiles
+from tasks.scores import SCORE_KEY, column_key, column_keys
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parent.parent
@@ -124,6 +126,50 @@ def test_report_tables_show_the_parquet_numbers(finished_run):
     # Table 6 ends with the random baseline and the original data, as in the article
     rows = [c["row"][0] for c in page.cells if c["table"] == "table6-table"]
     assert rows[-1] == "original" and "chance" in rows
+
+
+def _run_scores(run: Path) -> pd.DataFrame:
+    """The run's long score table as the report stage assembles it."""
+    files = [*sorted(run.glob("metrics/*/distribution_scores.parquet")),
+             *sorted(run.glob("privacy/*/*_scores.parquet")), *sorted(run.glob("report/utility_scores.parquet"))]
+    summary = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
+    summary["variant"] = summary["variant"].fillna("").astype(str)
+    return summary.drop_duplicates(list(SCORE_KEY))
+
+
+def test_the_run_gets_one_recommendation_per_strategy_variant_for_every_goal(finished_run):
+    """Every goal ranks every variant the run scored; eligibility follows the goal's rules; the run-level notes
+    name what the run lacks or leaves uncertain, and a run with nothing to flag may have none."""
+    run = RunFiles.open(finished_run)
+    summary, families = _run_scores(finished_run), run.strategy_families()
+    labels = set(run.strategy_labels())
+    assert labels == set(STRATEGIES)
+    # one recommendation per variant each strategy wrote (backtranslate: one per pivot)
+    scored = summary[(summary["metric"] == "bertscore_f1") & summary["strategy"].isin(labels)]
+    variants = sorted(zip(scored["strategy"], scored["variant"], strict=True))
+    assert {s for s, _ in variants} == labels
+    # the variants that copied any of the source's PII spans verbatim, read from the score table itself
+    leak = summary[(summary["metric"] == "pii_leakage") & (summary["entity"] == "all") & (summary["value"] > 0)]
+    copies_pii = set(zip(leak["strategy"], leak["variant"], strict=True))
+    for name, goal in GOALS.items():
+        recs = recommend(summary, goal, families)
+        assert sorted((r.strategy, r.variant) for r in recs) == variants, name
+        for rec in recs:
+            assert rec.reasons and all(isinstance(r, str) and r for r in rec.reasons)
+            assert rec.cost.startswith("utility: ")
+            assert (rec.rank is None) == (not rec.eligible)
+            # ineligible only for a formal-DP goal without DP, or for sharing data with PII copied verbatim
+            copied = (rec.strategy, rec.variant) in copies_pii
+            assert rec.eligible == (not (goal.formal_dp and rec.family != "dp")
+                                    and not (goal.use_case == "share_data" and copied)), (name, rec.label)
+        notes = recommendation_notes(goal, recs)
+        assert all(isinstance(n, str) and n for n in notes)
+        # this run has no DP strategy: a formal-DP goal says so; the others do not
+        assert any(n.startswith("no strategy with formal DP") for n in notes) == goal.formal_dp, name
+        ranked = [r for r in recs if r.rank is not None and math.isfinite(r.score)]
+        weak = (goal.use_case != "augment" and bool(ranked) and "privacy" in ranked[0].aspects
+                and ranked[0].aspects["privacy"] < LITTLE_PROTECTION)
+        assert any("little measurable protection" in n for n in notes) == weak, name
 
 
 def test_report_is_self_contained_with_plots_recommendations_and_examples(finished_run):
