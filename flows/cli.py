@@ -597,7 +597,7 @@ def pseudonymize(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema).")],
     out: Annotated[Path, typer.Option("--out", help="Pseudonymised corpus parquet to write (atomically).")],
     entities: Annotated[str | None, typer.Option("--entities", help="Comma-separated PII types (default: "
-                                                 "the direct identifiers; see README).")] = None,
+                                                 "the direct identifiers; see docs/privacy.md).")] = None,
     scope: Annotated[str, typer.Option("--scope", help="Same surrogate for the same value within: "
                                        "document | group | author.")] = "document",
     seed: Annotated[int, typer.Option("--seed")] = 0,

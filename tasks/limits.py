@@ -1,7 +1,7 @@
 """Upper bounds of the numeric settings (config sections, strategy and attack parameters), each with its reason.
 
 A number past its bound is a typo or a hostile config, never a run someone wants: it is refused up front with
-its key path instead of allocating, looping or waiting for ever. README's "Configuration" section lists them.
+its key path instead of allocating, looping or waiting for ever. docs/configuration.md lists them.
 """
 
 from __future__ import annotations
