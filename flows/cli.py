@@ -130,16 +130,16 @@ def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait:
             cfg = load_config(config, overrides)  # validate before any server starts
             root = cfg.storage_root or get_settings().storage_root
             check_storage_root(root)
-            for server, run in end_orphaned_servers():
-                _say(f"ended the temporary Prefect server (pid {server}) left running by an interrupted run (pid {run})")
-            # the server starts while this process imports the flow's code; ended here if the run stops before it
-            launched = launch_temporary_server()
-            if launched is not None:
-                held.callback(launched.discard)
             held.enter_context(open_run(ArtifactStore(root), cfg.experiment, local_dir=get_settings().cache_dir,
                                         say=_say, wait=wait))
         except SynthUGCError as exc:
             _fail(str(exc))
+        for server, run in end_orphaned_servers():
+            _say(f"ended the temporary Prefect server (pid {server}) left running by an interrupted run (pid {run})")
+        # the server starts while this process imports the flow's code; ended here if the run stops before it
+        launched = launch_temporary_server()
+        if launched is not None:
+            held.callback(launched.discard)
         _run_locked(config, overrides, verbose, then, launched)
 
 
