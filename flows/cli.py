@@ -117,29 +117,32 @@ def _say(line: str) -> None:
 def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait: bool = False,
                 then: Callable[[], None] | None = None) -> None:
     """Validate, take the experiment's lock (refusing links out of the storage root and removing an interrupted
-    run's partial files while holding it), then run with a temporary Prefect server bound to this process."""
-    from flows.config import load_config
+    run's partial files while holding it), then run with a temporary Prefect server bound to this process (launched
+    first, so that it starts beside the validation and the imports)."""
     from flows.temporary_server import end_orphaned_servers, launch_temporary_server
-    from tasks.paths import check_storage_root
-    from tasks.runlock import open_run
-    from tasks.settings import get_settings
-    from tasks.store import ArtifactStore
 
     with ExitStack() as held:
+        # the server starts (4 s) while this process reads the config and imports the flow's code; a run that
+        # stops before its flow (a bad config, a held lock) ends it at once
+        launched = launch_temporary_server()
+        if launched is not None:
+            held.callback(launched.stop_unless_used)
+        from flows.config import load_config  # 1 s of imports, beside the server's start
+        from tasks.paths import check_storage_root
+        from tasks.runlock import open_run
+        from tasks.settings import get_settings
+        from tasks.store import ArtifactStore
+
         try:
-            cfg = load_config(config, overrides)  # validate before any server starts
+            cfg = load_config(config, overrides)
             root = cfg.storage_root or get_settings().storage_root
             check_storage_root(root)
             held.enter_context(open_run(ArtifactStore(root), cfg.experiment, local_dir=get_settings().cache_dir,
                                         say=_say, wait=wait))
         except SynthUGCError as exc:
             _fail(str(exc))
-        for server, run in end_orphaned_servers():
+        for server, run in end_orphaned_servers():  # not this run's: it still runs
             _say(f"ended the temporary Prefect server (pid {server}) left running by an interrupted run (pid {run})")
-        # the server starts while this process imports the flow's code; ended here if the run stops before it
-        launched = launch_temporary_server()
-        if launched is not None:
-            held.callback(launched.discard)
         _run_locked(config, overrides, verbose, then, launched)
 
 
@@ -152,14 +155,14 @@ def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callabl
     from prefect.logging.configuration import setup_logging
 
     from flows.experiment import RunSummary, StageFailed, experiment
-    from flows.temporary_server import start_temporary_server
 
     setup_logging()
     _quiet_user_error_tracebacks()
     if not verbose:  # one line per stage from the reporter; Prefect's own INFO lines still reach the API/UI
         _console_log_level(logging.ERROR)
         _quiet_libraries()
-    start_temporary_server(launched)  # here, in the main thread: it ends with this process, even a killed one
+    if launched is not None:
+        launched.wait_ready()
     bar = progress.RichStageBar() if sys.stderr.isatty() else progress.StageLines()
     started = time.perf_counter()
     summary: RunSummary | None = None

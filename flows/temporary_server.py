@@ -11,16 +11,15 @@ run starts that server itself, in the main thread, before the flow:
   available, or the server outlived it), then forgets them. A pid is trusted only with its start time, so a
   reused pid is never signalled.
 
-Prefect finds the started server as its own temporary one (same class, same registry slot) and reuses it.
-
-The server process takes about 3.5 s to answer (its imports, the database check); a run launches it as soon as
-its config is valid (:func:`launch_temporary_server`, which imports nothing of Prefect's server) and waits for it
-only when the flow starts (:func:`start_temporary_server`), so the server starts while the run imports its own
-code.
+The run then points Prefect at it (``PREFECT_API_URL`` for this process), so Prefect's clients use it without
+importing Prefect's server package (2.5 s). The server takes about 3.5 s to answer (its imports, the database
+check): a run launches it as soon as it holds its lock (:func:`launch_temporary_server`) and waits for it only
+when its flow starts (:meth:`LaunchedServer.wait_ready`), so it starts while the run imports its own code.
 """
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import json
@@ -30,18 +29,16 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
-from prefect.settings import (
-    PREFECT_API_URL,
-    PREFECT_HOME,
-    PREFECT_SERVER_EPHEMERAL_ENABLED,
-    get_current_settings,
-)
+from prefect.context import refresh_global_settings_context
+from prefect.settings import PREFECT_HOME, get_current_settings
 
 _PR_SET_PDEATHSIG = 1
 _PORTS = range(8000, 9000)  # Prefect's own range for its temporary servers
@@ -92,11 +89,12 @@ def _free_port() -> int:
 
 
 def _uvicorn(port: int) -> subprocess.Popen[Any]:
-    """Prefect's temporary-server command (uvicorn on its app factory), bound to this process's life and recorded."""
+    """Prefect's temporary-server command (uvicorn on its app factory, as Prefect runs it), bound to this process's
+    life and recorded."""
     import prefect  # its package folder only (already imported by prefect.settings)
 
-    env = {**os.environ, "PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1",
-           **get_current_settings().to_environment_variables(exclude_unset=True)}
+    env = {**{k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}, "PREFECT_UI_ENABLED": "0",
+           "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
     process = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "--app-dir", str(prefect.__module_path__.parent), "--factory",
          "prefect.server.api.server:create_app", "--host", "127.0.0.1", "--port", str(port),
@@ -106,60 +104,78 @@ def _uvicorn(port: int) -> subprocess.Popen[Any]:
     return process
 
 
+_PORT_IN_USE = 3  # uvicorn's exit code when its port was taken between our check and its bind
+
+
 @dataclass
 class LaunchedServer:
-    """A server process launched ahead of the flow (:func:`launch_temporary_server`), not yet waited for."""
+    """The run's temporary server process, launched by :func:`launch_temporary_server`; Prefect's clients in this
+    process use it (``PREFECT_API_URL``) until :meth:`stop`."""
 
     port: int
     process: subprocess.Popen[Any]
-    adopted: bool = False
+    previous_url: str | None
+    used: bool = False
 
-    def discard(self) -> None:
-        """End it if no flow took it (the run stopped before its flow: a held lock, a failed check)."""
-        if not self.adopted and self.process.poll() is None:
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def _point_prefect_here(self) -> None:
+        os.environ["PREFECT_API_URL"] = self.api_url
+        refresh_global_settings_context()  # every thread's settings, not only this context's
+
+    def wait_ready(self) -> None:
+        """Wait until the server answers (up to Prefect's ephemeral start-up timeout; relaunched on another port
+        if its port was taken)."""
+        timeout = get_current_settings().server.ephemeral.startup_timeout_seconds
+        deadline = time.monotonic() + timeout
+        with httpx.Client() as client:
+            while time.monotonic() < deadline:
+                code = self.process.poll()
+                if code == _PORT_IN_USE:
+                    self._forget()
+                    self.port = _free_port()
+                    self.process = _uvicorn(self.port)
+                    self._point_prefect_here()
+                    continue
+                if code is not None:
+                    raise RuntimeError(f"the temporary Prefect server exited with code {code} before it answered")
+                try:
+                    if client.get(f"{self.api_url}/health").status_code == 200:
+                        self.used = True
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+        raise RuntimeError(f"the temporary Prefect server did not answer within {timeout} s "
+                           "(PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)")
+
+    def _forget(self) -> None:
+        (registry() / f"{self.process.pid}.json").unlink(missing_ok=True)
+
+    def stop_unless_used(self) -> None:
+        """End it now if no flow waited for it (the run stopped before its flow); a used one stops at exit, after
+        Prefect's own exit hooks have sent what they hold."""
+        if not self.used:
+            self.stop()
+
+    def stop(self) -> None:
+        """End the server and forget it; Prefect's clients in this process lose it (its URL is unset)."""
+        if self.process.poll() is None:
             self.process.terminate()
             try:
                 self.process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        if not self.adopted:
-            (registry() / f"{self.process.pid}.json").unlink(missing_ok=True)
-
-
-def _server_class() -> type:
-    """RunBoundServer, defined on first use: its base class is in Prefect's server package (~2.4 s to import),
-    which a run imports only once its server has been launched."""
-    from prefect.server.api.server import SubprocessASGIServer  # heavy: deferred on purpose (see above)
-
-    global _RunBoundServer
-    if _RunBoundServer is None:
-        class RunBoundServer(SubprocessASGIServer):
-            """Prefect's temporary server (the same uvicorn command), bound to the life of the process that starts
-            it; the first process it runs may be one launched earlier."""
-
-            launched: LaunchedServer | None = None
-
-            def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-                launched, self.launched = self.launched, None
-                if launched is not None and launched.port == self.port and launched.process.poll() is None:
-                    launched.adopted = True
-                    return launched.process
-                if launched is not None:
-                    launched.discard()
-                return _uvicorn(self.port)
-
-            def stop(self) -> None:
-                pid = self.server_process.pid if self.server_process else None
-                super().stop()
-                if pid is not None:
-                    (registry() / f"{pid}.json").unlink(missing_ok=True)
-
-        _RunBoundServer = RunBoundServer
-    return _RunBoundServer
-
-
-_RunBoundServer: type | None = None
+        self._forget()
+        if os.environ.get("PREFECT_API_URL") == self.api_url:
+            if self.previous_url is None:
+                os.environ.pop("PREFECT_API_URL", None)
+            else:
+                os.environ["PREFECT_API_URL"] = self.previous_url
+            refresh_global_settings_context()
 
 
 def _record(pid: int) -> None:
@@ -199,39 +215,15 @@ def end_orphaned_servers() -> list[tuple[int, int]]:
     return ended
 
 
-def _wanted() -> bool:
-    """A run starts its own server unless the user set one (``PREFECT_API_URL``) or turned them off."""
-    return not PREFECT_API_URL.value() and bool(PREFECT_SERVER_EPHEMERAL_ENABLED.value())
-
-
 def launch_temporary_server() -> LaunchedServer | None:
-    """Launch the run's temporary server process now (main thread) without waiting for it; None where the run
-    will not start one. :func:`start_temporary_server` takes it; :meth:`LaunchedServer.discard` ends it if not."""
-    if not _wanted():
+    """Launch the run's temporary server now (main thread) and point Prefect at it, without waiting for it to
+    answer; None where the user set a server (``PREFECT_API_URL``) or turned temporary servers off. It stops at
+    interpreter exit, or with its run's death."""
+    settings = get_current_settings()
+    if settings.api.url or not settings.server.ephemeral.enabled:
         return None
     port = _free_port()
-    return LaunchedServer(port, _uvicorn(port))
-
-
-def start_temporary_server(launched: LaunchedServer | None = None) -> Any:
-    """Start the run's temporary server (main thread), taking ``launched`` if given, and wait until it answers,
-    unless the user set a server (``PREFECT_API_URL``) or turned temporary servers off; Prefect's clients then
-    use it. Returns it, or None."""
-    if not _wanted():
-        if launched is not None:
-            launched.discard()
-        return None
-    from prefect.server.api.server import SubprocessASGIServer  # heavy: see _server_class
-
-    cls = _server_class()
-    current = SubprocessASGIServer._instances.get(None)
-    if current is not None and current.running:
-        if launched is not None:
-            launched.discard()
-        return current if isinstance(current, cls) else None
-    SubprocessASGIServer._instances.pop(None, None)  # a stopped one: the slot then takes ours
-    server = cls()
-    if launched is not None:
-        server.port, server.launched = launched.port, launched
-    server.start()
+    server = LaunchedServer(port, _uvicorn(port), os.environ.get("PREFECT_API_URL"))
+    server._point_prefect_here()
+    atexit.register(server.stop)  # registered before Prefect's exit hooks, so it runs after them
     return server

@@ -91,6 +91,20 @@ def _server_records(tmp: Path) -> dict[int, dict]:
     return {int(p.stem): json.loads(p.read_text()) for p in folder.glob("*.json")} if folder.is_dir() else {}
 
 
+def _servers_alive(tmp: Path) -> set[int]:
+    """The temporary Prefect servers (uvicorn on Prefect's app) running on the module's Prefect home."""
+    home = str(tmp / "prefect-home")
+    found = set()
+    for process in psutil.process_iter(["cmdline"]):
+        try:
+            if any("prefect.server.api.server:create_app" in part for part in process.info["cmdline"] or ()) \
+                    and process.environ().get("PREFECT_HOME") == home and _alive(process.pid):
+                found.add(process.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
 def _errors(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("synthugc: ")]
 
@@ -116,8 +130,11 @@ def test_a_second_concurrent_run_refuses_or_waits_and_deletes_nothing_of_the_fir
     in_the_making.parent.mkdir(parents=True, exist_ok=True)
     in_the_making.write_bytes(b"PAR1 being written")
     try:
+        (first_server,) = _server_records(tmp_path)
         rc, output = _finish(_start(tmp_path, "run", str(config)))
         assert rc == 2, output
+        # the refused run had launched its server before it met the lock: it ended it, only the first's runs
+        assert _servers_alive(tmp_path) == {first_server} and set(_server_records(tmp_path)) == {first_server}
         assert _errors(output) == [f"synthugc: error: experiment x is running (pid {first.pid} on host "
                                    f"{socket.gethostname()}); wait for it to end, or rerun with --wait to start "
                                    f"when it does"], output

@@ -41,7 +41,6 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 from scipy import sparse
-from scipy.optimize import linear_sum_assignment
 
 from tasks.metrics.base import DistributionScore, make_signature
 
@@ -311,6 +310,8 @@ def align_score(sim: np.ndarray, *, resample: Literal["up", "down", "none"] = "u
     n_g, n_r = sim.shape
 
     def matched(m: np.ndarray) -> float:
+        from scipy.optimize import linear_sum_assignment  # heavy (0.4 s): deferred, every run imports bags
+
         rows, cols = linear_sum_assignment(m, maximize=True)
         return float(m[rows, cols].sum() / len(rows))
 

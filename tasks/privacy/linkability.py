@@ -29,6 +29,7 @@ would be too narrow; the author is the unit of the privacy claim.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -140,13 +141,29 @@ def _history_texts(histories: str | Path, rng: np.random.Generator) -> list[str]
     return texts
 
 
-def pair_scores(texts: Sequence[str], i: np.ndarray, j: np.ndarray, fit_on: Sequence[str]) -> np.ndarray:
-    """Centred cosine of the style vectors of posts ``i`` and ``j``: the stylometric attack's TF-IDF (IDF fitted on
-    ``fit_on``; an n-gram it never saw is dropped), less the mean vector of ``texts``, so the n-grams every post
-    shares do not make every pair look alike. Sparse throughout (the mean is folded into the dot products)."""
+def _style_vectorizer(fit_on: Sequence[str]) -> Any:
+    """The stylometric attack's TF-IDF (:func:`~tasks.privacy.stylometric.reference_vectorizer`) fitted on
+    ``fit_on``."""
     from tasks.privacy.stylometric import StyloParams, reference_vectorizer
 
-    vectors = reference_vectorizer(StyloParams()).fit(list(fit_on)).transform(list(texts)).tocsr()
+    return reference_vectorizer(StyloParams()).fit(list(fit_on))
+
+
+@functools.lru_cache(maxsize=2)
+def _history_vectorizer(path: str, stamp: tuple[int, int], seed: int) -> tuple[Any, int]:
+    """(vectorizer fitted on the histories' posts, posts it was fitted on), once per file version (``stamp``: its
+    size and mtime) and seed: a protect run's frontier points share one fit."""
+    texts = _history_texts(path, np.random.default_rng([seed, 1]))
+    return _style_vectorizer(texts), len(texts)
+
+
+def pair_scores(texts: Sequence[str], i: np.ndarray, j: np.ndarray, fit_on: Sequence[str] | Any) -> np.ndarray:
+    """Centred cosine of the style vectors of posts ``i`` and ``j``: the stylometric attack's TF-IDF (IDF fitted on
+    ``fit_on``, or ``fit_on`` itself when it is an already fitted vectorizer; an n-gram it never saw is dropped),
+    less the mean vector of ``texts``, so the n-grams every post shares do not make every pair look alike. Sparse
+    throughout (the mean is folded into the dot products)."""
+    vectorizer = fit_on if hasattr(fit_on, "transform") else _style_vectorizer(fit_on)
+    vectors = vectorizer.transform(list(texts)).tocsr()
     mean = np.asarray(vectors.mean(axis=0)).ravel()
     along = vectors @ mean  # x . mean per post
     squared = float(mean @ mean)
@@ -188,9 +205,16 @@ def same_author_auc(texts: Sequence[str], authors: Sequence[str], *, histories: 
     labels, codes = _codes(authors)
     i, j, positive = sample_pairs(authors, seed=seed, max_pairs=max_pairs)
     same_i, other_i = i[positive], i[~positive]
-    fit_on = _history_texts(histories, np.random.default_rng([seed, 1])) if histories is not None else texts
-    where = (f"the IDF fitted on {len(fit_on):,} posts of the adversary's histories" if histories is not None else
-             f"the IDF fitted on the {len(fit_on):,} released posts themselves (no histories given)")
+    if histories is not None:
+        path = Path(histories)
+        if not path.is_file():
+            raise InputError("histories: no such file", file=str(path))
+        stat = path.stat()
+        fit_on, n_fit = _history_vectorizer(str(path.resolve()), (stat.st_size, stat.st_mtime_ns), seed)
+    else:
+        fit_on, n_fit = texts, len(texts)
+    where = (f"the IDF fitted on {n_fit:,} posts of the adversary's histories" if histories is not None else
+             f"the IDF fitted on the {n_fit:,} released posts themselves (no histories given)")
     out: dict[str, Any] = {
         "value": math.nan, "ci_low": math.nan, "ci_high": math.nan, "n_same": len(same_i), "n_other": len(other_i),
         "n_authors": len(labels), "n_posts": len(texts),

@@ -87,7 +87,7 @@ from tasks.protect.moves import (
     mask_evidence,
 )
 from tasks.protect.settings import ProtectSettings
-from tasks.store import fingerprint_config
+from tasks.store import code_version, fingerprint_config, tool_version
 
 #: Column of the protected table flagging documents kept although they failed (``on_fail: keep``).
 FAILED_FLAG = "protect_failed"
@@ -513,9 +513,25 @@ class _Protector:
         meta.parent.mkdir(parents=True, exist_ok=True)
         write_parquet_atomic(state.docs, docs)
         write_parquet_atomic(state.attacks, attacks)
-        tmp = meta.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps({"rewritten": state.rewritten, "seconds": state.seconds}))
-        os.replace(tmp, meta)
+        _write_json_atomic(meta, {"rewritten": state.rewritten, "seconds": state.seconds})
+
+
+def _write_json_atomic(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+def _kept_in(folder: Path, name: str, key: Mapping[str, Any], compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """What ``compute`` returns, kept in the point's folder under ``name`` and ``key``: a rerun of the same point
+    reads it instead of computing it again."""
+    path = folder / f"{name}-{fingerprint_config(dict(key))[:24]}.json"
+    if path.is_file():
+        return json.loads(path.read_text())
+    value = compute()
+    folder.mkdir(parents=True, exist_ok=True)
+    _write_json_atomic(path, value)
+    return value
 
 
 def _round_rows(round_: int, summaries_: list[dict[str, Any]], meaning: float, rewritten: int,
@@ -625,7 +641,7 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
     size (default: whether CUDA is present)."""
     from tasks.privacy.attacks import gpu_present
     from tasks.privacy.reidentify import history_rows
-    from tasks.protect.frontier import choose_point, frontier_figure, frontier_table, point_utility
+    from tasks.protect.frontier import choose_point, frontier_figure, frontier_table
 
     gpu = gpu_present() if gpu is None else gpu
     n_posts = history_rows(os.fspath(histories))
@@ -649,7 +665,6 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
                                corpus_fingerprint=corpus_fingerprint, histories_fingerprint=histories_fingerprint,
                                log=log, invalid=invalid, gpu=gpu, judge=judge, check=check, n_posts=n_posts,
                                shared=shared)
-        point.summary["utility"] = point_utility(corpus, point.table, seed=settings.seed)
         points.append(point)
     chosen = choose_point([p.summary for p in points], frontier_figure(settings))
     frontier, notes = frontier_table([p.summary for p in points], chosen, settings)
@@ -675,8 +690,6 @@ def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettin
                    invalid: pd.DataFrame | None, gpu: bool, judge: AttackPlan, check: tuple[str, ...],
                    n_posts: int, shared: Shared) -> ProtectResult:
     """One frontier point: the loop at ``settings``' single floor, then its certificate."""
-    from tasks.store import code_version
-
     base = {"corpus": corpus_fingerprint, "histories": histories_fingerprint, "code": code_version(*ROUND_CODE)}
     key = fingerprint_config({**base, **settings.round_key(judge, check)})[:24]
     zero = fingerprint_config({**base, **settings.round_key(judge, check, floor=False)})[:24]
@@ -728,7 +741,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     from tasks.intervals import bootstrap
     from tasks.metrics.base import make_signature
     from tasks.protect.certificate import certify
-    from tasks.store import tool_version
+    from tasks.protect.frontier import point_utility
 
     settings, corpus = protector.settings, protector.corpus
     docs = state.docs
@@ -772,12 +785,16 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                           profiling=settings.profiling_judge if protector.profiling else None,
                           pii=(int(kept_docs["leaked"].sum()), int(kept_docs["spans"].sum())) if protector.pii else None,
                           seed=settings.seed)
+    kept_key = {"table": pd.util.hash_pandas_object(table, index=False).sum().item(), "seed": settings.seed}
     linkability = None
     if settings.unit == "post":  # unlinked posts can be linked again by their style: how well, on what is kept
         from tasks.privacy.linkability import same_author_auc
 
-        linkability = _plain(same_author_auc(table["text"].astype(str).tolist(), table["author_id"].astype(str).tolist(),
-                                             histories=protector.histories, seed=settings.seed))
+        linkability = _kept_in(protector.folder, "linkability", kept_key, lambda: _plain(same_author_auc(
+            table["text"].astype(str).tolist(), table["author_id"].astype(str).tolist(), histories=protector.histories,
+            seed=settings.seed)))
+    utility = _kept_in(protector.folder, "utility", {**kept_key, "code": code_version("tasks/training")},
+                       lambda: point_utility(corpus, table, seed=settings.seed))
     meaning = table[MEANING_COLUMN].to_numpy(float)
     rounds += _round_rows(state.round, certificate.summaries, float(np.mean(meaning)) if len(meaning) else math.nan,
                           0, certificate.seconds)
@@ -826,7 +843,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         "meaning_metric": "bertscore_f1", "meaning_floor": settings.meaning_floor, "on_fail": settings.on_fail,
         "feedback": [n for n, _ in settings.feedback], "judge": list(protector.judge.names),
         "adversaries": list(settings.adversaries), "verbatim_chars": settings.verbatim_chars,
-        "unit": settings.unit, "linkability": linkability, "histories": protector.histories, "figures": {k: _plain(v) for k, v in certificate.figures.items()},
+        "unit": settings.unit, "linkability": linkability, "utility": utility, "histories": protector.histories, "figures": {k: _plain(v) for k, v in certificate.figures.items()},
         "certificate": [_plain(r) for r in certificate.rows()],
         "left_out": {"judge": dict(protector.judge.left_out), "certificate": dict(certificate.left_out)},
         "judge_figures": {k: _plain(v) for k, v in judge_figures.items()}, "judge_verdict": judge_words,

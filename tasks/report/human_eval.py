@@ -36,12 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-import krippendorff
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
-from sklearn.exceptions import UndefinedMetricWarning
-from sklearn.metrics import cohen_kappa_score
 
 from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK, attr_columns
 from tasks.errors import InputError, shown
@@ -520,6 +516,8 @@ def krippendorff_alpha(ratings: np.ndarray, level: Literal["nominal", "ordinal"]
     pairable = data[:, (~np.isnan(data)).sum(axis=0) >= 2]
     if np.unique(pairable[~np.isnan(pairable)]).size < 2:
         return float("nan")
+    import krippendorff  # deferred on purpose: every run imports this module, few rate
+
     return float(krippendorff.alpha(reliability_data=data, level_of_measurement=level))
 
 
@@ -531,6 +529,9 @@ def cohen_kappa(a: Sequence, b: Sequence, labels: Sequence,
     to every item)."""
     if len(a) == 0:
         return float("nan")
+    from sklearn.exceptions import UndefinedMetricWarning  # deferred on purpose, as krippendorff above
+    from sklearn.metrics import cohen_kappa_score
+
     with warnings.catch_warnings():  # the undefined case is answered with NaN, which callers report
         warnings.simplefilter("ignore", UndefinedMetricWarning)
         return float(cohen_kappa_score(list(a), list(b), labels=list(labels), weights=weights,
@@ -665,6 +666,8 @@ def correlation_table(annotations: pd.DataFrame, item_scores: pd.DataFrame) -> p
     """Spearman rho (and p-value) of each automatic metric with each item's mean human fluency and meaning
     over annotators, on the items where both are finite; NaN with a reason when fewer than 3 items or
     either side is constant."""
+    from scipy.stats import spearmanr  # deferred on purpose (0.5 s), as krippendorff above
+
     rows = []
     metrics = [c for c in item_scores.columns if c != "item_id"]
     for aspect in SCALE_ASPECTS:

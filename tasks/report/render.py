@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import html
 import math
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from tasks.metrics import catalogue
 from tasks.protect.files import PROTECT_LABEL
-from tasks.report import plots
 from tasks.report.build import (
     CORRELATED_LEVELS,
     EXAMPLE_MAX_CHARS,
@@ -40,6 +40,9 @@ from tasks.report.tables import (
 )
 from tasks.report.templating import render
 from tasks.scores import column_keys, structure_of
+
+if TYPE_CHECKING:
+    from tasks.report.plots import Plot
 
 
 def fmt(value: object, digits: int = 3) -> str:
@@ -121,8 +124,10 @@ def _details_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
     return tables
 
 
-def _plots(data: ReportData) -> list[plots.Plot]:
+def _plots(data: ReportData) -> list[Plot]:
     """The report's figures, in reading order; a figure that cannot be drawn carries its reason."""
+    from tasks.report import plots  # matplotlib (0.5 s): deferred on purpose, only the HTML report draws
+
     points = aspect_points(data.summary) if not data.summary.empty else pd.DataFrame()
     figures = [plots.tradeoff_chart(points), plots.reid_vs_divergence(points)]
     if data.distributions is not None:
