@@ -28,6 +28,7 @@ from tasks.protect.settings import ON_FAIL, UNITS, ProtectSettings
 if TYPE_CHECKING:
     import pandas as pd
 
+    from flows.config import ExperimentConfig
     from flows.temporary_server import LaunchedServer
     from tasks.protect.loop import ProtectResult
 
@@ -143,33 +144,45 @@ def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait:
             _fail(str(exc))
         for server, run in end_orphaned_servers():  # not this run's: it still runs
             _say(f"ended the temporary Prefect server (pid {server}) left running by an interrupted run (pid {run})")
-        _run_locked(config, overrides, verbose, then, launched)
+        _run_locked(config, overrides, verbose, then, launched, cfg)
 
 
 def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callable[[], None] | None = None,
-                launched: LaunchedServer | None = None) -> None:
+                launched: LaunchedServer | None = None, cfg: ExperimentConfig | None = None) -> None:
     """The run itself (``then``: what runs after it succeeds, before the exit noise is silenced), on the temporary
-    server ``launched`` ahead of it, if any."""
+    server ``launched`` ahead of it, if any. A run whose every stage is cached is read without Prefect (``cfg``: its
+    validated config)."""
     import time
 
     from prefect.logging.configuration import setup_logging
 
-    from flows.experiment import RunSummary, StageFailed, experiment
+    from flows.experiment import RunSummary, StageFailed, cached_run, experiment
 
     setup_logging()
     _quiet_user_error_tracebacks()
     if not verbose:  # one line per stage from the reporter; Prefect's own INFO lines still reach the API/UI
         _console_log_level(logging.ERROR)
         _quiet_libraries()
-    if launched is not None:
-        launched.wait_ready()
     bar = progress.RichStageBar() if sys.stderr.isatty() else progress.StageLines()
     started = time.perf_counter()
     summary: RunSummary | None = None
     error: str | None = None
     try:
-        with bar if isinstance(bar, progress.RichStageBar) else nullcontext(), progress.installed(bar):
-            summary = experiment(config=str(config), overrides=overrides)
+        summary = cached_run(cfg) if cfg is not None else None
+    except SynthUGCError:
+        summary = None  # the flow says what is wrong, in its own words
+    if summary is not None:  # nothing to compute: no server, no flow run (its stages are listed as a run lists them)
+        if launched is not None:
+            launched.stop()
+        for name, state in summary.stages.items():
+            typer.echo(progress.stage_line(name, state, summary.seconds[name]), err=True)
+        _say("every stage is cached with its artifacts intact: nothing to run, no Prefect flow run started")
+    elif launched is not None:
+        launched.wait_ready()
+    try:
+        if summary is None:
+            with bar if isinstance(bar, progress.RichStageBar) else nullcontext(), progress.installed(bar):
+                summary = experiment(config=str(config), overrides=overrides)
     except StageFailed as exc:
         if exc.summary is None:  # ingest or split failed: bad input, said in one line
             _fail(str(exc))

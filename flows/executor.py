@@ -8,6 +8,9 @@ limit per resource class, on the flow's Prefect task runner (threads on one mach
   tag concurrency limits (``prefect concurrency-limit create synthugc-gpu 1``) apply across workers too.
 - Caching and retries are the stages' own (:mod:`flows.caching`): a retried run finds every completed
   stage ``Cached``. A ``Cached`` result whose artifacts are missing or changed is recomputed.
+- A call's cache is looked up here before it is submitted: a hit (its result record under the run's result
+  storage, its artifacts intact) ends the call ``Cached`` in milliseconds, without a task run; a miss runs the
+  task, whose own cache check then finds nothing.
 - Calls are submitted in plan order whenever capacity allows, so ``max_parallel=1`` is the sequential run.
 """
 
@@ -99,11 +102,37 @@ def _intact(store: ArtifactStore, result: StageResult) -> bool:
     return all(store.is_intact(ref) for ref in result.refs())
 
 
+def result_store(result_dir: Path) -> Any:
+    """Prefect's result store over ``result_dir``, as a task with ``result_storage=result_dir`` writes it (built here
+    without a client: Prefect's own resolution asks the API, starting a server where none is set)."""
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultStore
+
+    return ResultStore(result_storage=LocalFileSystem(basepath=str(result_dir)))
+
+
+def cached_result(call: StageCall, params: Mapping[str, Any], store: Any) -> StageResult | None:
+    """The result a completed earlier call with the same cache key left in ``store`` (:func:`result_store`; read
+    as Prefect reads it), or None: no key function, no record, an expired or unreadable one."""
+    key_fn = getattr(call.task, "cache_key_fn", None)
+    if key_fn is None:
+        return None
+    try:
+        key = key_fn(None, dict(params))
+        if not store.exists(key):
+            return None
+        result = store.read(key).result
+    except Exception:  # an input that cannot be fingerprinted, a record Prefect cannot read: the task decides
+        return None
+    return result if isinstance(result, StageResult) else None
+
+
 def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[str, int],
             done: Mapping[str, StageResult] | None = None, listener: Listener | None = None) -> Execution:
     """Run every call of ``plan`` (``done`` holds results of earlier calls it may read) and return how each
     ended. Never raises for a failed stage: the caller decides what a failed run means."""
     store = plan.place.store()
+    cache = result_store(result_dir)
     execution = Execution()
     results: dict[str, StageResult] = dict(done or {})
     pending: list[StageCall] = list(plan.calls)
@@ -125,6 +154,20 @@ def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[
         if not refresh:
             notify("started", call.name, None)
 
+    def start(call: StageCall, params: dict[str, Any]) -> None:
+        """A cache hit ends here; anything else runs as a task (refreshed when the hit's artifacts changed)."""
+        started = time.perf_counter()
+        hit = cached_result(call, params, cache)
+        if hit is None:
+            submit(call, params)
+            return
+        notify("started", call.name, None)
+        if _intact(store, hit):
+            finish(call, Outcome("Cached", time.perf_counter() - started, hit))
+        else:
+            notify("recompute", call.name, None)  # cached artifacts missing or changed: not trusted
+            submit(call, params, refresh=True)
+
     def finish(call: StageCall, outcome: Outcome) -> None:
         execution.outcomes[call.name] = outcome
         if outcome.result is not None:
@@ -141,7 +184,7 @@ def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[
                 if running or any(c is not call for c in pending):
                     continue
                 pending.remove(call)
-                submit(call, {"place": plan.place, **call.finally_(results, execution.failed)})
+                start(call, {"place": plan.place, **call.finally_(results, execution.failed)})
                 continue
             needs = call.needs
             lost = [n for n in needs if n in execution.outcomes and execution.outcomes[n].result is None]
@@ -154,7 +197,7 @@ def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[
             if len(running) >= max_parallel or busy.get(call.resource, 0) >= limits.get(call.resource, max_parallel):
                 continue
             pending.remove(call)
-            submit(call, params_of(call))
+            start(call, params_of(call))
         if not running:
             continue
         future = next(as_completed(list(running)))
@@ -173,4 +216,22 @@ def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[
         else:
             finish(call, Outcome(state.name or state.type.value, time.perf_counter() - started,
                                  reason=failure_reason(state)))
+    return execution
+
+
+def lookup(plan: Plan, *, result_dir: Path, done: Mapping[str, StageResult] | None = None) -> Execution | None:
+    """Every call of ``plan`` ended ``Cached`` from its cache alone (:func:`cached_result`, artifacts intact), in plan
+    order, without Prefect; None at the first call that would run."""
+    store, cache = plan.place.store(), result_store(result_dir)
+    execution = Execution()
+    results: dict[str, StageResult] = dict(done or {})
+    for call in plan.calls:
+        started = time.perf_counter()
+        params = ({"place": plan.place, **call.finally_(results, {})} if call.finally_ is not None else
+                  {k: resolve(v, results) for k, v in call.params.items()})
+        hit = cached_result(call, params, cache)
+        if hit is None or not _intact(store, hit):
+            return None
+        execution.outcomes[call.name] = Outcome("Cached", time.perf_counter() - started, hit)
+        results[call.name] = hit
     return execution

@@ -18,7 +18,7 @@ from prefect import flow, get_run_logger
 from flows import progress
 from flows.cluster import check_dask_workers, check_here, run_needs
 from flows.config import ExperimentConfig, load_config, metric_options, parse_config
-from flows.executor import Execution, Listener, Outcome, execute, stage_task_runner
+from flows.executor import Execution, Listener, Outcome, execute, lookup, stage_task_runner
 from flows.plan import STAGE_FAMILIES, Plan, plan_prepare, plan_stages
 from tasks.errors import SynthUGCError
 from tasks.layout import StageResult
@@ -28,7 +28,8 @@ from tasks.runlock import open_run
 from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_file, write_manifest
 
-__all__ = ["STAGE_FAMILIES", "RunSummary", "StageFailed", "experiment", "experiment_from_mapping", "run_experiment"]
+__all__ = ["STAGE_FAMILIES", "RunSummary", "StageFailed", "cached_run", "experiment", "experiment_from_mapping",
+           "run_experiment"]
 
 
 @dataclass
@@ -132,6 +133,15 @@ def _run_locked(cfg: ExperimentConfig, families: Collection[str], prepare: Plan,
     execution.outcomes.update(rest.outcomes)
     execution.peak_parallel = max(execution.peak_parallel, rest.peak_parallel)
 
+    summary = _summarized(cfg, store, execution)
+    if execution.failed:
+        raise StageFailed(f"{len(execution.failed)} stage(s) failed: "
+                          + "; ".join(f"{k}: {v}" for k, v in execution.failed.items()), summary)
+    return summary
+
+
+def _summarized(cfg: ExperimentConfig, store: ArtifactStore, execution: Execution) -> RunSummary:
+    """The run's manifest written and its summary."""
     reported: StageResult | None = execution.results.get("report")
     options = metric_options(cfg)
     signatures = {k: v for r in execution.results.values() if r.kind == "metrics"
@@ -142,16 +152,33 @@ def _run_locked(cfg: ExperimentConfig, families: Collection[str], prepare: Plan,
                                   ("token_encoder", options.token_encoder),
                                   ("sentence_encoder", options.sentence_encoder), ("pos_tagger", options.pos_tagger))},
                               signatures=signatures, stages=_manifest_stages(execution), report=report_context)
-    summary = RunSummary(experiment=cfg.experiment,
-                         report_html=reported["html"].path if reported else None,
-                         report_markdown=reported["markdown"].path if reported else None, manifest=manifest.path,
-                         stages=execution.states, failed=execution.failed,
-                         seconds={n: o.seconds for n, o in execution.outcomes.items()},
-                         peak_parallel=execution.peak_parallel)
-    if execution.failed:
-        raise StageFailed(f"{len(execution.failed)} stage(s) failed: "
-                          + "; ".join(f"{k}: {v}" for k, v in execution.failed.items()), summary)
-    return summary
+    return RunSummary(experiment=cfg.experiment,
+                      report_html=reported["html"].path if reported else None,
+                      report_markdown=reported["markdown"].path if reported else None, manifest=manifest.path,
+                      stages=execution.states, failed=execution.failed,
+                      seconds={n: o.seconds for n, o in execution.outcomes.items()},
+                      peak_parallel=execution.peak_parallel)
+
+
+def cached_run(cfg: ExperimentConfig) -> RunSummary | None:
+    """The summary of a run of every stage family whose every stage is cached with its artifacts intact, found
+    without Prefect (no server, no flow run) and its manifest rewritten; None when any stage would run. The caller
+    holds the experiment's lock."""
+    settings = get_settings()
+    result_dir = (settings.cache_dir / "prefect-results").resolve()
+    prepare = plan_prepare(cfg)
+    first = lookup(prepare, result_dir=result_dir)
+    if first is None:
+        return None
+    place, store = prepare.place, prepare.place.store()
+    corpus = first.results["split"].outputs["corpus"]
+    body = plan_stages(cfg, STAGE_FAMILIES, place, corpus_rows=corpus.rows or 0, ingested=first.results["ingest"],
+                       human_eval=lambda: human_evaluation_refs(store, cfg.experiment))
+    rest = lookup(body, result_dir=result_dir, done=first.results)
+    if rest is None:
+        return None
+    first.outcomes.update(rest.outcomes)
+    return _summarized(cfg, store, first)
 
 
 @flow(name="experiment", log_prints=True, task_runner=stage_task_runner())

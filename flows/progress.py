@@ -102,7 +102,8 @@ def summary_table(states: Mapping[str, str], seconds: Mapping[str, float], faile
               f"{r['seconds']:>9.1f}" for kind, r in kinds.items()]
     total = {k: sum(r[k] for r in kinds.values()) for k in ("calls", "Completed", "Cached", "failed")}
     lines.append(f"{'all':<16} {total['calls']:>6.0f} {total['Completed']:>9.0f} {total['Cached']:>7.0f} "
-                 f"{total['failed']:>7.0f}   {wall_seconds:.1f} s wall, up to {peak_parallel} at once")
+                 f"{total['failed']:>7.0f}   {wall_seconds:.1f} s wall, "
+                 + (f"up to {peak_parallel} at once" if peak_parallel else "every stage read from its cache"))
     lines += [f"failed: {name}: {reason}" for name, reason in failed.items()]
     return "\n".join(lines)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -233,9 +234,18 @@ def test_cli_prints_one_line_per_stage_and_a_summary(isolated):
     assert any(line.startswith("all ") and "wall" in line for line in err)  # the summary table
     assert "Traceback" not in proc.stderr and "distributed." not in proc.stderr and "INFO" not in proc.stderr
     assert max(len(line) for line in err) < 200
+    # a rerun with every stage cached reads them without Prefect, and says so
+    cached = subprocess.run([str(CLI), "run", str(config)], capture_output=True, text=True, env=env, timeout=600)
+    assert cached.returncode == 0, cached.stderr
+    assert {line.split()[0]: line.split()[1] for line in cached.stderr.splitlines()
+            if line.rstrip().endswith(" s")} == dict.fromkeys(stage_lines, "Cached")
+    assert "every stage is cached with its artifacts intact: nothing to run, no Prefect flow run started" in cached.stderr
+    # --verbose adds Prefect's own log lines to a run that computes something (its report, deleted, is recomputed)
+    shutil.rmtree(isolated / "runs" / "cli" / "report")
     verbose = subprocess.run([str(CLI), "run", str(config), "--verbose"], capture_output=True, text=True, env=env,
                              timeout=600)
-    assert verbose.returncode == 0 and "Finished in state Cached" in verbose.stderr
+    assert verbose.returncode == 0 and "Finished in state Completed" in verbose.stderr
+    assert "report: Completed" in verbose.stderr and "metrics[stymask]: Cached" in verbose.stderr
 
 
 @pytest.mark.slow
