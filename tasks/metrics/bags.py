@@ -43,7 +43,8 @@ import pandas as pd
 from scipy import sparse
 from scipy.optimize import linear_sum_assignment
 
-from tasks.metrics.base import DistributionScore, make_signature
+from tasks.metrics.base import DistributionScore
+from tasks.signatures import make_signature
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 

@@ -29,9 +29,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tasks.metrics.base import DistributionScore, make_signature
+from tasks.metrics.base import DistributionScore
 from tasks.models.embeddings import EmbeddingCache, bert_score_encode, sentence_embeddings, token_embeddings
 from tasks.models.registry import ModelSpec, model_id, resolve_model
+from tasks.signatures import make_signature
 
 FD_METHODS = ("eigh", "sqrtm")
 POOLINGS = ("mean", "mean-all", "cls")

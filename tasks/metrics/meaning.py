@@ -31,9 +31,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.metrics.base import MetricResult, make_signature
+from tasks.metrics.base import MetricResult
 from tasks.models.embeddings import EmbeddingCache, bert_score_encode, token_embeddings
 from tasks.models.registry import ModelSpec, model_id, resolve_model
+from tasks.signatures import make_signature
 from tasks.store import sha256_bytes
 
 _PAIR_CHUNK = 2048  # pairs whose embeddings are held in memory at once

@@ -22,9 +22,9 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import wilson
-from tasks.metrics.base import make_signature
 from tasks.models.embeddings import EmbeddingCache
 from tasks.privacy.pii import DetectedText, PiiDetector, occurs
+from tasks.signatures import make_signature
 
 ALL_ENTITIES = "all"
 #: Per pair and entity: source spans, leaked source spans, invented synthetic spans.

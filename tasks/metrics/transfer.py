@@ -49,11 +49,12 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import ModelUnavailable
-from tasks.metrics.base import MetricResult, make_signature, reason_column
+from tasks.metrics.base import MetricResult, reason_column
 from tasks.models import loaders
 from tasks.models.embeddings import EmbeddingCache, sentence_embeddings
 from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec, model_id, resolve_model
 from tasks.parallel import resource_lock
+from tasks.signatures import make_signature
 
 _WORD = re.compile(r"\w+(?:'\w+)*")
 _ATOL = 1e-12

@@ -67,7 +67,6 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from tasks.limits import MAX_DOCS, MAX_SEED, check_range
-from tasks.metrics.base import make_signature
 from tasks.privacy.attribution import (
     Setting,
     attack_summary,
@@ -94,6 +93,7 @@ from tasks.privacy.stylometric import (
     similarity,
     timeline_profiles,
 )
+from tasks.signatures import make_signature
 
 Mode = Literal["auto", "exact", "two_stage"]
 #: Below every re-ranked candidate (whose scores are >= 0): the stage-1 cosine (in [-1, 1]) minus this.

@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import InputError
-from tasks.metrics.base import make_signature
 from tasks.privacy.attribution import Setting, attribute_scores, held_out_doc_ids, timeline_codes
 from tasks.privacy.reidentify import HistorySource, ReidResult, text_batches
+from tasks.signatures import make_signature
 
 
 def _mean_unit(vectors: np.ndarray, owner: np.ndarray, n_owners: int) -> np.ndarray:

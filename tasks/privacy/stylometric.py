@@ -87,7 +87,6 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from tasks.limits import MAX_DOCS, MAX_NGRAM, MAX_SEED, check_range
-from tasks.metrics.base import make_signature
 from tasks.privacy.attribution import (
     Setting,
     attack_summary,
@@ -98,6 +97,7 @@ from tasks.privacy.attribution import (
 )
 from tasks.privacy.minhash import fmix64, utf8_at
 from tasks.privacy.reidentify import HistorySource, ReidResult, history_rows, text_batches
+from tasks.signatures import make_signature
 
 Mode = Literal["auto", "text", "exact", "sketch"]
 _WORD, _SPACE = 1, 2  # character_classes() flags

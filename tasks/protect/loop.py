@@ -93,8 +93,8 @@ from tasks.store import fingerprint_config
 FAILED_FLAG = "protect_failed"
 MEANING_COLUMN = "meaning"
 #: The source a round's output depends on (a change recomputes the rounds).
-ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/metrics/meaning.py",
-                               "tasks/metrics/verbatim.py")
+ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/signatures.py",
+                               "tasks/metrics/meaning.py", "tasks/metrics/verbatim.py")
 #: Judge and feedback accuracies further apart than this are said in the summary (overfitting to feedback).
 DISAGREEMENT = 0.2
 #: Documents whose meaning is scored at once: their token embeddings are held in memory meanwhile (round 0 scores
@@ -726,8 +726,8 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
             key: str, strength: str | None, n_posts: int, gpu: bool,
             invalid: pd.DataFrame | None = None) -> ProtectResult:
     from tasks.intervals import bootstrap
-    from tasks.metrics.base import make_signature
     from tasks.protect.certificate import certify
+    from tasks.signatures import make_signature
     from tasks.store import tool_version
 
     settings, corpus = protector.settings, protector.corpus
