@@ -12,13 +12,9 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from tasks.registry import summary_line
+
 REGISTRIES = ("strategies", "attacks", "metrics")
-
-
-def summary_line(obj: object) -> str:
-    """The first line of ``obj``'s docstring: a registered entry's one-line description ("" without one)."""
-    doc = (getattr(obj, "__doc__", None) or "").strip()
-    return doc.splitlines()[0] if doc else ""
 
 
 def _model_defaults(model: type[BaseModel]) -> dict[str, Any]:

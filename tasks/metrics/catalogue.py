@@ -7,7 +7,9 @@ it). The suite's dispatch, ``flows/config.py``'s name check, the report's column
 the recommendations' aspects all read this module; nothing else lists metric names or directions.
 ``synthugc metrics`` prints it.
 
-Adding a metric = one :func:`register` call plus its function. At every level, metrics that share a
+Adding a metric = one module of this package holding its function and one :func:`register` call: the
+catalogue imports every module of the package once its own registrations (the built-ins, in the article's
+order) are in, so nothing else is edited. At every level, metrics that share a
 compute function are computed by one call (BERTScore's P/R/F1, the two self-BLEU numbers, the bag
 metrics, whose corpus-level IDF needs one call, the two PII numbers), which returns every one of them;
 ``options`` is the suite's :class:`~tasks.metrics.base.MetricOptions` and ``cache`` the shared
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from tasks.errors import ConfigError, shown
 from tasks.metrics import bags as bag_metrics
 from tasks.metrics.base import OPTION_NAMES
+from tasks.registry import import_package_modules
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -416,3 +419,6 @@ register(Metric("pii_invented", "pair", "privacy", -1, "PII new", "PII-like span
 register(Metric("verbatim", "pair", "privacy", -1, "Verbatim",
                 "share of outputs holding a run of 30+ characters (metrics.verbatim.min_chars) of their source",
                 ("verbatim_min_chars",), _verbatim))
+
+# Metrics registered by the other modules of this package (each module's register call runs on its import).
+import_package_modules(__package__)

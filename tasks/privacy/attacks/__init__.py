@@ -19,9 +19,7 @@ Settings: ``full`` and ``disjoint`` (:mod:`tasks.privacy.attribution`).
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
-import pkgutil
 import threading
 import weakref
 from abc import ABC, abstractmethod
@@ -33,11 +31,11 @@ from typing import Any, ClassVar, NamedTuple, TypeVar, get_type_hints
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
-from tasks.catalogues import summary_line
 from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.paths import segment_problem
 from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
 from tasks.privacy.reidentify import HistorySource, ReidResult
+from tasks.registry import import_package_modules, summary_line
 from tasks.settings import get_settings
 
 SUMMARY_FIELDS = ["attack", "adversary", "accuracy_at_1", "accuracy_at_1_ci_low", "accuracy_at_1_ci_high",
@@ -237,8 +235,7 @@ def _registry() -> dict[str, type[Attack]]:
     """The registry, with every attack module of this package imported (each registers itself)."""
     global _LOADED
     if not _LOADED:
-        for module in pkgutil.iter_modules(__path__):
-            importlib.import_module(f"{__name__}.{module.name}")
+        import_package_modules(__name__)
         _LOADED = True
     return _REGISTRY
 
