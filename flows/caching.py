@@ -14,14 +14,14 @@ import dataclasses
 import functools
 from typing import Any
 
-from tasks.protect.loop import ROUND_CODE
+from tasks.protect.files import ROUND_CODE
 from tasks.store import ArtifactRef, cache_key, code_version, fingerprint_config
 
 #: Source areas each stage's result depends on (besides the stage layer itself).
 STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "ingest": ("tasks/corpus", "tasks/store.py"),
     "split": ("tasks/corpus", "tasks/store.py"),
-    "pseudonymize": ("tasks/generate/pseudonymize.py", "tasks/privacy/pii.py", "tasks/store.py"),
+    "pseudonymize": ("tasks/generate/pseudonymize.py", "tasks/models/pii.py", "tasks/store.py"),
     "generate": ("tasks/generate", "tasks/models", "tasks/corpus/schema.py", "tasks/signatures.py", "tasks/store.py"),
     "metrics": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/signatures.py", "tasks/store.py"),
     "metaeval": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/signatures.py", "tasks/store.py"),

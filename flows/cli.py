@@ -599,7 +599,7 @@ def pseudonymize(
     from tasks.corpus.importers import read_corpus, write_corpus, write_parquet_atomic
     from tasks.corpus.schema import ValidatedCorpus
     from tasks.generate.pseudonymize import NAMES_SEARCHED_COLUMN, check_scope, pseudonymize_corpus
-    from tasks.privacy.pii import DEFAULT_ENTITIES, PiiDetector
+    from tasks.models.pii import DEFAULT_ENTITIES, PiiDetector
 
     names = [e.strip() for e in entities.split(",") if e.strip()] if entities else list(DEFAULT_ENTITIES)
     try:

@@ -31,10 +31,10 @@ from tasks.limits import (
 )
 from tasks.metrics.base import VERBATIM_MIN_CHARS
 from tasks.metrics.suite import DEFAULT_METRICS, MetricOptions, check_metric_names
+from tasks.models.pii import DEFAULT_ENTITIES as DEFAULT_PII_ENTITIES
 from tasks.models.registry import ROLES, resolve_model
 from tasks.paths import segment_problem
 from tasks.privacy.audit import PrivacyOptions
-from tasks.privacy.pii import DEFAULT_ENTITIES as DEFAULT_PII_ENTITIES
 from tasks.protect.moves import LLM_RUNGS
 from tasks.protect.settings import EVERY_ATTACK, ProtectSettings
 
@@ -116,7 +116,7 @@ class PseudonymizeConfig(Section):
     def _known_entities(cls, value: list[str]) -> list[str]:
         if list(value) == list(DEFAULT_PII_ENTITIES):
             return value  # known without loading the detector
-        from tasks.privacy.pii import check_entities
+        from tasks.models.pii import check_entities
 
         return list(check_entities(value))
 

@@ -19,14 +19,13 @@ from flows.config import ExperimentConfig, metric_options, privacy_options
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import ConfigError, SynthUGCError
 from tasks.generate.base import strategy_uses_llm, with_llm_settings
-from tasks.layout import StageResult, stage_kind
+from tasks.layout import PROTECT_LABEL, StageResult, stage_kind
 from tasks.metrics.catalogue import names as metric_names
 from tasks.models.llm import llm_role_settings
 from tasks.models.registry import model_id
 from tasks.paths import absolute
 from tasks.privacy.attacks import attack_class
 from tasks.privacy.dp_audit import has_mechanism
-from tasks.protect.files import PROTECT_LABEL
 from tasks.settings import get_settings
 from tasks.signatures import make_signature
 from tasks.store import ArtifactRef, fingerprint_file

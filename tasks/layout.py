@@ -74,6 +74,9 @@ def _display_key(name: str, value: Any) -> str:
 
 _TABLE = ".parquet"
 
+#: The ``strategy`` label of the protect stage's output: it joins the run as one more strategy (the report and
+#: ``release`` name it by this label).
+PROTECT_LABEL = "protect"
 #: The run's folder for artifacts holding raw input text when pseudonymisation is configured (the ingested and
 #: split corpus, the outputs of strategies that rewrite the original texts) and for the pseudonym mapping:
 #: the report never shows their texts. Runs without pseudonymisation write those stages in their usual folders.
@@ -262,8 +265,6 @@ class RunLayout:
         """Strategy label -> its generated shards in shard order, the protect stage's output under its label;
         ``public``: only the strategies whose outputs are not private (those that rewrote the pseudonymised
         corpus, or every one in a run without it)."""
-        from tasks.protect.files import PROTECT_LABEL
-
         out: dict[str, list[tuple[int, ArtifactRef]]] = {}
         for r in self.of("generate"):
             if public and r.private:

@@ -20,8 +20,8 @@ import pytest
 
 from flows.experiment import experiment_from_mapping
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
-from tasks.layout import RunLayout, stage_kind
-from tasks.protect.files import MOVE_COLUMN, PROTECT_LABEL, ROUNDS_COLUMNS
+from tasks.layout import PROTECT_LABEL, RunLayout, stage_kind
+from tasks.protect.files import MOVE_COLUMN, ROUNDS_COLUMNS
 from tasks.protect.release import CARD_FILE, DATA_FILE
 from tasks.report.render import PROTECT_ROUNDS_SHOWN, with_interval
 

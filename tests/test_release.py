@@ -18,10 +18,10 @@ import yaml
 
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import InputError
+from tasks.layout import PROTECT_LABEL
 from tasks.metrics.verbatim import verbatim_flags
 from tasks.protect.files import (
     MOVE_COLUMN,
-    PROTECT_LABEL,
     ROUND_COLUMN,
     ROUNDS_COLUMNS,
     VERBATIM_COLUMN,

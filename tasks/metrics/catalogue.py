@@ -312,7 +312,7 @@ def _pii(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
     """pii_leakage / pii_invented per pair (entity ``all``) and per strategy, overall and per entity type."""
     from tasks.metrics.base import reason_column
     from tasks.metrics.pii import ALL_ENTITIES, distribution_rows, pii_counts, sample_scores
-    from tasks.privacy.pii import PiiDetector
+    from tasks.models.pii import PiiDetector
 
     detector = PiiDetector()
     counts = pii_counts(pairs, detector, cache)

@@ -152,7 +152,7 @@ def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: st
         if option in reads:
             load(options)
     if catalogue.reads_pii(names):
-        from tasks.privacy.pii import prepare
+        from tasks.models.pii import prepare
 
         prepare()
 
@@ -196,8 +196,8 @@ def prefetch_parses(pairs: pd.DataFrame, names: Sequence[str], options: MetricOp
     if not catalogue.reads_pii(names):
         return 0
     from tasks.metrics.pii import scanned_texts
+    from tasks.models import pii
     from tasks.models.style_encoders import PosTagRecorder, resolve_tagger, same_pipeline
-    from tasks.privacy import pii
 
     reads = _options_read(names)
     recorder = None

@@ -365,15 +365,15 @@ def exact_evidence(model: ExactModel, timelines: pd.DataFrame, top: int = 20,
     :func:`exact_scores` scores it (its posts joined) and ``w`` that author's one-vs-rest weights: the features
     that most pull the SVM towards the true author, which a protect move masks. Only contributions > 0 (so
     features the timeline holds, x_f > 0), largest first, ties by the reference vectorizer's feature order, and
-    only those :func:`tasks.protect.moves.carried_by` finds in the timeline's posts as written: a move cannot
+    only those :func:`tasks.privacy.evidence.carried_by` finds in the timeline's posts as written: a move cannot
     mask the others (an n-gram under two non-space characters such as ``"I "``, a word bigram scikit-learn's
     tokens join across a comma or a one-letter word). Each is named as the first of the timeline's posts that
     holds it writes it (with ``lowercase`` its capitals kept, so a case-sensitive
     :func:`tasks.protect.moves.mask_evidence` finds it there); a key whose name the analyzer writes otherwise is
     left out. A timeline whose author the model lacks, or outside ``authors`` where given,
     gets no rows. Columns :data:`tasks.privacy.stylometric.EVIDENCE_COLUMNS`."""
+    from tasks.privacy.evidence import carried_by
     from tasks.privacy.stylometric import EVIDENCE_COLUMNS, ngram_names
-    from tasks.protect.moves import carried_by
 
     if timelines.empty or top < 1 or len(model.authors) == 0:
         return pd.DataFrame(columns=EVIDENCE_COLUMNS)

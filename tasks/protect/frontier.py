@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.budgets import number
-from tasks.protect.files import CURVE_COLUMNS, FRONTIER_COLUMNS
+from tasks.protect.files import CURVE_COLUMNS, FRONTIER_COLUMNS, frontier_points
 from tasks.protect.settings import ProtectSettings
 
 #: The utility figures of a point: macro-F1 on the real test rows of a model trained on the point's kept rows
@@ -106,11 +106,6 @@ def frontier_table(summaries: Sequence[Mapping[str, Any]], chosen: int, settings
                          "n_timelines": int(c.get("n_timelines") or 0)})
     table = pd.DataFrame(rows, columns=list(FRONTIER_COLUMNS))
     return table, monotone_notes(table)
-
-
-def frontier_points(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per point of a frontier table, highest floor first."""
-    return table.drop_duplicates("floor").sort_values("floor", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def monotone_notes(table: pd.DataFrame) -> list[str]:

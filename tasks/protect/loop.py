@@ -55,7 +55,9 @@ import pyarrow as pa
 from tasks.budgets import Bound, decide_all
 from tasks.corpus.schema import ATTR_PREFIX, CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
 from tasks.errors import ConfigError, InputError
+from tasks.layout import PROTECT_LABEL
 from tasks.privacy.attacks import AttackPlan, forget_histories
+from tasks.privacy.evidence import carried_by
 from tasks.protect.attackers import (
     Attackers,
     Profilers,
@@ -70,8 +72,8 @@ from tasks.protect.attackers import (
 from tasks.protect.files import (
     MOVE_COLUMN,
     PROFILING_ATTACK,
-    PROTECT_LABEL,
     PROTECT_SUMMARY_KEYS,
+    ROUND_CODE,
     ROUND_COLUMN,
     ROUNDS_COLUMNS,
     VERBATIM_COLUMN,
@@ -82,7 +84,6 @@ from tasks.protect.moves import (
     MASK_EVIDENCE,
     PSEUDONYMIZE,
     Move,
-    carried_by,
     llm_anonymize,
     mask_evidence,
 )
@@ -92,9 +93,6 @@ from tasks.store import fingerprint_config
 #: Column of the protected table flagging documents kept although they failed (``on_fail: keep``).
 FAILED_FLAG = "protect_failed"
 MEANING_COLUMN = "meaning"
-#: The source a round's output depends on (a change recomputes the rounds).
-ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/signatures.py",
-                               "tasks/metrics/meaning.py", "tasks/metrics/verbatim.py")
 #: Judge and feedback accuracies further apart than this are said in the summary (overfitting to feedback).
 DISAGREEMENT = 0.2
 #: Documents whose meaning is scored at once: their token embeddings are held in memory meanwhile (round 0 scores
@@ -248,7 +246,7 @@ class _Protector:
 
     def detector(self) -> Any:
         if self._detector is None:
-            from tasks.privacy.pii import PiiDetector
+            from tasks.models.pii import PiiDetector
 
             self._detector = PiiDetector()
         return self._detector
@@ -419,7 +417,7 @@ class _Protector:
     def most_evidential(self, todo: np.ndarray, texts: pd.Series, evidence: pd.DataFrame,
                         leaking: np.ndarray) -> np.ndarray:
         """Of the documents ``todo``, per timeline the ``docs_per_round`` that carry the most of its evidence (the
-        sum of the contributions of the features they hold, :func:`tasks.protect.moves.carried_by`; a feature without
+        sum of the contributions of the features they hold, :func:`tasks.privacy.evidence.carried_by`; a feature without
         one, a profiling classifier's word, weighs 1), ties by position, none that carries nothing; every document
         a bound catches on its own (``leaking``: :meth:`must_move`) as well."""
         groups = self.doc_timeline.reindex(self.corpus["doc_id"].iloc[todo]).to_numpy()

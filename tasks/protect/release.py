@@ -43,8 +43,9 @@ import pandas as pd
 from tasks.budgets import BUDGET_METRICS, DECIDE_ON, decide, number, parse_budget, worst_figure
 from tasks.corpus.schema import STATUS_OK
 from tasks.errors import InputError, shown
+from tasks.layout import PROTECT_LABEL
 from tasks.metrics.base import VERBATIM_MIN_CHARS
-from tasks.protect.files import PROTECT_LABEL, PROTECT_SUMMARY_KEYS, VERBATIM_COLUMN, protect_paths
+from tasks.protect.files import PROTECT_SUMMARY_KEYS, VERBATIM_COLUMN, protect_paths
 from tasks.report.render import with_interval
 
 #: The release folder's files: one train split in Hugging Face's layout, the card, the checksums.

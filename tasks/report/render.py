@@ -10,8 +10,9 @@ import math
 
 import pandas as pd
 
+from tasks.layout import PROTECT_LABEL
 from tasks.metrics import catalogue
-from tasks.protect.files import PROTECT_LABEL
+from tasks.protect.files import frontier_points
 from tasks.report import plots
 from tasks.report.build import (
     CORRELATED_LEVELS,
@@ -251,8 +252,6 @@ def protect_rounds_table(protection: Protection) -> pd.DataFrame:
 
 def protect_frontier_table(frontier: pd.DataFrame) -> pd.DataFrame:
     """The frontier's points as the report shows them (highest floor first), every cell already text."""
-    from tasks.protect.frontier import frontier_points
-
     points = frontier_points(frontier)
 
     def column(name: str) -> pd.Series:

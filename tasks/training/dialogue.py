@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.corpus.tags import INSIDE, segment_tags
 from tasks.models.loaders import TORCH_RNG_LOCK
-from tasks.training.task_metrics import INSIDE, dialogue_act_errors, segment_tags
+from tasks.training.task_metrics import dialogue_act_errors
 
 Embedder = Callable[[list[str]], np.ndarray]
 IGNORE = -100  #: tag index left out of the loss
