@@ -2,6 +2,9 @@
 
 Bad config or data ends with exit code 2 and one line on stderr (no traceback); the full record still
 goes to the Prefect API, so the UI shows it.
+
+Each command imports what it runs inside its own function, on purpose: ``synthugc --help`` and the light commands
+then import 18 project modules in 0.05 s instead of 80 in 0.56 s (measured with every import at the top).
 """
 
 from __future__ import annotations

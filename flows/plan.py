@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flows import stages
-from flows.config import ExperimentConfig, metric_options, privacy_options
+from flows.config import ExperimentConfig, metric_options, privacy_options, protect_settings
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import ConfigError, SynthUGCError
 from tasks.generate.base import strategy_uses_llm, with_llm_settings
@@ -226,7 +226,6 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
                          neighbours=audit.neighbours,
                          trials=audit.trials, max_docs=audit.max_docs, seed=cfg.seed))
     if cfg.protect.enabled:  # the protected output is evaluated like any strategy's
-        from flows.config import protect_settings
 
         protected = plan.add("protect", stages.protect, corpus=corpus, histories=histories_ref(reid.histories),
                              options=protect_settings(cfg), split=cfg.protect.split)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tasks.scores import TABLES, validate_scores
 from tasks.store import ArtifactRef, ArtifactStore
 
 if TYPE_CHECKING:
@@ -190,8 +191,6 @@ class StageWriter:
         """Write a declared output as parquet (atomically), checked against its declared score table."""
         declared = self.kind.output(output).table
         if declared is not None:
-            from tasks.scores import TABLES, validate_scores
-
             validate_scores(frame, TABLES[declared])
         ref = self.store.write_table(frame, *self._parts(output, **extra))
         self.outputs[output] = ref

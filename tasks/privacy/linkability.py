@@ -144,6 +144,7 @@ def pair_scores(texts: Sequence[str], i: np.ndarray, j: np.ndarray, fit_on: Sequ
     """Centred cosine of the style vectors of posts ``i`` and ``j``: the stylometric attack's TF-IDF (IDF fitted on
     ``fit_on``; an n-gram it never saw is dropped), less the mean vector of ``texts``, so the n-grams every post
     shares do not make every pair look alike. Sparse throughout (the mean is folded into the dot products)."""
+    # deferred: loads llvmlite, numba, pyarrow, yaml only when this runs
     from tasks.privacy.stylometric import StyloParams, reference_vectorizer
 
     vectors = reference_vectorizer(StyloParams()).fit(list(fit_on)).transform(list(texts)).tocsr()

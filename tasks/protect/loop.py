@@ -53,11 +53,21 @@ import pandas as pd
 import pyarrow as pa
 
 from tasks.budgets import Bound, decide_all
+from tasks.corpus.importers import write_parquet_atomic
 from tasks.corpus.schema import ATTR_PREFIX, CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
 from tasks.errors import ConfigError, InputError
+from tasks.generate.base import build_strategy, generate_synthetic, is_unchanged
+from tasks.generate.pseudonymize import pseudonymize_corpus
+from tasks.intervals import bootstrap
 from tasks.layout import PROTECT_LABEL
-from tasks.privacy.attacks import AttackPlan, forget_histories
+from tasks.metrics.verbatim import verbatim_flags
+from tasks.models.pii import PiiDetector
+from tasks.privacy.attacks import AttackPlan, forget_histories, gpu_present
+from tasks.privacy.audit import attack_timelines
 from tasks.privacy.evidence import carried_by
+from tasks.privacy.history_split import split_histories_by_author
+from tasks.privacy.linkability import same_author_auc
+from tasks.privacy.reidentify import history_rows
 from tasks.protect.attackers import (
     Attackers,
     Profilers,
@@ -69,6 +79,7 @@ from tasks.protect.attackers import (
     summaries,
     worst,
 )
+from tasks.protect.certificate import certify
 from tasks.protect.files import (
     MOVE_COLUMN,
     PROFILING_ATTACK,
@@ -78,6 +89,8 @@ from tasks.protect.files import (
     ROUNDS_COLUMNS,
     VERBATIM_COLUMN,
 )
+from tasks.protect.frontier import choose_point, frontier_figure, frontier_table, point_utility
+from tasks.protect.generalize import Surrogates, generalize
 from tasks.protect.moves import (
     GENERALIZE,
     LLM_ANONYMIZE,
@@ -88,7 +101,8 @@ from tasks.protect.moves import (
     mask_evidence,
 )
 from tasks.protect.settings import ProtectSettings
-from tasks.store import fingerprint_config
+from tasks.signatures import make_signature
+from tasks.store import code_version, fingerprint_config, tool_version
 
 #: Column of the protected table flagging documents kept although they failed (``on_fail: keep``).
 FAILED_FLAG = "protect_failed"
@@ -136,16 +150,12 @@ class Shared:
 
     def __post_init__(self) -> None:
         if self.surrogates is None:
-            from tasks.protect.generalize import Surrogates
-
             self.surrogates = Surrogates()
 
 
 # ----------------------------------------------------------------------------------------------- the loop
 
 def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | None) -> pd.DataFrame:
-    from tasks.privacy.audit import attack_timelines
-
     frame = corpus[["doc_id", "author_id"]].assign(
         text=texts.to_numpy(), status=STATUS_OK,
         group_id=corpus["group_id"] if "group_id" in corpus.columns else pd.NA)
@@ -185,8 +195,6 @@ class _Protector:
     def halves(self) -> dict[str, str]:
         """The feedback and judge halves of the histories (split once, kept beside the rounds)."""
         if self._halves is None:
-            from tasks.privacy.history_split import split_histories_by_author
-
             halves_dir = self.folder.parent / "histories"
             halves_dir.mkdir(parents=True, exist_ok=True)
             stem = f"{self.histories_fingerprint[:16]}-{self.settings.seed}"  # the caller's: not hashed again
@@ -240,19 +248,18 @@ class _Protector:
 
     def verbatim_flags(self, idx: np.ndarray, texts: Sequence[str]) -> np.ndarray:
         """Per document ``idx``, whether ``texts`` holds a run of its source (:mod:`tasks.metrics.verbatim`)."""
-        from tasks.metrics.verbatim import verbatim_flags
-
         return verbatim_flags(self.sources.iloc[idx].tolist(), list(texts), min_chars=self.settings.verbatim_chars)
 
     def detector(self) -> Any:
         if self._detector is None:
-            from tasks.models.pii import PiiDetector
-
             self._detector = PiiDetector()
         return self._detector
 
     def meaning(self, candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
+        # deferred: loads sqlite3 only when this runs
         from tasks.metrics.meaning import bertscore
+
+        # deferred: loads sqlite3 only when this runs
         from tasks.models.embeddings import EmbeddingCache
 
         out = np.ones(len(candidates))  # a text equal to its source keeps all of its meaning
@@ -272,6 +279,7 @@ class _Protector:
 
     def leaks(self, idx: np.ndarray, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(source PII spans, spans still in the text) per document."""
+        # deferred: loads sqlite3 only when this runs
         from tasks.metrics.pii import pii_counts
 
         if not self.pii or not len(idx):
@@ -306,7 +314,6 @@ class _Protector:
                 fresh = self._apply_now(move, rows.iloc[todo], [features[i] for i in todo], round_)
                 done.update({keys[i]: o for i, o in zip(todo, fresh, strict=True)})
             out = [done[k] for k in keys]
-        from tasks.generate.base import is_unchanged
 
         return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) else None
                 for o, t in zip(out, rows["text"].astype(str), strict=True)]
@@ -315,8 +322,6 @@ class _Protector:
                    round_: int) -> list[str | None]:
         """The move run on ``rows`` (their current texts), each with its timeline's evidence ``features``."""
         if move.name == PSEUDONYMIZE:
-            from tasks.generate.pseudonymize import pseudonymize_corpus
-
             replaced, mapping = pseudonymize_corpus(rows, scope=self.settings.pii_scope, seed=self.settings.seed,
                                                     detector=self.detector() if self.pii else None)
             self.mappings.append(mapping)
@@ -324,12 +329,11 @@ class _Protector:
         if move.name == MASK_EVIDENCE:
             return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
         if move.name == GENERALIZE:
-            from tasks.protect.generalize import generalize
-
             return generalize(rows["text"].astype(str).tolist(), rows["author_id"].astype(str).tolist(), features,
                               surrogates=self.shared.surrogates)
         if move.name == LLM_ANONYMIZE:
             if self._llm is None:
+                # deferred: loads sqlite3 only when this runs
                 from tasks.models.llm import llm_backend_for
 
                 self._llm = llm_backend_for("llm", dict(self.settings.llm))
@@ -338,7 +342,6 @@ class _Protector:
                              "(slower and weaker than a served model)")
             return llm_anonymize(rows["text"].astype(str).tolist(), features, self._llm,
                                  seed=self.settings.seed + round_)
-        from tasks.generate.base import build_strategy, generate_synthetic
 
         key = fingerprint_config(move.as_config())
         strategies = self.shared.strategies
@@ -505,8 +508,6 @@ class _Protector:
         return RoundState(k, pd.read_parquet(docs), pd.read_parquet(attacks), info["rewritten"], info["seconds"])
 
     def save(self, state: RoundState) -> None:
-        from tasks.corpus.importers import write_parquet_atomic
-
         docs, attacks, meta = self._paths(state.round)
         meta.parent.mkdir(parents=True, exist_ok=True)
         write_parquet_atomic(state.docs, docs)
@@ -621,10 +622,6 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
     that failed validation (:data:`tasks.corpus.schema.FAILURE_COLUMNS`), recorded among the failures so that every
     input row ends in the output or in a failure with its reason. ``gpu``: whether the GPU attacks can run at any
     size (default: whether CUDA is present)."""
-    from tasks.privacy.attacks import gpu_present
-    from tasks.privacy.reidentify import history_rows
-    from tasks.protect.frontier import choose_point, frontier_figure, frontier_table, point_utility
-
     gpu = gpu_present() if gpu is None else gpu
     n_posts = history_rows(os.fspath(histories))
     settings, feedback_left_out = settings.runnable_feedback(n_posts, gpu)
@@ -673,8 +670,6 @@ def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettin
                    invalid: pd.DataFrame | None, gpu: bool, judge: AttackPlan, check: tuple[str, ...],
                    n_posts: int, shared: Shared) -> ProtectResult:
     """One frontier point: the loop at ``settings``' single floor, then its certificate."""
-    from tasks.store import code_version
-
     base = {"corpus": corpus_fingerprint, "histories": histories_fingerprint, "code": code_version(*ROUND_CODE)}
     key = fingerprint_config({**base, **settings.round_key(judge, check)})[:24]
     zero = fingerprint_config({**base, **settings.round_key(judge, check, floor=False)})[:24]
@@ -723,11 +718,6 @@ def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettin
 def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any]], met_in_loop: bool, stop: str,
             key: str, strength: str | None, n_posts: int, gpu: bool,
             invalid: pd.DataFrame | None = None) -> ProtectResult:
-    from tasks.intervals import bootstrap
-    from tasks.protect.certificate import certify
-    from tasks.signatures import make_signature
-    from tasks.store import tool_version
-
     settings, corpus = protector.settings, protector.corpus
     docs = state.docs
     still = np.zeros(len(corpus), bool)
@@ -772,7 +762,6 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                           seed=settings.seed)
     linkability = None
     if settings.unit == "post":  # unlinked posts can be linked again by their style: how well, on what is kept
-        from tasks.privacy.linkability import same_author_auc
 
         linkability = _plain(same_author_auc(table["text"].astype(str).tolist(), table["author_id"].astype(str).tolist(),
                                              histories=protector.histories, seed=settings.seed))
@@ -865,8 +854,6 @@ def _plain(values: Mapping[str, Any]) -> dict[str, Any]:
 def _protected_table(corpus: pd.DataFrame, docs: pd.DataFrame, kept: np.ndarray,
                      failed_flag: np.ndarray | None) -> pd.DataFrame:
     """The synthetic table's schema (one ok row per kept document) plus round, move, meaning and verbatim."""
-    from tasks.generate.base import is_unchanged
-
     rows = corpus[kept].reset_index(drop=True)
     d = docs[kept].reset_index(drop=True)
     table = pd.DataFrame({"doc_id": rows["doc_id"].astype("string"),

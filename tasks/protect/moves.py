@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tasks.errors import ConfigError, shown
+from tasks.generate.base import available_strategies, validate_params
 from tasks.privacy.evidence import mark_run, word_ngram
 
 PSEUDONYMIZE, MASK_EVIDENCE, LLM_ANONYMIZE = "pseudonymize", "mask-evidence", "llm-anonymize"
@@ -71,8 +72,6 @@ def default_ladder(llm_served: bool) -> tuple[Move, ...]:
 def parse_ladder(items: Iterable[str | Mapping[str, Any]], where: str) -> tuple[Move, ...]:
     """Moves from config/CLI items (a name, or ``{name, params}``); ConfigError naming ``where`` and the
     known moves for an unknown one, with the strategy's own validation of its parameters."""
-    from tasks.generate.base import available_strategies, validate_params
-
     known = [*OWN_MOVES, *available_strategies()]
     moves = []
     for i, item in enumerate(items):
@@ -155,6 +154,7 @@ def anonymize_prompt(text: str, features: Sequence[tuple[str, str]], limit: int 
 def llm_anonymize(texts: Sequence[str], features: Sequence[Sequence[tuple[str, str]]], backend: Any, *,
                   seed: int, max_tokens: int = 256) -> list[str | None]:
     """One rewrite per text (None where the request failed or the answer is empty)."""
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.models.llm import ChatRequest
 
     requests = [ChatRequest(messages=[{"role": "user", "content": anonymize_prompt(t, f)}], temperature=0.3,

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.budgets import Bound
+from tasks.budgets import Bound, parse_budget
 from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout
@@ -200,6 +200,7 @@ def protect_curve(rounds: pd.DataFrame, decide_on: str, figure: str = "reidentif
     """Each role's worst re-identification case per round: the (attack, adversary) whose ``figure``
     (:data:`CURVE_COLUMNS`) has the highest upper bound (or value, ``decide_on`` point), as the protect loop
     decides its budget on the judge's."""
+    # deferred: loads llvmlite, numba, yaml only when this runs
     from tasks.privacy.attacks import worst_case
 
     rounds = rounds[~rounds["attack"].astype(str).str.startswith(PROFILING_ATTACK)]  # the curve: re-identification
@@ -227,8 +228,6 @@ def curve_budget(bounds: Sequence[Bound]) -> tuple[str, float | None]:
 def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Protection | None:
     """The protect stage's rounds, moves and verdict from its artifacts, or None without a protect stage."""
     import json
-
-    from tasks.budgets import parse_budget
 
     rounds_ref, summary_ref = layout.one("protect", "rounds"), layout.one("protect", "summary")
     if rounds_ref is None or summary_ref is None:

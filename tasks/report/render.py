@@ -10,10 +10,13 @@ import math
 
 import pandas as pd
 
+from tasks.budgets import parse_budget
+from tasks.intervals import METHOD
 from tasks.layout import PROTECT_LABEL
 from tasks.metrics import catalogue
 from tasks.protect.files import frontier_points
 from tasks.report import plots
+from tasks.report.budgets import budget_table, check_budget
 from tasks.report.build import (
     CORRELATED_LEVELS,
     EXAMPLE_MAX_CHARS,
@@ -199,8 +202,6 @@ def _md_article_table(table: ArticleTable, signatures: dict[str, list[tuple[int,
 
 def _methods(data: ReportData) -> str:
     """The methods paragraph: how every interval is made (named once), and how budgets are decided."""
-    from tasks.intervals import METHOD
-
     decided = ("on the interval's bound (a risk's upper bound, utility's and meaning's lower bound; a budget the "
                "interval straddles is undecided)" if data.decide_on == "bound" else "on the point estimate alone")
     threat = (f" A budget's re-identification figures take the worst case over the {', '.join(data.budget_adversaries)} "
@@ -216,8 +217,6 @@ def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
     unless ``report.decide_on`` / ``--decide-on`` says point; a straddled budget is undecided."""
     if not data.budget:
         return None
-    from tasks.budgets import parse_budget
-    from tasks.report.budgets import budget_table, check_budget
 
     bounds = parse_budget(data.budget)
     verdicts = check_budget(budget_table(data.summary, data.budget_adversaries), bounds, decide_on=data.decide_on)

@@ -34,8 +34,10 @@ from pydantic import TypeAdapter, ValidationError
 from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.paths import segment_problem
 from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
+from tasks.privacy.audit import attack_timelines, reidentification_rows, summary_frame
 from tasks.privacy.reidentify import HistorySource, ReidResult
 from tasks.registry import import_package_modules, summary_line
+from tasks.scores import variant_epsilons
 from tasks.settings import get_settings
 
 SUMMARY_FIELDS = ["attack", "adversary", "accuracy_at_1", "accuracy_at_1_ci_low", "accuracy_at_1_ci_high",
@@ -377,9 +379,6 @@ def attack_synthetic(histories: HistorySource, synthetic: pd.DataFrame, label: s
     with a known author, grouped into timelines, split into runs of ``timeline_posts`` posts when given);
     the scores are the declared long score table. ``left_out``: registered attacks that did not run, by name,
     with why: each gets its score rows without a value and with the reason, so the report names it."""
-    from tasks.privacy.audit import attack_timelines, reidentification_rows, summary_frame
-    from tasks.scores import variant_epsilons
-
     per_timeline, rows, summaries = [], [], []
     for variant, part in synthetic.groupby("variant", sort=True):
         epsilon = variant_epsilons(part).get(str(variant))
