@@ -256,6 +256,32 @@ def _meta_series(values: list[Any], name: str) -> pd.Series:
     return pd.Series([pd.NA if v is None else str(v) for v in values], dtype="string")
 
 
+def synthetic_table(rows: pd.DataFrame, strategy: str, variants: Sequence[str], texts: Sequence[str | None],
+                    reasons: Sequence[str | None]) -> pd.DataFrame:
+    """The synthetic table's columns (SYNTHETIC_COLUMNS, then the ``attr_*`` columns of ``rows``), one row per source
+    row of ``rows`` (repeated once per variant) with its ``variant``, output text and failure reason (None: ok).
+    Carried-over columns are copied (null where ``rows`` lacks them); ``unchanged`` compares each ok output with its
+    source's ``text``. Generation and the protect loop both build their tables here."""
+    n = len(rows)
+    table = pd.DataFrame({
+        "doc_id": pd.Series(_column(rows, "doc_id", "string").to_numpy(), dtype="string"),
+        "strategy": pd.Series([strategy] * n, dtype="string"),
+        "variant": pd.Series(list(variants), dtype="string"),
+        "text": pd.Series(list(texts), dtype="string"),
+    })
+    for col in CARRIED_COLUMNS:
+        dtype = "Int64" if col == "position" else "string"
+        table[col] = pd.Series(_column(rows, col, dtype).to_numpy(), dtype=dtype)
+    table["status"] = pd.Series([STATUS_OK if r is None else STATUS_FAILED for r in reasons], dtype="string")
+    table["reason"] = pd.Series(list(reasons), dtype="string")
+    sources = rows["text"].tolist() if "text" in rows.columns else [None] * n
+    table["unchanged"] = pd.Series([pd.NA if r is not None else is_unchanged(src, t)
+                                    for src, t, r in zip(sources, texts, reasons, strict=True)], dtype="boolean")
+    for col in attr_columns(rows):
+        table[col] = pd.Series(_column(rows, col, "string").to_numpy(), dtype="string")
+    return table
+
+
 def generate_synthetic(strategy: Strategy, batch: pd.DataFrame, *, seed: int,
                        variant: str | None = None) -> pd.DataFrame:
     """Run ``strategy`` on ``batch`` (corpus rows) and return the synthetic table.
@@ -313,24 +339,8 @@ def generate_synthetic(strategy: Strategy, batch: pd.DataFrame, *, seed: int,
                 texts.append(item)
                 reasons.append(None)
 
-    def repeat(col: str, dtype: str) -> pd.Series:
-        return pd.Series(_column(batch, col, dtype).repeat(k).to_numpy(), dtype=dtype)
-
-    table = pd.DataFrame({
-        "doc_id": repeat("doc_id", "string"),
-        "strategy": pd.Series([strategy.name] * (n * k), dtype="string"),
-        "variant": pd.Series(variants * n, dtype="string"),
-        "text": pd.Series(texts, dtype="string"),
-    })
-    for col in CARRIED_COLUMNS:
-        table[col] = repeat(col, "Int64" if col == "position" else "string")
-    table["status"] = pd.Series([STATUS_OK if r is None else STATUS_FAILED for r in reasons], dtype="string")
-    table["reason"] = pd.Series(reasons, dtype="string")
-    sources = [src for src in batch["text"].tolist() for _ in range(k)] if "text" in batch.columns else [None] * (n * k)
-    table["unchanged"] = pd.Series([pd.NA if r is not None else is_unchanged(src, t)
-                                    for src, t, r in zip(sources, texts, reasons, strict=True)], dtype="boolean")
-    for col in attr_columns(batch):
-        table[col] = repeat(col, "string")
+    rows = batch.iloc[[i for i in range(n) for _ in range(k)]]
+    table = synthetic_table(rows, strategy.name, variants * n, texts, reasons)
     meta_cols = list(dict.fromkeys(key for meta in metas for key in meta))
     for key in meta_cols:
         values = [meta.get(key) for meta in metas]

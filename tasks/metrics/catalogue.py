@@ -160,9 +160,10 @@ def names(*levels: str) -> tuple[str, ...]:
     return tuple(m.name for m in metrics(*levels))
 
 
-def headline_metrics(aspect: str) -> list[Metric]:
-    """The metrics that stand for ``aspect`` (meaning, style, divergence) in the recommendations."""
-    return [m for m in CATALOGUE.values() if m.headline and m.aspect == aspect]
+def headline_metrics(aspect: str, *levels: str) -> list[Metric]:
+    """The metrics that stand for ``aspect`` (meaning, style, divergence) in the recommendations (of ``levels``
+    only, when given), in registration order."""
+    return [m for m in CATALOGUE.values() if m.headline and m.aspect == aspect and (not levels or m.level in levels)]
 
 
 def lookup(name: str) -> Metric | None:

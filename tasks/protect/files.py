@@ -61,16 +61,26 @@ class ProtectPaths(NamedTuple):
     private: Path  # folder: the pseudonym mapping, never handed out
     frontier: Path
     frontier_plot: Path  # the frontier drawn (written when the run has several floors)
+    mapping: Path  # the pseudonym mapping, in ``private``
+
+
+def mapping_path(out: str | Path) -> Path:
+    """Where the pseudonym mapping of the output ``out`` (``P.parquet``) goes: ``private/P.pii_mapping.parquet``
+    beside it (it undoes the pseudonyms: never handed out). ``synthugc protect`` and ``synthugc pseudonymize``
+    both write it there."""
+    out = Path(out)
+    return out.parent / "private" / f"{out.name.removesuffix('.parquet')}.pii_mapping.parquet"
 
 
 def protect_paths(out: str | Path) -> ProtectPaths:
     """The files of the protect output ``out`` (``P.parquet`` -> ``P.rounds.parquet``, ``P.failures.parquet``,
-    ``P.protect.json``, ``private/``, ``P.frontier.parquet``, ``P.frontier.png``)."""
+    ``P.protect.json``, ``private/``, ``P.frontier.parquet``, ``P.frontier.png``, :func:`mapping_path`)."""
     out = Path(out)
     stem = out.name.removesuffix(".parquet")
     return ProtectPaths(out, out.with_name(f"{stem}.rounds.parquet"), out.with_name(f"{stem}.failures.parquet"),
-                        out.with_name(f"{stem}.protect.json"), out.parent / "private",
-                        out.with_name(f"{stem}.frontier.parquet"), out.with_name(f"{stem}.frontier.png"))
+                        out.with_name(f"{stem}.protect.json"), mapping_path(out).parent,
+                        out.with_name(f"{stem}.frontier.parquet"), out.with_name(f"{stem}.frontier.png"),
+                        mapping_path(out))
 
 
 def frontier_points(table: pd.DataFrame) -> pd.DataFrame:

@@ -54,9 +54,15 @@ import pyarrow as pa
 
 from tasks.budgets import Bound, decide_all
 from tasks.corpus.importers import write_parquet_atomic
-from tasks.corpus.schema import ATTR_PREFIX, CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
+from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK, attr_columns
 from tasks.errors import ConfigError, InputError
-from tasks.generate.base import build_strategy, generate_synthetic, is_unchanged
+from tasks.generate.base import (
+    DEFAULT_VARIANT,
+    build_strategy,
+    generate_synthetic,
+    is_unchanged,
+    synthetic_table,
+)
 from tasks.generate.pseudonymize import pseudonymize_corpus
 from tasks.intervals import bootstrap
 from tasks.layout import PROTECT_LABEL
@@ -856,26 +862,14 @@ def _protected_table(corpus: pd.DataFrame, docs: pd.DataFrame, kept: np.ndarray,
     """The synthetic table's schema (one ok row per kept document) plus round, move, meaning and verbatim."""
     rows = corpus[kept].reset_index(drop=True)
     d = docs[kept].reset_index(drop=True)
-    table = pd.DataFrame({"doc_id": rows["doc_id"].astype("string"),
-                          "strategy": pd.Series([PROTECT_LABEL] * len(rows), dtype="string"),
-                          "variant": pd.Series(["first"] * len(rows), dtype="string"),
-                          "text": d["text"].astype("string")})
-    for col in CARRIED_COLUMNS:
-        values = rows[col] if col in rows.columns else pd.Series([pd.NA] * len(rows))
-        table[col] = values.astype("Int64" if col == "position" else "string").to_numpy()
-    table["status"] = pd.Series([STATUS_OK] * len(rows), dtype="string")
-    table["reason"] = pd.Series([pd.NA] * len(rows), dtype="string")
-    table["unchanged"] = pd.Series([is_unchanged(s, t) for s, t in zip(rows["text"], d["text"], strict=True)],
-                                   dtype="boolean")
-    for col in attr_columns(rows):
-        table[col] = rows[col].astype("string").to_numpy()
+    texts = d["text"].tolist()
+    table = synthetic_table(rows, PROTECT_LABEL, [DEFAULT_VARIANT] * len(rows), texts, [None] * len(rows))
     table[ROUND_COLUMN] = d["round"].astype("Int64").to_numpy()
     table[MOVE_COLUMN] = d["move"].astype("string").to_numpy()
     table[MEANING_COLUMN] = d["meaning"].astype(float).to_numpy()
     table[VERBATIM_COLUMN] = pd.Series(d[VERBATIM_COLUMN].to_numpy(bool), dtype="boolean").to_numpy()
     if failed_flag is not None:
         table[FAILED_FLAG] = pd.Series(failed_flag[kept], dtype="boolean").to_numpy()
-    assert list(table.columns[:len(SYNTHETIC_COLUMNS)]) == list(SYNTHETIC_COLUMNS)
     return table
 
 

@@ -17,6 +17,7 @@ from tasks.budgets import Bound, parse_budget
 from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout
+from tasks.metrics import catalogue
 from tasks.metrics.suite import metric_correlation_matrix
 from tasks.protect.files import CURVE_COLUMNS, MOVE_COLUMN, PROFILING_ATTACK
 from tasks.report.human_eval import read_results
@@ -297,7 +298,9 @@ def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
         part = summary[(summary["level"] == level) & (summary["metric"] == metric)]
         return part.set_index(["strategy", "variant"]).reindex(columns=INTERVAL).astype(float)
 
-    aspects = {"meaning": pick("bertscore_f1", "sample-mean"), "divergence": pick("bleu_divergence", "sample-mean")}
+    # each aspect's sample-level headline metric in the catalogue (meaning: BERTScore F1, divergence: 1 − BLEU)
+    aspects = {aspect: pick(catalogue.headline_metrics(aspect, "sample")[0].name, "sample-mean")
+               for aspect in ("meaning", "divergence")}
     reid = summary[(summary["level"] == "privacy") & (summary["metric"] == "reid_accuracy")]
     keys = [k for k in dict.fromkeys([*aspects["meaning"].index, *aspects["divergence"].index])
             if k[0] not in BASELINE_ROWS]
