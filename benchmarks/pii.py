@@ -1,4 +1,4 @@
-"""Benchmark and evaluation of PII detection and pseudonymisation (tasks/privacy/pii.py, tasks/generate/pseudonymize.py).
+"""Benchmark and evaluation of PII detection and pseudonymisation (tasks/models/pii.py, tasks/generate/pseudonymize.py).
 
 1. Detection quality: precision and recall per entity type on the hand-labelled set
    tests/data/pii_labelled.jsonl (62 social-media-like texts, 108 labelled spans; exact span match on type
@@ -28,7 +28,7 @@ if str(ROOT) not in sys.path:
 
 from tasks.corpus.datasets import fetch_dataset  # noqa: E402
 from tasks.generate.pseudonymize import pseudonymize_corpus  # noqa: E402
-from tasks.privacy.pii import SPACY_MODEL, PiiDetector, detection_scores  # noqa: E402
+from tasks.models.pii import SPACY_MODEL, PiiDetector, detection_scores  # noqa: E402
 
 LABELLED = ROOT / "tests" / "data" / "pii_labelled.jsonl"
 REFERENCE = f"spaCy {SPACY_MODEL} nlp.pipe alone on the same texts, same run"

@@ -85,7 +85,7 @@ def run_child(hist: str, syn_paths: dict[float, str], options: dict, cache: str)
 
 def time_pseudonymize(corpus: pd.DataFrame, n: int) -> tuple[float, float]:
     """(detector load s, detection s per post) of the PII detector on the first ``n`` posts, after a warm-up."""
-    from tasks.privacy.pii import PiiDetector
+    from tasks.models.pii import PiiDetector
 
     texts = corpus["text"].astype(str).tolist()[:n]
     t0 = time.perf_counter()

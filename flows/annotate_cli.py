@@ -3,7 +3,8 @@
 ``export`` writes a blind rating sheet (CSV), an offline HTML form, the guideline and the key into
 ``<run>/human_eval/``; ``import`` reads the filled sheets back, writes agreement, per-strategy human
 scores and the metric-human correlations there, and rebuilds the run's report with them. Bad input ends with exit
-code 2 and one line naming file, row and column.
+code 2 and one line naming file, row and column. Each command imports what it runs inside its function, on purpose,
+as :mod:`flows.cli` does (the CLI starts fast).
 """
 
 from __future__ import annotations

@@ -14,26 +14,26 @@ import dataclasses
 import functools
 from typing import Any
 
-from tasks.protect.loop import ROUND_CODE
+from tasks.protect.files import ROUND_CODE
 from tasks.store import ArtifactRef, cache_key, code_version, fingerprint_config
 
 #: Source areas each stage's result depends on (besides the stage layer itself).
 STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "ingest": ("tasks/corpus", "tasks/store.py"),
     "split": ("tasks/corpus", "tasks/store.py"),
-    "pseudonymize": ("tasks/generate/pseudonymize.py", "tasks/privacy/pii.py", "tasks/store.py"),
-    "generate": ("tasks/generate", "tasks/models", "tasks/corpus/schema.py", "tasks/store.py"),
-    "metrics": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/store.py"),
-    "metaeval": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/store.py"),
-    "privacy": ("tasks/privacy", "tasks/training", "tasks/models", "tasks/corpus/schema.py", "tasks/metrics/base.py",
+    "pseudonymize": ("tasks/generate/pseudonymize.py", "tasks/models/pii.py", "tasks/store.py"),
+    "generate": ("tasks/generate", "tasks/models", "tasks/corpus/schema.py", "tasks/signatures.py", "tasks/store.py"),
+    "metrics": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/signatures.py", "tasks/store.py"),
+    "metaeval": ("tasks/metrics", "tasks/models", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/signatures.py", "tasks/store.py"),
+    "privacy": ("tasks/privacy", "tasks/training", "tasks/models", "tasks/corpus/schema.py", "tasks/signatures.py",
                 "tasks/scores.py", "tasks/store.py"),
     "index-histories": ("tasks/privacy", "tasks/store.py"),
-    "reidentify": ("tasks/privacy", "tasks/models", "tasks/metrics/base.py", "tasks/corpus/schema.py",
+    "reidentify": ("tasks/privacy", "tasks/models", "tasks/signatures.py", "tasks/corpus/schema.py",
                    "tasks/scores.py", "tasks/store.py"),
     "llm-profile": ("tasks/privacy/llm_profiling.py", "tasks/privacy/audit.py", "tasks/models", "tasks/corpus/schema.py",
-                    "tasks/metrics/base.py", "tasks/scores.py", "tasks/store.py"),
+                    "tasks/signatures.py", "tasks/scores.py", "tasks/store.py"),
     "audit-dp": ("tasks/privacy/dp_audit.py", "tasks/generate", "tasks/models", "tasks/store.py"),
-    "utility": ("tasks/training", "tasks/corpus", "tasks/models", "tasks/metrics/base.py", "tasks/scores.py",
+    "utility": ("tasks/training", "tasks/corpus", "tasks/models", "tasks/signatures.py", "tasks/scores.py",
                 "tasks/store.py"),
     "protect": (*ROUND_CODE, "tasks/models", "tasks/corpus/schema.py", "tasks/budgets.py", "tasks/store.py"),
     "report": ("tasks/report", "tasks/budgets.py", "tasks/protect/files.py", "tasks/metrics/suite.py", "tasks/metrics/catalogue.py", "tasks/metrics/metaeval.py",

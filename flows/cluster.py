@@ -12,6 +12,7 @@ from typing import Any
 
 from flows.config import ExperimentConfig
 from tasks.errors import SynthUGCError
+from tasks.models.llm import llm_role_settings
 from tasks.preflight import environment_problems, leave_probe, planned_versions, remove_probe
 
 #: Roles the metric suite reads whatever the config says (their offline defaults when not configured).
@@ -29,7 +30,6 @@ def run_needs(cfg: ExperimentConfig, storage_root: str, corpus: str) -> dict[str
     files = {"corpus": corpus}
     if cfg.privacy.reidentify.histories:
         files["histories"] = cfg.privacy.reidentify.histories
-    from tasks.models.llm import llm_role_settings
 
     models: dict[str, str | None] = {role: cfg.models.get(role) for role in _SUITE_ROLES}
     models.update({role: name for role, name in cfg.models.items()  # a served LLM is the server's, not a file

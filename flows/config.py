@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tasks.budgets import PROTECT_FIGURES
+from tasks.budgets import PROTECT_FIGURES, parse_budget
 from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.generate.base import available_strategies, validate_params
 from tasks.intervals import N_RESAMPLES
@@ -31,12 +31,15 @@ from tasks.limits import (
 )
 from tasks.metrics.base import VERBATIM_MIN_CHARS
 from tasks.metrics.suite import DEFAULT_METRICS, MetricOptions, check_metric_names
-from tasks.models.registry import ROLES, resolve_model
-from tasks.paths import segment_problem
+from tasks.models.llm import llm_role_settings
+from tasks.models.pii import DEFAULT_ENTITIES as DEFAULT_PII_ENTITIES
+from tasks.models.pii import check_entities
+from tasks.models.registry import ROLES, looks_like_path, resolve_model
+from tasks.paths import absolute, segment_problem
 from tasks.privacy.audit import PrivacyOptions
-from tasks.privacy.pii import DEFAULT_ENTITIES as DEFAULT_PII_ENTITIES
-from tasks.protect.moves import LLM_RUNGS
+from tasks.protect.moves import LLM_RUNGS, OWN_MOVES, default_ladder, parse_ladder
 from tasks.protect.settings import EVERY_ATTACK, ProtectSettings
+from tasks.report.recommend import parse_goal
 
 
 class Section(BaseModel):
@@ -116,7 +119,6 @@ class PseudonymizeConfig(Section):
     def _known_entities(cls, value: list[str]) -> list[str]:
         if list(value) == list(DEFAULT_PII_ENTITIES):
             return value  # known without loading the detector
-        from tasks.privacy.pii import check_entities
 
         return list(check_entities(value))
 
@@ -253,6 +255,7 @@ class ReidentifyConfig(Section):
 
     def attack_names(self) -> list[str]:
         """The configured attacks, ``all`` read as every registered attack."""
+        # deferred: loads llvmlite, numba only when this runs
         from tasks.privacy.attacks import ALL, available_attacks
 
         return list(dict.fromkeys(n for name in self.attacks for n in (available_attacks() if name == ALL else [name])))
@@ -264,6 +267,7 @@ class ReidentifyConfig(Section):
     def attack_params(self, seed: int) -> list[tuple[str, dict[str, Any]]]:
         """(attack, parameters) per configured attack, the run's seed where the attack takes one and the
         config does not set it."""
+        # deferred: loads llvmlite, numba only when this runs
         from tasks.privacy.attacks import attack_class, param_defaults
 
         return [(name, {**({"seed": seed} if "seed" in param_defaults(attack_class(name)) else {}),
@@ -356,8 +360,6 @@ class ReportConfig(Section):
     @classmethod
     def _budget(cls, value: str | None) -> str | None:
         if value is not None:
-            from tasks.budgets import parse_budget
-
             try:
                 parse_budget(value, where="")  # pydantic names the key: report.require
             except ConfigError as exc:
@@ -367,8 +369,6 @@ class ReportConfig(Section):
     @field_validator("goals")
     @classmethod
     def _known_goals(cls, value: list[str]) -> list[str]:
-        from tasks.report.recommend import parse_goal
-
         for text in value:
             parse_goal(text)  # raises ValueError naming the bad part
         return value
@@ -436,8 +436,6 @@ class ProtectConfig(Section):
     @field_validator("budget")
     @classmethod
     def _protect_budget(cls, value: str) -> str:
-        from tasks.budgets import parse_budget
-
         try:
             parse_budget(value, where="", protect=True)
         except ConfigError as exc:
@@ -448,8 +446,6 @@ class ProtectConfig(Section):
     @classmethod
     def _moves(cls, value: list[Any] | None) -> list[Any] | None:
         if value is not None:
-            from tasks.protect.moves import parse_ladder
-
             try:
                 parse_ladder(value, "")
             except ConfigError as exc:
@@ -627,9 +623,6 @@ _PATH_PARAMS = ("model", "model_dir")
 def with_absolute_paths(cfg: ExperimentConfig) -> ExperimentConfig:
     """The config with every local path made absolute here, where the run is planned (fsspec URLs, short model
     names and hub ids stay as they are), so a stage on a worker started in another folder reads the same files."""
-    from tasks.models.registry import looks_like_path
-    from tasks.paths import absolute
-
     def model(name: str) -> str:
         return absolute(name) if looks_like_path(name) else name
 
@@ -649,6 +642,7 @@ def with_absolute_paths(cfg: ExperimentConfig) -> ExperimentConfig:
 
 def _check_attacks(reid: ReidentifyConfig) -> None:
     """Every configured attack is registered and its parameters are the ones it declares."""
+    # deferred: loads llvmlite, numba only when this runs
     from tasks.privacy.attacks import attack_class, build_attack
 
     for i, name in enumerate(reid.attacks):
@@ -724,9 +718,6 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
     """The protect loop's settings (tasks.protect.loop.ProtectSettings) from a run config's ``protect:`` section
     (its attack parameters, adversaries and timeline runs from ``privacy.reidentify`` unless set there), or the
     defaults without one; ``overrides`` (CLI flags) win. ConfigError naming the key on a bad value."""
-    from tasks.models.llm import llm_role_settings
-    from tasks.protect.moves import OWN_MOVES, default_ladder, parse_ladder
-
     values: dict[str, Any] = {}
     params: dict[str, dict[str, Any]] = {}
     llm = llm_role_settings("llm", cfg.models.get("llm") if cfg is not None else None)

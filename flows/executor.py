@@ -27,6 +27,7 @@ from prefect.states import State
 
 from flows.plan import Plan, StageCall, resolve
 from tasks.layout import StageResult
+from tasks.settings import get_settings
 from tasks.store import ArtifactStore
 
 NOT_RUN = "NotRun"
@@ -73,8 +74,6 @@ Listener = Callable[[str, str, Outcome | None], None]
 def stage_task_runner() -> Any:
     """The flows' task runner from the settings: a thread pool big enough for the stage concurrency, or a
     DaskTaskRunner on ``SYNTHUGC_DASK_ADDRESS`` (``SYNTHUGC_TASK_RUNNER=dask``) to spread stages over a cluster."""
-    from tasks.settings import get_settings
-
     settings = get_settings()
     if settings.task_runner == "dask":
         from prefect_dask import DaskTaskRunner

@@ -15,20 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from flows import stages
-from flows.config import ExperimentConfig, metric_options, privacy_options
+from flows.config import ExperimentConfig, metric_options, privacy_options, protect_settings
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import ConfigError, SynthUGCError
 from tasks.generate.base import strategy_uses_llm, with_llm_settings
-from tasks.layout import StageResult, stage_kind
-from tasks.metrics.base import make_signature
+from tasks.layout import PROTECT_LABEL, StageResult, stage_kind
 from tasks.metrics.catalogue import names as metric_names
 from tasks.models.llm import llm_role_settings
 from tasks.models.registry import model_id
 from tasks.paths import absolute
 from tasks.privacy.attacks import attack_class
 from tasks.privacy.dp_audit import has_mechanism
-from tasks.protect.files import PROTECT_LABEL
 from tasks.settings import get_settings
+from tasks.signatures import make_signature
 from tasks.store import ArtifactRef, fingerprint_file
 from tasks.training.utility import utility_design
 
@@ -227,7 +226,6 @@ def plan_stages(cfg: ExperimentConfig, families: Collection[str], place: stages.
                          neighbours=audit.neighbours,
                          trials=audit.trials, max_docs=audit.max_docs, seed=cfg.seed))
     if cfg.protect.enabled:  # the protected output is evaluated like any strategy's
-        from flows.config import protect_settings
 
         protected = plan.add("protect", stages.protect, corpus=corpus, histories=histories_ref(reid.histories),
                              options=protect_settings(cfg), split=cfg.protect.split)

@@ -20,10 +20,11 @@ from prefect import task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from flows.caching import key_fn_for
-from tasks.corpus.importers import read_corpus
+from tasks.corpus.importers import read_corpus, write_parquet_atomic
 from tasks.corpus.schema import corpus_level
 from tasks.corpus.splits import assign_splits, cap_documents, undersample
 from tasks.generate.base import build_strategy, generate_synthetic, with_llm_settings
+from tasks.generate.pseudonymize import pseudonymize_corpus
 from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout, StageResult, StageWriter
 from tasks.metrics.suite import MetricOptions, metaeval_metrics, score_strategy
@@ -36,6 +37,7 @@ from tasks.privacy.audit import (
     llm_profiling_rows,
     summary_frame,
 )
+from tasks.privacy.dp_audit import audit_strategy as audit_dp_strategy
 from tasks.privacy.llm_profiling import llm_profile as run_llm_profiling
 from tasks.report.build import collect_report_data
 from tasks.report.recommend import parse_goal
@@ -214,8 +216,6 @@ def split(corpus: ArtifactRef, place: RunPlace, options: SplitOptions) -> StageR
 def pseudonymize(corpus: ArtifactRef, place: RunPlace, options: PseudonymizeOptions) -> StageResult:
     """Replace the corpus's direct identifiers by consistent surrogates before any strategy rewrites it; the
     mapping stays in the run's private folder (never in the manifest's report context or the report)."""
-    from tasks.generate.pseudonymize import pseudonymize_corpus
-
     replaced, mapping = pseudonymize_corpus(place.store().read_table(corpus), list(options.entities), options.scope,
                                             options.seed)
     out = place.writer("pseudonymize")
@@ -256,7 +256,7 @@ def protect(corpus: ArtifactRef, histories: ArtifactRef, place: RunPlace, option
     in the local cache folder as they end, so a killed stage resumes at the round it was in."""
     import json
 
-    from tasks.corpus.importers import write_parquet_atomic
+    # deferred: loads llvmlite, numba only when this runs
     from tasks.protect.loop import protect_corpus
 
     store = place.store()
@@ -316,6 +316,7 @@ def index_histories(histories: ArtifactRef, place: RunPlace, attack: str, params
     """Index the adversary's posting histories once for one attack (MinHash: band keys); every strategy's
     attack under every setting reuses it. Written under the local cache folder, named by the content
     fingerprint of the histories and the attack's parameters."""
+    # deferred: loads llvmlite, numba only when this runs
     from tasks.privacy.attacks import build_attack
 
     frame = place.store().read_table(histories)
@@ -334,7 +335,10 @@ def reidentify(indexes: list[ArtifactRef], histories: ArtifactRef, shards: list[
     """Every configured re-identification attack under every adversary setting (full: the histories hold the
     rewritten originals; disjoint: only the users' other posts) against one strategy's synthetic timelines:
     one row set per (attack, adversary), so the verdicts can take the worst case."""
+    # deferred: loads llvmlite, numba only when this runs
     from tasks.privacy.attacks import attack_class, attack_synthetic, build_attack, gpu_present
+
+    # deferred: loads llvmlite, numba only when this runs
     from tasks.privacy.reidentify import history_rows
 
     store = place.store()
@@ -374,11 +378,9 @@ def audit_dp(corpus: ArtifactRef, place: RunPlace, label: str, options: AuditDPO
     """The empirical DP audit of one strategy with a privacy mechanism on the first ``max_docs`` documents it
     rewrote: per document its measured privacy loss (DP-Prompt) or epsilon lower bound (DP-BART) against the
     nominal epsilon (:func:`tasks.privacy.dp_audit.audit_strategy`)."""
-    from tasks.privacy.dp_audit import audit_strategy
-
     documents = place.store().read_table(corpus).iloc[:options.max_docs]
-    table = audit_strategy(options.strategy, options.params, documents[["doc_id", "text"]],
-                           neighbours=options.neighbours, trials=options.trials, seed=options.seed)
+    table = audit_dp_strategy(options.strategy, options.params, documents[["doc_id", "text"]],
+                              neighbours=options.neighbours, trials=options.trials, seed=options.seed)
     out = place.writer("audit-dp", label=label)
     out.table("audit", table)
     return out.result()

@@ -12,13 +12,11 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
+from tasks.generate import available_strategies
+from tasks.generate.base import strategy_class
+from tasks.registry import summary_line
+
 REGISTRIES = ("strategies", "attacks", "metrics")
-
-
-def summary_line(obj: object) -> str:
-    """The first line of ``obj``'s docstring: a registered entry's one-line description ("" without one)."""
-    doc = (getattr(obj, "__doc__", None) or "").strip()
-    return doc.splitlines()[0] if doc else ""
 
 
 def _model_defaults(model: type[BaseModel]) -> dict[str, Any]:
@@ -38,9 +36,6 @@ def _model_defaults(model: type[BaseModel]) -> dict[str, Any]:
 def strategy_rows() -> list[dict[str, Any]]:
     """Every registered strategy: name, parameters with defaults, whether it runs an LLM (on a GPU or a served
     model; ``optional``: only with some parameters), description."""
-    from tasks.generate import available_strategies  # the package registers every strategy
-    from tasks.generate.base import strategy_class
-
     rows = []
     for name in available_strategies():
         cls = strategy_class(name)
@@ -53,6 +48,7 @@ def strategy_rows() -> list[dict[str, Any]]:
 
 def attack_rows() -> list[dict[str, Any]]:
     """Every registered attack: name, parameters with defaults, GPU or not, evidence or not, description."""
+    # deferred: loads fsspec, llvmlite, numba, pyarrow, scipy, yaml only when this runs
     from tasks.privacy.attacks import catalogue_rows
 
     return catalogue_rows()
@@ -60,6 +56,7 @@ def attack_rows() -> list[dict[str, Any]]:
 
 def metric_rows() -> list[dict[str, Any]]:
     """Every registered metric: name, level, aspect, which way is better, options, description."""
+    # deferred: loads fsspec, pyarrow, scipy, sqlite3 only when this runs
     from tasks.metrics.catalogue import CATALOGUE
 
     return [{"name": f"<class>{m.name}" if m.suffix else m.name, "level": m.level, "aspect": m.aspect,

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tasks.scores import TABLES, validate_scores
 from tasks.store import ArtifactRef, ArtifactStore
 
 if TYPE_CHECKING:
@@ -74,6 +75,9 @@ def _display_key(name: str, value: Any) -> str:
 
 _TABLE = ".parquet"
 
+#: The ``strategy`` label of the protect stage's output: it joins the run as one more strategy (the report and
+#: ``release`` name it by this label).
+PROTECT_LABEL = "protect"
 #: The run's folder for artifacts holding raw input text when pseudonymisation is configured (the ingested and
 #: split corpus, the outputs of strategies that rewrite the original texts) and for the pseudonym mapping:
 #: the report never shows their texts. Runs without pseudonymisation write those stages in their usual folders.
@@ -187,8 +191,6 @@ class StageWriter:
         """Write a declared output as parquet (atomically), checked against its declared score table."""
         declared = self.kind.output(output).table
         if declared is not None:
-            from tasks.scores import TABLES, validate_scores
-
             validate_scores(frame, TABLES[declared])
         ref = self.store.write_table(frame, *self._parts(output, **extra))
         self.outputs[output] = ref
@@ -262,8 +264,6 @@ class RunLayout:
         """Strategy label -> its generated shards in shard order, the protect stage's output under its label;
         ``public``: only the strategies whose outputs are not private (those that rewrote the pseudonymised
         corpus, or every one in a run without it)."""
-        from tasks.protect.files import PROTECT_LABEL
-
         out: dict[str, list[tuple[int, ArtifactRef]]] = {}
         for r in self.of("generate"):
             if public and r.private:

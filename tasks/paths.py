@@ -49,13 +49,6 @@ def segment_problem(value: object) -> str | None:
             f"or '-', at most 128 characters")
 
 
-def check_segment(value: object, what: str) -> str:
-    """``value`` if it can name a path segment; else ConfigError naming ``what`` (e.g. a config key path)."""
-    if problem := segment_problem(value):
-        raise ConfigError(f"{what}: {problem}")
-    return value  # type: ignore[return-value]
-
-
 def _nearest_existing(path: Path) -> Path:
     """``path`` or its closest ancestor that exists."""
     for candidate in (path, *path.parents):

@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from tasks.errors import SynthUGCError
+from tasks.models.registry import resolve_model
 from tasks.paths import is_url
 
 #: The packages whose versions must match between the planning machine and every worker (numbers differ
@@ -26,6 +28,7 @@ SHARED_DATA_HINT = "put the input files on storage every worker mounts at the sa
 def planned_versions() -> dict[str, str]:
     """What every worker must match: python and :data:`CHECKED_PACKAGES` versions, and this package's source
     hash (an editable install on a worker can hold other code under the same version)."""
+    # deferred: loads pyarrow only when this runs
     from tasks.store import code_version, package_versions
 
     return {**package_versions(CHECKED_PACKAGES), "synthugc source": code_version("tasks", "flows")[:16]}
@@ -82,9 +85,6 @@ def environment_problems(storage_root: str, files: Mapping[str, str], models: Ma
     nothing is missing. ``files``: what each input is -> its path; ``models``: role -> the model asked for
     (None: the role's offline default); ``versions``: the planning machine's :func:`planned_versions`;
     ``probe``: the planning machine's :func:`leave_probe`."""
-    from tasks.errors import SynthUGCError
-    from tasks.models.registry import resolve_model
-
     problems = []
     if (problem := _storage_problem(storage_root, probe)) is not None:
         problems.append(f"{problem}: {SHARED_STORAGE_HINT}")

@@ -85,10 +85,36 @@ def test_report_lists_who_meets_the_budget(tmp_path) -> None:
                            _row("stymask", "reid_accuracy", 0.9, attack="stylometric", adversary="disjoint")])
     data = ReportData(title="t", facts={}, summary=summary, families={"dp": "dp", "stymask": "stymask"},
                       budget="reidentification<=0.10")
-    markdown = render_markdown(data).replace("&lt;", "<")  # the table cells are escaped for markdown
+    markdown = render_markdown(data).replace("\\<", "<")  # the table cells are escaped for markdown
     assert "## Budget: `reidentification<=0.10`" in markdown
     assert "misses reidentification<=0.1 by 0.8" in markdown and "meets reidentification<=0.1" in markdown
     assert 'id="budget"' in render_html(data)
+
+
+def test_the_markdown_report_is_escaped_as_markdown_not_html() -> None:
+    """report.md holds no HTML entities: a budget reads ``reidentification_risk\\<=0.1`` (a renderer shows ``<=``),
+    and real text with ``<``, ``>``, ``&`` and a link is backslash-escaped, never turned into markup; the HTML report
+    alone escapes as HTML."""
+    import pandas as pd
+
+    from tasks.report.build import ReportData
+    from tasks.report.render import render_html, render_markdown
+    from tasks.scores import score_frame
+
+    summary = score_frame([_row("dp", "reid_accuracy", 0.02, attack="minhash", adversary="full"),
+                           _row("dp", "reid_residual_risk", 0.01, attack="minhash", adversary="full"),
+                           _row("stymask", "reid_accuracy", 0.9, attack="stylometric", adversary="disjoint"),
+                           _row("stymask", "reid_residual_risk", 0.8, attack="stylometric", adversary="disjoint")])
+    evil = "Q&A <b>bold</b> [link](http://x)"
+    examples = pd.DataFrame({"doc_id": ["d1"], "original": [evil], "dp": ["fine"]})
+    data = ReportData(title="t & <co>", facts={"data": evil}, summary=summary, examples=examples,
+                      families={"dp": "dp", "stymask": "stymask"}, budget="reidentification_risk<=0.10")
+    markdown = render_markdown(data)
+    for entity in ("&lt;", "&gt;", "&amp;", "&#"):
+        assert entity not in markdown, entity
+    assert "misses reidentification_risk\\<=0.1 by 0.7" in markdown
+    assert "Q\\&A \\<b\\>bold\\</b\\> \\[link\\](http://x)" in markdown
+    assert "<b>" not in markdown and "&lt;b&gt;bold&lt;/b&gt;" in render_html(data)
 
 
 def _reid(strategy: str, k: int, n: int) -> dict:

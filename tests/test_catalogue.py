@@ -15,11 +15,12 @@ import pytest
 from flows.config import MetricsConfig
 from tasks.errors import ConfigError
 from tasks.metrics import catalogue
-from tasks.metrics.base import MetricResult, make_signature
+from tasks.metrics.base import MetricResult
 from tasks.metrics.suite import ALL_METRICS, MetricOptions, check_metric_names, score_synthetic
 from tasks.report.build import ReportData
 from tasks.report.render import render_html, render_markdown
 from tasks.report.tables import intrinsic_table, privacy_table
+from tasks.signatures import make_signature
 
 CLI = Path(sys.executable).parent / "synthugc"
 SOURCES = ["We need to bring jobs back to this country, and we will do it quickly.",

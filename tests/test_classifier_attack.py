@@ -314,7 +314,8 @@ def test_evidence_is_the_true_authors_largest_contributions_and_masking_it_lower
     contribution is x_f * w_f of scikit-learn's own TfidfVectorizer + LinearSVC fitted on the same posts with the
     same C, no carried feature with a larger contribution is left out, and masking the evidence with the protect
     move lowers the true author's decision value for most timelines."""
-    from tasks.protect.moves import carried_by, mask_evidence
+    from tasks.privacy.evidence import carried_by
+    from tasks.protect.moves import mask_evidence
 
     hist, syn = debates
     timelines = _runs(syn, 8)
@@ -365,7 +366,7 @@ def test_evidence_is_the_true_authors_largest_contributions_and_masking_it_lower
 def test_lowercased_features_are_named_as_the_posts_write_them(debates) -> None:
     """With ``lowercase`` the model's features are lowercase; the evidence names each as its timeline writes it,
     capitals kept, so the case-sensitive masking of the protect loop finds it."""
-    from tasks.protect.moves import carried_by
+    from tasks.privacy.evidence import carried_by
 
     hist, syn = debates
     timelines = _runs(syn, 8)

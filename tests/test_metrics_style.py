@@ -279,8 +279,8 @@ def test_stylometric_encoder_and_pos_metrics_tag_each_text_once(tmp_path) -> Non
 def test_pos_tags_kept_from_pii_parses_equal_fresh_tagging(tmp_path) -> None:
     """The POS tags the PII scan's parses yield (its pipeline runs without the parser) are what tagging
     afresh gives, and once stored under the tagger's id the POS metrics read them instead of tagging."""
+    from tasks.models import pii
     from tasks.models.style_encoders import PosTagRecorder, resolve_tagger, same_pipeline
-    from tasks.privacy import pii
 
     tagger, tagger_id = resolve_tagger()
     assert same_pipeline(tagger, pii.pipeline()) and tagger is not pii.pipeline()

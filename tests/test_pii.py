@@ -23,7 +23,7 @@ from tasks.generate.pseudonymize import (
     pseudonymize_corpus,
 )
 from tasks.metrics.pii import ALL_ENTITIES, pii_leakage
-from tasks.privacy.pii import DEFAULT_ENTITIES, PiiDetector, detection_scores, normalise, occurs
+from tasks.models.pii import DEFAULT_ENTITIES, PiiDetector, detection_scores, normalise, occurs
 
 LABELLED = Path(__file__).parent / "data" / "pii_labelled.jsonl"
 
@@ -78,7 +78,7 @@ def refuse(*a, **k):
 socket.socket.connect = refuse
 socket.create_connection = refuse
 spacy.cli.download = refuse
-from tasks.privacy.pii import PiiDetector
+from tasks.models.pii import PiiDetector
 [d] = PiiDetector().detect(["Barack Obama wrote to jane.doe@gmail.com"])
 print(sorted(s.entity for s in d.spans))
 """
@@ -101,7 +101,7 @@ def test_labelled_set_precision_recall_of_pattern_types(detector: PiiDetector) -
 
 
 def test_detection_scores_against_hand_count() -> None:
-    from tasks.privacy.pii import DetectedText, PiiSpan
+    from tasks.models.pii import DetectedText, PiiSpan
 
     labels = [[("PERSON", "Jane"), ("PERSON", "Jane"), ("URL", "a.com")], [("US_SSN", "536-22-8726")]]
     found = [DetectedText((PiiSpan("PERSON", 0, 4, "JANE", 1.0), PiiSpan("PERSON", 9, 12, "Tom", 1.0))),
@@ -323,7 +323,7 @@ def test_detection_without_the_parser_equals_presidio_batch_analyzer_on_the_full
     spans are those Presidio's own BatchAnalyzerEngine finds with every spaCy component on."""
     from presidio_analyzer import BatchAnalyzerEngine
 
-    from tasks.privacy import pii
+    from tasks.models import pii
 
     texts = [t for t, _, _ in EXAMPLES] + [json.loads(line)["text"] for line in LABELLED.read_text().splitlines()]
     texts += ["Je m'appelle Pierre Dupont et mon courriel est pierre@exemple.fr", ""]
@@ -345,8 +345,8 @@ def test_detection_without_the_parser_equals_presidio_batch_analyzer_on_the_full
 
 def test_cached_detections_come_back_bit_for_bit_without_parsing(detector: PiiDetector, tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from tasks.models import pii
     from tasks.models.embeddings import EmbeddingCache
-    from tasks.privacy import pii
 
     texts = [t for t, _, _ in EXAMPLES] + ["nothing to see", "Ich habe gestern mit Peter Müller gesprochen, er "
                                            "wohnt jetzt in Berlin. Schreib ihm an peter.mueller@web.de"]

@@ -17,8 +17,8 @@ import pandas as pd
 import pytest
 
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
-from tasks.protect.files import FRONTIER_COLUMNS, protect_paths
-from tasks.protect.frontier import choose_point, frontier_points, monotone_notes
+from tasks.protect.files import FRONTIER_COLUMNS, frontier_points, protect_paths
+from tasks.protect.frontier import choose_point, monotone_notes
 
 REPO = Path(__file__).resolve().parent.parent
 FLOORS = (0.95, 0.6)

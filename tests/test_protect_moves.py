@@ -235,7 +235,7 @@ def test_carried_by_scans_a_timeline_once_and_decides_each_text_as_the_rule_does
     texts, the first occurrence of each text found after a repeat in an earlier one."""
     import re
 
-    from tasks.protect.moves import carried_by
+    from tasks.privacy.evidence import carried_by
 
     def by_hand(text: str, feature: str, kind: str) -> bool:
         core = feature.strip()

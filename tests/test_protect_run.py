@@ -20,10 +20,10 @@ import pytest
 
 from flows.experiment import experiment_from_mapping
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
-from tasks.layout import RunLayout, stage_kind
-from tasks.protect.files import MOVE_COLUMN, PROTECT_LABEL, ROUNDS_COLUMNS
+from tasks.layout import PROTECT_LABEL, RunLayout, stage_kind
+from tasks.protect.files import MOVE_COLUMN, ROUNDS_COLUMNS
 from tasks.protect.release import CARD_FILE, DATA_FILE
-from tasks.report.render import PROTECT_ROUNDS_SHOWN, with_interval
+from tasks.report.render import PROTECT_ROUNDS_SHOWN, escape_markdown, with_interval
 
 CLI = Path(sys.executable).parent / "synthugc"
 BUDGET = "reidentification<=0.05"  # no certificate of 24 timelines can show it met: its interval is too wide
@@ -145,7 +145,7 @@ def test_the_report_shows_the_protect_rounds_as_the_stage_wrote_them(run):
     assert re.search(r'<figure id="plot-protect-rounds"><img alt="[^"]*" src="data:image/png;base64,', page)
     assert '<a href="#protection">Protection</a>' in page
     markdown = (run / "report.md").read_text()
-    assert "## Protection" in markdown and html.escape(summary["verdict"], quote=False) in markdown
+    assert "## Protection" in markdown and escape_markdown(summary["verdict"]) in markdown
 
 
 @pytest.mark.slow
@@ -188,7 +188,7 @@ def test_share_data_ranks_the_protected_output_and_names_it(run):
     assert sorted(name for _, name in ranked) == sorted(["stymask", PROTECT_LABEL])
     rank = {name: n for n, name in ranked}[PROTECT_LABEL]
     assert not summary["met"]
-    assert (f"> the protect output ('{PROTECT_LABEL}') misses its budget {BUDGET.replace('<', '&lt;')}: ranked "
+    assert (f"> the protect output ('{PROTECT_LABEL}') misses its budget {escape_markdown(BUDGET)}: ranked "
             f"{rank} here, on the run's own attacks like any strategy") in markdown
 
 

@@ -18,10 +18,10 @@ import yaml
 
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import InputError
+from tasks.layout import PROTECT_LABEL
 from tasks.metrics.verbatim import verbatim_flags
 from tasks.protect.files import (
     MOVE_COLUMN,
-    PROTECT_LABEL,
     ROUND_COLUMN,
     ROUNDS_COLUMNS,
     VERBATIM_COLUMN,
@@ -153,6 +153,7 @@ def test_protect_release_hands_out_only_synthetic_texts_and_pseudonyms(protect_o
     assert list(released.columns) == ["doc_id", "text", "label", "author_id", "group_id"]
     assert sorted(released["text"]) == sorted(kept["text"])  # the failed and the verbatim rows are left out
     card = (out / CARD_FILE).read_text()
+    assert "](http" not in card  # the card links to no page (this project has no package index page)
     values = _strings(released) | {card}
     long_sources = [t for t in corpus["text"] if len(t) >= SOURCE_CHARS]
     assert len(long_sources) > 40 and not [t for t in long_sources if t in values or t in card]

@@ -9,6 +9,7 @@ import random
 import pytest
 from sklearn.metrics import f1_score
 
+from tasks.corpus.tags import segment_tags
 from tasks.errors import InputError
 from tasks.training.task_metrics import (
     Segment,
@@ -18,7 +19,6 @@ from tasks.training.task_metrics import (
     macro_f1,
     regions,
     seg_wer,
-    segment_tags,
     tags_to_segments,
 )
 

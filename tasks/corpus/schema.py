@@ -94,11 +94,6 @@ def attr_columns(df: pd.DataFrame) -> list[str]:
     return [c for c in df.columns if c.startswith(ATTR_PREFIX)]
 
 
-def empty_failures() -> pd.DataFrame:
-    """An empty failure table with its columns and types."""
-    return failure_table([])
-
-
 def failure_table(records: list[dict]) -> pd.DataFrame:
     """A failure table from records with the keys of FAILURE_COLUMNS."""
     df = pd.DataFrame.from_records(records, columns=list(FAILURE_COLUMNS))

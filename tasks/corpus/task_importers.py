@@ -29,8 +29,8 @@ import pandas as pd
 from tasks.corpus.importers import read_table
 from tasks.corpus.schema import DEFAULT_MAX_CHARS, ValidatedCorpus, validate_corpus
 from tasks.corpus.splits import DEFAULT_FRACTIONS, assign_splits
+from tasks.corpus.tags import segment_tags
 from tasks.errors import InputError
-from tasks.training.task_metrics import segment_tags
 
 #: Default column mapping of an utterance table (Potts' swda CSV files).
 SWDA_COLUMNS: dict[str, str] = {"conversation": "conversation_no", "caller": "caller",

@@ -1,9 +1,9 @@
 """Generation strategies: the registry (base) and one module per strategy family.
 
-Importing this package registers every strategy, so ``build_strategy("stymask", {...})`` works.
+The registry imports every module of this package on first use (each registers its strategies), so
+``build_strategy("stymask", {...})`` works and a new strategy is one module here.
 """
 
-from tasks.generate import backtranslate, dp, llm, paraphrase, stymask
 from tasks.generate.base import (
     Generated,
     Strategy,
@@ -18,14 +18,8 @@ __all__ = [
     "Generated",
     "Strategy",
     "available_strategies",
-    "backtranslate",
     "build_strategy",
-    "dp",
     "generate_synthetic",
-    "llm",
-    "paraphrase",
     "register_strategy",
-    "stymask",
     "validate_params",
 ]
-from tasks.generate import syntax  # noqa: F401  (registers synsim, syndiff, synorig, syntr)

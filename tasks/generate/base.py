@@ -2,7 +2,8 @@
 
 A strategy is a class with a ``name``, a pydantic params model and a ``generate`` method that
 returns one output per input text: a string, or an Exception for a row that failed. Strategies
-register themselves with :func:`register_strategy`; the config names them and
+register themselves with :func:`register_strategy` in a module of :mod:`tasks.generate`, which the registry
+imports on first use (so adding a strategy is adding one module); the config names them and
 :func:`build_strategy` validates their params, so a typo in the config fails up front with the key
 path (``strategies.backtranslate.pivots: ...``) instead of halfway through a run.
 
@@ -41,6 +42,7 @@ from pydantic import BaseModel, ValidationError
 
 from tasks.corpus.schema import CARRIED_COLUMNS, STATUS_FAILED, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
 from tasks.errors import ConfigError, ModelUnavailable, SynthUGCError, key_path, shown, validation_line
+from tasks.registry import import_package_modules
 
 CONFIG_ROOT = "strategies"
 DEFAULT_VARIANT = "first"
@@ -104,12 +106,24 @@ class Strategy(ABC):
 S = TypeVar("S", bound=type[Strategy])
 
 _REGISTRY: dict[str, type[Strategy]] = {}
+_LOADED = False
+
+
+def _registry() -> dict[str, type[Strategy]]:
+    """The registry, with every module of :mod:`tasks.generate` imported (each registers its strategies)."""
+    global _LOADED
+    if not _LOADED:
+        import_package_modules("tasks.generate")
+        _LOADED = True
+    return _REGISTRY
 
 
 def register_strategy(name: str, *, params: type[BaseModel]) -> Callable[[S], S]:
     """Class decorator: register a Strategy subclass under ``name`` with its params model."""
 
     def decorate(cls: S) -> S:
+        if not cls.__module__.startswith("tasks.generate."):  # a strategy from elsewhere: the built-ins come first,
+            _registry()                                        # so a name clash with one is caught here
         if name in _REGISTRY and _REGISTRY[name] is not cls:
             raise ValueError(f"strategy '{name}' is registered twice ({_REGISTRY[name].__qualname__}, {cls.__qualname__})")
         cls.name = name
@@ -123,7 +137,7 @@ def register_strategy(name: str, *, params: type[BaseModel]) -> Callable[[S], S]
 def with_llm_settings(name: str, params: Mapping[str, Any], llm: Mapping[str, Any]) -> dict[str, Any]:
     """``params`` with the run's ``llm`` role settings (endpoint, model) under the strategy's LLM settings
     field, unless the params set them themselves; unchanged for a strategy that uses no LLM."""
-    cls = _REGISTRY[name]
+    cls = _registry()[name]
     params = dict(params)
     if not llm or cls.llm_settings_field is None or not cls.uses_llm(validate_params(name, params)):
         return params
@@ -134,31 +148,31 @@ def with_llm_settings(name: str, params: Mapping[str, Any], llm: Mapping[str, An
 
 def strategy_uses_llm(name: str, params: Mapping[str, Any]) -> bool:
     """Whether a configured strategy calls the ``llm`` role (its stages are LLM-bound)."""
-    return _REGISTRY[name].uses_llm(validate_params(name, params))
+    return _registry()[name].uses_llm(validate_params(name, params))
 
 
 def strategy_class(name: str) -> type[Strategy]:
     """The class registered as ``name`` (KeyError for an unknown one)."""
-    return _REGISTRY[name]
+    return _registry()[name]
 
 
 def available_strategies() -> list[str]:
     """Names of the registered strategies, sorted."""
-    return sorted(_REGISTRY)
+    return sorted(_registry())
 
 
 def validate_params(name: str, params: Mapping[str, Any] | None, *, root: str = CONFIG_ROOT) -> BaseModel:
     """Validate a strategy's params; raise ConfigError naming the key path (under ``root``: a config key path,
     or a CLI flag such as ``--set``) on any problem."""
     prefix = root if root.startswith("--") else key_path([root, name])
-    if name not in _REGISTRY:
+    if name not in _registry():
         raise ConfigError(f"{prefix}: unknown strategy {shown(name)} (available: {', '.join(available_strategies())})")
     if params is None:
         params = {}
     if not isinstance(params, Mapping):
         raise ConfigError(f"{prefix}: params must be a mapping, got {type(params).__name__}")
     try:
-        return _REGISTRY[name].params_model.model_validate(dict(params))
+        return _registry()[name].params_model.model_validate(dict(params))
     except ValidationError as exc:
         raise ConfigError(validation_line(exc, prefix)) from None
 
@@ -170,7 +184,7 @@ def build_strategy(name: str, params: Mapping[str, Any] | None = None, *, root: 
     when the strategy's model or tool is missing (strategies check that up front).
     """
     validated = validate_params(name, params, root=root)
-    return _REGISTRY[name](validated)
+    return _registry()[name](validated)
 
 
 def stable_hash(text: str) -> int:
@@ -242,6 +256,32 @@ def _meta_series(values: list[Any], name: str) -> pd.Series:
     return pd.Series([pd.NA if v is None else str(v) for v in values], dtype="string")
 
 
+def synthetic_table(rows: pd.DataFrame, strategy: str, variants: Sequence[str], texts: Sequence[str | None],
+                    reasons: Sequence[str | None]) -> pd.DataFrame:
+    """The synthetic table's columns (SYNTHETIC_COLUMNS, then the ``attr_*`` columns of ``rows``), one row per source
+    row of ``rows`` (repeated once per variant) with its ``variant``, output text and failure reason (None: ok).
+    Carried-over columns are copied (null where ``rows`` lacks them); ``unchanged`` compares each ok output with its
+    source's ``text``. Generation and the protect loop both build their tables here."""
+    n = len(rows)
+    table = pd.DataFrame({
+        "doc_id": pd.Series(_column(rows, "doc_id", "string").to_numpy(), dtype="string"),
+        "strategy": pd.Series([strategy] * n, dtype="string"),
+        "variant": pd.Series(list(variants), dtype="string"),
+        "text": pd.Series(list(texts), dtype="string"),
+    })
+    for col in CARRIED_COLUMNS:
+        dtype = "Int64" if col == "position" else "string"
+        table[col] = pd.Series(_column(rows, col, dtype).to_numpy(), dtype=dtype)
+    table["status"] = pd.Series([STATUS_OK if r is None else STATUS_FAILED for r in reasons], dtype="string")
+    table["reason"] = pd.Series(list(reasons), dtype="string")
+    sources = rows["text"].tolist() if "text" in rows.columns else [None] * n
+    table["unchanged"] = pd.Series([pd.NA if r is not None else is_unchanged(src, t)
+                                    for src, t, r in zip(sources, texts, reasons, strict=True)], dtype="boolean")
+    for col in attr_columns(rows):
+        table[col] = pd.Series(_column(rows, col, "string").to_numpy(), dtype="string")
+    return table
+
+
 def generate_synthetic(strategy: Strategy, batch: pd.DataFrame, *, seed: int,
                        variant: str | None = None) -> pd.DataFrame:
     """Run ``strategy`` on ``batch`` (corpus rows) and return the synthetic table.
@@ -299,24 +339,8 @@ def generate_synthetic(strategy: Strategy, batch: pd.DataFrame, *, seed: int,
                 texts.append(item)
                 reasons.append(None)
 
-    def repeat(col: str, dtype: str) -> pd.Series:
-        return pd.Series(_column(batch, col, dtype).repeat(k).to_numpy(), dtype=dtype)
-
-    table = pd.DataFrame({
-        "doc_id": repeat("doc_id", "string"),
-        "strategy": pd.Series([strategy.name] * (n * k), dtype="string"),
-        "variant": pd.Series(variants * n, dtype="string"),
-        "text": pd.Series(texts, dtype="string"),
-    })
-    for col in CARRIED_COLUMNS:
-        table[col] = repeat(col, "Int64" if col == "position" else "string")
-    table["status"] = pd.Series([STATUS_OK if r is None else STATUS_FAILED for r in reasons], dtype="string")
-    table["reason"] = pd.Series(reasons, dtype="string")
-    sources = [src for src in batch["text"].tolist() for _ in range(k)] if "text" in batch.columns else [None] * (n * k)
-    table["unchanged"] = pd.Series([pd.NA if r is not None else is_unchanged(src, t)
-                                    for src, t, r in zip(sources, texts, reasons, strict=True)], dtype="boolean")
-    for col in attr_columns(batch):
-        table[col] = repeat(col, "string")
+    rows = batch.iloc[[i for i in range(n) for _ in range(k)]]
+    table = synthetic_table(rows, strategy.name, variants * n, texts, reasons)
     meta_cols = list(dict.fromkeys(key for meta in metas for key in meta))
     for key in meta_cols:
         values = [meta.get(key) for meta in metas]

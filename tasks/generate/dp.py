@@ -59,6 +59,7 @@ from tasks.generate.base import TRUNCATED, Generated, Output, Strategy, register
 from tasks.generate.llm import request_seed
 from tasks.limits import MAX_BATCH, MAX_EPSILON, MAX_LOGIT, MAX_TOKENS
 from tasks.models.llm import ENDPOINT_ENV, TransformersBackend, llm_backend_for
+from tasks.models.loaders import load_seq2seq
 from tasks.models.registry import ModelSpec, production_models, resolve_model
 
 DP_PROMPT_TEMPLATE = "Document: {text}\nParaphrase of the document:"
@@ -284,8 +285,6 @@ def dp_bart_rewrite(spec: ModelSpec, texts: Sequence[str], params: DPParams, *, 
     import torch
     from transformers.modeling_outputs import BaseModelOutput
 
-    from tasks.models.loaders import load_seq2seq
-
     tokenizer, model = load_seq2seq(spec)
     n = min(params.max_input_tokens, getattr(model.config, "max_position_embeddings", None) or 10**9)
     outs: list[Output] = []
@@ -388,6 +387,7 @@ class DPStrategy(Strategy):
                 for i, t in enumerate(texts)]
 
     def _dp_prompt(self, texts: list[str], seeds: list[int]) -> list[Output]:
+        # deferred: looked up at call time, so a replaced loader is the one used
         from tasks.models.loaders import load_causal_lm
 
         p = self.params

@@ -55,7 +55,6 @@ from tasks.generate.base import (
     stable_hash,
 )
 from tasks.limits import MAX_TEMPERATURE, MAX_TOKENS
-from tasks.metrics.base import make_signature
 from tasks.models.llm import (
     ChatRequest,
     ChatResult,
@@ -64,6 +63,7 @@ from tasks.models.llm import (
     llm_backend_for,
     raise_if_unreachable,
 )
+from tasks.signatures import make_signature
 
 ARTICLE_INSTRUCTION = "Write stylistically diverse paraphrases."
 #: §4.1's prompt: the instruction and the text, nothing else.

@@ -23,11 +23,12 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from tasks.errors import STRICT_INPUT
+from tasks.errors import STRICT_INPUT, ConfigError
 from tasks.generate.base import TRUNCATED, Generated, Output, Strategy, register_strategy, truncate_tokens
 from tasks.generate.llm import build_requests, one_line_text, parse_paraphrases, request_seed
 from tasks.limits import MAX_BATCH, MAX_TEMPERATURE, MAX_TOKENS
 from tasks.models.llm import LLMBackend, llm_backend_for, raise_if_unreachable
+from tasks.models.loaders import TORCH_RNG_LOCK, load_seq2seq
 from tasks.models.registry import ModelSpec, default_models, resolve_model
 
 PARAPHRASE_TEMPLATE = "Paraphrase the text below. Reply with the paraphrase only.\n\nText: {text}"
@@ -63,8 +64,6 @@ class ParaphraseParams(BaseModel):
 def seq2seq_paraphrase(spec: ModelSpec, texts: list[str], params: ParaphraseParams, *, seed: int) -> list[Output]:
     """Nucleus-sampled paraphrases from a seq2seq model, one per text (truncated inputs flagged)."""
     import torch
-
-    from tasks.models.loaders import TORCH_RNG_LOCK, load_seq2seq
 
     tokenizer, model = load_seq2seq(spec)
     limit = min(params.max_input_tokens, getattr(model.config, "max_position_embeddings", None) or 10**9)
@@ -118,8 +117,6 @@ class ParaphraseStrategy(Strategy):
             settings = {**({"model": params.model} if params.model else {}), **params.backend}
             self.backend = backend if backend is not None else llm_backend_for("llm", settings)
         elif self.spec.kind != "hf-seq2seq":
-            from tasks.errors import ConfigError
-
             raise ConfigError(f"strategies.paraphrase.model: {name} is a {self.spec.kind} model; "
                               f"a paraphraser is a seq2seq model or an instruct LLM")
 

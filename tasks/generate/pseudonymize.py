@@ -1,6 +1,6 @@
 """Consistent pseudonyms for direct identifiers, before any rewriting strategy.
 
-Each identifier :class:`~tasks.privacy.pii.PiiDetector` finds is replaced by a surrogate of the same type:
+Each identifier :class:`~tasks.models.pii.PiiDetector` finds is replaced by a surrogate of the same type:
 a person's name by names from :data:`FIRST_NAMES` / :data:`LAST_NAMES` (token by token, so "Jane Doe" and
 a later "Doe" stay the same person), an e-mail by ``first.last@example.com``, a @handle by another
 handle, a URL by an ``example.com`` address, an IP address by one of the documentation ranges (RFC 5737 /
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from tasks.privacy.pii import DEFAULT_ENTITIES, SOCIAL_HANDLE, DetectedText, PiiDetector, PiiSpan, normalise
+from tasks.models.pii import DEFAULT_ENTITIES, SOCIAL_HANDLE, DetectedText, PiiDetector, PiiSpan, normalise
 
 #: Where the consistency of surrogates holds: the corpus column that names the scope.
 SCOPE_COLUMNS: dict[str, str] = {"document": "doc_id", "group": "group_id", "author": "author_id"}

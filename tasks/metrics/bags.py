@@ -42,7 +42,9 @@ import numpy as np
 import pandas as pd
 from scipy import sparse
 
-from tasks.metrics.base import DistributionScore, make_signature
+from tasks.metrics.base import DistributionScore
+from tasks.models.registry import model_id, resolve_model
+from tasks.signatures import make_signature
 
 Embed = Callable[[Sequence[str]], np.ndarray]
 
@@ -650,8 +652,8 @@ def inv_pp(reference: Sequence[str], generated: Sequence[str], *, order: int = 4
 
 def default_embed(spec: object | None = None, cache: object | None = None) -> Embed:
     """Sentence vectors of the registry's ``sentence_encoder`` (or ``spec``) through the embedding cache."""
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.models.embeddings import sentence_embeddings
-    from tasks.models.registry import resolve_model
 
     resolved = spec or resolve_model("sentence_encoder")
     return lambda texts: sentence_embeddings(texts, resolved, cache)  # type: ignore[arg-type]
@@ -730,8 +732,6 @@ def bag_scores(reference: pd.DataFrame, generated: pd.DataFrame, *, group_col: s
     vector_of: dict[str, np.ndarray] = {}
     if needs_vectors:
         if embed is None:
-            from tasks.models.registry import model_id, resolve_model
-
             spec = sentence_spec or resolve_model("sentence_encoder")
             model = model_id(spec)
             embed = default_embed(spec, cache)

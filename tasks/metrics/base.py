@@ -1,9 +1,5 @@
-"""What every metric takes (the suite's options) and returns: scores and a sacrebleu-style signature string.
-
-A signature names everything a number depends on (metric, model, layer, n, tokenizer, package
-version and any option), so two numbers are comparable exactly when their signatures are equal. The
-function that computes a number builds its signature: the fields it names are the ones it used.
-"""
+"""What every metric takes (the suite's options) and returns: scores, each with its signature
+(:func:`tasks.signatures.make_signature`)."""
 
 from __future__ import annotations
 
@@ -14,7 +10,6 @@ import pandas as pd
 from tasks.intervals import N_RESAMPLES
 from tasks.models.registry import ModelSpec
 
-SIGNATURE_VERSION = "synthugc-0.1"
 #: The shortest run of its own source (characters) that makes an output verbatim (tasks/metrics/verbatim.py).
 VERBATIM_MIN_CHARS = 30
 
@@ -46,21 +41,6 @@ class MetricOptions:
 
 #: The names a metric may declare as options it reads.
 OPTION_NAMES: tuple[str, ...] = tuple(f.name for f in fields(MetricOptions))
-
-
-def make_signature(metric: str, **fields: object) -> str:
-    """``metric:NAME|key:value|...|version:...`` with keys in the given order, None values left out,
-    booleans as yes/no (sacrebleu's style)."""
-    parts = [f"metric:{metric}"]
-    for key, value in fields.items():
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            value = "yes" if value else "no"
-        parts.append(f"{key}:{value}")
-    if "version" not in fields:
-        parts.append(f"version:{SIGNATURE_VERSION}")
-    return "|".join(parts)
 
 
 @dataclass

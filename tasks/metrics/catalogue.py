@@ -7,7 +7,9 @@ it). The suite's dispatch, ``flows/config.py``'s name check, the report's column
 the recommendations' aspects all read this module; nothing else lists metric names or directions.
 ``synthugc metrics`` prints it.
 
-Adding a metric = one :func:`register` call plus its function. At every level, metrics that share a
+Adding a metric = one module of this package holding its function and one :func:`register` call: the
+catalogue imports every module of the package once its own registrations (the built-ins, in the article's
+order) are in, so nothing else is edited. At every level, metrics that share a
 compute function are computed by one call (BERTScore's P/R/F1, the two self-BLEU numbers, the bag
 metrics, whose corpus-level IDF needs one call, the two PII numbers), which returns every one of them;
 ``options`` is the suite's :class:`~tasks.metrics.base.MetricOptions` and ``cache`` the shared
@@ -36,7 +38,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from tasks.errors import ConfigError, shown
 from tasks.metrics import bags as bag_metrics
-from tasks.metrics.base import OPTION_NAMES
+from tasks.metrics.base import OPTION_NAMES, reason_column
+from tasks.metrics.divergence import bleu_divergence, char_jsd, self_bleu
+from tasks.metrics.frechet import fbd, fbd_sbert, fcsd
+from tasks.metrics.meaning import bertscore
+from tasks.metrics.pii import ALL_ENTITIES, distribution_rows, pii_counts, sample_scores
+from tasks.metrics.style import pos_jaccard, pos_jsd, style_cosine, style_frechet
+from tasks.metrics.transfer import HFSequenceClassifier, SubjectivityClassifier, VaderClassifier, cps, sti
+from tasks.metrics.verbatim import verbatim_scores
+from tasks.models.pii import PiiDetector
+from tasks.models.style_encoders import load_style_encoder
+from tasks.registry import import_package_modules
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,9 +160,10 @@ def names(*levels: str) -> tuple[str, ...]:
     return tuple(m.name for m in metrics(*levels))
 
 
-def headline_metrics(aspect: str) -> list[Metric]:
-    """The metrics that stand for ``aspect`` (meaning, style, divergence) in the recommendations."""
-    return [m for m in CATALOGUE.values() if m.headline and m.aspect == aspect]
+def headline_metrics(aspect: str, *levels: str) -> list[Metric]:
+    """The metrics that stand for ``aspect`` (meaning, style, divergence) in the recommendations (of ``levels``
+    only, when given), in registration order."""
+    return [m for m in CATALOGUE.values() if m.headline and m.aspect == aspect and (not levels or m.level in levels)]
 
 
 def lookup(name: str) -> Metric | None:
@@ -199,8 +212,6 @@ DEFAULT_TRANSFER_TARGETS: dict[str, str] = {"subjectivity": "objective", "vader"
 
 def transfer_classifier(name: str) -> Any:
     """The style classifier STI and CPS masking use: offline lexicon models or a sequence classifier."""
-    from tasks.metrics.transfer import HFSequenceClassifier, SubjectivityClassifier, VaderClassifier
-
     if name == "subjectivity":
         return SubjectivityClassifier()
     if name == "vader":
@@ -210,91 +221,63 @@ def transfer_classifier(name: str) -> Any:
 
 def style_encoder(options: Any) -> Any:
     """The style encoder of ``options.style_encoder`` (tagger from ``options.pos_tagger``)."""
-    from tasks.models.style_encoders import load_style_encoder
-
     return load_style_encoder(options.style_encoder, tagger=options.pos_tagger)
 
 
 def _bertscore(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
-    from tasks.metrics.meaning import bertscore
-
     return bertscore(outputs, sources, spec=options.token_encoder, layer=options.bertscore_layer,
                      idf=options.bertscore_idf, baseline_path=options.bertscore_baseline, cache=cache)
 
 
 def _bleu_divergence(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
-    from tasks.metrics.divergence import bleu_divergence
-
     return bleu_divergence(sources, outputs)
 
 
 def _style_cosine(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
-    from tasks.metrics.style import style_cosine
-
     return style_cosine(sources, outputs, encoder=style_encoder(options), cache=cache)
 
 
 def _pos_jaccard(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
-    from tasks.metrics.style import pos_jaccard
-
     return pos_jaccard(sources, outputs, tagger=options.pos_tagger, cache=cache)
 
 
 def _sti(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
-    from tasks.metrics.transfer import sti
-
     target = options.transfer_target or DEFAULT_TRANSFER_TARGETS.get(options.transfer_classifier, 0)
     return sti(sources, outputs, classifier=transfer_classifier(options.transfer_classifier), target_class=target)
 
 
 def _cps(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
-    from tasks.metrics.transfer import cps
-
     classifier = transfer_classifier(options.transfer_classifier) if options.cps_mask else None
     return cps(sources, outputs, spec=options.sentence_encoder, cache=cache, mask=options.cps_mask,
                threshold=options.cps_threshold, classifier=classifier)
 
 
 def _self_bleu(outputs_by_input: list[list[str]], options: MetricOptions, cache: EmbeddingCache) -> MetricResult:
-    from tasks.metrics.divergence import self_bleu
-
     return self_bleu(outputs_by_input)
 
 
 def _fbd(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
-    from tasks.metrics.frechet import fbd
-
     return fbd(real, synthetic, spec=options.token_encoder, layer=options.fbd_layer, pooling=options.fbd_pooling,
                cache=cache)
 
 
 def _fbd_sbert(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
-    from tasks.metrics.frechet import fbd_sbert
-
     return fbd_sbert(real, synthetic, spec=options.sentence_encoder, cache=cache)
 
 
 def _fcsd(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
-    from tasks.metrics.frechet import fcsd
-
     return fcsd(real, synthetic, spec=options.sentence_encoder, cache=cache)
 
 
 def _style_frechet(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
-    from tasks.metrics.style import style_frechet
-
     return style_frechet(real, synthetic, encoder=style_encoder(options), cache=cache)
 
 
 def _pos_jsd(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
-    from tasks.metrics.style import pos_jsd
-
     return pos_jsd(real, synthetic, tagger=options.pos_tagger, cache=cache)
 
 
 def _char_jsd(real: list[str], synthetic: list[str], options: Any, cache: EmbeddingCache) -> DistributionScore:
-    from tasks.metrics.divergence import char_jsd
-
     return char_jsd(real, synthetic)
 
 
@@ -307,10 +290,6 @@ def _bag_scores(reference: pd.DataFrame, generated: pd.DataFrame, names: Sequenc
 def _pii(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
          cache: EmbeddingCache) -> tuple[pd.DataFrame, pd.DataFrame]:
     """pii_leakage / pii_invented per pair (entity ``all``) and per strategy, overall and per entity type."""
-    from tasks.metrics.base import reason_column
-    from tasks.metrics.pii import ALL_ENTITIES, distribution_rows, pii_counts, sample_scores
-    from tasks.privacy.pii import PiiDetector
-
     detector = PiiDetector()
     counts = pii_counts(pairs, detector, cache)
     per_pair = sample_scores(counts)
@@ -323,8 +302,6 @@ def _pii(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
 def _verbatim(pairs: pd.DataFrame, names: Sequence[str], options: MetricOptions,
               cache: EmbeddingCache) -> tuple[pd.DataFrame, pd.DataFrame]:
     """verbatim per pair (1/0) and per strategy variant (the share, Wilson interval) (tasks/metrics/verbatim.py)."""
-    from tasks.metrics.verbatim import verbatim_scores
-
     return verbatim_scores(pairs, options.verbatim_min_chars)
 
 
@@ -416,3 +393,6 @@ register(Metric("pii_invented", "pair", "privacy", -1, "PII new", "PII-like span
 register(Metric("verbatim", "pair", "privacy", -1, "Verbatim",
                 "share of outputs holding a run of 30+ characters (metrics.verbatim.min_chars) of their source",
                 ("verbatim_min_chars",), _verbatim))
+
+# Metrics registered by the other modules of this package (each module's register call runs on its import).
+import_package_modules(__package__)

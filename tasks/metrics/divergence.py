@@ -19,7 +19,8 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from tasks.metrics.base import DistributionScore, MetricResult, make_signature, reason_column
+from tasks.metrics.base import DistributionScore, MetricResult, reason_column
+from tasks.signatures import make_signature
 
 
 @lru_cache(maxsize=1)

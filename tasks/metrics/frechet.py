@@ -29,9 +29,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tasks.metrics.base import DistributionScore, make_signature
+from tasks.metrics.base import DistributionScore
 from tasks.models.embeddings import EmbeddingCache, bert_score_encode, sentence_embeddings, token_embeddings
+from tasks.models.loaders import load_model_config, load_tokenizer
 from tasks.models.registry import ModelSpec, model_id, resolve_model
+from tasks.signatures import make_signature
 
 FD_METHODS = ("eigh", "sqrtm")
 POOLINGS = ("mean", "mean-all", "cls")
@@ -149,7 +151,6 @@ def pooled_token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, *
         return np.stack([m[0] for m in mats]).astype(np.float64)
     if pooling == "mean-all":
         return np.stack([m.mean(axis=0) for m in mats]).astype(np.float64)
-    from tasks.models.loaders import load_tokenizer
 
     tokenizer = load_tokenizer(spec)
     out = np.empty((len(texts), mats[0].shape[1] if mats else 0), dtype=np.float64)
@@ -164,8 +165,6 @@ def pooled_token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, *
 def last_layer(spec: ModelSpec) -> int:
     """Index of the token encoder's last hidden layer in ``hidden_states`` (= ``num_hidden_layers``), read
     from its config alone (the weights are not loaded when every text is cached)."""
-    from tasks.models.loaders import load_model_config
-
     return int(load_model_config(spec).num_hidden_layers)
 
 
@@ -185,7 +184,6 @@ def fbd(real_texts: Sequence[str], synthetic_texts: Sequence[str], *, spec: Mode
     spec = spec or resolve_model("token_encoder")
     if layer is None:
         layer = last_layer(spec)
-    from tasks.models.loaders import load_tokenizer
 
     tokenizer = load_tokenizer(spec)
     signature = make_signature("fbd", model=model_id(spec), layer=layer, pool=pooling, cov=cov_tag(shrinkage),

@@ -31,9 +31,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.metrics.base import MetricResult, make_signature
+from tasks.metrics.base import MetricResult
 from tasks.models.embeddings import EmbeddingCache, bert_score_encode, token_embeddings
+from tasks.models.loaders import load_model_config, load_tokenizer
 from tasks.models.registry import ModelSpec, model_id, resolve_model
+from tasks.signatures import make_signature
 from tasks.store import sha256_bytes
 
 _PAIR_CHUNK = 2048  # pairs whose embeddings are held in memory at once
@@ -102,8 +104,6 @@ def bertscore_layer(spec: ModelSpec, layer: int | None = None) -> int:
     if layer is None:
         layer = spec.layer
     if layer is None:
-        from tasks.models.loaders import load_model_config
-
         layer = int(load_model_config(spec).num_hidden_layers)
     return layer
 
@@ -120,7 +120,6 @@ def bertscore(candidates: Sequence[str], references: Sequence[str], *, spec: Mod
     if len(candidates) != len(references):
         raise ValueError(f"bertscore: {len(candidates)} candidates but {len(references)} references")
     spec = spec or resolve_model("token_encoder")
-    from tasks.models.loaders import load_tokenizer
 
     tokenizer = load_tokenizer(spec)
     layer = bertscore_layer(spec, layer)

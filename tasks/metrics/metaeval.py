@@ -45,7 +45,7 @@ import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
-from tasks.metrics.base import make_signature
+from tasks.signatures import make_signature
 
 MANIPULATIONS: tuple[str, ...] = ("tdm-peaked", "tdm-flat", "nti", "eda-swap", "eda-replace", "eda-delete",
                                   "eda-insert", "style")

@@ -1,6 +1,6 @@
 """``pii_leakage``: which direct identifiers of a source survive into its synthetic version.
 
-For every PII span detected in a source text (:class:`~tasks.privacy.pii.PiiDetector`), the span leaks when
+For every PII span detected in a source text (:class:`~tasks.models.pii.PiiDetector`), the span leaks when
 it occurs verbatim in the synthetic text, compared without case and whitespace runs and as whole tokens
 ("Jo" does not leak through "Joking"). A synthetic span is *invented* when its value does not occur in the
 source (a made-up name or e-mail; after pseudonymisation every surrogate counts as invented).
@@ -22,9 +22,9 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import wilson
-from tasks.metrics.base import make_signature
 from tasks.models.embeddings import EmbeddingCache
-from tasks.privacy.pii import DetectedText, PiiDetector, occurs
+from tasks.models.pii import DetectedText, PiiDetector, occurs
+from tasks.signatures import make_signature
 
 ALL_ENTITIES = "all"
 #: Per pair and entity: source spans, leaked source spans, invented synthetic spans.

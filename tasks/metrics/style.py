@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tasks.metrics.base import DistributionScore, MetricResult, make_signature, reason_column
+from tasks.metrics.base import DistributionScore, MetricResult, reason_column
 from tasks.metrics.frechet import FD_METHODS, cov_tag, frechet_between
 from tasks.models.embeddings import EmbeddingCache
 from tasks.models.style_encoders import (
@@ -36,6 +36,7 @@ from tasks.models.style_encoders import (
     resolve_tagger,
     style_vectors,
 )
+from tasks.signatures import make_signature
 
 __all__ = ["pos_jaccard", "pos_jsd", "pos_tags", "pos_trigrams", "style_cosine", "style_frechet"]
 

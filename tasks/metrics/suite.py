@@ -32,8 +32,16 @@ from tasks.intervals import bootstrap
 from tasks.metrics import bags as bag_metrics
 from tasks.metrics import catalogue
 from tasks.metrics.base import DistributionScore, MetricOptions, reason_column
+from tasks.metrics.frechet import last_layer
+from tasks.metrics.meaning import bertscore_layer
+from tasks.metrics.metaeval import metric_correlations, run_metaeval, summarize_metaeval
+from tasks.metrics.pii import scanned_texts
+from tasks.models import pii
 from tasks.models.embeddings import EmbeddingCache, embed_once
-from tasks.models.loaders import import_model_libraries
+from tasks.models.loaders import import_model_libraries, load_sentence_encoder, load_token_encoder
+from tasks.models.pii import prepare
+from tasks.models.registry import resolve_model
+from tasks.models.style_encoders import PosTagRecorder, resolve_tagger, same_pipeline
 from tasks.parallel import prepare_workers, split_even
 from tasks.scores import (
     DISTRIBUTIONS,
@@ -103,22 +111,14 @@ def _options_read(names: Sequence[str]) -> set[str]:
 
 
 def _load_token_encoder(options: MetricOptions) -> None:
-    from tasks.models.loaders import load_token_encoder
-    from tasks.models.registry import resolve_model
-
     load_token_encoder(options.token_encoder or resolve_model("token_encoder"))
 
 
 def _load_sentence_encoder(options: MetricOptions) -> None:
-    from tasks.models.loaders import load_sentence_encoder
-    from tasks.models.registry import resolve_model
-
     load_sentence_encoder(options.sentence_encoder or resolve_model("sentence_encoder"))
 
 
 def _load_tagger(options: MetricOptions) -> None:
-    from tasks.models.style_encoders import resolve_tagger
-
     resolve_tagger(options.pos_tagger)
 
 
@@ -152,8 +152,6 @@ def prepare_metrics(names: Sequence[str], options: MetricOptions, cache_path: st
         if option in reads:
             load(options)
     if catalogue.reads_pii(names):
-        from tasks.privacy.pii import prepare
-
         prepare()
 
 
@@ -164,10 +162,6 @@ def prefetch_embeddings(texts: Sequence[str], names: Sequence[str], options: Met
     roles are one model (:func:`tasks.models.embeddings.embed_once`, which leaves a core free while
     ``yield_core()`` is true). The metrics then find them cached. Returns the number of texts embedded by
     the shared pass."""
-    from tasks.metrics.frechet import last_layer
-    from tasks.metrics.meaning import bertscore_layer
-    from tasks.models.registry import resolve_model
-
     reads = _options_read(names)
     token_spec = None
     layers: list[int] = []
@@ -195,9 +189,6 @@ def prefetch_parses(pairs: pd.DataFrame, names: Sequence[str], options: MetricOp
     of two). Returns the number of texts whose tags were kept."""
     if not catalogue.reads_pii(names):
         return 0
-    from tasks.metrics.pii import scanned_texts
-    from tasks.models.style_encoders import PosTagRecorder, resolve_tagger, same_pipeline
-    from tasks.privacy import pii
 
     reads = _options_read(names)
     recorder = None
@@ -527,8 +518,6 @@ def strategy_metric_table(distribution_scores: pd.DataFrame) -> pd.DataFrame:
 def metric_correlation_matrix(distribution_scores: pd.DataFrame) -> pd.DataFrame:
     """Absolute Spearman correlations between metrics across the strategies of a run (seed 000 Fig. 5);
     NaN where fewer than 3 strategy variants have both values."""
-    from tasks.metrics.metaeval import metric_correlations
-
     table = strategy_metric_table(distribution_scores)
     if table.empty:
         return pd.DataFrame()
@@ -595,8 +584,6 @@ def metaeval_metrics(texts: Sequence[str], names: Sequence[str], options: Metric
     """Check the distribution- and bag-level metrics themselves (seed 003 §4.2) on reference bags drawn from
     ``texts``: Spearman of each metric with the true ranking of increasingly manipulated bags, and the
     metrics' correlations over the manipulated bags. Used by ``synthugc metaeval`` and the flow's stage."""
-    from tasks.metrics.metaeval import metric_correlations, run_metaeval, summarize_metaeval
-
     functions = comparison_metrics(names, options, cache_path)
     if not functions:
         raise ValueError("none of these is a distribution- or bag-level metric: " + ", ".join(names))

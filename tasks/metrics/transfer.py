@@ -49,11 +49,13 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import ModelUnavailable
-from tasks.metrics.base import MetricResult, make_signature, reason_column
+from tasks.metrics.base import MetricResult, reason_column
 from tasks.models import loaders
 from tasks.models.embeddings import EmbeddingCache, sentence_embeddings
+from tasks.models.loaders import device
 from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec, model_id, resolve_model
 from tasks.parallel import resource_lock
+from tasks.signatures import make_signature
 
 _WORD = re.compile(r"\w+(?:'\w+)*")
 _ATOL = 1e-12
@@ -160,7 +162,6 @@ def _load_sequence_classifier(spec: ModelSpec) -> tuple[object, object]:
             f"style classifier: cannot load {spec.name} from {spec.path} ({type(exc).__name__}: {first}); give "
             f"a local fine-tuned sequence-classification folder, or set {ALLOW_DOWNLOADS_ENV}=1"
         ) from exc
-    from tasks.models.loaders import device
 
     return tokenizer, model.eval().to(device())
 

@@ -35,8 +35,9 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import wilson
-from tasks.metrics.base import VERBATIM_MIN_CHARS, make_signature
+from tasks.metrics.base import VERBATIM_MIN_CHARS
 from tasks.scores import score_frame
+from tasks.signatures import make_signature
 
 METRIC = "verbatim"
 #: The shortest shared run (characters of the normalised texts) that makes a document verbatim.

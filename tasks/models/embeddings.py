@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from tasks.models.loaders import load_sentence_encoder, load_token_encoder
 from tasks.models.registry import ModelSpec, model_id
 from tasks.parallel import resource_lock
 from tasks.store import sha256_bytes
@@ -176,8 +177,6 @@ def sentence_embeddings(texts: Sequence[str], spec: ModelSpec, cache: EmbeddingC
     key = sentence_key(spec)
     shas, found, missing = _lookup(texts, key, cache)
     if missing:
-        from tasks.models.loaders import load_sentence_encoder
-
         model = load_sentence_encoder(spec)
         with _torch_threads(yield_core) as adjust:
             for start in range(0, len(missing), _CHUNK):
@@ -252,8 +251,6 @@ def _padded(rows: Sequence[Sequence[int]], pad: int) -> tuple[Any, Any]:
 
 def _load_checked(spec: ModelSpec, layers: Sequence[int]) -> tuple[Any, Any]:
     """(tokenizer, model) of the token encoder; ValueError for a layer outside 0..num_hidden_layers."""
-    from tasks.models.loaders import load_token_encoder
-
     tokenizer, model = load_token_encoder(spec)
     n_layers = int(getattr(model.config, "num_hidden_layers", max(layers, default=0)))
     for layer in layers:
@@ -321,7 +318,6 @@ def sentence_pooling(token_spec: ModelSpec, sentence_spec: ModelSpec) -> Any:
     the token encoder's model (same folder and file), so one forward pass can serve both roles; else None."""
     if (token_spec.path, token_spec.gguf_file) != (sentence_spec.path, sentence_spec.gguf_file):
         return None
-    from tasks.models.loaders import load_sentence_encoder
 
     encoder = load_sentence_encoder(sentence_spec)
     modules = list(encoder)
@@ -359,7 +355,6 @@ def embed_once(texts: Sequence[str], *, token_spec: ModelSpec | None = None, lay
         if sentence_spec is not None:
             sentence_embeddings(texts, sentence_spec, cache=cache, yield_core=yield_core)
         return 0
-    from tasks.models.loaders import load_sentence_encoder
 
     keys = [token_key(token_spec, layer) for layer in layers]  # type: ignore[arg-type]
     s_key = sentence_key(sentence_spec)  # type: ignore[arg-type]

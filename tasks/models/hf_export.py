@@ -45,7 +45,7 @@ def export_hf_folder(spec: ModelSpec, out_dir: str | Path, *, dtype: str = "floa
         raise ModelUnavailable(f"model for role '{spec.role}': {spec.name} is a {spec.kind} model; "
                                f"only causal LMs can be exported for an OpenAI-compatible server")
     if spec.kind == "gguf-causal-lm" and dtype == "float32":
-        from tasks.models.loaders import gguf_export
+        from tasks.models.loaders import gguf_export  # deferred: loaders imports this module at its top
 
         cached = gguf_export(spec)
         with _folder_written(out) as tmp:
@@ -76,6 +76,7 @@ def write_export(spec: ModelSpec, out: Path, *, dtype: str = "float32") -> Path:
     import torch
     from transformers import AutoModelForCausalLM
 
+    # deferred: looked up at call time, so a replaced loader is the one used
     from tasks.models.loaders import load_causal_lm, load_gguf_causal_lm
 
     tokenizer, loaded = load_gguf_causal_lm(spec) if spec.kind == "gguf-causal-lm" else load_causal_lm(spec)

@@ -410,6 +410,7 @@ class TransformersBackend(LLMBackend):
 
     def load(self) -> None:
         """Load the model now (otherwise on the first request)."""
+        # deferred: looked up at call time, so a replaced loader is the one used
         from tasks.models.loaders import load_causal_lm
 
         load_causal_lm(self.spec)
@@ -455,6 +456,7 @@ class TransformersBackend(LLMBackend):
         request, in request order."""
         import torch
 
+        # deferred: looked up at call time, so a replaced loader is the one used
         from tasks.models.loaders import load_causal_lm
 
         if self.num_threads:

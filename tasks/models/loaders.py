@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from tasks.errors import ModelUnavailable
-from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec
+from tasks.models.hf_export import export_complete, write_export
+from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec, model_id
+from tasks.settings import get_settings
 
 # spaCy components kept for POS: the tagger writes token.tag_ (fine-grained), the attribute_ruler maps tags
 # to token.pos_ (UPOS), and tok2vec is the shared layer the small pipelines' tagger listens to.
@@ -163,9 +165,6 @@ def gguf_export_folder(spec: ModelSpec) -> Path:
     or ``..``)."""
     import hashlib
 
-    from tasks.models.registry import model_id
-    from tasks.settings import get_settings
-
     gguf = Path(spec.path) / (spec.gguf_file or "")
     try:
         stat = gguf.stat()
@@ -180,8 +179,6 @@ def gguf_export(spec: ModelSpec) -> Path:
     weights, the same numbers) in ``<cache_dir>/models``, written once per GGUF file (its path, size and
     time) under a file lock, so processes side by side export it once; later loads read safetensors."""
     import fcntl
-
-    from tasks.models.hf_export import export_complete, write_export
 
     folder = gguf_export_folder(spec)
     if export_complete(folder, spec):

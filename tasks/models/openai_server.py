@@ -21,7 +21,9 @@ import uuid
 from concurrent.futures import Future
 from typing import Any
 
+from tasks.models.hf_export import export_hf_folder
 from tasks.models.llm import ChatRequest, ChatResult, TransformersBackend
+from tasks.models.registry import resolve_model
 
 
 class Batcher:
@@ -137,12 +139,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     import uvicorn
 
-    from tasks.models.registry import resolve_model
-
     spec = resolve_model("llm", args.model)
     if args.export_dir and spec.kind == "gguf-causal-lm":
-        from tasks.models.hf_export import export_hf_folder
-
         folder = export_hf_folder(spec, args.export_dir)
         spec = resolve_model("llm", str(folder))
     backend = TransformersBackend(spec, batch_size=args.max_batch, num_threads=args.threads)

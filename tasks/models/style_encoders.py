@@ -31,6 +31,7 @@ import numpy as np
 
 from tasks.errors import ModelUnavailable
 from tasks.models.embeddings import EmbeddingCache, sentence_embeddings, text_sha
+from tasks.models.loaders import device, load_pos_tagger
 from tasks.models.registry import ModelSpec, model_id, resolve_model
 from tasks.parallel import resource_lock
 
@@ -45,8 +46,6 @@ _POS_BATCH = 256
 def resolve_tagger(tagger: Any = None) -> tuple[Any, str]:
     """(spaCy pipeline, model id) from None (the pos_tagger role's default), a ModelSpec, a name/path, or
     an already loaded spaCy ``Language``."""
-    from tasks.models.loaders import load_pos_tagger
-
     if tagger is None or isinstance(tagger, str):
         tagger = resolve_model("pos_tagger", tagger)
     if isinstance(tagger, ModelSpec):
@@ -431,8 +430,6 @@ class IdiolectEncoder:
             return self._loaded
         import torch
         from transformers import AutoConfig, AutoTokenizer
-
-        from tasks.models.loaders import device
 
         try:
             config = AutoConfig.from_pretrained(str(self.backbone), local_files_only=True)

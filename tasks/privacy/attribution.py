@@ -30,6 +30,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 
+from tasks.errors import InputError
 from tasks.intervals import N_RESAMPLES, bootstrap, residual_risk, wilson
 
 Setting = Literal["full", "disjoint"]
@@ -175,8 +176,6 @@ def attack_summary(attack: str, setting: Setting, summary: dict[str, Any], param
 
 def check_timelines(synthetic: pd.DataFrame) -> None:
     """InputError unless the synthetic table has group_id, author_id and text and one author per timeline."""
-    from tasks.errors import InputError
-
     for col in ("group_id", "author_id", "text"):
         if col not in synthetic.columns:
             raise InputError("synthetic data lacks required column", column=col)
@@ -201,7 +200,5 @@ def held_out_doc_ids(synthetic: pd.DataFrame, setting: Setting) -> frozenset[str
     if check_setting(setting) == "full":
         return None
     if "doc_id" not in synthetic.columns:
-        from tasks.errors import InputError
-
         raise InputError("the disjoint setting needs the source doc_id of every synthetic post", column="doc_id")
     return frozenset(synthetic["doc_id"].dropna().astype(str))

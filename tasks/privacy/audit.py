@@ -24,10 +24,10 @@ import pandas as pd
 from tasks.corpus.schema import STATUS_OK, attr_columns
 from tasks.errors import InputError
 from tasks.intervals import N_RESAMPLES, Residual, wilson
-from tasks.metrics.base import make_signature
 from tasks.privacy.membership import membership_audit
 from tasks.privacy.profiling import profile_attribute
 from tasks.scores import ORIGINAL, SCORES, score_frame, variant_epsilons
+from tasks.signatures import make_signature
 
 
 @dataclass(frozen=True)

@@ -67,33 +67,40 @@ import pyarrow.parquet as pq
 import scipy.sparse as sp
 
 from tasks.limits import MAX_DOCS, MAX_SEED, check_range
-from tasks.metrics.base import make_signature
 from tasks.privacy.attribution import (
     Setting,
     attack_summary,
     attribute_scores,
     check_timelines,
+    held_out_doc_ids,
     timeline_codes,
 )
+from tasks.privacy.evidence import carried_by
 from tasks.privacy.reidentify import HistorySource, ReidResult
 from tasks.privacy.stylometric import (
+    EVIDENCE_COLUMNS,
     HistoryProfiles,
     StyloParams,
     _distinct_buckets,
     _doc_ngrams,
     _exact_counts,
+    _sketch_df,
     _smooth_idf,
     _sublinear_rows,
+    _threads,
     _views,
     author_batches,
     author_codes,
     character_classes,
+    df_stride,
     estimated_idf,
     history_rows,
+    ngram_names,
     normalize_texts,
     similarity,
     timeline_profiles,
 )
+from tasks.signatures import make_signature
 
 Mode = Literal["auto", "exact", "two_stage"]
 #: Below every re-ranked candidate (whose scores are >= 0): the stage-1 cosine (in [-1, 1]) minus this.
@@ -301,6 +308,7 @@ _EXACT_CODE = ("tasks/privacy/classifier.py", "tasks/privacy/stylometric.py")
 def exact_model_key(histories: str, params: ClassifierParams, held_out: frozenset[str] | None) -> str:
     """The name of a fitted model in the cache: the history file's contents, every parameter, the held-out
     documents and the code that fits it."""
+    # deferred: loads fsspec only when this runs
     from tasks.store import code_version, fingerprint_config, fingerprint_file
 
     held = sorted(held_out) if held_out is not None else None
@@ -365,16 +373,13 @@ def exact_evidence(model: ExactModel, timelines: pd.DataFrame, top: int = 20,
     :func:`exact_scores` scores it (its posts joined) and ``w`` that author's one-vs-rest weights: the features
     that most pull the SVM towards the true author, which a protect move masks. Only contributions > 0 (so
     features the timeline holds, x_f > 0), largest first, ties by the reference vectorizer's feature order, and
-    only those :func:`tasks.protect.moves.carried_by` finds in the timeline's posts as written: a move cannot
+    only those :func:`tasks.privacy.evidence.carried_by` finds in the timeline's posts as written: a move cannot
     mask the others (an n-gram under two non-space characters such as ``"I "``, a word bigram scikit-learn's
     tokens join across a comma or a one-letter word). Each is named as the first of the timeline's posts that
     holds it writes it (with ``lowercase`` its capitals kept, so a case-sensitive
     :func:`tasks.protect.moves.mask_evidence` finds it there); a key whose name the analyzer writes otherwise is
     left out. A timeline whose author the model lacks, or outside ``authors`` where given,
     gets no rows. Columns :data:`tasks.privacy.stylometric.EVIDENCE_COLUMNS`."""
-    from tasks.privacy.stylometric import EVIDENCE_COLUMNS, ngram_names
-    from tasks.protect.moves import carried_by
-
     if timelines.empty or top < 1 or len(model.authors) == 0:
         return pd.DataFrame(columns=EVIDENCE_COLUMNS)
     params = model.params
@@ -454,6 +459,7 @@ class TwoStageSide:
 def stage1_profiles(histories: HistorySource, held_out: frozenset[str] | None) -> HistoryProfiles:
     """The stylometric attack's default profiles of these histories, from its per-process memo (imported
     late: the attack registry imports this module's registration)."""
+    # deferred: loads fsspec only when this runs
     from tasks.privacy.attacks.stylometric import StylometricAttack
 
     setting: Setting = "full" if held_out is None else "disjoint"
@@ -464,8 +470,6 @@ def prepare_two_stage(histories: HistorySource, params: ClassifierParams, held_o
                       chunk_rows: int = 1_000_000) -> TwoStageSide:
     """Stage 1's profiles and the re-ranker's IDF (one pass: the document frequencies of a hashed sample of
     about ``df_sample`` posts, as the stylometric sketch estimates them)."""
-    from tasks.privacy.stylometric import _sketch_df, df_stride
-
     stage1 = stage1_profiles(histories, held_out)
     stylo = params.stylo
     df, n_posts, n_sampled, _ = _sketch_df(histories, stylo, chunk_rows, held_out,
@@ -755,8 +759,6 @@ def top_candidates(scores: np.ndarray, k: int) -> np.ndarray:
 def two_stage_scores(side: TwoStageSide, synthetic: pd.DataFrame, chunk_rows: int = 1_000_000
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
     """(timelines x authors scores, timeline ids, true authors, posts per timeline, stage figures)."""
-    from tasks.privacy.stylometric import _threads
-
     params = side.params
     profiles, groups, true_author, n_posts = timeline_profiles(side.stage1, synthetic)
     first = similarity(profiles, side.stage1)
@@ -824,7 +826,5 @@ def reidentify_classifier(histories: HistorySource, synthetic: pd.DataFrame,
                           params: ClassifierParams = ClassifierParams(), *, setting: Setting = "full",
                           chunk_rows: int = 1_000_000) -> ReidResult:
     """Fit on the histories (without the synthetic posts' sources in ``disjoint``) and attack."""
-    from tasks.privacy.attribution import held_out_doc_ids
-
     side = fit_classifier(histories, params, held_out_doc_ids(synthetic, setting), chunk_rows)
     return classifier_attack(side, synthetic, setting, chunk_rows)

@@ -45,7 +45,6 @@ import pyarrow.compute as pc
 from scipy.spatial.distance import cdist
 
 from tasks.limits import MAX_MFW, check_range
-from tasks.metrics.base import make_signature
 from tasks.privacy.attribution import (
     Setting,
     attack_summary,
@@ -55,6 +54,7 @@ from tasks.privacy.attribution import (
 )
 from tasks.privacy.reidentify import HistorySource, ReidResult
 from tasks.privacy.stylometric import author_batches, author_codes, normalize_texts, ordered_authors
+from tasks.signatures import make_signature
 
 Variant = Literal["cosine", "classic"]
 T = TypeVar("T")

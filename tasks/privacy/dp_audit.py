@@ -46,6 +46,10 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import ConfigError
+from tasks.generate import available_strategies, build_strategy, validate_params
+from tasks.generate.base import strategy_class
+from tasks.models.loaders import load_token_encoder
+from tasks.models.registry import resolve_model
 
 #: Float slack when comparing a measured loss with its bound (float32 logits, float64 softmax).
 TOLERANCE = 1e-6
@@ -76,7 +80,7 @@ def no_mechanism(strategy: str) -> ConfigError:
 
 def has_mechanism(name: str) -> bool:
     """Whether registered strategy ``name`` releases through a DP mechanism this audit can check."""
-    from tasks.generate.base import strategy_class
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.generate.dp import DPStrategy
 
     return issubclass(strategy_class(name), DPStrategy)
@@ -157,7 +161,10 @@ def audit_dp_prompt(strategy: Any, corpus: pd.DataFrame, *, neighbours: int = 3,
     """The DP-Prompt audit of a built ``dp`` strategy on ``corpus`` (doc_id, text): one row per document
     (:data:`DP_PROMPT_COLUMNS`). ``seed`` is the generation seed (the outputs audited are those ``generate``
     emits with it) and draws the neighbours; ``distribution`` replaces the mechanism's (to plant a broken one)."""
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.generate.dp import dp_prompt_distribution, dp_prompt_sample
+
+    # deferred: looked up at call time, so a replaced loader is the one used
     from tasks.models.loaders import load_causal_lm
 
     p = strategy.params
@@ -273,6 +280,7 @@ def distinguishing_game(x: Any, x_prime: Any, *, params: Any, trials: int, seed:
     threshold is chosen on the first half, its error rates and the epsilon lower bound measured on the second."""
     import torch
 
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.generate.dp import clip_representation
 
     gen = torch.Generator().manual_seed(seed)
@@ -300,9 +308,6 @@ def encoder_representations(texts: Sequence[str], n: int) -> tuple[list[Any], li
     releases them), and whether each text has any token."""
     import torch
 
-    from tasks.models.loaders import load_token_encoder
-    from tasks.models.registry import resolve_model
-
     tokenizer, model = load_token_encoder(resolve_model("token_encoder"))
     n = min(n, getattr(model.config, "max_position_embeddings", None) or n)
     reps, nonempty = [], []
@@ -319,6 +324,7 @@ def audit_dp_bart(params: Any, corpus: pd.DataFrame, *, neighbours: int = 3, tri
     """The DP-BART audit of validated ``dp`` params (method dp-bart) on ``corpus``: one game per document
     against the most distant of its neighbours (:data:`DP_BART_COLUMNS`); ``privatize`` replaces the
     mechanism (to plant a broken one)."""
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.generate.dp import clip_representation, privatize_representation
 
     privatize = privatize or privatize_representation
@@ -355,8 +361,6 @@ def audit_strategy(name: str, params: dict[str, Any], corpus: pd.DataFrame, *, n
                    trials: int = 1000, seed: int = 0) -> pd.DataFrame:
     """Audit strategy ``name`` with ``params`` on ``corpus``: DP-Prompt's exact losses or DP-BART's game.
     ConfigError for a strategy without a privacy mechanism or bad params (epsilon <= 0, not a number)."""
-    from tasks.generate import available_strategies, build_strategy, validate_params
-
     if name not in available_strategies():
         validate_params(name, params, root="strategy")  # raises the unknown-strategy error, with the list
     if not has_mechanism(name):

@@ -17,9 +17,10 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import InputError
-from tasks.metrics.base import make_signature
+from tasks.models.registry import model_id, resolve_model
 from tasks.privacy.attribution import Setting, attribute_scores, held_out_doc_ids, timeline_codes
 from tasks.privacy.reidentify import HistorySource, ReidResult, text_batches
+from tasks.signatures import make_signature
 
 
 def _mean_unit(vectors: np.ndarray, owner: np.ndarray, n_owners: int) -> np.ndarray:
@@ -43,8 +44,6 @@ class EmbeddingProfiles:
 
 def embedding_signature(model: str | None) -> str:
     """The attack's signature: the encoder, mean profiles, cosine."""
-    from tasks.models.registry import model_id, resolve_model
-
     return make_signature("reid_embedding", model=model_id(resolve_model("sentence_encoder", model)), profile="mean",
                           sim="cosine")
 
@@ -52,8 +51,8 @@ def embedding_signature(model: str | None) -> str:
 def profile_histories(histories: HistorySource, *, model: str | None = None, held_out: frozenset[str] | None = None,
                       cache: Any = None, chunk_rows: int = 100_000) -> EmbeddingProfiles:
     """Each history author's unit mean embedding, without the ``held_out`` documents."""
+    # deferred: loads fsspec, sqlite3 only when this runs
     from tasks.models.embeddings import sentence_embeddings
-    from tasks.models.registry import resolve_model
 
     spec = resolve_model("sentence_encoder", model)
     frames = [b.to_pandas() for b in text_batches(histories, chunk_rows, held_out)]
@@ -68,8 +67,8 @@ def profile_histories(histories: HistorySource, *, model: str | None = None, hel
 def embedding_attack(profiles: EmbeddingProfiles, synthetic: pd.DataFrame, setting: Setting = "full", *,
                      cache: Any = None) -> ReidResult:
     """Attribute each synthetic timeline to the history author with the closest mean embedding."""
+    # deferred: loads fsspec, sqlite3 only when this runs
     from tasks.models.embeddings import sentence_embeddings
-    from tasks.models.registry import resolve_model
 
     for col in ("group_id", "author_id", "text"):
         if col not in synthetic.columns:

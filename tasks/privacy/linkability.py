@@ -144,6 +144,7 @@ def _history_texts(histories: str | Path, rng: np.random.Generator) -> list[str]
 def _style_vectorizer(fit_on: Sequence[str]) -> Any:
     """The stylometric attack's TF-IDF (:func:`~tasks.privacy.stylometric.reference_vectorizer`) fitted on
     ``fit_on``."""
+    # deferred: loads llvmlite, numba, pyarrow, yaml only when this runs
     from tasks.privacy.stylometric import StyloParams, reference_vectorizer
 
     return reference_vectorizer(StyloParams()).fit(list(fit_on))

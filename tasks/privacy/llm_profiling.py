@@ -38,9 +38,9 @@ import pandas as pd
 
 from tasks.corpus.schema import ATTR_PREFIX, attr_columns
 from tasks.errors import ConfigError, InputError
-from tasks.metrics.base import make_signature
 from tasks.models.llm import ChatRequest, ChatResult, LLMBackend
 from tasks.scores import ORIGINAL
+from tasks.signatures import make_signature
 
 #: System message of A.5 (the ``<<SYS>>`` block; the chat template of the served model adds its own markup,
 #: e.g. Mixtral's/LLaMA's ``[INST]``).

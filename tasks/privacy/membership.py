@@ -29,6 +29,7 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.errors import InputError
+from tasks.models.registry import resolve_model
 
 _CHUNK = 2048  # candidate rows per similarity block (bounds memory to CHUNK x n_synthetic floats)
 
@@ -60,8 +61,8 @@ def _vectors(candidates: list[str], synthetic: list[str], embed: str, spec: Any,
 
         vec = TfidfVectorizer(analyzer="char", ngram_range=(3, 3), lowercase=True).fit(candidates + synthetic)
         return vec.transform(candidates), vec.transform(synthetic)  # TfidfVectorizer rows are L2-normed
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.models.embeddings import sentence_embeddings
-    from tasks.models.registry import resolve_model
 
     spec = spec or resolve_model("sentence_encoder")
     both = sentence_embeddings(candidates + synthetic, spec, cache).astype(np.float64)

@@ -50,6 +50,7 @@ import pyarrow.parquet as pq
 
 from tasks.errors import InputError
 from tasks.limits import MAX_HASHES, MAX_NGRAM, MAX_SEED, check_range
+from tasks.parallel import map_shards
 from tasks.privacy.attribution import (
     Setting,
     attribution_summary,
@@ -561,8 +562,6 @@ def reidentify_dask(client: Any, history_shards: Sequence[HistorySource], synthe
     """Scale out: each history shard (parquet path or DataFrame; signature artifacts with ``signed``) is
     signed and probed on a worker against the broadcast synthetic index; the per-shard unique
     (post, author) vote tables are unioned, so the result equals :func:`reidentify` on the concatenation."""
-    from tasks.parallel import map_shards
-
     if signed and history_shards:
         params, _ = signed_params(history_shards[0])
     else:

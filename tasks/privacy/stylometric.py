@@ -87,7 +87,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from tasks.limits import MAX_DOCS, MAX_NGRAM, MAX_SEED, check_range
-from tasks.metrics.base import make_signature
+from tasks.parallel import map_shards
 from tasks.privacy.attribution import (
     Setting,
     attack_summary,
@@ -96,8 +96,9 @@ from tasks.privacy.attribution import (
     held_out_doc_ids,
     timeline_codes,
 )
-from tasks.privacy.minhash import fmix64, utf8_at
+from tasks.privacy.minhash import _arrow_views, fmix64, utf8_at
 from tasks.privacy.reidentify import HistorySource, ReidResult, history_rows, text_batches
+from tasks.signatures import make_signature
 
 Mode = Literal["auto", "text", "exact", "sketch"]
 _WORD, _SPACE = 1, 2  # character_classes() flags
@@ -517,8 +518,6 @@ def normalize_texts(texts: pa.Array | pa.ChunkedArray, lowercase: bool) -> pa.Ar
 
 
 def _views(texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    from tasks.privacy.minhash import _arrow_views
-
     return _arrow_views(texts)
 
 
@@ -877,8 +876,6 @@ def profile_histories_dask(client: Any, shards: Sequence[HistorySource], params:
     """:func:`profile_histories` (sketch mode) with the history shards on Dask workers: per-shard
     document frequencies and author sets are summed, then per-shard author sketches are summed by
     author; equal to the single-process result up to float32 summation order."""
-    from tasks.parallel import map_shards
-
     if params.mode not in ("sketch", "auto"):
         raise ValueError("the Dask path profiles in sketch mode (auto: sharded histories are large)")
     stride = df_stride(sum(history_rows(shard) for shard in shards), params)  # one sample across shards
@@ -1137,6 +1134,7 @@ def _evidence_memo() -> Any:
     """The evidence profiles fitted per (history file, parameters, fitted authors, held-out documents), the
     last two kept: a :class:`tasks.privacy.attacks.HistoryMemo` (imported late: the attack registry imports
     this module)."""
+    # deferred: loads fsspec only when this runs
     from tasks.privacy.attacks import HistoryMemo
 
     return HistoryMemo()

@@ -24,8 +24,11 @@ from tasks.budgets import worst_index
 from tasks.corpus.schema import ATTR_PREFIX, attr_columns
 from tasks.errors import InputError
 from tasks.intervals import wilson
+from tasks.privacy.attribution import attribution_summary
+from tasks.privacy.profiling import advantage, author_units, evidence_words, relabelled
 from tasks.protect.files import PROFILING_ATTACK
 from tasks.store import fingerprint_config
+from tasks.training.classifiers import LinearTextClassifier, TrainingDataError
 
 #: The columns of the per-timeline attack rows every role writes (profiling rows add y_true, y_pred).
 ATTACK_ROW_COLUMNS = ["group_id", "author_id", "correct", "in_top10", "reciprocal_rank", "in_history"]
@@ -33,6 +36,7 @@ ATTACK_ROW_COLUMNS = ["group_id", "author_id", "correct", "in_top10", "reciproca
 
 def no_evidence() -> pd.DataFrame:
     """An empty evidence frame (:data:`tasks.privacy.stylometric.EVIDENCE_COLUMNS`; imported late: numba)."""
+    # deferred: loads llvmlite, numba, yaml only when this runs
     from tasks.privacy.stylometric import EVIDENCE_COLUMNS
 
     return pd.DataFrame(columns=EVIDENCE_COLUMNS)
@@ -61,6 +65,7 @@ class Attackers:
     in process memory by the attacks themselves) and run on changed timelines only."""
 
     def __init__(self, specs: Sequence[RoleSpec], corpus_docs: frozenset[str], cache: Path) -> None:
+        # deferred: loads llvmlite, numba, yaml only when this runs
         from tasks.privacy.attacks import build_attack
 
         self.entries: list[_Attacker] = []
@@ -131,9 +136,6 @@ class Profilers:
                  corpus: pd.DataFrame, seed: int) -> None:
         import pyarrow.parquet as pq
 
-        from tasks.privacy.profiling import author_units
-        from tasks.training.classifiers import LinearTextClassifier, TrainingDataError
-
         columns = attr_columns(corpus)
         self.labels = {col: author_units(corpus, col).set_index("unit")["y"].astype(str) for col in columns}
         corpus_docs = corpus["doc_id"].astype(str)
@@ -175,8 +177,6 @@ class Profilers:
     def evidence(self, timelines: pd.DataFrame, top: int) -> pd.DataFrame:
         """For each timeline whose attribute a feedback classifier infers, the words in it that pull that
         classifier towards the true value (seed 004, appendix B), strongest first."""
-        from tasks.privacy.profiling import evidence_words
-
         units = timeline_units(timelines)
         frames = []
         for e in self.entries:
@@ -201,8 +201,6 @@ def _profiling_summary(part: pd.DataFrame) -> dict[str, Any]:
     class's rate, and the advantage over it with its interval, of its predictions as an attacker who knows how
     the kept timelines were selected would read them (:func:`tasks.privacy.profiling.relabelled`: leaving out
     the timelines a feedback classifier got right would otherwise make a correlated judge look blind)."""
-    from tasks.privacy.profiling import advantage, relabelled
-
     y, pred = part["y_true"].to_numpy(str), part["y_pred"].to_numpy(str)
     n, k = len(part), int((y == pred).sum())
     low, high = wilson(k, n)
@@ -217,8 +215,6 @@ def _profiling_summary(part: pd.DataFrame) -> dict[str, Any]:
 def summaries(attacks: pd.DataFrame, keep: set[str] | None = None) -> list[dict[str, Any]]:
     """One summary per (role, attack, adversary) over the timelines kept: accuracy@1/@10 with intervals and n
     (profiling classifiers: :func:`_profiling_summary`)."""
-    from tasks.privacy.attribution import attribution_summary
-
     out = []
     if attacks.empty:
         return out

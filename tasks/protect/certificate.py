@@ -24,7 +24,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.corpus.importers import write_parquet_atomic
 from tasks.privacy.attacks import AttackPlan
+from tasks.privacy.audit import attack_timelines
 from tasks.protect.attackers import (
     Attackers,
     Profilers,
@@ -67,8 +69,6 @@ class Certificate:
 
 def kept_timelines(table: pd.DataFrame, timeline_posts: int | None) -> pd.DataFrame:
     """What the output exposes to an attack: its kept documents as timelines (an author's documents in one group)."""
-    from tasks.privacy.audit import attack_timelines
-
     return attack_timelines(table, timeline_posts)
 
 
@@ -94,7 +94,6 @@ def certify(table: pd.DataFrame, *, histories: str, plan: AttackPlan, params: Ma
         frames = [Attackers([RoleSpec(ROLE, specs, histories, adversaries)], corpus_docs, cache).run(timelines)]
         if profiling is not None:
             frames.append(Profilers({ROLE: (histories, profiling)}, adversaries, corpus, seed).run(timelines))
-        from tasks.corpus.importers import write_parquet_atomic
 
         attacks = attack_rows(frames)
         cache.mkdir(parents=True, exist_ok=True)

@@ -1,16 +1,21 @@
 """The files one protect run writes beside its output ``P.parquet``: the rounds table, the failures, the
-summary. Every reader and writer takes the names from here."""
+summary, the frontier. Every reader and writer takes the names from here; the report reads protect's outputs
+through this module only (it imports nothing else of protect)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import NamedTuple
 
+import pandas as pd
+
 #: Columns the protected table adds to the synthetic table's schema (``verbatim``: the document holds a run of its
 #: source's characters, :mod:`tasks.metrics.verbatim`; ``release`` leaves such documents out).
 ROUND_COLUMN, MOVE_COLUMN, VERBATIM_COLUMN = "round", "move", "verbatim"
-#: The ``strategy`` label of protected rows (the report and ``release`` name the output by it).
-PROTECT_LABEL = "protect"
+#: The source a protect round's output depends on (a change recomputes the rounds; the flow's cache key of the
+#: protect stage reads it too).
+ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/signatures.py",
+                               "tasks/models/pii.py", "tasks/metrics/meaning.py", "tasks/metrics/verbatim.py")
 ROUNDS_COLUMNS = ["round", "attack", "adversary", "role", "accuracy_at_1", "accuracy_at_1_ci_low",
                   "accuracy_at_1_ci_high", "accuracy_at_10", "n_timelines", "chance", "residual_risk",
                   "residual_risk_ci_low", "residual_risk_ci_high", "meaning", "documents_rewritten", "seconds"]
@@ -56,13 +61,28 @@ class ProtectPaths(NamedTuple):
     private: Path  # folder: the pseudonym mapping, never handed out
     frontier: Path
     frontier_plot: Path  # the frontier drawn (written when the run has several floors)
+    mapping: Path  # the pseudonym mapping, in ``private``
+
+
+def mapping_path(out: str | Path) -> Path:
+    """Where the pseudonym mapping of the output ``out`` (``P.parquet``) goes: ``private/P.pii_mapping.parquet``
+    beside it (it undoes the pseudonyms: never handed out). ``synthugc protect`` and ``synthugc pseudonymize``
+    both write it there."""
+    out = Path(out)
+    return out.parent / "private" / f"{out.name.removesuffix('.parquet')}.pii_mapping.parquet"
 
 
 def protect_paths(out: str | Path) -> ProtectPaths:
     """The files of the protect output ``out`` (``P.parquet`` -> ``P.rounds.parquet``, ``P.failures.parquet``,
-    ``P.protect.json``, ``private/``, ``P.frontier.parquet``, ``P.frontier.png``)."""
+    ``P.protect.json``, ``private/``, ``P.frontier.parquet``, ``P.frontier.png``, :func:`mapping_path`)."""
     out = Path(out)
     stem = out.name.removesuffix(".parquet")
     return ProtectPaths(out, out.with_name(f"{stem}.rounds.parquet"), out.with_name(f"{stem}.failures.parquet"),
-                        out.with_name(f"{stem}.protect.json"), out.parent / "private",
-                        out.with_name(f"{stem}.frontier.parquet"), out.with_name(f"{stem}.frontier.png"))
+                        out.with_name(f"{stem}.protect.json"), mapping_path(out).parent,
+                        out.with_name(f"{stem}.frontier.parquet"), out.with_name(f"{stem}.frontier.png"),
+                        mapping_path(out))
+
+
+def frontier_points(table: pd.DataFrame) -> pd.DataFrame:
+    """One row per point of a frontier table, highest floor first."""
+    return table.drop_duplicates("floor").sort_values("floor", ascending=False, kind="stable").reset_index(drop=True)

@@ -18,8 +18,9 @@ import numpy as np
 import pandas as pd
 
 from tasks.budgets import number
-from tasks.protect.files import CURVE_COLUMNS, FRONTIER_COLUMNS
+from tasks.protect.files import CURVE_COLUMNS, FRONTIER_COLUMNS, frontier_points
 from tasks.protect.settings import ProtectSettings
+from tasks.training.utility import run_post_utility
 
 #: The utility figures of a point: macro-F1 on the real test rows of a model trained on the point's kept rows
 #: (substitution), on the real training rows plus them (augmentation), and on the real training rows (real).
@@ -52,8 +53,6 @@ def point_utility(corpus: pd.DataFrame, table: pd.DataFrame, *, seed: int = 0) -
     """What a point is still good for: macro-F1 on the corpus's labelled real test rows of the linear utility model
     (C chosen on the validation rows) trained on the point's kept train rows, on the real train rows plus them, and
     on the real train rows alone; ``reason`` instead where the corpus has no labelled train and test rows."""
-    from tasks.training.utility import run_post_utility
-
     empty: dict[str, Any] = {k: None for k in UTILITY_KEYS}
     if not {"label", "split"} <= set(corpus.columns):
         return {**empty, "reason": "the corpus has no label or split column"}
@@ -106,11 +105,6 @@ def frontier_table(summaries: Sequence[Mapping[str, Any]], chosen: int, settings
                          "n_timelines": int(c.get("n_timelines") or 0)})
     table = pd.DataFrame(rows, columns=list(FRONTIER_COLUMNS))
     return table, monotone_notes(table)
-
-
-def frontier_points(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per point of a frontier table, highest floor first."""
-    return table.drop_duplicates("floor").sort_values("floor", ascending=False, kind="stable").reset_index(drop=True)
 
 
 def monotone_notes(table: pd.DataFrame) -> list[str]:

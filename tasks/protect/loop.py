@@ -53,9 +53,27 @@ import pandas as pd
 import pyarrow as pa
 
 from tasks.budgets import Bound, decide_all
-from tasks.corpus.schema import ATTR_PREFIX, CARRIED_COLUMNS, STATUS_OK, SYNTHETIC_COLUMNS, attr_columns
+from tasks.corpus.importers import write_parquet_atomic
+from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK, attr_columns
 from tasks.errors import ConfigError, InputError
-from tasks.privacy.attacks import AttackPlan, forget_histories
+from tasks.generate.base import (
+    DEFAULT_VARIANT,
+    build_strategy,
+    generate_synthetic,
+    is_unchanged,
+    synthetic_table,
+)
+from tasks.generate.pseudonymize import pseudonymize_corpus
+from tasks.intervals import bootstrap
+from tasks.layout import PROTECT_LABEL
+from tasks.metrics.verbatim import verbatim_flags
+from tasks.models.pii import PiiDetector
+from tasks.privacy.attacks import AttackPlan, forget_histories, gpu_present
+from tasks.privacy.audit import attack_timelines
+from tasks.privacy.evidence import carried_by
+from tasks.privacy.history_split import split_histories_by_author
+from tasks.privacy.linkability import same_author_auc
+from tasks.privacy.reidentify import history_rows
 from tasks.protect.attackers import (
     Attackers,
     Profilers,
@@ -67,34 +85,34 @@ from tasks.protect.attackers import (
     summaries,
     worst,
 )
+from tasks.protect.certificate import certify
 from tasks.protect.files import (
     MOVE_COLUMN,
     PROFILING_ATTACK,
-    PROTECT_LABEL,
     PROTECT_SUMMARY_KEYS,
+    ROUND_CODE,
     ROUND_COLUMN,
     ROUNDS_COLUMNS,
     VERBATIM_COLUMN,
 )
+from tasks.protect.frontier import choose_point, frontier_figure, frontier_table, point_utility
+from tasks.protect.generalize import Surrogates, generalize
 from tasks.protect.moves import (
     GENERALIZE,
     LLM_ANONYMIZE,
     MASK_EVIDENCE,
     PSEUDONYMIZE,
     Move,
-    carried_by,
     llm_anonymize,
     mask_evidence,
 )
 from tasks.protect.settings import ProtectSettings
+from tasks.signatures import make_signature
 from tasks.store import code_version, fingerprint_config, tool_version
 
 #: Column of the protected table flagging documents kept although they failed (``on_fail: keep``).
 FAILED_FLAG = "protect_failed"
 MEANING_COLUMN = "meaning"
-#: The source a round's output depends on (a change recomputes the rounds).
-ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/metrics/meaning.py",
-                               "tasks/metrics/verbatim.py")
 #: Judge and feedback accuracies further apart than this are said in the summary (overfitting to feedback).
 DISAGREEMENT = 0.2
 #: Documents whose meaning is scored at once: their token embeddings are held in memory meanwhile (round 0 scores
@@ -138,16 +156,12 @@ class Shared:
 
     def __post_init__(self) -> None:
         if self.surrogates is None:
-            from tasks.protect.generalize import Surrogates
-
             self.surrogates = Surrogates()
 
 
 # ----------------------------------------------------------------------------------------------- the loop
 
 def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | None) -> pd.DataFrame:
-    from tasks.privacy.audit import attack_timelines
-
     frame = corpus[["doc_id", "author_id"]].assign(
         text=texts.to_numpy(), status=STATUS_OK,
         group_id=corpus["group_id"] if "group_id" in corpus.columns else pd.NA)
@@ -187,8 +201,6 @@ class _Protector:
     def halves(self) -> dict[str, str]:
         """The feedback and judge halves of the histories (split once, kept beside the rounds)."""
         if self._halves is None:
-            from tasks.privacy.history_split import split_histories_by_author
-
             halves_dir = self.folder.parent / "histories"
             halves_dir.mkdir(parents=True, exist_ok=True)
             stem = f"{self.histories_fingerprint[:16]}-{self.settings.seed}"  # the caller's: not hashed again
@@ -242,19 +254,18 @@ class _Protector:
 
     def verbatim_flags(self, idx: np.ndarray, texts: Sequence[str]) -> np.ndarray:
         """Per document ``idx``, whether ``texts`` holds a run of its source (:mod:`tasks.metrics.verbatim`)."""
-        from tasks.metrics.verbatim import verbatim_flags
-
         return verbatim_flags(self.sources.iloc[idx].tolist(), list(texts), min_chars=self.settings.verbatim_chars)
 
     def detector(self) -> Any:
         if self._detector is None:
-            from tasks.privacy.pii import PiiDetector
-
             self._detector = PiiDetector()
         return self._detector
 
     def meaning(self, candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
+        # deferred: loads sqlite3 only when this runs
         from tasks.metrics.meaning import bertscore
+
+        # deferred: loads sqlite3 only when this runs
         from tasks.models.embeddings import EmbeddingCache
 
         out = np.ones(len(candidates))  # a text equal to its source keeps all of its meaning
@@ -274,6 +285,7 @@ class _Protector:
 
     def leaks(self, idx: np.ndarray, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(source PII spans, spans still in the text) per document."""
+        # deferred: loads sqlite3 only when this runs
         from tasks.metrics.pii import pii_counts
 
         if not self.pii or not len(idx):
@@ -308,7 +320,6 @@ class _Protector:
                 fresh = self._apply_now(move, rows.iloc[todo], [features[i] for i in todo], round_)
                 done.update({keys[i]: o for i, o in zip(todo, fresh, strict=True)})
             out = [done[k] for k in keys]
-        from tasks.generate.base import is_unchanged
 
         return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) else None
                 for o, t in zip(out, rows["text"].astype(str), strict=True)]
@@ -317,8 +328,6 @@ class _Protector:
                    round_: int) -> list[str | None]:
         """The move run on ``rows`` (their current texts), each with its timeline's evidence ``features``."""
         if move.name == PSEUDONYMIZE:
-            from tasks.generate.pseudonymize import pseudonymize_corpus
-
             replaced, mapping = pseudonymize_corpus(rows, scope=self.settings.pii_scope, seed=self.settings.seed,
                                                     detector=self.detector() if self.pii else None)
             self.mappings.append(mapping)
@@ -326,12 +335,11 @@ class _Protector:
         if move.name == MASK_EVIDENCE:
             return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
         if move.name == GENERALIZE:
-            from tasks.protect.generalize import generalize
-
             return generalize(rows["text"].astype(str).tolist(), rows["author_id"].astype(str).tolist(), features,
                               surrogates=self.shared.surrogates)
         if move.name == LLM_ANONYMIZE:
             if self._llm is None:
+                # deferred: loads sqlite3 only when this runs
                 from tasks.models.llm import llm_backend_for
 
                 self._llm = llm_backend_for("llm", dict(self.settings.llm))
@@ -340,7 +348,6 @@ class _Protector:
                              "(slower and weaker than a served model)")
             return llm_anonymize(rows["text"].astype(str).tolist(), features, self._llm,
                                  seed=self.settings.seed + round_)
-        from tasks.generate.base import build_strategy, generate_synthetic
 
         key = fingerprint_config(move.as_config())
         strategies = self.shared.strategies
@@ -419,7 +426,7 @@ class _Protector:
     def most_evidential(self, todo: np.ndarray, texts: pd.Series, evidence: pd.DataFrame,
                         leaking: np.ndarray) -> np.ndarray:
         """Of the documents ``todo``, per timeline the ``docs_per_round`` that carry the most of its evidence (the
-        sum of the contributions of the features they hold, :func:`tasks.protect.moves.carried_by`; a feature without
+        sum of the contributions of the features they hold, :func:`tasks.privacy.evidence.carried_by`; a feature without
         one, a profiling classifier's word, weighs 1), ties by position, none that carries nothing; every document
         a bound catches on its own (``leaking``: :meth:`must_move`) as well."""
         groups = self.doc_timeline.reindex(self.corpus["doc_id"].iloc[todo]).to_numpy()
@@ -507,8 +514,6 @@ class _Protector:
         return RoundState(k, pd.read_parquet(docs), pd.read_parquet(attacks), info["rewritten"], info["seconds"])
 
     def save(self, state: RoundState) -> None:
-        from tasks.corpus.importers import write_parquet_atomic
-
         docs, attacks, meta = self._paths(state.round)
         meta.parent.mkdir(parents=True, exist_ok=True)
         write_parquet_atomic(state.docs, docs)
@@ -639,10 +644,6 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
     that failed validation (:data:`tasks.corpus.schema.FAILURE_COLUMNS`), recorded among the failures so that every
     input row ends in the output or in a failure with its reason. ``gpu``: whether the GPU attacks can run at any
     size (default: whether CUDA is present)."""
-    from tasks.privacy.attacks import gpu_present
-    from tasks.privacy.reidentify import history_rows
-    from tasks.protect.frontier import choose_point, frontier_figure, frontier_table
-
     gpu = gpu_present() if gpu is None else gpu
     n_posts = history_rows(os.fspath(histories))
     settings, feedback_left_out = settings.runnable_feedback(n_posts, gpu)
@@ -738,11 +739,6 @@ def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettin
 def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any]], met_in_loop: bool, stop: str,
             key: str, strength: str | None, n_posts: int, gpu: bool,
             invalid: pd.DataFrame | None = None) -> ProtectResult:
-    from tasks.intervals import bootstrap
-    from tasks.metrics.base import make_signature
-    from tasks.protect.certificate import certify
-    from tasks.protect.frontier import point_utility
-
     settings, corpus = protector.settings, protector.corpus
     docs = state.docs
     still = np.zeros(len(corpus), bool)
@@ -788,7 +784,6 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     kept_key = {"table": pd.util.hash_pandas_object(table, index=False).sum().item(), "seed": settings.seed}
     linkability = None
     if settings.unit == "post":  # unlinked posts can be linked again by their style: how well, on what is kept
-        from tasks.privacy.linkability import same_author_auc
 
         linkability = _kept_in(protector.folder, "linkability", kept_key, lambda: _plain(same_author_auc(
             table["text"].astype(str).tolist(), table["author_id"].astype(str).tolist(), histories=protector.histories,
@@ -884,30 +879,16 @@ def _plain(values: Mapping[str, Any]) -> dict[str, Any]:
 def _protected_table(corpus: pd.DataFrame, docs: pd.DataFrame, kept: np.ndarray,
                      failed_flag: np.ndarray | None) -> pd.DataFrame:
     """The synthetic table's schema (one ok row per kept document) plus round, move, meaning and verbatim."""
-    from tasks.generate.base import is_unchanged
-
     rows = corpus[kept].reset_index(drop=True)
     d = docs[kept].reset_index(drop=True)
-    table = pd.DataFrame({"doc_id": rows["doc_id"].astype("string"),
-                          "strategy": pd.Series([PROTECT_LABEL] * len(rows), dtype="string"),
-                          "variant": pd.Series(["first"] * len(rows), dtype="string"),
-                          "text": d["text"].astype("string")})
-    for col in CARRIED_COLUMNS:
-        values = rows[col] if col in rows.columns else pd.Series([pd.NA] * len(rows))
-        table[col] = values.astype("Int64" if col == "position" else "string").to_numpy()
-    table["status"] = pd.Series([STATUS_OK] * len(rows), dtype="string")
-    table["reason"] = pd.Series([pd.NA] * len(rows), dtype="string")
-    table["unchanged"] = pd.Series([is_unchanged(s, t) for s, t in zip(rows["text"], d["text"], strict=True)],
-                                   dtype="boolean")
-    for col in attr_columns(rows):
-        table[col] = rows[col].astype("string").to_numpy()
+    texts = d["text"].tolist()
+    table = synthetic_table(rows, PROTECT_LABEL, [DEFAULT_VARIANT] * len(rows), texts, [None] * len(rows))
     table[ROUND_COLUMN] = d["round"].astype("Int64").to_numpy()
     table[MOVE_COLUMN] = d["move"].astype("string").to_numpy()
     table[MEANING_COLUMN] = d["meaning"].astype(float).to_numpy()
     table[VERBATIM_COLUMN] = pd.Series(d[VERBATIM_COLUMN].to_numpy(bool), dtype="boolean").to_numpy()
     if failed_flag is not None:
         table[FAILED_FLAG] = pd.Series(failed_flag[kept], dtype="boolean").to_numpy()
-    assert list(table.columns[:len(SYNTHETIC_COLUMNS)]) == list(SYNTHETIC_COLUMNS)
     return table
 
 

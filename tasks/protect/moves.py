@@ -24,9 +24,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from tasks.errors import ConfigError, shown
+from tasks.generate.base import available_strategies, validate_params
+from tasks.privacy.evidence import mark_run, word_ngram
 
 PSEUDONYMIZE, MASK_EVIDENCE, LLM_ANONYMIZE = "pseudonymize", "mask-evidence", "llm-anonymize"
 GENERALIZE = "generalize"
@@ -72,8 +72,6 @@ def default_ladder(llm_served: bool) -> tuple[Move, ...]:
 def parse_ladder(items: Iterable[str | Mapping[str, Any]], where: str) -> tuple[Move, ...]:
     """Moves from config/CLI items (a name, or ``{name, params}``); ConfigError naming ``where`` and the
     known moves for an unknown one, with the strategy's own validation of its parameters."""
-    from tasks.generate.base import available_strategies, validate_params
-
     known = [*OWN_MOVES, *available_strategies()]
     moves = []
     for i, item in enumerate(items):
@@ -109,49 +107,6 @@ def _words_containing(core: str, lowercase: bool) -> re.Pattern[str]:
     return re.compile(r"\S*" + re.escape(core) + r"\S*", flags)
 
 
-def _mark_run(core: str) -> bool:
-    """Whether an n-gram is a run of one sentence mark (``...``, ``!!``): any run of that mark is its evidence."""
-    return len(set(core)) == 1 and core[0] in ".!?"
-
-
-def _word_ngram(core: str, flags: int) -> re.Pattern[str]:
-    """A word n-gram as whole words, any whitespace between them."""
-    return re.compile(r"(?<!\w)" + r"\s+".join(map(re.escape, core.split())) + r"(?!\w)", flags)
-
-
-_APART = "\x00"  # joins the texts :func:`carried_by` scans (texts holding it are scanned one by one)
-
-
-def carried_by(texts: Sequence[str], feature: str, kind: str, *, lowercase: bool = False) -> np.ndarray:
-    """Which of ``texts`` hold the evidence ``feature`` where :func:`mask_evidence` acts on it: a word n-gram
-    as whole words, a run of one mark as any run of it, any other character n-gram as it is written (with
-    ``lowercase``, one without capitals in any case). One scan of the texts joined (a timeline's documents):
-    a protect round asks this for every caught document and every feature of its timeline."""
-    out = np.zeros(len(texts), bool)
-    core = feature.strip()
-    if len(core) < 2 or not len(texts):
-        return out
-    texts = list(texts)
-    if len(texts) > 1 and (_APART in core or any(_APART in t for t in texts)):  # a text holds the separator
-        return np.array([carried_by([t], feature, kind, lowercase=lowercase)[0] for t in texts], bool)
-    if kind != "word" and lowercase and not any(ch.isupper() for ch in core):
-        core, texts = core.lower(), [t.lower() for t in texts]
-    joined = _APART.join(texts)
-    ends = np.cumsum([len(t) + 1 for t in texts])  # where each next text starts
-    starts: list[int] = []
-    if kind == "word":
-        starts = [m.start() for m in _word_ngram(core, re.IGNORECASE if lowercase else 0).finditer(joined)]
-    else:
-        needle = core[0] * 2 if _mark_run(core) else core
-        at = joined.find(needle)
-        while at >= 0:  # the first occurrence in a text, then on from the next text
-            starts.append(at)
-            k = int(np.searchsorted(ends, at, side="right"))
-            at = joined.find(needle, int(ends[k])) if k + 1 < len(texts) else -1
-    out[np.searchsorted(ends, np.asarray(starts, np.int64), side="right")] = True
-    return out
-
-
 def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: bool = False) -> str:
     """``text`` without the evidence ``features`` ((feature, kind) pairs, kind ``char`` or ``word``):
 
@@ -169,9 +124,9 @@ def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: 
         if len(core) < 2:
             continue
         if kind == "word":
-            text = _word_ngram(core, flags).sub(" ", text)
+            text = word_ngram(core, flags).sub(" ", text)
         elif not any(ch.isalnum() for ch in core):
-            if _mark_run(core):  # shortened to one
+            if mark_run(core):  # shortened to one
                 text = re.sub(re.escape(core[0]) + "{2,}", core[0], text)
             else:
                 text = text.replace(core, "")
@@ -199,6 +154,7 @@ def anonymize_prompt(text: str, features: Sequence[tuple[str, str]], limit: int 
 def llm_anonymize(texts: Sequence[str], features: Sequence[Sequence[tuple[str, str]]], backend: Any, *,
                   seed: int, max_tokens: int = 256) -> list[str | None]:
     """One rewrite per text (None where the request failed or the answer is empty)."""
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.models.llm import ChatRequest
 
     requests = [ChatRequest(messages=[{"role": "user", "content": anonymize_prompt(t, f)}], temperature=0.3,

@@ -41,11 +41,26 @@ import numpy as np
 import pandas as pd
 
 from tasks.budgets import BUDGET_METRICS, DECIDE_ON, decide, number, parse_budget, worst_figure
+from tasks.corpus.importers import check_parquet_file, read_synthetic
 from tasks.corpus.schema import STATUS_OK
 from tasks.errors import InputError, shown
+from tasks.layout import PROTECT_LABEL
+from tasks.metrics import catalogue
 from tasks.metrics.base import VERBATIM_MIN_CHARS
-from tasks.protect.files import PROTECT_LABEL, PROTECT_SUMMARY_KEYS, VERBATIM_COLUMN, protect_paths
+from tasks.metrics.verbatim import verbatim_flags
+from tasks.paths import check_output_folder
+from tasks.privacy.dp_audit import DP_BART_COLUMNS, DP_PROMPT_COLUMNS, audit_summary
+from tasks.privacy.linkability import same_author_auc
+from tasks.protect.files import PROTECT_SUMMARY_KEYS, VERBATIM_COLUMN, protect_paths
+from tasks.report.budgets import budget_table, worst_row
+from tasks.report.build import score_summary, utility_runs
+from tasks.report.rebuild import run_layout
 from tasks.report.render import with_interval
+from tasks.report.run_files import RunFiles
+from tasks.report.tables import strategy_label
+from tasks.report.templating import render
+from tasks.scores import BASELINE_ROWS, variant_epsilons
+from tasks.store import ArtifactStore, fingerprint_file
 
 #: The release folder's files: one train split in Hugging Face's layout, the card, the checksums.
 DATA_FILE = "data/train-00000-of-00001.parquet"
@@ -149,12 +164,6 @@ def _one_variant(table: pd.DataFrame, label: str, variant: str | None, where: st
 def read_run(run_dir: str | Path, label: str | None, variant: str | None = None) -> ReleaseInput:
     """A strategy of a finished run: its synthetic shards (checked against the fingerprints the run recorded),
     its figures from the run's long score table and the run's budget (``report.require``)."""
-    from tasks.report.build import score_summary, utility_runs
-    from tasks.report.rebuild import run_layout
-    from tasks.report.run_files import RunFiles
-    from tasks.scores import BASELINE_ROWS, variant_epsilons
-    from tasks.store import ArtifactStore, fingerprint_file
-
     run = RunFiles.open(run_dir)
     labels = run.strategy_labels()  # not the strategies that rewrote the raw texts of a pseudonymising run
     if label is None or label not in labels:
@@ -219,8 +228,6 @@ def read_run(run_dir: str | Path, label: str | None, variant: str | None = None)
 def _verbatim_flags(table: pd.DataFrame, corpus: pd.DataFrame, min_chars: int) -> pd.Series:
     """Per row of ``table``, whether its text holds a run of ``min_chars`` characters of its source in ``corpus``
     (rows whose source is not found: not verbatim; failed rows: not scored)."""
-    from tasks.metrics.verbatim import verbatim_flags
-
     sources = table["doc_id"].map(corpus.drop_duplicates("doc_id").set_index("doc_id")["text"])
     known = sources.notna().to_numpy() & (table["status"] == STATUS_OK).to_numpy()
     flags = np.zeros(len(table), bool)
@@ -260,8 +267,6 @@ def _run_attacks(scores: pd.DataFrame, adversaries: Sequence[str] | None) -> lis
 
 def strategy_name(label: str, variant: str) -> str:
     """How the report's budget table names a strategy variant (``stymask``, ``backtranslate (pivot-eo)``)."""
-    from tasks.report.tables import strategy_label
-
     return strategy_label(label, variant)
 
 
@@ -269,8 +274,6 @@ def _run_leaks(privacy: pd.DataFrame, adversaries: Sequence[str] | None = None) 
     """Each leak figure's row as the budget is decided on it (:func:`tasks.report.budgets.worst_row`: the
     highest upper bound over attacks, adversary settings in ``adversaries``, attributes and entity types), with
     the attack, setting and attribute that reached it."""
-    from tasks.report.budgets import worst_row
-
     def text(value: object) -> str | None:
         return value if isinstance(value, str) and value else None
 
@@ -288,9 +291,6 @@ def _run_leaks(privacy: pd.DataFrame, adversaries: Sequence[str] | None = None) 
 def _run_keeps(summary: pd.DataFrame, label: str) -> list[dict[str, Any]]:
     """Meaning and style (the catalogue's headline metrics, mean over the documents) and utility (the
     substitution model's score as a share of the real-data model's) of ``label``."""
-    from tasks.metrics import catalogue
-    from tasks.report.budgets import budget_table
-
     mine = summary[summary["strategy"] == label]
     keeps = []
     for aspect in ("meaning", "style"):
@@ -385,9 +385,6 @@ def release_unit(release: ReleaseInput, unit: str | None, keep: Sequence[str]) -
 def read_protect(path: str | Path) -> ReleaseInput:
     """A protect output: ``P.parquet`` (the synthetic table plus round and move) and its summary
     ``P.protect.json`` (figures, budget, signature); the rounds, failures and private files are not read."""
-    from tasks.corpus.importers import read_synthetic
-    from tasks.scores import variant_epsilons
-
     paths = protect_paths(path)
     if not paths.summary.is_file():
         raise InputError(f"the protect summary {paths.summary.name} is missing beside it", file=str(paths.table))
@@ -418,9 +415,6 @@ def read_protect(path: str | Path) -> ReleaseInput:
 def dp_audit_line(path: str | Path, release: ReleaseInput) -> str:
     """The one-line summary of a ``synthugc audit-dp`` table (nominal against audited epsilon) for the card;
     InputError for a file that is not such an audit, or a release of a strategy without a DP epsilon."""
-    from tasks.corpus.importers import check_parquet_file
-    from tasks.privacy.dp_audit import DP_BART_COLUMNS, DP_PROMPT_COLUMNS, audit_summary
-
     if release.epsilon is None:
         raise InputError(f"--dp-audit: strategy {release.label!r} has no DP epsilon to audit", file=str(path))
     check_parquet_file(path)
@@ -580,8 +574,6 @@ def with_linkability(release: ReleaseInput, rows: ReleaseTable, *, seed: int = 0
     none: the released texts). A timeline release states none (its attacks read timelines)."""
     from dataclasses import replace
 
-    from tasks.privacy.linkability import same_author_auc
-
     if rows.unit != "post":
         return rows
     if release.linkability is not None:
@@ -620,9 +612,6 @@ def render_card(release: ReleaseInput, rows: ReleaseTable, verdict: Verdict, opt
                 forced: bool, decide_on: str, dp_audit: str | None = None) -> str:
     """The dataset card (``README.md``): Hugging Face's YAML header, then how the texts were made, what they
     keep and leak, the budget and the limitations."""
-    from tasks.metrics import catalogue
-    from tasks.report.templating import render
-
     task = options.task_category or ("text-classification" if "label" in rows.table.columns else "text-generation")
 
     def shown_figure(figure: Mapping[str, Any]) -> str:
@@ -662,8 +651,6 @@ def is_release(folder: Path) -> bool:
 def check_release_folder(out: str | Path, overwrite: bool) -> Path:
     """``out`` resolved, when a release may be written there: a new or empty folder, or with ``overwrite`` an
     earlier release (never another non-empty folder). InputError otherwise."""
-    from tasks.paths import check_output_folder
-
     out = check_output_folder(out)
     if out.is_dir() and any(out.iterdir()):
         if not overwrite:

@@ -145,6 +145,7 @@ class ProtectSettings:
     def judge_plan(self, n_history_posts: int, gpu: bool) -> AttackPlan:
         """The judge's attacks: the ones named (every registered attack that can run here, by default) and the
         feedback attacks; the registered ones left out, with why."""
+        # deferred: loads fsspec, llvmlite, numba, pyarrow, yaml only when this runs
         from tasks.privacy.attacks import plan_attacks
 
         asked = [EVERY_ATTACK] if self.judge is None else [n for n, _ in self.judge]
@@ -153,6 +154,7 @@ class ProtectSettings:
     def certificate_plan(self, n_history_posts: int, gpu: bool) -> AttackPlan:
         """The certificate's attacks: every registered attack that can run here, and any the judge or the feedback
         names besides."""
+        # deferred: loads fsspec, llvmlite, numba, pyarrow, yaml only when this runs
         from tasks.privacy.attacks import plan_attacks
 
         named = [n for n, _ in (*self.feedback, *(self.judge or ()))]
@@ -161,6 +163,7 @@ class ProtectSettings:
     def runnable_feedback(self, n_history_posts: int, gpu: bool) -> tuple[ProtectSettings, dict[str, str]]:
         """The settings with the default feedback narrowed to the attacks that can run here, and those left out
         with why (feedback the user names runs as named)."""
+        # deferred: loads fsspec, llvmlite, numba, pyarrow, yaml only when this runs
         from tasks.privacy.attacks import attack_class
 
         if [n for n, _ in self.feedback] != [n for n, _ in DEFAULT_FEEDBACK]:
@@ -172,6 +175,7 @@ class ProtectSettings:
     def check_attacks(self, judge: AttackPlan, n_history_posts: int, gpu: bool) -> tuple[str, ...]:
         """The registered attacks a narrowed judge leaves out that could run here (what ``all`` would run):
         round 0 runs them on the judge's half for the judge-strength check."""
+        # deferred: loads fsspec, llvmlite, numba, pyarrow, yaml only when this runs
         from tasks.privacy.attacks import plan_attacks
 
         return tuple(n for n in plan_attacks(EVERY_ATTACK, n_history_posts, gpu=gpu).names if n not in judge.names)

@@ -93,6 +93,7 @@ def budget_table(summary: pd.DataFrame, adversaries: Sequence[str] | None = None
     documents, BERTScore F1), with ``<column>_ci_low``/``_ci_high``/``_n`` beside each. Utility's interval is
     the synthetic model's interval over the test documents divided by the real model's score (the reference,
     taken as fixed)."""
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.metrics import catalogue
 
     privacy = summary[summary["level"] == "privacy"]

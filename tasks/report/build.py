@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.budgets import Bound
+from tasks.budgets import Bound, parse_budget
 from tasks.corpus.schema import STATUS_OK
 from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout
+from tasks.metrics import catalogue
 from tasks.metrics.suite import metric_correlation_matrix
 from tasks.protect.files import CURVE_COLUMNS, MOVE_COLUMN, PROFILING_ATTACK
 from tasks.report.human_eval import read_results
@@ -200,6 +201,7 @@ def protect_curve(rounds: pd.DataFrame, decide_on: str, figure: str = "reidentif
     """Each role's worst re-identification case per round: the (attack, adversary) whose ``figure``
     (:data:`CURVE_COLUMNS`) has the highest upper bound (or value, ``decide_on`` point), as the protect loop
     decides its budget on the judge's."""
+    # deferred: loads llvmlite, numba, yaml only when this runs
     from tasks.privacy.attacks import worst_case
 
     rounds = rounds[~rounds["attack"].astype(str).str.startswith(PROFILING_ATTACK)]  # the curve: re-identification
@@ -227,8 +229,6 @@ def curve_budget(bounds: Sequence[Bound]) -> tuple[str, float | None]:
 def protection(layout: RunLayout, read: ReadTable, read_text: ReadText) -> Protection | None:
     """The protect stage's rounds, moves and verdict from its artifacts, or None without a protect stage."""
     import json
-
-    from tasks.budgets import parse_budget
 
     rounds_ref, summary_ref = layout.one("protect", "rounds"), layout.one("protect", "summary")
     if rounds_ref is None or summary_ref is None:
@@ -298,7 +298,9 @@ def aspect_points(summary: pd.DataFrame) -> pd.DataFrame:
         part = summary[(summary["level"] == level) & (summary["metric"] == metric)]
         return part.set_index(["strategy", "variant"]).reindex(columns=INTERVAL).astype(float)
 
-    aspects = {"meaning": pick("bertscore_f1", "sample-mean"), "divergence": pick("bleu_divergence", "sample-mean")}
+    # each aspect's sample-level headline metric in the catalogue (meaning: BERTScore F1, divergence: 1 − BLEU)
+    aspects = {aspect: pick(catalogue.headline_metrics(aspect, "sample")[0].name, "sample-mean")
+               for aspect in ("meaning", "divergence")}
     reid = summary[(summary["level"] == "privacy") & (summary["metric"] == "reid_accuracy")]
     keys = [k for k in dict.fromkeys([*aspects["meaning"].index, *aspects["divergence"].index])
             if k[0] not in BASELINE_ROWS]

@@ -32,6 +32,7 @@ from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.transforms import Bbox
 
+from tasks.protect.files import CURVE_COLUMNS
 from tasks.report.tables import strategy_label
 from tasks.scores import CHANCE
 
@@ -628,8 +629,6 @@ def protect_curve_chart(curve: pd.DataFrame, limit: float | None = None, figure:
     BERTScore F1), points labelled by round, the budget's bound as a dashed line. ``curve`` rows: round, role,
     the figure's column (:data:`tasks.protect.files.CURVE_COLUMNS`), meaning, optional ``<column>_ci_low``/``_ci_high`` (drawn as
     error bars: the 95% interval)."""
-    from tasks.protect.files import CURVE_COLUMNS
-
     column, (ylabel, words_of) = CURVE_COLUMNS[figure], CURVE_LABELS[figure]
     name = "protect-rounds"
     what = ("the share of timelines the worst attack still attributes to their author" if column == "accuracy_at_1"

@@ -57,6 +57,8 @@ import pandas as pd
 
 from tasks.errors import ConfigError, InputError, shown
 from tasks.metrics import catalogue
+from tasks.privacy.audit import NOTHING_MEASURABLE
+from tasks.report.tables import strategy_label
 from tasks.scores import BASELINE_ROWS, CHANCE, ORIGINAL, column_key, structure_of
 
 UseCase = Literal["augment", "share_model", "share_data"]
@@ -508,8 +510,6 @@ def _profiling_label(about: Mapping[str, object]) -> str:
 def _residual(scores: _Scores, strategy: str, variant: str, reid_key: str) -> str:
     """The residual risk over chance of the attack behind ``reid_key``, in words: its value and interval,
     or that the attack found nothing measurable (never "0% risk")."""
-    from tasks.privacy.audit import NOTHING_MEASURABLE
-
     about = {k: v for k, v in scores.structure.get(reid_key, {}).items() if k != "metric"}
     risk = scores.get(strategy, variant, column_key("reid_residual_risk", about))
     if risk is None:
@@ -727,7 +727,6 @@ def within_budget(goal: Goal, recs: Sequence[Recommendation], verdicts: pd.DataF
     same order); the others say they miss it. Other goals: ``recs`` as they are."""
     if goal.use_case != "share_data":
         return list(recs)
-    from tasks.report.tables import strategy_label
 
     meeting = set(verdicts.loc[verdicts["meets"].astype(bool), "strategy"].astype(str)) if len(verdicts) else set()
     out, rank = [], 0

@@ -5,14 +5,18 @@ evaluation, example outputs (only when switched on) and the metric signatures as
 
 from __future__ import annotations
 
-import html
 import math
+import re
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from tasks.budgets import parse_budget
+from tasks.intervals import METHOD
+from tasks.layout import PROTECT_LABEL
 from tasks.metrics import catalogue
-from tasks.protect.files import PROTECT_LABEL
+from tasks.protect.files import frontier_points
+from tasks.report.budgets import budget_table, check_budget
 from tasks.report.build import (
     CORRELATED_LEVELS,
     EXAMPLE_MAX_CHARS,
@@ -173,17 +177,23 @@ def _md_cell(table: ArticleTable, row: int, metric: str) -> str:
     return text
 
 
-def _md(text: object) -> str:
-    """Text safe in a markdown table cell or line: HTML escaped (the markdown may be rendered as HTML, e.g.
-    by the Prefect UI, and real user text must not become markup), one line, pipes escaped."""
+#: What :func:`escape_markdown` escapes with a backslash: raw HTML and entities (``<``, ``>``, ``&``), links
+#: (``[``, ``]``), code spans, table cells and the backslash itself.
+_MARKDOWN_SPECIAL = re.compile(r"([\\`<>&\[\]|])")
+
+
+def escape_markdown(text: object) -> str:
+    """Text safe in a markdown table cell or line, escaped as markdown (the page may be rendered, e.g. by the
+    Prefect UI, and real user text must not become markup or a link): one line, markdown's special characters
+    backslash-escaped, so a renderer shows them as written and the raw file reads without HTML entities."""
     flat = " ".join(str(text).replace("\r\n", "\n").replace("\r", "\n").split("\n"))
-    return html.escape(flat, quote=False).replace("|", "\\|")
+    return _MARKDOWN_SPECIAL.sub(r"\\\1", flat)
 
 
 def _md_frame(df: pd.DataFrame) -> str:
-    header = "| " + " | ".join(_md(c) for c in df.columns) + " |"
+    header = "| " + " | ".join(escape_markdown(c) for c in df.columns) + " |"
     rule = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(_md(fmt(v)) for v in row) + " |" for row in df.itertuples(index=False)]
+    body = ["| " + " | ".join(escape_markdown(fmt(v)) for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join([header, rule, *body])
 
 
@@ -196,15 +206,13 @@ def _md_article_table(table: ArticleTable, signatures: dict[str, list[tuple[int,
              "| strategy | " + " | ".join(header(c) for c in table.columns) + " |",
              "|---|" + "|".join("---" for _ in table.columns) + "|"]
     for i in range(len(table.rows)):
-        lines.append(f"| {_md(table.label(i))} | " + " | ".join(_md_cell(table, i, c.key) for c in table.columns)
+        lines.append(f"| {escape_markdown(table.label(i))} | " + " | ".join(_md_cell(table, i, c.key) for c in table.columns)
                      + " |")
     return lines
 
 
 def _methods(data: ReportData) -> str:
     """The methods paragraph: how every interval is made (named once), and how budgets are decided."""
-    from tasks.intervals import METHOD
-
     decided = ("on the interval's bound (a risk's upper bound, utility's and meaning's lower bound; a budget the "
                "interval straddles is undecided)" if data.decide_on == "bound" else "on the point estimate alone")
     threat = (f" A budget's re-identification figures take the worst case over the {', '.join(data.budget_adversaries)} "
@@ -220,8 +228,6 @@ def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
     unless ``report.decide_on`` / ``--decide-on`` says point; a straddled budget is undecided."""
     if not data.budget:
         return None
-    from tasks.budgets import parse_budget
-    from tasks.report.budgets import budget_table, check_budget
 
     bounds = parse_budget(data.budget)
     verdicts = check_budget(budget_table(data.summary, data.budget_adversaries), bounds, decide_on=data.decide_on)
@@ -256,8 +262,6 @@ def protect_rounds_table(protection: Protection) -> pd.DataFrame:
 
 def protect_frontier_table(frontier: pd.DataFrame) -> pd.DataFrame:
     """The frontier's points as the report shows them (highest floor first), every cell already text."""
-    from tasks.protect.frontier import frontier_points
-
     points = frontier_points(frontier)
 
     def column(name: str) -> pd.Series:
@@ -303,11 +307,11 @@ def protect_verdict(protection: Protection) -> str:
 def render_markdown(data: ReportData) -> str:
     """The markdown summary (also published as a Prefect artifact); the plots are in the HTML page."""
     signatures = _signature_index(data.summary)
-    lines = [f"# {_md(data.title)}", ""]
-    lines += [f"- **{_md(k)}**: {_md(v)}" for k, v in data.facts.items()]
+    lines = [f"# {escape_markdown(data.title)}", ""]
+    lines += [f"- **{escape_markdown(k)}**: {escape_markdown(v)}" for k, v in data.facts.items()]
     if data.failed_stages:
         lines += ["", "## Failed stages", ""]
-        lines += [f"- `{stage}`: {_md(reason)}" for stage, reason in sorted(data.failed_stages.items())]
+        lines += [f"- `{stage}`: {escape_markdown(reason)}" for stage, reason in sorted(data.failed_stages.items())]
     ranked = _recommendations(data)
     if ranked:
         glance = pd.DataFrame(_glance_rows(ranked), columns=["goal", "first choice", "score", "what it costs"])
@@ -316,28 +320,28 @@ def render_markdown(data: ReportData) -> str:
         lines += ["", f"## Budget: `{(data.budget or '').replace('`', '')}`", "", _md_frame(budget)]
     for goal, recs, notes in ranked:
         lines += ["", f"## Recommendation: {goal.describe()}", ""]
-        lines += [f"> {_md(note)}" for note in notes]
+        lines += [f"> {escape_markdown(note)}" for note in notes]
         for rec in recs:
             head = f"{rec.rank}." if rec.rank is not None else "–"
             name = strategy_label(rec.strategy, rec.variant)
-            lines.append(f"- {head} **{_md(name)}** (score {fmt(rec.score, 2)}): {_md(rec.cost)}")
-            lines += [f"  - {_md(reason)}" for reason in rec.reasons]
+            lines.append(f"- {head} **{escape_markdown(name)}** (score {fmt(rec.score, 2)}): {escape_markdown(rec.cost)}")
+            lines += [f"  - {escape_markdown(reason)}" for reason in rec.reasons]
     if (p := data.protection) is not None:
-        lines += ["", "## Protection", "", f"**{_md(protect_verdict(p))}**", "",
+        lines += ["", "## Protection", "", f"**{escape_markdown(protect_verdict(p))}**", "",
                   _md_frame(protect_rounds_table(p)), "", "Moves (documents each move made last):", "",
                   _md_frame(protect_moves_table(p))]
         if p.frontier is not None and p.frontier["floor"].nunique() > 1:
             lines += ["", "Frontier (one certified point per meaning floor; P is the chosen one):", "",
                       _md_frame(protect_frontier_table(p.frontier))]
-            lines += [f"> {_md(note)}" for note in p.frontier_notes]
+            lines += [f"> {escape_markdown(note)}" for note in p.frontier_notes]
     for table in article_tables(data.summary, level=data.level, families=data.families, order=data.order):
         lines += ["", *_md_article_table(table, signatures)]
     risks = residual_risk_table(data.summary, data.order)
     if not risks.empty:
         lines += ["", "## Residual risk over a control (Anonymeter)", "", _md_frame(risks)]
     if not (dp := dp_table(data.summary, data.dp_audits, data.order)).empty:
-        lines += ["", f"## {DP_TITLE}", "", _md(DP_CAPTION), "", _md_frame(dp)]
-    lines += ["", "## Methods", "", _md(_methods(data))]
+        lines += ["", f"## {DP_TITLE}", "", escape_markdown(DP_CAPTION), "", _md_frame(dp)]
+    lines += ["", "## Methods", "", escape_markdown(_methods(data))]
     if data.correlations is not None:
         lines += ["", "## Metric correlations across strategies (absolute Spearman, Fig. 5)", "",
                   _md_frame(data.correlations)]

@@ -15,7 +15,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from tasks.catalogues import summary_line
 from tasks.metrics import catalogue
+from tasks.privacy.audit import NOTHING_MEASURABLE
+from tasks.privacy.dp_audit import audited_epsilon
 from tasks.scores import BASELINE_ROWS, CHANCE, ORIGINAL, column_key, column_keys, structure_of
 
 #: Variants that need no mention in a row label (the only or first output of a strategy; missing values).
@@ -326,7 +329,7 @@ def _privacy_header(metric: catalogue.Metric, structure: Mapping[str, object], v
 
 def _attacks_caption(keys: Mapping[object, Mapping[str, object]], found: Sequence[object]) -> str:
     """The re-identification attacks the table shows, each with its registered one-line description."""
-    from tasks.catalogues import summary_line
+    # deferred: loads llvmlite, numba, yaml only when this runs
     from tasks.privacy.attacks import attack_class, available_attacks
 
     known = set(available_attacks())
@@ -384,8 +387,6 @@ def residual_risk_table(summary: pd.DataFrame, order: Sequence[str] | None = Non
     """One row per residual risk of the run (re-identification over chance, profiling over the majority
     class), per strategy and attack: the risk with its 95% interval, or, where the attack is not above its
     control, the plain words that it found nothing measurable (never a 0% risk)."""
-    from tasks.privacy.audit import NOTHING_MEASURABLE
-
     part = summary[(summary["level"] == "privacy") & summary["metric"].isin(list(RESIDUAL_METRICS))]
     columns = ["strategy", "figure", "attack", "control", "n", "residual risk [95% interval]"]
     if part.empty:
@@ -421,8 +422,6 @@ def dp_table(summary: pd.DataFrame, audits: Mapping[str, pd.DataFrame], order: S
     the nominal epsilon against the audited one (the ``audit-dp`` stage's table, by strategy label: DP-Prompt's
     largest measured privacy loss, DP-BART's largest epsilon lower bound), the documents scored and the
     violations; without an audit, the nominal epsilon and :data:`NOT_AUDITED`."""
-    from tasks.privacy.dp_audit import audited_epsilon
-
     settings = summary.reindex(columns=["strategy", "variant", "epsilon"]).dropna(subset=["epsilon"])
     settings = settings[~settings["strategy"].isin(BASELINE_ROWS)].drop_duplicates(["strategy", "variant"])
     found = {(str(s), str(v)): float(e) for s, v, e in settings.itertuples(index=False, name=None)}

@@ -33,9 +33,10 @@ import numpy as np
 import pandas as pd
 
 from tasks.errors import InputError, ModelUnavailable
-from tasks.models.loaders import TORCH_RNG_LOCK
+from tasks.models.loaders import TORCH_RNG_LOCK, _offline, _unavailable, device, load_tokenizer
 from tasks.models.registry import ModelSpec, resolve_model
 from tasks.parallel import resource_lock
+from tasks.training.dialogue import state_snapshot
 from tasks.training.task_metrics import macro_f1
 
 #: Word tokens of one character count too ("i", "u", "4"): short UGC relies on them.
@@ -364,13 +365,10 @@ class EncoderClassifier:
     def _device(self) -> str:
         if self.device is not None:
             return self.device
-        from tasks.models.loaders import device
 
         return device()
 
     def _load(self, n_labels: int) -> tuple[Any, Any]:
-        from tasks.models.loaders import _offline, _unavailable, load_tokenizer
-
         spec = self.spec or resolve_model("classifier_backbone")
         if spec.kind not in ("hf-encoder", "sentence-transformers"):
             raise ModelUnavailable(f"model for role 'classifier_backbone': {spec.name} is a {spec.kind} model, "
@@ -423,8 +421,6 @@ class EncoderClassifier:
         validation macro-F1 is measured, the best epoch's weights are kept (restored at the end) and
         training stops after ``patience`` epochs without improvement. ``best_epoch_`` is 1-based."""
         import torch
-
-        from tasks.training.dialogue import state_snapshot
 
         texts, labels, self.n_skipped_ = prepare_labelled(texts, labels)
         self.classes_ = _classes(labels)

@@ -32,8 +32,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.corpus.tags import INSIDE, segment_tags
 from tasks.models.loaders import TORCH_RNG_LOCK
-from tasks.training.task_metrics import INSIDE, dialogue_act_errors, segment_tags
+from tasks.models.registry import resolve_model
+from tasks.training.task_metrics import dialogue_act_errors
 
 Embedder = Callable[[list[str]], np.ndarray]
 IGNORE = -100  #: tag index left out of the loss
@@ -42,8 +44,8 @@ PAD, UNK = 0, 1
 
 def sentence_embedder(spec: Any = None, cache: Any = None) -> Embedder:
     """Texts -> frozen sentence vectors of the registry's ``sentence_encoder`` (shared embedding cache)."""
+    # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
     from tasks.models.embeddings import sentence_embeddings
-    from tasks.models.registry import resolve_model
 
     resolved = spec or resolve_model("sentence_encoder")
     return lambda texts: sentence_embeddings(texts, resolved, cache=cache)

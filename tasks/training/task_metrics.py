@@ -46,13 +46,12 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from tasks.corpus.tags import INSIDE
 from tasks.errors import InputError
 
-INSIDE = "I"  #: tag of a word that does not end a segment
 END = "E"  #: tag of a segment end when labels do not matter
 
 
@@ -117,17 +116,6 @@ def tags_to_segments(tags: Sequence[str]) -> list[Segment]:
     if start < len(tags):  # trailing words without an end tag: closed by the end of the conversation
         out.append(Segment(start, len(tags), None))
     return out
-
-
-def segment_tags(n_words: Sequence[int], labels: Sequence[Any]) -> list[str]:
-    """Per-word tags of consecutive segments of ``n_words[i]`` words labelled ``labels[i]``.
-
-    An empty segment (0 words) has no word to carry its tag and is dropped."""
-    tags: list[str] = []
-    for n, lab in zip(n_words, labels, strict=True):
-        if n > 0:
-            tags.extend([INSIDE] * (n - 1) + [str(lab)])
-    return tags
 
 
 @dataclass(frozen=True)

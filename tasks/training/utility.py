@@ -56,7 +56,10 @@ from tasks.corpus.splits import undersample
 from tasks.errors import ConfigError
 from tasks.intervals import N_RESAMPLES, bootstrap
 from tasks.scores import ORIGINAL, SCORES, UTILITY_PREDICTIONS, UTILITY_RUNS, score_frame
+from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier
+from tasks.training.dialogue import dialogue_evaluator
 from tasks.training.task_metrics import macro_f1, macro_f1_codes
+from tasks.training.timeline import timeline_evaluator
 
 SETTINGS: tuple[str, ...] = ("substitution", "augmentation", "baseline")
 SYN_SUFFIX = "|syn"
@@ -233,8 +236,6 @@ def post_evaluator(model: str = "linear", **model_kwargs: Any) -> Evaluator:
     + linear SVM, :data:`LINEAR_UTILITY_MODEL`; C and class weighting chosen on ``val``, cross-validation on
     ``train`` when ``val`` has fewer than two classes) or ``encoder`` (the fine-tuned classifier backbone, A.6's recipe with early
     stopping on ``val``; one CPU thread by default). ``model_kwargs`` override the model's defaults."""
-    from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier
-
     if model not in ("linear", "encoder"):
         raise ConfigError(f"post utility model must be 'linear' or 'encoder', got '{model}'")
 
@@ -451,12 +452,8 @@ def evaluator_for(task: str, *, model: str = "linear", embed: Any = None, covera
     if task == "post":
         return post_evaluator(model)
     if task == "dialogue":
-        from tasks.training.dialogue import dialogue_evaluator
-
         return dialogue_evaluator(embed=embed) if embed is not None else dialogue_evaluator()
     if task == "timeline":
-        from tasks.training.timeline import timeline_evaluator
-
         return timeline_evaluator(average=coverage, **({"embed": embed} if embed is not None else {}))
     raise ValueError(f"task must be post, dialogue or timeline, got {task!r}")
 

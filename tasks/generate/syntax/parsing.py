@@ -7,14 +7,13 @@ from typing import Any
 
 from tasks.errors import ModelUnavailable
 from tasks.models import loaders
+from tasks.models.registry import resolve_model
 from tasks.parallel import resource_lock
 
 
 @loaders.cache
 def load_parser(model: str | None = None) -> Any:
     """The full spaCy pipeline of the ``pos_tagger`` role (parser and lemmatizer included, NER off)."""
-    from tasks.models.registry import resolve_model
-
     spec = resolve_model("pos_tagger", model)
     try:
         import spacy

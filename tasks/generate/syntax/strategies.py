@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tasks.errors import STRICT_INPUT, ModelUnavailable
 from tasks.generate.backtranslate import DEFAULT_PIVOTS
 from tasks.generate.base import Strategy, build_strategy, register_strategy, stable_hash
+from tasks.generate.stymask import rule_lexical
 from tasks.generate.syntax.distance import DISTANCES
 from tasks.generate.syntax.parsing import load_parser, parse
 from tasks.generate.syntax.transforms import FAMILIES, Family, apply_transforms
@@ -178,6 +179,7 @@ class _SynCandidates(_SyntaxBase):
 
     def _backend(self) -> Any:
         if self._llm is None:
+            # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
             from tasks.models.llm import llm_backend_for
 
             self._llm = llm_backend_for("llm", self.params.llm)
@@ -191,8 +193,6 @@ class _SynCandidates(_SyntaxBase):
         return [[o for o in outs if isinstance(o, str) and o.strip()] for outs in out]
 
     def _rule_pools(self, texts: list[str], docs: list[Any], seed: int) -> list[list[Candidate]]:
-        from tasks.generate.stymask import rule_lexical
-
         p = self.params
         plans = [c for c in _COMPOSITIONS if len(c) <= p.max_steps]
         syntactic = self.mode != "synorig"
@@ -231,6 +231,7 @@ class _SynCandidates(_SyntaxBase):
         return pools
 
     def _llm_pools(self, texts: list[str], seed: int) -> list[list[Candidate]]:
+        # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
         from tasks.models.llm import ChatRequest
 
         p = self.params

@@ -19,9 +19,7 @@ Settings: ``full`` and ``disjoint`` (:mod:`tasks.privacy.attribution`).
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
-import pkgutil
 import threading
 import weakref
 from abc import ABC, abstractmethod
@@ -33,11 +31,13 @@ from typing import Any, ClassVar, NamedTuple, TypeVar, get_type_hints
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
-from tasks.catalogues import summary_line
 from tasks.errors import STRICT_INPUT, ConfigError, key_path, shown, validation_line
 from tasks.paths import segment_problem
 from tasks.privacy.attribution import SETTINGS, Setting, check_setting, held_out_doc_ids
+from tasks.privacy.audit import attack_timelines, reidentification_rows, summary_frame
 from tasks.privacy.reidentify import HistorySource, ReidResult
+from tasks.registry import import_package_modules, summary_line
+from tasks.scores import variant_epsilons
 from tasks.settings import get_settings
 
 SUMMARY_FIELDS = ["attack", "adversary", "accuracy_at_1", "accuracy_at_1_ci_low", "accuracy_at_1_ci_high",
@@ -237,8 +237,7 @@ def _registry() -> dict[str, type[Attack]]:
     """The registry, with every attack module of this package imported (each registers itself)."""
     global _LOADED
     if not _LOADED:
-        for module in pkgutil.iter_modules(__path__):
-            importlib.import_module(f"{__name__}.{module.name}")
+        import_package_modules(__name__)
         _LOADED = True
     return _REGISTRY
 
@@ -387,9 +386,6 @@ def attack_synthetic(histories: HistorySource, synthetic: pd.DataFrame, label: s
     with a known author, grouped into timelines, split into runs of ``timeline_posts`` posts when given);
     the scores are the declared long score table. ``left_out``: registered attacks that did not run, by name,
     with why: each gets its score rows without a value and with the reason, so the report names it."""
-    from tasks.privacy.audit import attack_timelines, reidentification_rows, summary_frame
-    from tasks.scores import variant_epsilons
-
     per_timeline, rows, summaries = [], [], []
     for variant, part in synthetic.groupby("variant", sort=True):
         epsilon = variant_epsilons(part).get(str(variant))

@@ -17,6 +17,7 @@ from tasks.privacy.classifier import (
 )
 from tasks.privacy.reidentify import HistorySource, ReidResult
 from tasks.privacy.stylometric import StyloParams, stylometric_evidence
+from tasks.settings import get_settings
 
 
 @register_attack("classifier", params=ClassifierParams, returns_evidence=True)
@@ -29,8 +30,6 @@ class ClassifierAttack(ProfilingAttack):
         """Exact: the SVM (authors x n-grams x 8 B: 0.15 GB for the 181 conventions speakers). Two stages:
         the stylometric profiles (shared with the stylometric attack) and a 4 MB bucket IDF; the candidates'
         posts are read again by each attack. A fitted exact model is kept in ``<cache_dir>/classifier``."""
-        from tasks.settings import get_settings
-
         return fit_classifier(histories, self.params, held_out, cache=get_settings().cache_dir / "classifier")
 
     def attribute(self, profiles: ExactModel | TwoStageSide, timelines: pd.DataFrame, setting: Setting) -> ReidResult:

@@ -19,6 +19,7 @@ from tasks.privacy.embedding_attack import (
     profile_histories,
 )
 from tasks.privacy.reidentify import HistorySource, ReidResult
+from tasks.settings import get_settings
 
 #: History posts the attack encodes on CPU when ``all`` attacks are asked for (MiniLM on 2 cores: ~140 posts/s,
 #: so about a minute, once: every text's vector is kept in the embedding cache); above it, only on a GPU.
@@ -39,13 +40,12 @@ class EmbeddingAttackParams:
 def _cache() -> Any:
     """The embedding cache every attack in this process shares (``<cache_dir>/embeddings.sqlite``; the cache folder
     is read from the settings each time, as the classifier's is)."""
-    from tasks.settings import get_settings
-
     return _cache_in(get_settings().cache_dir.resolve())
 
 
 @functools.cache
 def _cache_in(folder: Path) -> Any:
+    # deferred: loads sqlite3 only when this runs
     from tasks.models.embeddings import EmbeddingCache
 
     folder.mkdir(parents=True, exist_ok=True)

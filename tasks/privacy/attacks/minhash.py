@@ -8,7 +8,6 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.metrics.base import make_signature
 from tasks.privacy.attacks import Attack, register_attack
 from tasks.privacy.attribution import Setting
 from tasks.privacy.reidentify import (
@@ -19,6 +18,7 @@ from tasks.privacy.reidentify import (
     reidentify_signed,
     sign_histories,
 )
+from tasks.signatures import make_signature
 
 
 @dataclass(frozen=True)

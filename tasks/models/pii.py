@@ -235,6 +235,7 @@ class PiiDetector:
         Each distinct text is parsed once (spaCy's pipe, batches of 64); with a ``cache``, texts detected
         before (same detector settings) are not parsed again and new results are stored. ``on_doc(text, doc)``
         sees every spaCy parse made here, so a caller needing the same parse (POS tags) need not redo it."""
+        # deferred: loads fsspec, pyarrow, sqlite3 only when this runs
         from tasks.models.embeddings import text_sha
 
         texts = [str(t) for t in texts]
