@@ -43,7 +43,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import spearmanr
 
 from tasks.signatures import make_signature
 
@@ -336,6 +335,14 @@ def manipulate(bag: Sequence[str], manipulation: str, strength: float, *, seed: 
 
 
 # ------------------------------------------------------------------------------------------ validation
+def _spearman(x: np.ndarray, y: np.ndarray) -> Any:
+    """scipy's ``spearmanr`` (scipy.stats, 0.5 s to import, loaded when a correlation is first computed: every run
+    imports this module through the metric catalogue)."""
+    from scipy.stats import spearmanr
+
+    return spearmanr(x, y)
+
+
 def _rank_correlation(levels: np.ndarray, scores: np.ndarray, higher_is_better: bool) -> tuple[float, float, str | None]:
     finite = np.isfinite(scores)
     if finite.sum() < 3:
@@ -343,7 +350,7 @@ def _rank_correlation(levels: np.ndarray, scores: np.ndarray, higher_is_better: 
     x, y = levels[finite], scores[finite]
     if np.ptp(y) == 0:
         return math.nan, math.nan, "metric is constant across levels"
-    res = spearmanr(x, y)
+    res = _spearman(x, y)
     sign = -1.0 if higher_is_better else 1.0  # a similarity should fall as the noise level rises
     return sign * float(res.statistic), float(res.pvalue), None
 
@@ -471,6 +478,6 @@ def metric_correlations(scores: pd.DataFrame, columns: Sequence[str] | None = No
             x, y = values[ok, i], values[ok, j]
             if ok.sum() < min_periods or np.ptp(x) == 0 or np.ptp(y) == 0:
                 continue
-            rho = 1.0 if i == j else float(spearmanr(x, y).statistic)
+            rho = 1.0 if i == j else float(_spearman(x, y).statistic)
             out[i, j] = out[j, i] = abs(rho) if absolute else rho
     return pd.DataFrame(out, index=cols, columns=cols)
