@@ -34,8 +34,8 @@ demo: setup
 	$(VENV)/bin/synthugc demo
 
 # Two pytest workers, each running whole test files (module fixtures load once): 15 min 56 s -> 11 min 48 s
-# on 2 cores; 14 min 43 s on 2026-11-26 (1,163 tests; one torch thread per process: tests/conftest.py). More
-# workers each load their own models; raise it only with the memory to match.
+# on 2 cores; 13 min 48 s on 2026-11-26 (1,171 tests, benchmarks/suite.py; one torch thread per process:
+# tests/conftest.py). More workers each load their own models; raise it only with the memory to match.
 TEST_WORKERS ?= 2
 
 # The whole flow at a public corpus's full size (tests marked scale, ~5 min alone) runs in `make test-scale`: with

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -120,7 +119,7 @@ def _say(line: str) -> None:
 
 
 def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait: bool = False,
-                then: Callable[[], None] | None = None, beside: Callable[[ExitStack], None] | None = None) -> None:
+                then: Callable[[], None] | None = None) -> None:
     """Validate, take the experiment's lock (refusing links out of the storage root and removing an interrupted
     run's partial files while holding it), then run with a temporary Prefect server bound to this process (launched
     once the lock is held, so that it starts beside the imports and the cache look-ups)."""
@@ -151,16 +150,14 @@ def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait:
         launched = launch_temporary_server()
         if launched is not None:
             held.callback(launched.stop_unless_used)
-        _run_locked(config, overrides, verbose, then, launched, cfg,
-                    beside=(lambda: beside(held)) if beside is not None else None)
+        _run_locked(config, overrides, verbose, then, launched, cfg)
 
 
 def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callable[[], None] | None = None,
-                launched: LaunchedServer | None = None, cfg: ExperimentConfig | None = None,
-                beside: Callable[[], None] | None = None) -> None:
+                launched: LaunchedServer | None = None, cfg: ExperimentConfig | None = None) -> None:
     """The run itself (``then``: what runs after it succeeds, before the exit noise is silenced), on the temporary
     server ``launched`` ahead of it, if any. A run whose every stage is cached is read without Prefect (``cfg``: its
-    validated config); one that computes starts ``beside`` first, to run while its flow does."""
+    validated config)."""
     import time
 
     from prefect.logging.configuration import setup_logging
@@ -186,11 +183,8 @@ def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callabl
         for name, state in summary.stages.items():
             typer.echo(progress.stage_line(name, state, summary.seconds[name]), err=True)
         _say("every stage is cached with its artifacts intact: nothing to run, no Prefect flow run started")
-    else:
-        if beside is not None:
-            beside()
-        if launched is not None:
-            launched.wait_ready()
+    elif launched is not None:
+        launched.wait_ready()
     try:
         if summary is None:
             with bar if isinstance(bar, progress.RichStageBar) else nullcontext(), progress.installed(bar):
@@ -240,59 +234,7 @@ def demo(set_: Annotated[list[str] | None, typer.Option("--set", help="Override:
     """Run the embedded default: the evaluation of deployments/configs/demo.yaml on the public 'debates' dataset, then
     protect the 'conventions' speakers' timelines at several meaning floors and release the chosen point."""
     _environment()
-    part = _DemoProtectPart(verbose)
-    _run_config(DEMO_CONFIG, set_ or [], verbose, wait, then=part.finish, beside=part.start)
-
-
-class _DemoProtectPart:
-    """The demo's protect and release part. Beside an evaluation that computes, it runs in a child process
-    (`synthugc demo-protect`): the evaluation runs at most two stages at once and often one, so the two together
-    keep both cores busy; the child's lines are kept in a file and shown after the evaluation's, in their order, and
-    its exit code is the demo's when the evaluation succeeded; a demo that ends early ends the child. After an
-    evaluation read from its cache, it runs here, after it (a child would only add its start-up)."""
-
-    def __init__(self, verbose: bool) -> None:
-        self.verbose = verbose
-        self.child: subprocess.Popen[bytes] | None = None
-        self.log: Path | None = None
-
-    def start(self, held: ExitStack) -> None:
-        import tempfile
-
-        handle, name = tempfile.mkstemp(prefix="synthugc-demo-protect-", suffix=".log")
-        self.log = Path(name)
-        held.callback(self._end)
-        _say("demo: protecting the 2012 convention speakers beside the evaluation (its lines follow the evaluation's)")
-        self.child = subprocess.Popen([sys.executable, "-m", "flows.cli", "demo-protect",
-                                       *(["--verbose"] if self.verbose else [])],
-                                      stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        os.close(handle)
-
-    def finish(self) -> None:
-        """Run the part here if no child did; else wait for the child, show its lines, exit with its code if it
-        failed."""
-        if self.child is None or self.log is None:
-            _demo_protect_and_release(self.verbose)
-            return
-        code = self.child.wait()
-        sys.stderr.write(self.log.read_text(errors="replace"))
-        sys.stderr.flush()
-        if code != 0:
-            raise typer.Exit(code=code)
-
-    def _end(self) -> None:
-        if self.child is not None and self.child.poll() is None:
-            self.child.terminate()
-            self.child.wait()
-        if self.log is not None:
-            self.log.unlink(missing_ok=True)
-
-
-@app.command("demo-protect", hidden=True)
-def demo_protect(verbose: VerboseOption = False) -> None:
-    """The demo's second part alone (``synthugc demo`` runs it beside its evaluation)."""
-    _environment()
-    _demo_protect_and_release(verbose)
+    _run_config(DEMO_CONFIG, set_ or [], verbose, wait, then=lambda: _demo_protect_and_release(verbose))
 
 
 #: The demo's protect part: per 2012 convention speaker, one run of 5 consecutive sentences to protect, the speaker's

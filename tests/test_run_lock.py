@@ -125,6 +125,7 @@ def test_a_second_concurrent_run_refuses_or_waits_and_deletes_nothing_of_the_fir
     run_dir = _run_dir(config)
     first = _start(tmp_path, "run", str(config))
     _wait_for(lambda: (_lock_holder(run_dir) or {}).get("pid") == first.pid, "the first run's lock")
+    _wait_for(lambda: _server_records(tmp_path), "the first run's server (launched once it holds the lock)")
     os.kill(first.pid, signal.SIGSTOP)  # the first run holds its lock, frozen mid-run
     in_the_making = run_dir / "generate" / ".tmp-0123abcd-shard-00000.parquet"  # as a write of the first run
     in_the_making.parent.mkdir(parents=True, exist_ok=True)
@@ -133,7 +134,7 @@ def test_a_second_concurrent_run_refuses_or_waits_and_deletes_nothing_of_the_fir
         (first_server,) = _server_records(tmp_path)
         rc, output = _finish(_start(tmp_path, "run", str(config)))
         assert rc == 2, output
-        # the refused run had launched its server before it met the lock: it ended it, only the first's runs
+        # the refused run met the lock before starting a server: only the first run's server runs
         assert _servers_alive(tmp_path) == {first_server} and set(_server_records(tmp_path)) == {first_server}
         assert _errors(output) == [f"synthugc: error: experiment x is running (pid {first.pid} on host "
                                    f"{socket.gethostname()}); wait for it to end, or rerun with --wait to start "
