@@ -150,11 +150,11 @@ def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait:
         launched = launch_temporary_server()
         if launched is not None:
             held.callback(launched.stop_unless_used)
-        _run_locked(config, overrides, verbose, then, launched, cfg)
+        _run_locked(config, overrides, cfg, verbose, then, launched)
 
 
-def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callable[[], None] | None = None,
-                launched: LaunchedServer | None = None, cfg: ExperimentConfig | None = None) -> None:
+def _run_locked(config: Path, overrides: list[str], cfg: ExperimentConfig, verbose: bool,
+                then: Callable[[], None] | None, launched: LaunchedServer | None) -> None:
     """The run itself (``then``: what runs after it succeeds, before the exit noise is silenced), on the temporary
     server ``launched`` ahead of it, if any. A run whose every stage is cached is read without Prefect (``cfg``: its
     validated config)."""
@@ -174,7 +174,7 @@ def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callabl
     summary: RunSummary | None = None
     error: str | None = None
     try:
-        summary = cached_run(cfg) if cfg is not None else None
+        summary = cached_run(cfg)
     except SynthUGCError:
         summary = None  # the flow says what is wrong, in its own words
     if summary is not None:  # nothing to compute: no server, no flow run (its stages are listed as a run lists them)

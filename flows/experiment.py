@@ -55,6 +55,11 @@ class StageFailed(SynthUGCError):
         self.summary = summary
 
 
+def result_dir() -> Path:
+    """Where Prefect keeps the stages' result records (the cache the stages are looked up in)."""
+    return (get_settings().cache_dir / "prefect-results").resolve()
+
+
 def human_evaluation_refs(store: ArtifactStore, experiment: str) -> list[ArtifactRef]:
     """The imported human ratings of a local run (``synthugc annotate import``), fingerprinted."""
     folder = Path(store.path(experiment, "human_eval"))
@@ -94,7 +99,6 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
     settings = get_settings()
     parallel = max_parallel or settings.stage_concurrency
     limits = settings.resource_limits()
-    result_dir = (settings.cache_dir / "prefect-results").resolve()
     listen = _listener(logger)
     prepare = plan_prepare(cfg)
     place = prepare.place
@@ -106,7 +110,7 @@ def run_experiment(cfg: ExperimentConfig, families: Collection[str] = STAGE_FAMI
         check_here(needs)
     store = place.store()
     with open_run(store, cfg.experiment, local_dir=settings.cache_dir, say=logger.warning):  # the CLI's, if it ran us
-        return _run_locked(cfg, families, prepare, store, parallel, limits, result_dir, listen)
+        return _run_locked(cfg, families, prepare, store, parallel, limits, result_dir(), listen)
 
 
 def _run_locked(cfg: ExperimentConfig, families: Collection[str], prepare: Plan, store: ArtifactStore,
@@ -164,17 +168,15 @@ def cached_run(cfg: ExperimentConfig) -> RunSummary | None:
     """The summary of a run of every stage family whose every stage is cached with its artifacts intact, found
     without Prefect (no server, no flow run) and its manifest rewritten; None when any stage would run. The caller
     holds the experiment's lock."""
-    settings = get_settings()
-    result_dir = (settings.cache_dir / "prefect-results").resolve()
     prepare = plan_prepare(cfg)
-    first = lookup(prepare, result_dir=result_dir)
+    first = lookup(prepare, result_dir=result_dir())
     if first is None:
         return None
     place, store = prepare.place, prepare.place.store()
     corpus = first.results["split"].outputs["corpus"]
     body = plan_stages(cfg, STAGE_FAMILIES, place, corpus_rows=corpus.rows or 0, ingested=first.results["ingest"],
                        human_eval=lambda: human_evaluation_refs(store, cfg.experiment))
-    rest = lookup(body, result_dir=result_dir, done=first.results)
+    rest = lookup(body, result_dir=result_dir(), done=first.results)
     if rest is None:
         return None
     first.outcomes.update(rest.outcomes)

@@ -116,7 +116,6 @@ class LaunchedServer:
 
     port: int
     process: subprocess.Popen[Any]
-    previous_url: str | None
     used: bool = False
 
     @property
@@ -163,7 +162,8 @@ class LaunchedServer:
             self.stop()
 
     def stop(self) -> None:
-        """End the server and forget it; Prefect's clients in this process lose it (its URL is unset)."""
+        """End the server and forget it; Prefect's clients in this process lose it (its URL, which only this run set,
+        is unset)."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -173,10 +173,7 @@ class LaunchedServer:
                 self.process.wait()
         self._forget()
         if os.environ.get("PREFECT_API_URL") == self.api_url:
-            if self.previous_url is None:
-                os.environ.pop("PREFECT_API_URL", None)
-            else:
-                os.environ["PREFECT_API_URL"] = self.previous_url
+            del os.environ["PREFECT_API_URL"]
             refresh_global_settings_context()
 
 
@@ -225,7 +222,7 @@ def launch_temporary_server() -> LaunchedServer | None:
     if settings.api.url or not settings.server.ephemeral.enabled:
         return None
     port = _free_port()
-    server = LaunchedServer(port, _uvicorn(port), os.environ.get("PREFECT_API_URL"))
+    server = LaunchedServer(port, _uvicorn(port))
     server._point_prefect_here()
     atexit.register(server.stop)  # registered before Prefect's exit hooks, so it runs after them
     return server
