@@ -62,6 +62,12 @@ def fingerprint_config(section: Any) -> str:
     return sha256_bytes(json.dumps(section, sort_keys=True, default=str, separators=(",", ":")).encode())
 
 
+def fingerprint_frame(frame: pd.DataFrame) -> str:
+    """sha256 of a table's rows in order (pandas' per-row hashes of every column, index left out): the key of
+    what is computed from it, where row order matters as much as the values."""
+    return sha256_bytes(pd.util.hash_pandas_object(frame, index=False).to_numpy().tobytes())
+
+
 #: What counts as an area's source: its modules and the templates, styles and scripts it renders pages from.
 SOURCE_SUFFIXES: frozenset[str] = frozenset({".py", ".j2", ".css", ".js"})
 

@@ -230,3 +230,15 @@ def test_a_root_that_is_a_link_is_allowed_and_named_by_its_real_location(tmp_pat
     assert store.real_root == str(real.resolve())
     assert ref.path == f"{real.resolve()}/qa/metrics/x.parquet" and store.is_intact(ref)
     store.check_tree("qa")
+
+
+def test_a_frame_fingerprint_changes_with_row_order_and_values_not_with_the_index():
+    """What is computed from a table in its order (protect's certificate, linkability, utility) is keyed by it."""
+    import pandas as pd
+
+    from tasks.store import fingerprint_frame
+
+    table = pd.DataFrame({"text": ["a b", "c d", "e f"], "author_id": ["u1", "u1", "u2"]})
+    assert fingerprint_frame(table) == fingerprint_frame(table.set_axis([7, 8, 9]))
+    assert fingerprint_frame(table) != fingerprint_frame(table.iloc[[1, 0, 2]].reset_index(drop=True))
+    assert fingerprint_frame(table) != fingerprint_frame(table.assign(text=["a b", "c d", "e g"]))

@@ -38,7 +38,7 @@ from tasks.protect.attackers import (
     summaries,
 )
 from tasks.protect.files import VERBATIM_COLUMN
-from tasks.store import fingerprint_config
+from tasks.store import fingerprint_config, fingerprint_frame
 
 ROLE = "certificate"
 
@@ -83,7 +83,7 @@ def certify(table: pd.DataFrame, *, histories: str, plan: AttackPlan, params: Ma
     started = time.perf_counter()
     timelines = kept_timelines(table, timeline_posts)
     specs = tuple((name, dict(params.get(name, {}))) for name in plan.names)
-    key = fingerprint_config({"docs": pd.util.hash_pandas_object(timelines, index=False).sum().item(),
+    key = fingerprint_config({"docs": fingerprint_frame(timelines),
                               "attacks": [list(s) for s in specs], "adversaries": list(adversaries),
                               "profiling": dict(profiling) if profiling is not None else None})[:24]
     path = cache / f"certificate-{key}.attacks.parquet"

@@ -108,7 +108,7 @@ from tasks.protect.moves import (
 )
 from tasks.protect.settings import ProtectSettings
 from tasks.signatures import make_signature
-from tasks.store import code_version, fingerprint_config, tool_version
+from tasks.store import code_version, fingerprint_config, fingerprint_frame, tool_version
 
 #: Column of the protected table flagging documents kept although they failed (``on_fail: keep``).
 FAILED_FLAG = "protect_failed"
@@ -781,7 +781,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                           profiling=settings.profiling_judge if protector.profiling else None,
                           pii=(int(kept_docs["leaked"].sum()), int(kept_docs["spans"].sum())) if protector.pii else None,
                           seed=settings.seed)
-    kept_key = {"table": pd.util.hash_pandas_object(table, index=False).sum().item(), "seed": settings.seed}
+    kept_key = {"table": fingerprint_frame(table), "seed": settings.seed}
     linkability = None
     if settings.unit == "post":  # unlinked posts can be linked again by their style: how well, on what is kept
 
