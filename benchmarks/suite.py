@@ -1,7 +1,7 @@
 """Benchmark of the README's second command: the test suite as ``make test`` runs it, in this checkout.
 
-Runs ruff and then pytest with the Makefile's workers and marker (``-n TEST_WORKERS --dist loadfile -m "not scale"``,
-read from the Makefile so the two cannot drift) and a JUnit report, and prints the wall time with the load average,
+Runs the ``make test`` recipe (ruff, compileall, then pytest with the Makefile's workers and marker, ``-n
+TEST_WORKERS --dist loadfile -m "not scale"``, read from the Makefile so the two cannot drift) and a JUnit report, and prints the wall time with the load average,
 the test counts, and the ten test files with the most seconds (a file's tests run one after the other on one
 worker; the suite's wall time is the busier worker's sum). The reference is the target, 480 s on 2 cores (there
 is no other suite to compare with): the ratio says how far from it the suite is. Run it on a quiet machine,
@@ -32,16 +32,20 @@ ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 480.0
 
 
-def makefile_test_command() -> tuple[list[str], str]:
-    """(pytest arguments of ``make test``, its worker count), read from the Makefile's ``test`` recipe."""
+def makefile_test_command() -> tuple[list[str], list[str], str]:
+    """(the steps of ``make test`` before pytest, as shell lines for this venv; pytest's arguments; its worker
+    count), read from the Makefile's ``test`` recipe."""
     text = (ROOT / "Makefile").read_text()
     workers = re.search(r"^TEST_WORKERS \?= (\d+)$", text, re.M)
     recipe = re.search(r"^test: setup\n((?:\t.*\n)+)", text, re.M)
     if workers is None or recipe is None:
         sys.exit("benchmarks/suite.py: the Makefile has no TEST_WORKERS or test recipe to read")
-    line = next(cmd for cmd in recipe[1].splitlines() if "pytest" in cmd)
-    args = shlex.split(line.strip().replace("$(VENV)/bin/pytest", "").replace("$(TEST_WORKERS)", workers[1]))
-    return args, workers[1]
+    lines = [cmd.strip() for cmd in recipe[1].splitlines()]
+    at = next(i for i, cmd in enumerate(lines) if "pytest" in cmd)
+    venv = str(Path(sys.executable).parent.parent)
+    before = [cmd.replace("$(VENV)", venv) for cmd in lines[:at]]
+    args = shlex.split(lines[at].replace("$(VENV)/bin/pytest", "").replace("$(TEST_WORKERS)", workers[1]))
+    return before, args, workers[1]
 
 
 def file_seconds(junit: Path) -> Counter:
@@ -56,13 +60,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Run the suite, print the times and the RESULT line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.parse_args(argv)
-    args, workers = makefile_test_command()
+    before, args, workers = makefile_test_command()
     python = Path(sys.executable)
     print(f"synthugc suite benchmark: {os.cpu_count()} cpus; load average at start {load_average()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="synthugc-suite-bench-") as tmp:
         junit = Path(tmp) / "suite.xml"
         start = time.perf_counter()
-        lint = subprocess.run([str(python.parent / "ruff"), "check", "."], cwd=ROOT)
+        steps = next((step for step in (subprocess.run(cmd, shell=True, cwd=ROOT) for cmd in before)
+                     if step.returncode), None) or subprocess.CompletedProcess(before, 0)
         tests = subprocess.run([str(python), "-m", "pytest", *args, f"--junitxml={junit}", "-p", "no:cacheprovider"],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         suite_s = time.perf_counter() - start
@@ -72,8 +77,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         count = {k: sum(int(s.get(k, 0)) for s in suites) for k in ("tests", "failures", "errors", "skipped")}
         failed = count["failures"] + count["errors"]
         passed = count["tests"] - failed - count["skipped"]
-        print(f"ruff exit {lint.returncode}; pytest: {tail}")
-        print(f"suite (ruff + pytest -n {workers}): {suite_s:.1f} s, target {TARGET_S:.0f} s -> "
+        print(f"steps before pytest (ruff, compileall) exit {steps.returncode}; pytest: {tail}")
+        print(f"suite (ruff, compileall, pytest -n {workers}): {suite_s:.1f} s, target {TARGET_S:.0f} s -> "
               f"{suite_s / TARGET_S:.2f}x of target ({'met' if suite_s <= TARGET_S else 'NOT met'}); "
               f"load average at end {load_average()}")
         if junit.exists():
@@ -83,7 +88,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"RESULT suite_s={suite_s:.1f} tests={count['tests']} passed={passed} failed={failed} "
           f"skipped={count['skipped']} target_s={TARGET_S:.0f} over_target={suite_s / TARGET_S:.2f} "
           f"workers={workers} load={os.getloadavg()[0]:.2f}")
-    if lint.returncode or tests.returncode:
+    if steps.returncode or tests.returncode:
         sys.exit(1)
 
 
