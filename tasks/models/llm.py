@@ -26,7 +26,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -201,6 +201,69 @@ def in_flight_for(max_num_seqs: int) -> int:
     return max(1, math.ceil(max(1, max_num_seqs) * IN_FLIGHT_HEADROOM))
 
 
+def _parse_choices(response: Any, n: int) -> list[str]:
+    """The ``n`` message texts of a chat completion response, by choice index; raises _Retryable on 429 and
+    5xx, _Fatal on another 4xx or a malformed body."""
+    status = response.status_code
+    if status == 429 or status >= 500:
+        raise _Retryable(f"HTTP {status}: {_first_line(response.text)}")
+    if status >= 400:
+        raise _Fatal(f"HTTP {status}: {_first_line(response.text)}")
+    try:
+        data = response.json()
+    except ValueError as exc:
+        raise _Fatal(f"malformed response: not JSON ({_first_line(response.text)})") from exc
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or not choices:
+        raise _Fatal("malformed response: no 'choices' list")
+    if len(choices) != n:
+        raise _Fatal(f"malformed response: expected {n} choice(s), got {len(choices)}")
+    texts: list[str] = []
+    for i, choice in enumerate(sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)):
+        content = choice.get("message", {}).get("content") if isinstance(choice, dict) else None
+        if not isinstance(content, str):
+            raise _Fatal(f"malformed response: choice {i} has no message.content string")
+        texts.append(content)
+    return texts
+
+
+def _stream_from_helper_loop(send: Callable[[queue.Queue[tuple[int, ChatResult] | BaseException]],
+                                            Coroutine[Any, Any, None]],
+                             count: int) -> Iterator[tuple[int, ChatResult]]:
+    """Run ``send(done)`` on a new event loop in a helper thread and yield the ``count`` ``(index, result)``
+    items it puts on ``done``, as they arrive (the client's bridge from its asyncio workers to a plain
+    iterator). An exception escaping the loop (a bug, not a failed request) is raised here; closing the
+    generator early cancels what is still in flight."""
+    done: queue.Queue[tuple[int, ChatResult] | BaseException] = queue.Queue()
+    loop = asyncio.new_event_loop()
+    sending = loop.create_task(send(done)) if count else None
+
+    def run() -> None:
+        try:
+            if sending is not None:
+                loop.run_until_complete(sending)
+        except asyncio.CancelledError:
+            pass
+        except BaseException as exc:  # a bug, not a failed request: surfaces in the caller's thread
+            done.put(exc)
+        finally:
+            loop.close()
+
+    thread = threading.Thread(target=run, name="llm-client", daemon=True)
+    thread.start()
+    try:
+        for _ in range(count):
+            item = done.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        if sending is not None and not sending.done():
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(sending.cancel)
+        thread.join()
+
+
 @dataclass
 class OpenAICompatibleClient(LLMBackend):
     """Client of ``/v1/chat/completions`` (vLLM, ``tasks.models.openai_server``, ``transformers serve``).
@@ -264,34 +327,7 @@ class OpenAICompatibleClient(LLMBackend):
     def _stream_uncached(self, requests: Sequence[ChatRequest]) -> Iterator[tuple[int, ChatResult]]:
         """Send ``requests`` from an event loop in a helper thread; yield ``(index, result)`` as they complete.
         Closing the generator early cancels what is still in flight."""
-        done: queue.Queue[tuple[int, ChatResult] | BaseException] = queue.Queue()
-        loop = asyncio.new_event_loop()
-        sending = loop.create_task(self._send_all(requests, done)) if requests else None
-
-        def run() -> None:
-            try:
-                if sending is not None:
-                    loop.run_until_complete(sending)
-            except asyncio.CancelledError:
-                pass
-            except BaseException as exc:  # a bug, not a failed request: surfaces in the caller's thread
-                done.put(exc)
-            finally:
-                loop.close()
-
-        thread = threading.Thread(target=run, name="llm-client", daemon=True)
-        thread.start()
-        try:
-            for _ in range(len(requests)):
-                item = done.get()
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            if sending is not None and not sending.done():
-                with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-                    loop.call_soon_threadsafe(sending.cancel)
-            thread.join()
+        yield from _stream_from_helper_loop(lambda done: self._send_all(requests, done), len(requests))
 
     async def _send_all(self, requests: Sequence[ChatRequest],
                         done: queue.Queue[tuple[int, ChatResult] | BaseException]) -> None:
@@ -329,7 +365,7 @@ class OpenAICompatibleClient(LLMBackend):
                     raise _Retryable(f"timeout after {self.timeout_s:g}s ({type(exc).__name__})") from exc
                 except httpx.TransportError as exc:
                     raise _Retryable(f"connection error ({type(exc).__name__}: {_first_line(exc)})") from exc
-                texts = self._parse(response, request.n)
+                texts = _parse_choices(response, request.n)
                 return ChatResult(texts=texts, latency_s=time.perf_counter() - start, attempts=attempts)
             except _Retryable as exc:
                 reason, retryable = str(exc), True
@@ -340,30 +376,6 @@ class OpenAICompatibleClient(LLMBackend):
                 await asyncio.sleep(min(30.0, self.backoff_s * 2**attempt))
         return ChatResult(texts=None, error=f"{url}: {reason} after {attempts} attempt(s)",
                           latency_s=time.perf_counter() - start, attempts=attempts, unreachable=retryable)
-
-    @staticmethod
-    def _parse(response: Any, n: int) -> list[str]:
-        status = response.status_code
-        if status == 429 or status >= 500:
-            raise _Retryable(f"HTTP {status}: {_first_line(response.text)}")
-        if status >= 400:
-            raise _Fatal(f"HTTP {status}: {_first_line(response.text)}")
-        try:
-            data = response.json()
-        except ValueError as exc:
-            raise _Fatal(f"malformed response: not JSON ({_first_line(response.text)})") from exc
-        choices = data.get("choices") if isinstance(data, dict) else None
-        if not isinstance(choices, list) or not choices:
-            raise _Fatal("malformed response: no 'choices' list")
-        if len(choices) != n:
-            raise _Fatal(f"malformed response: expected {n} choice(s), got {len(choices)}")
-        texts: list[str] = []
-        for i, choice in enumerate(sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)):
-            content = choice.get("message", {}).get("content") if isinstance(choice, dict) else None
-            if not isinstance(content, str):
-                raise _Fatal(f"malformed response: choice {i} has no message.content string")
-            texts.append(content)
-        return texts
 
     def close(self) -> None:
         self._http.close()

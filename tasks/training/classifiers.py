@@ -22,11 +22,10 @@ length mismatch or fewer than two classes raise :class:`TrainingDataError` namin
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -36,7 +35,7 @@ from tasks.errors import InputError, ModelUnavailable
 from tasks.models.loaders import TORCH_RNG_LOCK, _offline, _unavailable, device, load_tokenizer
 from tasks.models.registry import ModelSpec, resolve_model
 from tasks.parallel import resource_lock
-from tasks.training.dialogue import state_snapshot
+from tasks.training.dialogue import state_snapshot, torch_threads
 from tasks.training.task_metrics import macro_f1
 
 #: Word tokens of one character count too ("i", "u", "4"): short UGC relies on them.
@@ -126,6 +125,89 @@ def _not_fitted(model: object) -> None:
     raise NotFittedError(f"this {type(model).__name__} is not fitted yet; call fit(texts, labels) first")
 
 
+# ------------------------------------------------------------------------- choosing C and class weight
+# The search behind ``C='auto'`` / ``class_weight='auto'`` of :class:`LinearTextClassifier`: the grid, the
+# folds that score it and the scores; the classifier keeps the choice.
+
+Folds = list[tuple[list[str], np.ndarray, list[str], np.ndarray]]
+
+
+def tuning_grid(C: float | str, class_weight: str | dict | None) -> list[tuple[float, str | dict | None]]:
+    """The (C, class_weight) settings to try: :data:`C_GRID` for ``C='auto'`` x :data:`CLASS_WEIGHT_GRID` for
+    ``class_weight='auto'``, a fixed value standing alone (one setting: nothing to choose)."""
+    c_values = C_GRID if C == AUTO else (float(C),)
+    weights = CLASS_WEIGHT_GRID if class_weight == AUTO else (class_weight,)
+    return [(c, w) for c in c_values for w in weights]
+
+
+def selection_folds(texts: list[str], labels: np.ndarray, val: tuple[list[str], np.ndarray] | None,
+                    seed: int) -> tuple[Folds, str] | None:
+    """The (train texts, train labels, held texts, held labels) folds that score the grid, and how they were
+    made: the validation split when it holds two classes (``validation``), else stratified k-fold on the
+    training rows (``cross-validation``, k = 5 or the rarest class's row count); None when a class has one row."""
+    from sklearn.model_selection import StratifiedKFold
+
+    if val is not None and len(set(val[1].tolist())) >= 2:
+        return [(texts, labels, *val)], "validation"
+    rarest = int(pd.Series(labels).value_counts().min())
+    if rarest < 2:
+        return None
+    splitter = StratifiedKFold(n_splits=min(5, rarest), shuffle=True, random_state=seed)
+    folds = [([texts[i] for i in tr], labels[tr], [texts[i] for i in te], labels[te])
+             for tr, te in splitter.split(np.zeros(len(labels)), labels)]
+    return folds, "cross-validation"
+
+
+def grid_scores(grid: Sequence[tuple[float, str | dict | None]], folds: Folds, vectorizer: Callable[[], Any],
+                estimator: Callable[[float, str | dict | None], Any]) -> np.ndarray:
+    """Mean held-out macro-F1 of each setting of ``grid`` over ``folds``; each fold's vectorizer is fitted on
+    its training rows only."""
+    scores = np.zeros(len(grid))
+    for train_texts, train_labels, held_texts, held_labels in folds:
+        vec = vectorizer()
+        x_train, x_held = vec.fit_transform(train_texts), vec.transform(held_texts)
+        for k, (c, weight) in enumerate(grid):
+            with warnings.catch_warnings():  # the largest C of the grid may stop at max_iter; it is scored
+                warnings.simplefilter("ignore", _convergence_warning())
+                pred = estimator(c, weight).fit(x_train, train_labels).predict(x_held)
+            scores[k] += macro_f1(held_labels.tolist(), pred.tolist()) / len(folds)
+    return scores
+
+
+def selection_table(grid: Sequence[tuple[float, str | dict | None]], scores: np.ndarray) -> tuple[int, pd.DataFrame]:
+    """(index of the chosen setting, the grid with its scores: columns C, class_weight, macro_f1, chosen)."""
+    best = int(np.argmax(scores))  # first maximum: grid order is C ascending, no weighting first
+    return best, pd.DataFrame({"C": [c for c, _ in grid],
+                               "class_weight": [str(w) if w is not None else "none" for _, w in grid],
+                               "macro_f1": scores, "chosen": np.arange(len(grid)) == best})
+
+
+def _validation_split(val_texts: Any, val_labels: Any) -> tuple[list[str], np.ndarray] | None:
+    """The labelled rows of ``val_texts``/``val_labels`` that choose 'auto' settings; None when none are given
+    or fewer than two classes are left (bad texts or a length mismatch still raise TrainingDataError)."""
+    val = None
+    if val_texts is not None and val_labels is not None and len(val_labels):
+        try:
+            val = prepare_labelled(val_texts, val_labels)[:2]
+        except TrainingDataError as exc:
+            if "at least two classes" not in str(exc):
+                raise
+    return val
+
+
+def top_words(weights: pd.DataFrame, k: int) -> pd.DataFrame:
+    """The ``k`` highest-weighted words of each class of a word x class weight table
+    (:meth:`LinearTextClassifier.word_weights`): columns class, rank (1 = strongest), word, weight; ties
+    broken by the word."""
+    parts = []
+    for cls in weights.columns:
+        col = weights[cls].rename("weight").reset_index()
+        col = col.sort_values(["weight", "word"], ascending=[False, True], kind="mergesort").head(k)
+        parts.append(pd.DataFrame({"class": cls, "rank": np.arange(1, len(col) + 1),
+                                   "word": col["word"].to_numpy(), "weight": col["weight"].to_numpy()}))
+    return pd.concat(parts, ignore_index=True)
+
+
 # ---------------------------------------------------------------------------------------------- linear
 
 
@@ -197,62 +279,30 @@ class LinearTextClassifier:
                 None if self.class_weight == AUTO else self.class_weight)
         return Pipeline([("tfidf", self._vectorizer()), ("clf", self._estimator(C, class_weight))])
 
-    def _grid(self) -> list[tuple[float, str | dict | None]]:
-        c_values = C_GRID if self.C == AUTO else (float(self.C),)
-        weights = CLASS_WEIGHT_GRID if self.class_weight == AUTO else (self.class_weight,)
-        return [(c, w) for c in c_values for w in weights]
-
     def _select(self, texts: list[str], labels: np.ndarray, val: tuple[list[str], np.ndarray] | None) -> None:
         """Choose (C, class_weight) on ``val`` or by cross-validation; fills C_, class_weight_, selection_."""
-        from sklearn.model_selection import StratifiedKFold
-
-        grid = self._grid()
+        grid = tuning_grid(self.C, self.class_weight)
         if len(grid) == 1:
             self.C_, self.class_weight_ = grid[0]
             self.selected_by_ = "fixed"
             return
-        if val is not None and len(set(val[1].tolist())) >= 2:
-            folds = [(texts, labels, *val)]
-            self.selected_by_ = "validation"
-        else:
-            rarest = int(pd.Series(labels).value_counts().min())
-            if rarest < 2:
-                self.C_, self.class_weight_ = 1.0 if self.C == AUTO else float(self.C), (
-                    None if self.class_weight == AUTO else self.class_weight)
-                self.selected_by_ = "default"
-                return
-            splitter = StratifiedKFold(n_splits=min(5, rarest), shuffle=True, random_state=self.seed)
-            folds = [([texts[i] for i in tr], labels[tr], [texts[i] for i in te], labels[te])
-                     for tr, te in splitter.split(np.zeros(len(labels)), labels)]
-            self.selected_by_ = "cross-validation"
-        scores = np.zeros(len(grid))
-        for train_texts, train_labels, held_texts, held_labels in folds:
-            vec = self._vectorizer()
-            x_train, x_held = vec.fit_transform(train_texts), vec.transform(held_texts)
-            for k, (c, weight) in enumerate(grid):
-                with warnings.catch_warnings():  # the largest C of the grid may stop at max_iter; it is scored
-                    warnings.simplefilter("ignore", _convergence_warning())
-                    pred = self._estimator(c, weight).fit(x_train, train_labels).predict(x_held)
-                scores[k] += macro_f1(held_labels.tolist(), pred.tolist()) / len(folds)
-        best = int(np.argmax(scores))  # first maximum: grid order is C ascending, no weighting first
+        chosen = selection_folds(texts, labels, val, self.seed)
+        if chosen is None:
+            self.C_, self.class_weight_ = 1.0 if self.C == AUTO else float(self.C), (
+                None if self.class_weight == AUTO else self.class_weight)
+            self.selected_by_ = "default"
+            return
+        folds, self.selected_by_ = chosen
+        best, table = selection_table(grid, grid_scores(grid, folds, self._vectorizer, self._estimator))
         self.C_, self.class_weight_ = grid[best]
-        self.selection_ = pd.DataFrame({"C": [c for c, _ in grid],
-                                        "class_weight": [str(w) if w is not None else "none" for _, w in grid],
-                                        "macro_f1": scores, "chosen": np.arange(len(grid)) == best})
+        self.selection_ = table
 
     def fit(self, texts: Any, labels: Any, *, val_texts: Any = None, val_labels: Any = None) -> LinearTextClassifier:
         """Fit on the rows with a label (missing labels skipped, counted in ``n_skipped_``); with 'auto'
         settings, choose them first on the labelled rows of ``val_texts``/``val_labels``."""
         texts, labels, self.n_skipped_ = prepare_labelled(texts, labels)
         _classes(labels)  # mixed, unorderable label types fail here with a clear message
-        val = None
-        if val_texts is not None and val_labels is not None and len(val_labels):
-            try:
-                val = prepare_labelled(val_texts, val_labels)[:2]
-            except TrainingDataError as exc:
-                if "at least two classes" not in str(exc):
-                    raise
-        self._select(texts, labels, val)
+        self._select(texts, labels, _validation_split(val_texts, val_labels))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", _convergence_warning())  # max_iter reached: the fit is still used
             self.pipeline_ = self.make_pipeline(self.C_, self.class_weight_).fit(texts, labels)
@@ -298,14 +348,7 @@ class LinearTextClassifier:
     def top_weighted_words(self, k: int = 20, *, unigrams_only: bool = True) -> pd.DataFrame:
         """The ``k`` highest-weighted words of each class (seed 004, appendix B): columns class, rank
         (1 = strongest), word, weight. Ties are broken by the word, so the table is stable."""
-        weights = self.word_weights(unigrams_only=unigrams_only)
-        parts = []
-        for cls in weights.columns:
-            col = weights[cls].rename("weight").reset_index()
-            col = col.sort_values(["weight", "word"], ascending=[False, True], kind="mergesort").head(k)
-            parts.append(pd.DataFrame({"class": cls, "rank": np.arange(1, len(col) + 1),
-                                       "word": col["word"].to_numpy(), "weight": col["weight"].to_numpy()}))
-        return pd.concat(parts, ignore_index=True)
+        return top_words(self.word_weights(unigrams_only=unigrams_only), k)
 
     def tokenize(self, text: str) -> list[str]:
         """The word tokens (unigrams) of ``text`` as the vectorizer sees them (lowercased)."""
@@ -316,6 +359,35 @@ class LinearTextClassifier:
 
 
 # ---------------------------------------------------------------------------------------------- encoder
+
+
+def load_sequence_classifier(spec: ModelSpec | None, classes: np.ndarray) -> tuple[Any, Any]:
+    """(tokenizer, model): ``spec`` (default: the registry's ``classifier_backbone``) with a freshly initialised
+    classification head over ``classes`` (labels are their str). Raises ModelUnavailable for a model that is
+    not a transformer encoder or cannot be loaded."""
+    spec = spec or resolve_model("classifier_backbone")
+    n_labels = len(classes)
+    if spec.kind not in ("hf-encoder", "sentence-transformers"):
+        raise ModelUnavailable(f"model for role 'classifier_backbone': {spec.name} is a {spec.kind} model, "
+                               f"not a transformer encoder")
+    tokenizer = load_tokenizer(spec)
+    local = _offline(spec)
+    try:
+        from transformers import AutoModelForSequenceClassification
+        from transformers.utils import logging as hf_logging
+
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()  # "newly initialized classifier weights" is expected here
+        try:
+            model = AutoModelForSequenceClassification.from_pretrained(
+                spec.path, num_labels=n_labels, local_files_only=local,
+                id2label={i: str(c) for i, c in enumerate(classes)},
+                label2id={str(c): i for i, c in enumerate(classes)})
+        finally:
+            hf_logging.set_verbosity(verbosity)
+    except (OSError, ValueError, ImportError) as exc:
+        raise _unavailable(spec, exc) from exc
+    return tokenizer, model
 
 
 class EncoderClassifier:
@@ -368,42 +440,6 @@ class EncoderClassifier:
 
         return device()
 
-    def _load(self, n_labels: int) -> tuple[Any, Any]:
-        spec = self.spec or resolve_model("classifier_backbone")
-        if spec.kind not in ("hf-encoder", "sentence-transformers"):
-            raise ModelUnavailable(f"model for role 'classifier_backbone': {spec.name} is a {spec.kind} model, "
-                                   f"not a transformer encoder")
-        tokenizer = load_tokenizer(spec)
-        local = _offline(spec)
-        try:
-            from transformers import AutoModelForSequenceClassification
-            from transformers.utils import logging as hf_logging
-
-            verbosity = hf_logging.get_verbosity()
-            hf_logging.set_verbosity_error()  # "newly initialized classifier weights" is expected here
-            try:
-                model = AutoModelForSequenceClassification.from_pretrained(
-                    spec.path, num_labels=n_labels, local_files_only=local,
-                    id2label={i: str(c) for i, c in enumerate(self.classes_)},
-                    label2id={str(c): i for i, c in enumerate(self.classes_)})
-            finally:
-                hf_logging.set_verbosity(verbosity)
-        except (OSError, ValueError, ImportError) as exc:
-            raise _unavailable(spec, exc) from exc
-        return tokenizer, model
-
-    @contextlib.contextmanager
-    def _threads(self):
-        import torch
-
-        before = torch.get_num_threads()
-        if self.num_threads:
-            torch.set_num_threads(self.num_threads)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(before)
-
     def _batches(self, ids: list[list[int]], order: Sequence[int], size: int):
         for start in range(0, len(order), size):
             idx = list(order[start:start + size])
@@ -433,9 +469,9 @@ class EncoderClassifier:
             val = ([t for t, _ in kept], [v for _, v in kept]) if kept else None
         dev = self._device()
         started = time.perf_counter()
-        with TORCH_RNG_LOCK, self._threads(), torch.random.fork_rng(devices=[] if dev == "cpu" else None):
+        with TORCH_RNG_LOCK, torch_threads(self.num_threads), torch.random.fork_rng(devices=[] if dev == "cpu" else None):
             torch.manual_seed(self.seed)
-            self.tokenizer_, model = self._load(len(self.classes_))
+            self.tokenizer_, model = load_sequence_classifier(self.spec, self.classes_)
             model.to(dev).train()
             ids = self._encode(texts)
             steps = self.epochs * math.ceil(len(texts) / self.batch_size)
@@ -492,7 +528,7 @@ class EncoderClassifier:
             return out
         ids = self._encode(texts)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))  # similar lengths pad less
-        with self._threads(), torch.no_grad():
+        with torch_threads(self.num_threads), torch.no_grad():
             for idx, batch in self._batches(ids, order, self.eval_batch_size):
                 logits = self.model_(**batch).logits
                 out[idx] = torch.softmax(logits.float(), dim=-1).cpu().numpy()

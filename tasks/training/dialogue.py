@@ -153,6 +153,51 @@ def conversations(df: pd.DataFrame) -> list[Conversation]:
     return out
 
 
+def split_rows(vectors: np.ndarray, sizes: Sequence[int]) -> list[np.ndarray]:
+    """Consecutive slices of ``vectors`` of the given sizes: the texts of all conversations (timelines) are
+    embedded in one call, then split back per conversation."""
+    out, start = [], 0
+    for n in sizes:
+        out.append(vectors[start:start + n])
+        start += n
+    return out
+
+
+def vocabulary(convs: list[Conversation], min_count: int) -> dict[str, int]:
+    """Word ids of the tagger: the lowercased words seen at least ``min_count`` times, sorted, numbered from 2
+    (0 pads, 1 is every unknown word)."""
+    counts: dict[str, int] = {}
+    for c in convs:
+        for w in c.words:
+            counts[w.lower()] = counts.get(w.lower(), 0) + 1
+    return {w: i + 2 for i, w in enumerate(sorted(w for w, n in counts.items() if n >= min_count))}
+
+
+def pad_windows(items: list[dict]) -> dict[str, Any]:
+    """One tagger batch from windows (:meth:`DialogueActTagger._windows` items): word ids, row features,
+    sentence vectors (None without an embedder) and tags (IGNORE where absent) right-padded to the longest
+    window, and the window lengths."""
+    import torch
+
+    lengths = [len(it["ids"]) for it in items]
+    width = max(lengths)
+    ids = torch.zeros((len(items), width), dtype=torch.long)
+    feats = torch.zeros((len(items), width, 3))
+    tags = torch.full((len(items), width), IGNORE, dtype=torch.long)
+    sent = None
+    if items[0]["sent"] is not None:
+        sent = torch.zeros((len(items), width, items[0]["sent"].shape[1]))
+    for b, it in enumerate(items):
+        n = lengths[b]
+        ids[b, :n] = torch.tensor(it["ids"])
+        feats[b, :n] = torch.from_numpy(it["feats"])
+        if sent is not None:
+            sent[b, :n] = torch.from_numpy(it["sent"])
+        if "tags" in it:
+            tags[b, :n] = torch.tensor(it["tags"])
+    return {"ids": ids, "feats": feats, "sent": sent, "tags": tags, "lengths": torch.tensor(lengths)}
+
+
 class DialogueActTagger:
     """Word-level joint segmentation + act tagger (see the module docstring). ``fit(train, val)`` on
     corpus tables; ``predict_tags(df)`` gives per-conversation tag lists; ``evaluate(df)`` the error rates."""
@@ -177,11 +222,7 @@ class DialogueActTagger:
             return [None] * len(convs)
         texts = [t for c in convs for t in c.row_texts]
         vectors = np.asarray(self.embed(texts), dtype=np.float32) if texts else np.zeros((0, 0), np.float32)
-        out, start = [], 0
-        for c in convs:
-            out.append(vectors[start:start + len(c.row_texts)])
-            start += len(c.row_texts)
-        return out
+        return split_rows(vectors, [len(c.row_texts) for c in convs])
 
     def _windows(self, convs: list[Conversation], sents: list[np.ndarray | None], with_tags: bool) -> list[dict]:
         index = {t: i for i, t in enumerate(self.tags_)}
@@ -196,27 +237,6 @@ class DialogueActTagger:
                     item["tags"] = [index.get(t, IGNORE) if t is not None else IGNORE for t in conv.tags[start:end]]
                 items.append(item)
         return items
-
-    def _batch(self, items: list[dict]) -> dict[str, Any]:
-        import torch
-
-        lengths = [len(it["ids"]) for it in items]
-        width = max(lengths)
-        ids = torch.zeros((len(items), width), dtype=torch.long)
-        feats = torch.zeros((len(items), width, 3))
-        tags = torch.full((len(items), width), IGNORE, dtype=torch.long)
-        sent = None
-        if items[0]["sent"] is not None:
-            sent = torch.zeros((len(items), width, items[0]["sent"].shape[1]))
-        for b, it in enumerate(items):
-            n = lengths[b]
-            ids[b, :n] = torch.tensor(it["ids"])
-            feats[b, :n] = torch.from_numpy(it["feats"])
-            if sent is not None:
-                sent[b, :n] = torch.from_numpy(it["sent"])
-            if "tags" in it:
-                tags[b, :n] = torch.tensor(it["tags"])
-        return {"ids": ids, "feats": feats, "sent": sent, "tags": tags, "lengths": torch.tensor(lengths)}
 
     # --- model --------------------------------------------------------------------------------------
     def _build(self, sent_in: int | None) -> Any:
@@ -253,11 +273,7 @@ class DialogueActTagger:
         import torch
 
         convs = conversations(train)
-        counts: dict[str, int] = {}
-        for c in convs:
-            for w in c.words:
-                counts[w.lower()] = counts.get(w.lower(), 0) + 1
-        self.vocab_ = {w: i + 2 for i, w in enumerate(sorted(w for w, n in counts.items() if n >= self.min_count))}
+        self.vocab_ = vocabulary(convs, self.min_count)
         labels = sorted({t for c in convs for t in c.tags if t is not None and t != INSIDE})
         if not labels:
             raise ValueError("no labelled rows to train the dialogue-act tagger on")
@@ -278,7 +294,7 @@ class DialogueActTagger:
                 total = 0.0
                 order = rng.permutation(len(items))
                 for s in range(0, len(order), self.batch_size):
-                    batch = self._batch([items[i] for i in order[s:s + self.batch_size]])
+                    batch = pad_windows([items[i] for i in order[s:s + self.batch_size]])
                     loss = sequence_step(opt, loss_fn, self.model_(batch), batch["tags"])
                     total += loss * len(order[s:s + self.batch_size])
                 record = {"epoch": epoch, "loss": total / max(1, len(items))}
@@ -303,7 +319,7 @@ class DialogueActTagger:
             self.model_.eval()
             for s in range(0, len(items), self.batch_size):
                 chunk = items[s:s + self.batch_size]
-                pred = self.model_(self._batch(chunk)).argmax(-1).numpy()
+                pred = self.model_(pad_windows(chunk)).argmax(-1).numpy()
                 for b, it in enumerate(chunk):
                     n = len(it["ids"])
                     out[it["conv"]][it["start"]:it["start"] + n] = [self.tags_[j] for j in pred[b, :n]]

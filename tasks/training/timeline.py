@@ -28,7 +28,14 @@ import numpy as np
 import pandas as pd
 
 from tasks.models.loaders import TORCH_RNG_LOCK
-from tasks.training.dialogue import Embedder, sentence_embedder, sequence_step, state_snapshot, torch_threads
+from tasks.training.dialogue import (
+    Embedder,
+    sentence_embedder,
+    sequence_step,
+    split_rows,
+    state_snapshot,
+    torch_threads,
+)
 from tasks.training.task_metrics import COVERAGE_AVERAGES, coverage
 
 CLASSES: tuple[str, ...] = ("O", "IE", "IS")
@@ -74,6 +81,49 @@ def timelines(df: pd.DataFrame) -> list[Timeline]:
     return out
 
 
+def build_networks(dim: int, n: int, *, post_hidden: int, lstm_hidden: int, lstm_layers: int,
+                   dropout: float) -> tuple[Any, Any]:
+    """(post model, timeline model), freshly initialised in that order: the post-level MLP (``dim`` ->
+    ``post_hidden`` -> ReLU -> dropout -> ``n`` classes) and the BiLSTM over its hidden activations with a
+    dense layer over the ``n`` classes (``forward(x, lengths)`` on padded timelines)."""
+    from torch import nn
+
+    post = nn.Sequential(nn.Linear(dim, post_hidden), nn.ReLU(), nn.Dropout(dropout),
+                         nn.Linear(post_hidden, n))
+
+    class Seq(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lstm = nn.LSTM(post_hidden, lstm_hidden, num_layers=lstm_layers,
+                                batch_first=True, bidirectional=True,
+                                dropout=dropout if lstm_layers > 1 else 0.0)
+            self.drop = nn.Dropout(dropout)
+            self.out = nn.Linear(2 * lstm_hidden, n)
+
+        def forward(self, x: Any, lengths: Any) -> Any:
+            packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+            h, _ = self.lstm(packed)
+            h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=x.shape[1])
+            return self.out(self.drop(h))
+
+    return post, Seq()
+
+
+def pad_timelines(feats: list[Any], targets: list[np.ndarray] | None) -> tuple[Any, Any, Any]:
+    """(x, lengths, y) of a batch of timelines: post features right-padded to the longest, their lengths, and
+    the class targets padded with IGNORE (None without ``targets``)."""
+    import torch
+
+    lengths = torch.tensor([f.shape[0] for f in feats])
+    x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
+    y = None
+    if targets is not None:
+        y = torch.full(x.shape[:2], IGNORE, dtype=torch.long)
+        for b, t in enumerate(targets):
+            y[b, :len(t)] = torch.from_numpy(t)
+    return x, lengths, y
+
+
 class MomentsOfChangeModel:
     """Post-level focal-loss MLP feeding a BiLSTM over timelines (see the module docstring)."""
 
@@ -96,40 +146,15 @@ class MomentsOfChangeModel:
         embed = self.embed or sentence_embedder()
         texts = [t for tl in lines for t in tl.texts]
         vectors = np.asarray(embed(texts), dtype=np.float32)
-        out, start = [], 0
-        for tl in lines:
-            out.append(vectors[start:start + len(tl.texts)])
-            start += len(tl.texts)
-        return out
+        return split_rows(vectors, [len(tl.texts) for tl in lines])
 
     def _targets(self, tl: Timeline) -> np.ndarray:
         index = {c: i for i, c in enumerate(self.classes)}
         return np.asarray([index.get(lab, IGNORE) if lab is not None else IGNORE for lab in tl.labels], dtype=np.int64)
 
     def _build(self, dim: int) -> tuple[Any, Any]:
-        from torch import nn
-
-        n = len(self.classes)
-        post = nn.Sequential(nn.Linear(dim, self.post_hidden), nn.ReLU(), nn.Dropout(self.dropout),
-                             nn.Linear(self.post_hidden, n))
-        model = self
-
-        class Seq(nn.Module):
-            def __init__(self) -> None:
-                super().__init__()
-                self.lstm = nn.LSTM(model.post_hidden, model.lstm_hidden, num_layers=model.lstm_layers,
-                                    batch_first=True, bidirectional=True,
-                                    dropout=model.dropout if model.lstm_layers > 1 else 0.0)
-                self.drop = nn.Dropout(model.dropout)
-                self.out = nn.Linear(2 * model.lstm_hidden, n)
-
-            def forward(self, x: Any, lengths: Any) -> Any:
-                packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
-                h, _ = self.lstm(packed)
-                h, _ = nn.utils.rnn.pad_packed_sequence(h, batch_first=True, total_length=x.shape[1])
-                return self.out(self.drop(h))
-
-        return post, Seq()
+        return build_networks(dim, len(self.classes), post_hidden=self.post_hidden, lstm_hidden=self.lstm_hidden,
+                              lstm_layers=self.lstm_layers, dropout=self.dropout)
 
     def _post_features(self, vectors: list[np.ndarray]) -> list[Any]:
         """Hidden activations of the post model (its first layer + ReLU) for each timeline's posts."""
@@ -138,19 +163,6 @@ class MomentsOfChangeModel:
         self.post_model_.eval()
         with torch.no_grad():
             return [self.post_model_[1](self.post_model_[0](torch.from_numpy(v))) for v in vectors]
-
-    @staticmethod
-    def _pad(feats: list[Any], targets: list[np.ndarray] | None) -> tuple[Any, Any, Any]:
-        import torch
-
-        lengths = torch.tensor([f.shape[0] for f in feats])
-        x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True)
-        y = None
-        if targets is not None:
-            y = torch.full(x.shape[:2], IGNORE, dtype=torch.long)
-            for b, t in enumerate(targets):
-                y[b, :len(t)] = torch.from_numpy(t)
-        return x, lengths, y
 
     def fit(self, train: pd.DataFrame, val: pd.DataFrame | None = None) -> MomentsOfChangeModel:
         """Train both stages on the timelines of ``train`` (early stopping on ``val`` when non-empty)."""
@@ -184,7 +196,7 @@ class MomentsOfChangeModel:
             val_data = None
             if val_lines:
                 val_feats = self._post_features(self._embed(val_lines))
-                val_data = self._pad(val_feats, [self._targets(tl) for tl in val_lines])
+                val_data = pad_timelines(val_feats, [self._targets(tl) for tl in val_lines])
             opt = torch.optim.Adam(self.seq_model_.parameters(), lr=self.lr)
             loss_fn = torch.nn.CrossEntropyLoss(ignore_index=IGNORE)
             best, best_state, waited = float("inf"), None, 0
@@ -194,7 +206,7 @@ class MomentsOfChangeModel:
                 total = 0.0
                 for s in range(0, len(order), self.batch_size):
                     chunk = order[s:s + self.batch_size]
-                    bx, bl, by = self._pad([feats[i] for i in chunk], [targets[i] for i in chunk])
+                    bx, bl, by = pad_timelines([feats[i] for i in chunk], [targets[i] for i in chunk])
                     total += sequence_step(opt, loss_fn, self.seq_model_(bx, bl), by) * len(chunk)
                 record = {"epoch": epoch, "loss": total / len(feats)}
                 if val_data is not None:
@@ -227,7 +239,7 @@ class MomentsOfChangeModel:
             self.seq_model_.eval()
             for s in range(0, len(feats), self.batch_size):
                 chunk = feats[s:s + self.batch_size]
-                x, lengths, _ = self._pad(chunk, None)
+                x, lengths, _ = pad_timelines(chunk, None)
                 pred = self.seq_model_(x, lengths).argmax(-1).numpy()
                 out.extend([self.classes[j] for j in pred[b, :len(f)]] for b, f in enumerate(chunk))
         return out
