@@ -12,15 +12,8 @@ import re
 
 import pytest
 
-from tasks.protect.generalize import (
-    Surrogates,
-    generalize,
-    hypernym,
-    inflect_verb,
-    load_pipeline,
-    load_wordnet,
-    plural,
-)
+from tasks.protect.generalize import Surrogates, generalize
+from tasks.protect.lexicon import hypernym, inflect_verb, load_pipeline, load_wordnet, plural
 
 #: (sentence, what must leave it, what must be in it after)
 SENTENCES = [

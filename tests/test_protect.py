@@ -242,7 +242,8 @@ def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_
                                                                                             monkeypatch):
     from tasks.privacy.attacks import plan_attacks
     from tasks.privacy.stylometric import EvidenceProfiles
-    from tasks.protect.loop import ProtectSettings, _Protector, _timelines
+    from tasks.protect.components import _timelines
+    from tasks.protect.loop import ProtectSettings, _Protector
     from tasks.protect.moves import Move
     from tasks.store import fingerprint_file
 

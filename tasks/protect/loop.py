@@ -35,14 +35,16 @@ stays at or above the floor, otherwise the next rung is tried. Documents not cau
 Each round is written to the cache as it ends, keyed by everything it depends on but the budget and the number of
 rounds: a killed run resumes at the round it was in, a rerun is fully cached, and a changed budget reuses the
 rounds already computed. The certificate is cached by the output it attacks.
+
+This module runs the loop and writes its result; the parts it drives live beside it: what a point works with
+(:mod:`tasks.protect.components`), the round step (:mod:`tasks.protect.rounds`), the moves applied
+(:mod:`tasks.protect.apply`) and the rounds' cache (:mod:`tasks.protect.cache`).
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,39 +55,18 @@ import pandas as pd
 import pyarrow as pa
 
 from tasks.budgets import Bound, decide_all
-from tasks.corpus.importers import write_parquet_atomic
-from tasks.corpus.schema import ATTR_PREFIX, STATUS_OK, attr_columns
+from tasks.corpus.schema import ATTR_PREFIX, attr_columns
 from tasks.errors import ConfigError, InputError
-from tasks.generate.base import (
-    DEFAULT_VARIANT,
-    build_strategy,
-    generate_synthetic,
-    is_unchanged,
-    synthetic_table,
-)
-from tasks.generate.pseudonymize import pseudonymize_corpus
+from tasks.generate.base import DEFAULT_VARIANT, synthetic_table
 from tasks.intervals import bootstrap
 from tasks.layout import PROTECT_LABEL
-from tasks.metrics.verbatim import verbatim_flags
-from tasks.models.pii import PiiDetector
-from tasks.privacy.attacks import AttackPlan, forget_histories, gpu_present
-from tasks.privacy.audit import attack_timelines
-from tasks.privacy.evidence import carried_by
-from tasks.privacy.history_split import split_histories_by_author
+from tasks.privacy.attacks import AttackPlan, gpu_present
 from tasks.privacy.linkability import same_author_auc
 from tasks.privacy.reidentify import history_rows
-from tasks.protect.attackers import (
-    Attackers,
-    Profilers,
-    RoleSpec,
-    attack_figures,
-    attack_rows,
-    residual,
-    share_figure,
-    summaries,
-    worst,
-)
+from tasks.protect.attackers import attack_figures, residual, share_figure, summaries, worst
+from tasks.protect.cache import _kept_in, load_round, save_round
 from tasks.protect.certificate import certify
+from tasks.protect.components import Components, Shared
 from tasks.protect.files import (
     MOVE_COLUMN,
     PROFILING_ATTACK,
@@ -96,16 +77,7 @@ from tasks.protect.files import (
     VERBATIM_COLUMN,
 )
 from tasks.protect.frontier import choose_point, frontier_figure, frontier_table, point_utility
-from tasks.protect.generalize import Surrogates, generalize
-from tasks.protect.moves import (
-    GENERALIZE,
-    LLM_ANONYMIZE,
-    MASK_EVIDENCE,
-    PSEUDONYMIZE,
-    Move,
-    llm_anonymize,
-    mask_evidence,
-)
+from tasks.protect.rounds import RoundState, caught, fit_evidence, must_move, next_round, round_zero
 from tasks.protect.settings import ProtectSettings
 from tasks.signatures import make_signature
 from tasks.store import code_version, fingerprint_config, fingerprint_frame, tool_version
@@ -115,18 +87,6 @@ FAILED_FLAG = "protect_failed"
 MEANING_COLUMN = "meaning"
 #: Judge and feedback accuracies further apart than this are said in the summary (overfitting to feedback).
 DISAGREEMENT = 0.2
-#: Documents whose meaning is scored at once: their token embeddings are held in memory meanwhile (round 0 scores
-#: every document: 17.8k at the article's scale).
-_MEANING_CHUNK = 2_000
-@dataclass
-class RoundState:
-    """The documents after one round and every attack's per-timeline result on them."""
-
-    round: int
-    docs: pd.DataFrame       # doc_id, text, meaning, round, move, rung, blocked, leaked, spans
-    attacks: pd.DataFrame    # role, attack, adversary, n_authors, group_id, author_id, correct, in_top10, ...
-    rewritten: int
-    seconds: float
 
 
 @dataclass
@@ -143,400 +103,32 @@ class ProtectResult:
     frontier: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
-@dataclass
-class Shared:
-    """What the points of a frontier share: the fitted strategies, generalize's per-author phrases (the same entity
-    gets the same phrase at every floor), and the moves' outputs and meaning scores already computed (a point asks
-    for most of the ones the point above it did)."""
-
-    strategies: dict[str, Any] = field(default_factory=dict)
-    surrogates: Any = None
-    outputs: dict[tuple, str | None] = field(default_factory=dict)
-    meanings: dict[tuple[str, str], float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.surrogates is None:
-            self.surrogates = Surrogates()
-
-
 # ----------------------------------------------------------------------------------------------- the loop
 
-def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | None) -> pd.DataFrame:
-    frame = corpus[["doc_id", "author_id"]].assign(
-        text=texts.to_numpy(), status=STATUS_OK,
-        group_id=corpus["group_id"] if "group_id" in corpus.columns else pd.NA)
-    return attack_timelines(frame, timeline_posts)
+class _Protector(Components):
+    """One frontier point: its components (:class:`tasks.protect.components.Components`), with the round step
+    (:mod:`tasks.protect.rounds`) and the rounds' cache (:mod:`tasks.protect.cache`) as its methods."""
 
-
-class _Protector:
-    def __init__(self, corpus: pd.DataFrame, histories: str, settings: ProtectSettings, folder: Path,
-                 log: Callable[[str], None], histories_fingerprint: str, judge: AttackPlan,
-                 check: Sequence[str] = (), zero_folder: Path | None = None, shared: Shared | None = None) -> None:
-        self.corpus = corpus.reset_index(drop=True)
-        self.sources = self.corpus["text"].astype(str)
-        self.settings = settings
-        self.judge = judge
-        self.check_attacks = list(check)  # round 0 only: see ProtectSettings.check_attacks
-        self.folder = folder
-        self.zero_folder = zero_folder or folder  # round 0 (shared by the points of a frontier)
-        self.shared = shared or Shared()
-        self.log = log
-        self.histories = histories
-        self.histories_fingerprint = histories_fingerprint
-        self._attackers: Attackers | None = None
-        self._profilers: Profilers | None = None
-        self._halves: dict[str, str] | None = None
-        self._detector: Any = None
-        self._embeddings: Any = None
-        self._llm: Any = None
-        self.pii = settings.pii
-        self.verbatim = settings.bounds_figure("verbatim")
-        self.profiling = settings.profiling
-        self.mappings: list[pd.DataFrame] = []
-        self.doc_timeline = _timelines(self.corpus, self.sources, settings.attack_posts).set_index("doc_id")["group_id"]
-        self.corpus_docs = frozenset(self.corpus["doc_id"].astype(str))
-        self.evidence_authors: set[str] | None = None  # fixed by round 0 (:meth:`fit_evidence`)
-
-    # -- components, built on first use (a fully cached rerun builds none of them)
-    def halves(self) -> dict[str, str]:
-        """The feedback and judge halves of the histories (split once, kept beside the rounds)."""
-        if self._halves is None:
-            halves_dir = self.folder.parent / "histories"
-            halves_dir.mkdir(parents=True, exist_ok=True)
-            stem = f"{self.histories_fingerprint[:16]}-{self.settings.seed}"  # the caller's: not hashed again
-            feedback, judge = halves_dir / f"{stem}-feedback.parquet", halves_dir / f"{stem}-judge.parquet"
-            if not (feedback.exists() and judge.exists()):
-                split_histories_by_author(self.histories, feedback, judge, seed=self.settings.seed)
-            self._halves = {"feedback": str(feedback), "judge": str(judge)}
-        return self._halves
-
-    def forget_halves(self) -> None:
-        """Free the attackers and the profiles built from the halves of the histories (the loop is over)."""
-        self._attackers = self._profilers = None
-        for half in (self._halves or {}).values():
-            forget_histories(half)
-
-    def role_specs(self, roles: Sequence[str]) -> list[RoleSpec]:
-        """The feedback (feedback half), judge (judge half) and check (the registered attacks the judge leaves out,
-        judge half) attacks asked for."""
-        s, halves = self.settings, self.halves()
-        names = {"feedback": s.feedback, "judge": s._specs(self.judge),
-                 "check": tuple((n, s.params_of(n)) for n in self.check_attacks)}
-        return [RoleSpec(role, names[role], halves["judge" if role == "check" else role], s.adversaries)
-                for role in roles if names[role]]
-
-    def attackers(self) -> Attackers:
-        if self._attackers is None:
-            self._attackers = Attackers(self.role_specs(("feedback", "judge")), self.corpus_docs, self.folder)
-        return self._attackers
-
-    def profilers(self) -> Profilers:
-        if self._profilers is None:
-            halves, s = self.halves(), self.settings
-            self._profilers = Profilers({"feedback": (halves["feedback"], s.profiling_feedback),
-                                         "judge": (halves["judge"], s.profiling_judge)}, s.adversaries, self.corpus,
-                                        s.seed)
-        return self._profilers
-
-    def attack(self, timelines: pd.DataFrame) -> pd.DataFrame:
-        """Every attack's per-timeline rows on ``timelines``: the re-identification attacks and, with a profiling
-        bound, the attribute classifiers (their rows have no rank: in_top10 and in_history empty)."""
-        frames = [self.attackers().run(timelines)] + ([self.profilers().run(timelines)] if self.profiling else [])
-        return attack_rows(frames)
-
-    def evidence(self, timelines: pd.DataFrame) -> pd.DataFrame:
-        """The feedback attacks' evidence for ``timelines`` and, with a profiling bound, the feedback classifiers'."""
-        top = self.settings.evidence_top
-        assert self.evidence_authors is not None, "round 0 fixes whose evidence is fitted"
-        frames = [self.attackers().evidence(timelines, top, self.evidence_authors)] + (
-            [self.profilers().evidence(timelines, top)] if self.profiling else [])
-        return pd.concat(frames, ignore_index=True).drop_duplicates(ignore_index=True)
-
-    def verbatim_flags(self, idx: np.ndarray, texts: Sequence[str]) -> np.ndarray:
-        """Per document ``idx``, whether ``texts`` holds a run of its source (:mod:`tasks.metrics.verbatim`)."""
-        return verbatim_flags(self.sources.iloc[idx].tolist(), list(texts), min_chars=self.settings.verbatim_chars)
-
-    def detector(self) -> Any:
-        if self._detector is None:
-            self._detector = PiiDetector()
-        return self._detector
-
-    def meaning(self, candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
-        # deferred: loads sqlite3 only when this runs
-        from tasks.metrics.meaning import bertscore
-
-        # deferred: loads sqlite3 only when this runs
-        from tasks.models.embeddings import EmbeddingCache
-
-        out = np.ones(len(candidates))  # a text equal to its source keeps all of its meaning
-        known = self.shared.meanings
-        for i, pair in enumerate(zip(candidates, references, strict=True)):
-            if pair in known:
-                out[i] = known[pair]
-        differ = np.flatnonzero([c != r and (c, r) not in known for c, r in zip(candidates, references, strict=True)])
-        if len(differ):
-            if self._embeddings is None:  # sources and earlier rounds' texts are embedded once
-                self._embeddings = EmbeddingCache(self.folder.parent / "embeddings.sqlite")
-            for part in np.array_split(differ, -(-len(differ) // _MEANING_CHUNK)):  # token embeddings of a part held
-                out[part] = bertscore([candidates[i] for i in part], [references[i] for i in part],
-                                      cache=self._embeddings, cache_candidates=False).scores["bertscore_f1"].to_numpy(float)
-            known.update({(candidates[i], references[i]): float(out[i]) for i in differ})
-        return out
-
-    def leaks(self, idx: np.ndarray, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(source PII spans, spans still in the text) per document."""
-        # deferred: loads sqlite3 only when this runs
-        from tasks.metrics.pii import pii_counts
-
-        if not self.pii or not len(idx):
-            return np.zeros(len(idx), np.int64), np.zeros(len(idx), np.int64)
-        pairs = pd.DataFrame({"doc_id": self.corpus["doc_id"].iloc[idx].to_numpy(), "strategy": PROTECT_LABEL,
-                              "variant": "first", "status": STATUS_OK, "source": self.sources.iloc[idx].to_numpy(),
-                              "text": list(texts)})
-        counts = pii_counts(pairs, self.detector())
-        totals = counts[counts["entity"] == "all"]
-        return totals["source_spans"].fillna(0).to_numpy(np.int64), totals["leaked"].fillna(0).to_numpy(np.int64)
-
-    # -- moves
-    def apply(self, move: Move, idx: np.ndarray, texts: pd.Series, evidence: pd.DataFrame, round_: int) -> list[str | None]:
-        """The move's output for each document ``idx`` (None where it failed or changed nothing). An output is
-        remembered for the whole run by what it depends on (the move, the round's seed, the document, its text and
-        its timeline's evidence): the points of a frontier ask for the same ones, and only their floors differ."""
-        rows = self.corpus.iloc[idx].assign(text=texts.iloc[idx].to_numpy())
-        features: list[list[tuple[str, str]]] = [[] for _ in range(len(rows))]
-        if move.name in (MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE):
-            by_group = {g: list(zip(f["feature"], f["kind"], strict=True))
-                        for g, f in evidence.groupby("group_id", sort=False)} if len(evidence) else {}
-            features = [by_group.get(self.doc_timeline.get(d), []) for d in rows["doc_id"]]
-        if move.name == PSEUDONYMIZE:  # round 0 only (shared by the points), and it records the mapping
-            out = self._apply_now(move, rows, features, round_)
-        else:
-            done = self.shared.outputs
-            head = fingerprint_config([move.as_config(), self.settings.seed + round_])
-            keys = [(head, d, t, tuple(f)) for d, t, f in zip(rows["doc_id"], rows["text"].astype(str), features,
-                                                               strict=True)]
-            todo = [i for i, k in enumerate(keys) if k not in done]
-            if todo:
-                fresh = self._apply_now(move, rows.iloc[todo], [features[i] for i in todo], round_)
-                done.update({keys[i]: o for i, o in zip(todo, fresh, strict=True)})
-            out = [done[k] for k in keys]
-
-        return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) else None
-                for o, t in zip(out, rows["text"].astype(str), strict=True)]
-
-    def _apply_now(self, move: Move, rows: pd.DataFrame, features: list[list[tuple[str, str]]],
-                   round_: int) -> list[str | None]:
-        """The move run on ``rows`` (their current texts), each with its timeline's evidence ``features``."""
-        if move.name == PSEUDONYMIZE:
-            replaced, mapping = pseudonymize_corpus(rows, scope=self.settings.pii_scope, seed=self.settings.seed,
-                                                    detector=self.detector() if self.pii else None)
-            self.mappings.append(mapping)
-            return replaced["text"].astype(str).tolist()
-        if move.name == MASK_EVIDENCE:
-            return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
-        if move.name == GENERALIZE:
-            return generalize(rows["text"].astype(str).tolist(), rows["author_id"].astype(str).tolist(), features,
-                              surrogates=self.shared.surrogates)
-        if move.name == LLM_ANONYMIZE:
-            if self._llm is None:
-                # deferred: loads sqlite3 only when this runs
-                from tasks.models.llm import llm_backend_for
-
-                self._llm = llm_backend_for("llm", dict(self.settings.llm))
-                if type(self._llm).__name__ == "TransformersBackend":
-                    self.log("llm-anonymize: no LLM endpoint set; the small offline model on CPU rewrites "
-                             "(slower and weaker than a served model)")
-            return llm_anonymize(rows["text"].astype(str).tolist(), features, self._llm,
-                                 seed=self.settings.seed + round_)
-
-        key = fingerprint_config(move.as_config())
-        strategies = self.shared.strategies
-        if key not in strategies:
-            strategies[key] = build_strategy(move.name, dict(move.params),
-                                             root=f"protect.ladder.{move.name}").fit(self.corpus)
-        table = generate_synthetic(strategies[key], rows, seed=self.settings.seed + round_)
-        first = table.drop_duplicates("doc_id", keep="first").set_index("doc_id").reindex(rows["doc_id"])
-        return [t if s == STATUS_OK else None for t, s in zip(first["text"], first["status"], strict=True)]
-
-    # -- rounds
     def round_zero(self) -> RoundState:
-        started = time.perf_counter()
-        n = len(self.corpus)
-        idx = np.arange(n)
-        start = Move(self.settings.start)
-        texts = self.sources.copy()
-        out = self.apply(start, idx, texts, pd.DataFrame(), 0)
-        new = pd.Series([o if o is not None else t for o, t in zip(out, texts, strict=True)])
-        meaning = self.meaning(new.tolist(), self.sources.tolist())
-        spans, leaked = self.leaks(idx, new.tolist())
-        docs = pd.DataFrame({"doc_id": self.corpus["doc_id"].astype(str), "text": new, "meaning": meaning,
-                             "round": 0, "move": start.label, "rung": 0, "blocked": False,
-                             "spans": spans, "leaked": leaked, VERBATIM_COLUMN: self.verbatim_flags(idx, new.tolist())})
-        timelines = _timelines(self.corpus, new, self.settings.attack_posts)
-        attacks = self.attack(timelines)
-        if self.check_attacks:  # round 0 only: the registered attacks the judge leaves out, for the strength check
-            check = Attackers(self.role_specs(("check",)), self.corpus_docs, self.folder)
-            attacks = attack_rows([attacks, check.run(timelines)])
-        state = RoundState(0, docs, attacks, int(sum(o is not None for o in out)), 0.0)
-        self.fit_evidence(state, ahead=self.settings.max_rounds > 0)  # so no later round reads the histories
-        state.seconds = time.perf_counter() - started
-        return state
-
-    def fit_evidence(self, zero: RoundState, *, ahead: bool) -> None:
-        """Fix whose evidence the feedback attacks fit: the authors of the documents round 0 left caught (a
-        document not caught then is never moved again, so no later round asks for anyone else's), the same
-        whether round 0 was computed or read back; with ``ahead`` (and a later round that uses evidence), fit
-        it now."""
-        self.evidence_authors = set(self.corpus["author_id"].iloc[self.caught(zero)].dropna().astype(str))
-        if ahead and self.needs_evidence and self.evidence_authors:
-            self.attackers().evidence(pd.DataFrame(columns=["group_id", "author_id", "text"]), 1,
-                                      self.evidence_authors)
-
-    @property
-    def ranks_documents(self) -> bool:
-        """Whether a round moves only each caught timeline's most evidential documents (``docs_per_round``,
-        with evidence to rank them by)."""
-        return self.settings.docs_per_round is not None and (self.attackers().gives_evidence or self.profiling)
-
-    @property
-    def needs_evidence(self) -> bool:
-        """Whether later rounds ask the feedback attacks for evidence (a move masks it, or the documents moved
-        are ranked by it)."""
-        return self.ranks_documents or any(m.name in (MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE)
-                                           for m in self.settings.ladder)
-
-    def caught(self, state: RoundState) -> np.ndarray:
-        """Positions of the documents that still give their author away (feedback), their author's attribute
-        (feedback classifiers, with a profiling bound), still leak PII (pii_leakage bound) or still hold a run of
-        their source (verbatim bound)."""
-        fb = state.attacks[(state.attacks["role"] == "feedback") & state.attacks["correct"].astype(bool)]
-        timelines = set(fb["group_id"])
-        hit = self.doc_timeline.reindex(state.docs["doc_id"]).isin(timelines).to_numpy()
-        return np.flatnonzero(hit | self.must_move(state.docs))
-
-    def must_move(self, docs: pd.DataFrame) -> np.ndarray:
-        """Per document, whether a bound catches it on its own: it leaks PII, or it is verbatim."""
-        hit = np.zeros(len(docs), bool)
-        if self.pii:
-            hit |= docs["leaked"].to_numpy() > 0
-        if self.verbatim:
-            hit |= docs[VERBATIM_COLUMN].to_numpy(bool)
-        return hit
-
-    def most_evidential(self, todo: np.ndarray, texts: pd.Series, evidence: pd.DataFrame,
-                        leaking: np.ndarray) -> np.ndarray:
-        """Of the documents ``todo``, per timeline the ``docs_per_round`` that carry the most of its evidence (the
-        sum of the contributions of the features they hold, :func:`tasks.privacy.evidence.carried_by`; a feature without
-        one, a profiling classifier's word, weighs 1), ties by position, none that carries nothing; every document
-        a bound catches on its own (``leaking``: :meth:`must_move`) as well."""
-        groups = self.doc_timeline.reindex(self.corpus["doc_id"].iloc[todo]).to_numpy()
-        weight = evidence["contribution"].fillna(1.0) if "contribution" in evidence.columns else \
-            pd.Series(1.0, index=evidence.index)
-        features = {g: list(zip(f["feature"], f["kind"], weight[f.index], strict=True))
-                    for g, f in evidence.groupby("group_id", sort=False)} if len(evidence) else {}
-        score = np.zeros(len(todo))
-        for g, at in pd.Series(np.arange(len(todo))).groupby(groups, sort=False).indices.items():
-            timeline = [texts.iat[i] for i in todo[at]]
-            for feature, kind, w in features.get(g, []):
-                score[at[carried_by(timeline, feature, kind)]] += w
-        order = np.lexsort((todo, -score, pd.factorize(groups)[0]))  # per timeline: most evidence, then position
-        rank = np.empty(len(todo), np.int64)
-        rank[order] = pd.Series(groups[order]).groupby(groups[order], sort=False).cumcount().to_numpy()
-        keep = (rank < self.settings.docs_per_round) & (score > 0) | leaking[todo]
-        return todo[keep]
+        return round_zero(self)
 
     def next_round(self, prev: RoundState, k: int) -> RoundState:
-        started = time.perf_counter()
-        docs = prev.docs.copy()
-        caught = self.caught(prev)
-        ladder = self.settings.ladder
-        todo = caught[docs["rung"].to_numpy()[caught] < len(ladder)]
-        evidence = pd.DataFrame()
-        if self.needs_evidence and len(todo):
-            groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[todo]))
-            timelines = _timelines(self.corpus, docs["text"], self.settings.attack_posts)
-            evidence = self.evidence(timelines[timelines["group_id"].isin(groups)])
-        changed = np.zeros(len(docs), bool)
-        texts = docs["text"].astype(str)
-        if self.ranks_documents:
-            todo = self.most_evidential(todo, texts, evidence, self.must_move(docs))
-        while len(todo):
-            rung = docs["rung"].to_numpy().copy()  # this pass's rungs (the frame's change as moves fail)
-            tried_later = []
-            for r in sorted(set(rung[todo])):
-                idx = todo[rung[todo] == r]
-                move = ladder[r]
-                out = self.apply(move, idx, texts, evidence, k)
-                moved = np.array([o is not None for o in out])
-                candidates = [o for o in out if o is not None]
-                scores = self.meaning(candidates, self.sources.iloc[idx[moved]].tolist())
-                keep = np.zeros(len(idx), bool)
-                keep[np.flatnonzero(moved)] = scores >= self.settings.meaning_floor
-                kept_idx = idx[keep]
-                if len(kept_idx):
-                    new_texts = [c for c, ok in zip(candidates, scores >= self.settings.meaning_floor, strict=True) if ok]
-                    texts.iloc[kept_idx] = new_texts
-                    docs.loc[kept_idx, "text"] = new_texts
-                    docs.loc[kept_idx, "meaning"] = scores[scores >= self.settings.meaning_floor]
-                    docs.loc[kept_idx, "round"] = k
-                    docs.loc[kept_idx, "move"] = move.label
-                    changed[kept_idx] = True
-                docs.loc[idx, "rung"] = r + 1
-                tried_later += [i for i in idx[~keep] if r + 1 < len(ladder)]
-                blocked = idx[~keep & (np.full(len(idx), r + 1 >= len(ladder)))]
-                docs.loc[blocked, "blocked"] = True
-            todo = np.array(sorted(tried_later), dtype=np.int64)
-        idx = np.flatnonzero(changed)
-        if self.pii and len(idx):
-            spans, leaked = self.leaks(idx, docs["text"].iloc[idx].tolist())
-            docs.loc[idx, "spans"], docs.loc[idx, "leaked"] = spans, leaked
-        if len(idx):
-            docs.loc[idx, VERBATIM_COLUMN] = self.verbatim_flags(idx, docs["text"].iloc[idx].tolist())
-        attacks = prev.attacks[prev.attacks["role"] != "check"]  # round 0's strength check is not run again
-        if len(idx):
-            groups = set(self.doc_timeline.reindex(docs["doc_id"].iloc[idx]))
-            timelines = _timelines(self.corpus, docs["text"], self.settings.attack_posts)
-            fresh = self.attack(timelines[timelines["group_id"].isin(groups)])
-            attacks = pd.concat([attacks[~attacks["group_id"].isin(groups)], fresh], ignore_index=True)
-        return RoundState(k, docs, attacks, int(changed.sum()), time.perf_counter() - started)
+        return next_round(self, prev, k)
 
-    # -- cache
-    def _paths(self, k: int) -> tuple[Path, Path, Path]:
-        folder = self.zero_folder if k == 0 else self.folder
-        return (folder / f"round-{k:03d}.docs.parquet", folder / f"round-{k:03d}.attacks.parquet",
-                folder / f"round-{k:03d}.json")
+    def fit_evidence(self, zero: RoundState, *, ahead: bool) -> None:
+        fit_evidence(self, zero, ahead=ahead)
+
+    def caught(self, state: RoundState) -> np.ndarray:
+        return caught(self, state)
+
+    def must_move(self, docs: pd.DataFrame) -> np.ndarray:
+        return must_move(self, docs)
 
     def load(self, k: int) -> RoundState | None:
-        docs, attacks, meta = self._paths(k)
-        if not meta.exists():  # written last: a round without it is not complete
-            return None
-        info = json.loads(meta.read_text())
-        return RoundState(k, pd.read_parquet(docs), pd.read_parquet(attacks), info["rewritten"], info["seconds"])
+        return load_round(self.folder, self.zero_folder, k)
 
     def save(self, state: RoundState) -> None:
-        docs, attacks, meta = self._paths(state.round)
-        meta.parent.mkdir(parents=True, exist_ok=True)
-        write_parquet_atomic(state.docs, docs)
-        write_parquet_atomic(state.attacks, attacks)
-        _write_json_atomic(meta, {"rewritten": state.rewritten, "seconds": state.seconds})
-
-
-def _write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
-
-
-def _kept_in(folder: Path, name: str, key: Mapping[str, Any], compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
-    """What ``compute`` returns, kept in the point's folder under ``name`` and ``key``: a rerun of the same point
-    reads it instead of computing it again."""
-    path = folder / f"{name}-{fingerprint_config(dict(key))[:24]}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
-    value = compute()
-    folder.mkdir(parents=True, exist_ok=True)
-    _write_json_atomic(path, value)
-    return value
+        save_round(self.folder, self.zero_folder, state)
 
 
 def _round_rows(round_: int, summaries_: list[dict[str, Any]], meaning: float, rewritten: int,

@@ -78,22 +78,7 @@ class ProtectSettings:
     bounds: tuple[Bound, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.max_rounds < 0 or self.max_rounds > 100:
-            raise ConfigError(f"max_rounds must be in [0, 100]; got {self.max_rounds}")
-        if not self.meaning_floors or not all(0.0 <= f <= 1.0 for f in self.meaning_floors):
-            raise ConfigError(f"meaning_floor must be one or more floors in [0, 1]; got {list(self.meaning_floors)}")
-        if len(set(self.meaning_floors)) != len(self.meaning_floors):
-            raise ConfigError(f"meaning_floor names a floor twice: {list(self.meaning_floors)}")
-        if self.unit not in UNITS:
-            raise ConfigError(f"unit must be one of {', '.join(UNITS)}; got {self.unit!r}")
-        if self.on_fail not in ON_FAIL:
-            raise ConfigError(f"on_fail must be one of {', '.join(ON_FAIL)}; got {self.on_fail!r}")
-        if self.docs_per_round is not None and self.docs_per_round < 1:
-            raise ConfigError(f"docs_per_round must be at least 1 (or None: every document); got {self.docs_per_round}")
-        if not 1 <= self.verbatim_chars <= 10_000:
-            raise ConfigError(f"verbatim_chars must be in [1, 10000]; got {self.verbatim_chars}")
-        if not self.feedback or (self.judge is not None and not self.judge):
-            raise ConfigError("protect needs at least one feedback attack and one judge attack")
+        _check(self)
         object.__setattr__(self, "bounds", tuple(parse_budget(self.budget, "budget", protect=True)))
 
     @property
@@ -199,3 +184,21 @@ class ProtectSettings:
                 "llm": dict(self.llm) if any(m.name == LLM_ANONYMIZE for m in self.ladder) else {}}
 
 
+def _check(settings: ProtectSettings) -> None:
+    """ConfigError for a setting out of its range (the budget is checked as it is read)."""
+    if settings.max_rounds < 0 or settings.max_rounds > 100:
+        raise ConfigError(f"max_rounds must be in [0, 100]; got {settings.max_rounds}")
+    if not settings.meaning_floors or not all(0.0 <= f <= 1.0 for f in settings.meaning_floors):
+        raise ConfigError(f"meaning_floor must be one or more floors in [0, 1]; got {list(settings.meaning_floors)}")
+    if len(set(settings.meaning_floors)) != len(settings.meaning_floors):
+        raise ConfigError(f"meaning_floor names a floor twice: {list(settings.meaning_floors)}")
+    if settings.unit not in UNITS:
+        raise ConfigError(f"unit must be one of {', '.join(UNITS)}; got {settings.unit!r}")
+    if settings.on_fail not in ON_FAIL:
+        raise ConfigError(f"on_fail must be one of {', '.join(ON_FAIL)}; got {settings.on_fail!r}")
+    if settings.docs_per_round is not None and settings.docs_per_round < 1:
+        raise ConfigError(f"docs_per_round must be at least 1 (or None: every document); got {settings.docs_per_round}")
+    if not 1 <= settings.verbatim_chars <= 10_000:
+        raise ConfigError(f"verbatim_chars must be in [1, 10000]; got {settings.verbatim_chars}")
+    if not settings.feedback or (settings.judge is not None and not settings.judge):
+        raise ConfigError("protect needs at least one feedback attack and one judge attack")

