@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import pandas as pd
 
 from tasks.report.build import collect_report_data
+from tasks.report.goals import parse_goal
 from tasks.report.rebuild import rebuild_report, run_layout
-from tasks.report.recommend import parse_goal
 from tasks.report.render import render_html, render_markdown
 from tasks.report.run_files import RunFiles
 from tasks.store import ArtifactStore

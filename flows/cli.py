@@ -436,7 +436,7 @@ def write_protect_output(result: ProtectResult, out: Path) -> None:
     if len(result.frontier) and result.frontier["floor"].nunique() > 1:
         from tasks.budgets import parse_budget
         from tasks.report.build import curve_budget
-        from tasks.report.plots import protect_frontier_chart
+        from tasks.report.plots_protect import protect_frontier_chart
 
         _, limit = curve_budget(parse_budget(result.summary["budget"], "budget", protect=True))
         plot = protect_frontier_chart(result.frontier, limit)

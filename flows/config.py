@@ -39,7 +39,7 @@ from tasks.paths import absolute, segment_problem
 from tasks.privacy.audit import PrivacyOptions
 from tasks.protect.moves import LLM_RUNGS, OWN_MOVES, default_ladder, parse_ladder
 from tasks.protect.settings import EVERY_ATTACK, ProtectSettings
-from tasks.report.recommend import parse_goal
+from tasks.report.goals import parse_goal
 
 
 class Section(BaseModel):

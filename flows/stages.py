@@ -40,7 +40,7 @@ from tasks.privacy.audit import (
 from tasks.privacy.dp_audit import audit_strategy as audit_dp_strategy
 from tasks.privacy.llm_profiling import llm_profile as run_llm_profiling
 from tasks.report.build import collect_report_data
-from tasks.report.recommend import parse_goal
+from tasks.report.goals import parse_goal
 from tasks.report.render import article_table_frames, render_markdown, render_report
 from tasks.scores import METRIC_CORRELATIONS, score_frame
 from tasks.settings import get_settings

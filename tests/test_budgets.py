@@ -215,7 +215,8 @@ def test_budget_on_risk_over_chance_under_a_stated_threat_model() -> None:
 
 
 def test_share_data_names_who_meets_the_run_budget() -> None:
-    from tasks.report.recommend import Goal, budget_note
+    from tasks.report.goals import Goal
+    from tasks.report.recommend import budget_note
 
     verdicts = pd.DataFrame({"strategy": ["protect (first)", "stymask (first)"], "meets": [True, False]})
     share = Goal("share_data")

@@ -24,18 +24,9 @@ from typer.testing import CliRunner
 from flows.annotate_cli import annotate_app
 from tasks.errors import InputError
 from tasks.layout import StageResult
-from tasks.report.human_eval import (
-    CANT_TELL,
-    FLUENCY_SCALE,
-    MEANING_SCALE,
-    SHEET_COLUMNS,
-    agreement_table,
-    cohen_kappa,
-    export_sheet,
-    import_sheets,
-    krippendorff_alpha,
-    load_results,
-)
+from tasks.report.human_eval import export_sheet, import_sheets, load_results
+from tasks.report.human_eval_sheet import CANT_TELL, FLUENCY_SCALE, MEANING_SCALE, SHEET_COLUMNS
+from tasks.report.human_eval_stats import agreement_table, cohen_kappa, krippendorff_alpha
 from tasks.report.run_files import RunFiles
 from tasks.store import ArtifactRef, fingerprint_file
 

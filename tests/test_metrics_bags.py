@@ -18,29 +18,25 @@ from scipy.optimize import linear_sum_assignment
 from scipy.stats import entropy
 from sklearn.feature_extraction.text import CountVectorizer, TfidfVectorizer
 
+from tasks.metrics.bag_clusters import cluster_score
+from tasks.metrics.bag_common import DegenerateBag, word_tokens
+from tasks.metrics.bag_documents import IdfTable, cos_tf, cos_tfidf
+from tasks.metrics.bag_lm import KneserNeyLM, inv_kl, inv_pp, unigram_kl
+from tasks.metrics.bag_pairs import (
+    align_metric,
+    align_score,
+    bleu3_matrix,
+    cider_d_matrix,
+    pair_metric,
+    rouge_l_matrix,
+)
 from tasks.metrics.bags import (
     ALL_METRICS,
     BagConfig,
-    DegenerateBag,
-    IdfTable,
-    KneserNeyLM,
     aggregate_bags,
-    align_metric,
-    align_score,
     bag_scores,
     bag_signature,
-    bleu3_matrix,
-    cider_d_matrix,
-    cluster_score,
-    cos_tf,
-    cos_tfidf,
-    inv_kl,
-    inv_pp,
-    pair_metric,
-    rouge_l_matrix,
     summarise_bags,
-    unigram_kl,
-    word_tokens,
 )
 
 TEXTS = [

@@ -8,18 +8,10 @@ import pandas as pd
 import pytest
 
 from tasks.errors import InputError
-from tasks.report.recommend import (
-    AUGMENTATION_GAIN_SCALE,
-    GOALS,
-    SUBSTITUTION_LOSS_SCALE,
-    Goal,
-    format_delta,
-    format_number,
-    format_percent,
-    parse_goal,
-    recommend,
-    recommendation_notes,
-)
+from tasks.report.aspects import AUGMENTATION_GAIN_SCALE, SUBSTITUTION_LOSS_SCALE
+from tasks.report.goals import GOALS, Goal, parse_goal
+from tasks.report.recommend import recommend, recommendation_notes
+from tasks.report.score_lookup import format_delta, format_number, format_percent
 from tasks.scores import SCORES, score_frame
 
 NAN = float("nan")

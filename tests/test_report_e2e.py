@@ -23,7 +23,8 @@ from report_page import parse_report
 
 from flows.experiment import experiment_from_mapping
 from tasks.corpus.datasets import fetch_dataset
-from tasks.report.recommend import GOALS, LITTLE_PROTECTION, recommend, recommendation_notes
+from tasks.report.goals import GOALS
+from tasks.report.recommend import LITTLE_PROTECTION, recommend, recommendation_notes
 from tasks.report.render import fmt
 from tasks.report.run_files import RunFiles
 from tasks.scores import SCORE_KEY, column_key, column_keys

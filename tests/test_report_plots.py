@@ -13,18 +13,14 @@ from PIL import Image
 
 from tasks.metrics.metaeval import metric_correlations
 from tasks.report import plots
-from tasks.report.plots import (
-    Plot,
+from tasks.report.plots import Plot, plot_to_png, reid_vs_divergence, tradeoff_chart
+from tasks.report.plots_metrics import (
     correlation_heatmap,
     cosine_distributions,
     heatmap_figure,
     metaeval_chart,
-    plot_to_png,
-    protect_curve_chart,
-    protect_frontier_chart,
-    reid_vs_divergence,
-    tradeoff_chart,
 )
+from tasks.report.plots_protect import protect_curve_chart, protect_frontier_chart
 from tasks.report.tables import strategy_label
 
 

@@ -17,7 +17,7 @@ import sys
 import pandas as pd
 import tasks.report.templating as templating
 from tasks.report.build import ReportData
-from tasks.report.human_eval import render_form
+from tasks.report.human_eval_sheet import render_form
 from tasks.report.render import render_html
 from tasks.scores import score_frame
 assert templating.__file__.startswith(sys.argv[1]), templating.__file__

@@ -79,7 +79,7 @@ class ReportData:
     utility_runs: pd.DataFrame | None = None  # one row per downstream run (setting x fraction x strategy x seed)
     human: HumanEvaluation | None = None
     examples: pd.DataFrame | None = None  # doc_id, original, one column per strategy label
-    goals: list = field(default_factory=list)  # tasks.report.recommend.Goal, in the order the report shows them
+    goals: list = field(default_factory=list)  # tasks.report.goals.Goal, in the order the report shows them
     budget: str | None = None  # "reidentification<=0.10,utility>=0.90": the strategies that meet it are listed
     decide_on: str = "bound"  # the budget is decided on the interval's bound or on the point estimate
     budget_adversaries: tuple[str, ...] | None = None  # the budget's threat model (None: every setting measured)

@@ -15,7 +15,7 @@ from tasks.errors import InputError
 from tasks.intervals import N_RESAMPLES
 from tasks.layout import RunLayout, stage_kind
 from tasks.report.build import collect_report_data
-from tasks.report.recommend import parse_goal
+from tasks.report.goals import parse_goal
 from tasks.report.render import budget_verdicts, render_report
 from tasks.report.run_files import RunFiles
 from tasks.store import ArtifactStore, fingerprint_file

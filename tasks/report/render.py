@@ -130,24 +130,25 @@ def _details_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
 
 def _plots(data: ReportData) -> list[Plot]:
     """The report's figures, in reading order; a figure that cannot be drawn carries its reason."""
-    from tasks.report import plots  # matplotlib (0.5 s): deferred on purpose, only the HTML report draws
+    # matplotlib (0.5 s): deferred on purpose, only the HTML report draws
+    from tasks.report import plots, plots_metrics, plots_protect
 
     points = aspect_points(data.summary) if not data.summary.empty else pd.DataFrame()
     figures = [plots.tradeoff_chart(points), plots.reid_vs_divergence(points)]
     if data.distributions is not None:
-        figures.append(plots.cosine_distributions(data.distributions))
+        figures.append(plots_metrics.cosine_distributions(data.distributions))
     if data.correlations is not None:
         levels = data.summary[data.summary["level"].isin(CORRELATED_LEVELS)]
         n = len(levels.loc[~levels["strategy"].isin(BASELINE_ROWS), ["strategy", "variant"]].drop_duplicates())
-        figures.append(plots.correlation_heatmap(
+        figures.append(plots_metrics.correlation_heatmap(
             data.correlations, title=f"Sample- and distribution-level metrics across {n} strategies (|Spearman|)"))
     if data.metaeval is not None:
-        figures.append(plots.metaeval_chart(data.metaeval))
+        figures.append(plots_metrics.metaeval_chart(data.metaeval))
     if data.protection is not None:
-        figures.append(plots.protect_curve_chart(data.protection.curve, data.protection.limit,
-                                                 figure=data.protection.figure))
+        figures.append(plots_protect.protect_curve_chart(data.protection.curve, data.protection.limit,
+                                                         figure=data.protection.figure))
         if data.protection.frontier is not None and data.protection.frontier["floor"].nunique() > 1:
-            figures.append(plots.protect_frontier_chart(data.protection.frontier, data.protection.limit))
+            figures.append(plots_protect.protect_frontier_chart(data.protection.frontier, data.protection.limit))
     return figures
 
 
