@@ -77,8 +77,14 @@ def _svc_forms(hist: pd.DataFrame, syn: pd.DataFrame, c: float) -> dict[str, tup
     (summed counts), or the mean of its sentences' rows."""
     import pyarrow as pa
 
-    from tasks.privacy.classifier import ClassifierParams, decision, linear_svc
-    from tasks.privacy.stylometric import _exact_counts, _smooth_idf, _sublinear_rows, normalize_texts
+    from tasks.privacy.classifier.exact import decision, linear_svc
+    from tasks.privacy.classifier.params import ClassifierParams
+    from tasks.privacy.stylometric.features import (
+        _exact_counts,
+        _smooth_idf,
+        _sublinear_rows,
+        normalize_texts,
+    )
 
     params = ClassifierParams(c_grid=(), c=c)
 

@@ -45,14 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
 from tasks.privacy.attribution import held_out_doc_ids
 from tasks.privacy.reidentify import reidentify
-from tasks.privacy.stylometric import (
-    StyloParams,
-    profile_histories,
-    reference_vectorizer,
-    similarity,
-    stylometric_attack,
-    timeline_profiles,
-)
+from tasks.privacy.stylometric.features import reference_vectorizer
+from tasks.privacy.stylometric.params import StyloParams
+from tasks.privacy.stylometric.profiles import profile_histories
+from tasks.privacy.stylometric.scoring import similarity, stylometric_attack, timeline_profiles
 
 SIZES = {"full": (37_900, 8_700_000, 500, 17_800), "small": (2_000, 200_000, 50, 1_780)}
 
@@ -82,12 +78,9 @@ def _child(attack: str, setting: str, hist: str, syn_paths: dict[float, str], st
     syns = {s: pd.read_parquet(p) for s, p in syn_paths.items()}
     out = []
     if attack == "classifier":
-        from tasks.privacy.classifier import (
-            ClassifierParams,
-            classifier_attack,
-            fit_classifier,
-            stage1_profiles,
-        )
+        from tasks.privacy.classifier.attack import classifier_attack, fit_classifier
+        from tasks.privacy.classifier.params import ClassifierParams
+        from tasks.privacy.classifier.two_stage import stage1_profiles
 
         held = held_out_doc_ids(next(iter(syns.values())), setting)  # type: ignore[arg-type]
         params = ClassifierParams()
@@ -237,7 +230,8 @@ def main() -> None:
         stylometric_attack(profile_histories(warm, StyloParams(**{**stylo, "mode": mode})), warm)
     reidentify(warm, warm)
     if "classifier" in args.attacks:
-        from tasks.privacy.classifier import ClassifierParams, reidentify_classifier
+        from tasks.privacy.classifier.attack import reidentify_classifier
+        from tasks.privacy.classifier.params import ClassifierParams
 
         reidentify_classifier(warm, warm, ClassifierParams(mode="two_stage", top_k=3))
     load = os.getloadavg()

@@ -22,24 +22,15 @@ from tasks.errors import ConfigError
 from tasks.privacy.attacks import attack_names, available_attacks, build_attack, catalogue_rows, run_attacks
 from tasks.privacy.attribution import held_out_doc_ids
 from tasks.privacy.audit import attack_timelines
-from tasks.privacy.classifier import (
-    ClassifierParams,
-    ExactModel,
-    _post_rows,
-    _rerank_all,
-    candidate_posts,
-    fit_classifier,
-    reidentify_classifier,
-    validation_split,
-)
-from tasks.privacy.stylometric import (
-    StyloParams,
-    _ngram_keys,
-    _views,
-    character_classes,
-    normalize_texts,
-    reidentify_stylometric,
-)
+from tasks.privacy.classifier.attack import fit_classifier, reidentify_classifier
+from tasks.privacy.classifier.exact import ExactModel, validation_split
+from tasks.privacy.classifier.params import ClassifierParams
+from tasks.privacy.classifier.rerank import _post_rows, _rerank_all
+from tasks.privacy.classifier.two_stage import candidate_posts
+from tasks.privacy.stylometric.features import _ngram_keys, normalize_texts
+from tasks.privacy.stylometric.kernels import _views, character_classes
+from tasks.privacy.stylometric.params import StyloParams
+from tasks.privacy.stylometric.scoring import reidentify_stylometric
 
 DEBATES = Path(__file__).resolve().parent.parent / "data" / "debates.parquet"
 
@@ -123,7 +114,8 @@ def test_a_fitted_exact_model_is_read_back_from_the_cache_folder(debates, tmp_pa
     """A second fit on the same history file, parameters and held-out documents reads the model the first
     wrote (the same weights, C and validation figures, without fitting); other held-out documents, a
     rewritten file or an unreadable cached file are fitted again."""
-    import tasks.privacy.classifier as classifier
+    import tasks.privacy.classifier.attack as classifier
+    import tasks.privacy.classifier.exact_cache as exact_cache
 
     hist, syn = debates
     path = tmp_path / "histories.parquet"
@@ -134,7 +126,7 @@ def test_a_fitted_exact_model_is_read_back_from_the_cache_folder(debates, tmp_pa
     [written] = (tmp_path / "models").glob("*.npz")
     fresh = reidentify_classifier(hist, syn, params, setting="disjoint").per_timeline  # a DataFrame: never cached
     fits = []
-    monkeypatch.setattr(classifier, "fit_exact", lambda *a, **k: fits.append(a) or fitted)
+    monkeypatch.setattr(exact_cache, "fit_exact", lambda *a, **k: fits.append(a) or fitted)
     read = fit_classifier(str(path), params, held, cache=tmp_path / "models")
     assert not fits and read is not fitted
     np.testing.assert_array_equal(read.coef, fitted.coef)
@@ -279,14 +271,15 @@ def test_a_run_with_both_attacks_profiles_the_histories_once(sim, monkeypatch) -
 def test_two_stage_reads_each_candidates_posts_once_and_scores_as_if_read_fresh(tmp_path, monkeypatch):
     """A later attack with the same side (a protect round) reads only the candidates it has not seen, and scores
     every timeline as a fresh side does."""
-    import tasks.privacy.classifier as classifier
+    import tasks.privacy.classifier.attack as classifier
+    import tasks.privacy.classifier.two_stage as two_stage
     from tasks.corpus.simulate import simulate_histories, simulate_synthetic
     from tasks.privacy.audit import attack_timelines
 
     histories = simulate_histories(80, 4_000, seed=5, out_path=tmp_path / "h.parquet")
     timelines = attack_timelines(simulate_synthetic(histories, n_timelines=12, n_posts=60, rewrite_strength=0.3,
                                                     seed=6).assign(status="ok"))
-    params = classifier.ClassifierParams(mode="two_stage", top_k=5)
+    params = ClassifierParams(mode="two_stage", top_k=5)
     side = classifier.fit_classifier(histories, params, None)
     groups = list(dict.fromkeys(timelines["group_id"]))
     first, later = timelines[timelines["group_id"].isin(groups[:6])], timelines[timelines["group_id"].isin(groups[4:])]
@@ -294,8 +287,8 @@ def test_two_stage_reads_each_candidates_posts_once_and_scores_as_if_read_fresh(
     classifier.classifier_attack(side, first)
     seen = set(side.read)
     asked: list[int] = []
-    real = classifier.candidate_posts
-    monkeypatch.setattr(classifier, "candidate_posts", lambda h, held, names, *a: asked.append(len(names)) or
+    real = two_stage.candidate_posts
+    monkeypatch.setattr(two_stage, "candidate_posts", lambda h, held, names, *a: asked.append(len(names)) or
                         real(h, held, names, *a))
     again = classifier.classifier_attack(side, later)
     assert len(asked) == 1 and asked[0] == len(set(side.read) - seen) > 0  # only the candidates not seen before
@@ -380,7 +373,7 @@ def test_lowercased_features_are_named_as_the_posts_write_them(debates) -> None:
 
 def test_two_stage_evidence_is_stage_ones(sim) -> None:
     """Two stages train the re-ranker per timeline and keep no weights: the evidence is the stylometric stage 1's."""
-    from tasks.privacy.stylometric import stylometric_evidence
+    from tasks.privacy.stylometric.evidence import stylometric_evidence
 
     path, syn = sim
     attack = build_attack("classifier", {"mode": "two_stage", "top_k": 5})

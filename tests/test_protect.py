@@ -241,7 +241,7 @@ def _carried_by_hand(text: str, feature: str, kind: str) -> bool:
 def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_most_evidence(world, tmp_path,
                                                                                             monkeypatch):
     from tasks.privacy.attacks import plan_attacks
-    from tasks.privacy.stylometric import EvidenceProfiles
+    from tasks.privacy.stylometric.evidence import EvidenceProfiles
     from tasks.protect.components import _timelines
     from tasks.protect.loop import ProtectSettings, _Protector
     from tasks.protect.moves import Move

@@ -10,12 +10,9 @@ import pytest
 from flows.config import protect_settings
 from tasks.budgets import parse_budget
 from tasks.errors import ConfigError
-from tasks.privacy.stylometric import (
-    EvidenceProfiles,
-    StyloParams,
-    reference_vectorizer,
-    stylometric_evidence,
-)
+from tasks.privacy.stylometric.evidence import EvidenceProfiles, stylometric_evidence
+from tasks.privacy.stylometric.features import reference_vectorizer
+from tasks.privacy.stylometric.params import StyloParams
 from tasks.protect.moves import DEFAULT_LADDER, Move, mask_evidence, parse_ladder
 
 

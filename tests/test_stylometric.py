@@ -17,11 +17,10 @@ from tasks.errors import InputError
 from tasks.parallel import dask_client
 from tasks.privacy.attribution import held_out_doc_ids
 from tasks.privacy.audit import attack_timelines
-from tasks.privacy.stylometric import (
-    StyloParams,
-    profile_histories,
-    profile_histories_dask,
-    reference_vectorizer,
+from tasks.privacy.stylometric.features import reference_vectorizer
+from tasks.privacy.stylometric.params import StyloParams
+from tasks.privacy.stylometric.profiles import profile_histories, profile_histories_dask
+from tasks.privacy.stylometric.scoring import (
     reidentify_stylometric,
     similarity,
     stylometric_attack,
@@ -300,7 +299,7 @@ def test_text_profiles_find_convention_speakers_mean_profiles_miss() -> None:
 def test_evidence_follows_the_text_profiles(debates, tmp_path: Path) -> None:
     """In text mode the evidence scores the timeline's posts joined against the author's posts joined; a
     history file written by pandas (string, not large_string, texts) is read as well."""
-    from tasks.privacy.stylometric import stylometric_evidence
+    from tasks.privacy.stylometric.evidence import stylometric_evidence
 
     hist, syn = debates
     path = tmp_path / "h.parquet"

@@ -53,7 +53,8 @@ from tasks.privacy.attribution import (
     timeline_codes,
 )
 from tasks.privacy.reidentify import HistorySource, ReidResult
-from tasks.privacy.stylometric import author_batches, author_codes, normalize_texts, ordered_authors
+from tasks.privacy.stylometric.features import normalize_texts
+from tasks.privacy.stylometric.profiles import author_batches, author_codes, ordered_authors
 from tasks.signatures import make_signature
 
 Variant = Literal["cosine", "classic"]

@@ -1,7 +1,7 @@
-"""Where an evidence feature (:data:`tasks.privacy.stylometric.EVIDENCE_COLUMNS`: a word or character n-gram an
-attack names as what tied a timeline to its author) occurs in a text: the one rule the attacks' evidence and
-protect's masking move (:func:`tasks.protect.moves.mask_evidence`) share, so an attack names only features a move
-can mask."""
+"""Where an evidence feature (:data:`tasks.privacy.stylometric.evidence.EVIDENCE_COLUMNS`: a word or character
+n-gram an attack names as what tied a timeline to its author) occurs in a text: the one rule the attacks' evidence
+and protect's masking move (:func:`tasks.protect.moves.mask_evidence`) share, so an attack names only features a
+move can mask."""
 
 from __future__ import annotations
 

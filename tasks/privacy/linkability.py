@@ -9,13 +9,14 @@ Pairs: every same-author pair of the given posts (a uniform sample without repla
 them when there are more) and as many different-author pairs drawn at random, both seeded.
 
 Score of a pair: the centred cosine of the two posts' style vectors, the stylometric attack's representation
-(:func:`tasks.privacy.stylometric.reference_vectorizer` with its default :class:`StyloParams`: sublinear TF-IDF of
-character 2-4-grams and word 1-2-grams, case kept, L2-normalised) less the mean vector of the released posts. It
-needs no author label of the released posts: the IDF is fitted on the adversary's histories when given (a parquet
-file with a ``text`` column), else on the released texts themselves. Centring is the stronger choice measured: on
-the 2012 conventions corpus (1,834 posts of 5 consecutive sentences of 181 speakers, IDF on the posts, seed 0) the
-plain cosine read AUC 0.631 [0.606, 0.661], the centred one 0.674 [0.649, 0.702] (character 2-4-grams alone 0.628,
-word unigrams 0.647): the n-grams every speaker uses make every pair alike, and the mean removes them.
+(:func:`tasks.privacy.stylometric.features.reference_vectorizer` with its default :class:`StyloParams`: sublinear
+TF-IDF of character 2-4-grams and word 1-2-grams, case kept, L2-normalised) less the mean vector of the released
+posts. It needs no author label of the released posts: the IDF is fitted on the adversary's histories when given
+(a parquet file with a ``text`` column), else on the released texts themselves. Centring is the stronger choice
+measured: on the 2012 conventions corpus (1,834 posts of 5 consecutive sentences of 181 speakers, IDF on the
+posts, seed 0) the plain cosine read AUC 0.631 [0.606, 0.661], the centred one 0.674 [0.649, 0.702] (character
+2-4-grams alone 0.628, word unigrams 0.647): the n-grams every speaker uses make every pair alike, and the mean
+removes them.
 
 Figure: the AUC of the score for same-author against different-author pairs (0.5: style tells nothing; 1: every
 same-author pair reads more alike than every other pair), equal to ``sklearn.metrics.roc_auc_score`` (ties count
@@ -142,10 +143,11 @@ def _history_texts(histories: str | Path, rng: np.random.Generator) -> list[str]
 
 
 def _style_vectorizer(fit_on: Sequence[str]) -> Any:
-    """The stylometric attack's TF-IDF (:func:`~tasks.privacy.stylometric.reference_vectorizer`) fitted on
-    ``fit_on``."""
+    """The stylometric attack's TF-IDF (:func:`~tasks.privacy.stylometric.features.reference_vectorizer`) fitted
+    on ``fit_on``."""
     # deferred: loads llvmlite, numba, pyarrow, yaml only when this runs
-    from tasks.privacy.stylometric import StyloParams, reference_vectorizer
+    from tasks.privacy.stylometric.features import reference_vectorizer
+    from tasks.privacy.stylometric.params import StyloParams
 
     return reference_vectorizer(StyloParams()).fit(list(fit_on))
 

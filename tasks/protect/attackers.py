@@ -35,9 +35,10 @@ ATTACK_ROW_COLUMNS = ["group_id", "author_id", "correct", "in_top10", "reciproca
 
 
 def no_evidence() -> pd.DataFrame:
-    """An empty evidence frame (:data:`tasks.privacy.stylometric.EVIDENCE_COLUMNS`; imported late: numba)."""
+    """An empty evidence frame (:data:`tasks.privacy.stylometric.evidence.EVIDENCE_COLUMNS`; imported late:
+    numba)."""
     # deferred: loads llvmlite, numba, yaml only when this runs
-    from tasks.privacy.stylometric import EVIDENCE_COLUMNS
+    from tasks.privacy.stylometric.evidence import EVIDENCE_COLUMNS
 
     return pd.DataFrame(columns=EVIDENCE_COLUMNS)
 
@@ -105,9 +106,9 @@ class Attackers:
     def evidence(self, timelines: pd.DataFrame, top: int, authors: set[str]) -> pd.DataFrame:
         """The feedback attacks' evidence for ``timelines`` (those that return evidence), fitted for ``authors``
         (those round 0 left caught: each round scores against the same fit, which the attack keeps, so a
-        round reads nothing from the histories; :func:`tasks.privacy.stylometric.stylometric_evidence`; the
-        classifier's is its fitted model's, :func:`tasks.privacy.classifier.exact_evidence`). With no timelines,
-        the fit is made ahead."""
+        round reads nothing from the histories; :func:`tasks.privacy.stylometric.evidence.stylometric_evidence`;
+        the classifier's is its fitted model's, :func:`tasks.privacy.classifier.exact.exact_evidence`). With no
+        timelines, the fit is made ahead."""
         frames = [e.attack.evidence(e.prepared, timelines, top, authors=authors) for e in self.entries
                   if e.role == "feedback" and e.attack.returns_evidence]
         frames = [f for f in frames if len(f)]

@@ -7,16 +7,13 @@ import pandas as pd
 
 from tasks.privacy.attacks import Prepared, ProfilingAttack, register_attack
 from tasks.privacy.attribution import Setting
-from tasks.privacy.classifier import (
-    ClassifierParams,
-    ExactModel,
-    TwoStageSide,
-    classifier_attack,
-    exact_evidence,
-    fit_classifier,
-)
+from tasks.privacy.classifier.attack import classifier_attack, fit_classifier
+from tasks.privacy.classifier.exact import ExactModel, exact_evidence
+from tasks.privacy.classifier.params import ClassifierParams
+from tasks.privacy.classifier.two_stage import TwoStageSide
 from tasks.privacy.reidentify import HistorySource, ReidResult
-from tasks.privacy.stylometric import StyloParams, stylometric_evidence
+from tasks.privacy.stylometric.evidence import stylometric_evidence
+from tasks.privacy.stylometric.params import StyloParams
 from tasks.settings import get_settings
 
 
@@ -38,11 +35,11 @@ class ClassifierAttack(ProfilingAttack):
     def evidence(self, prepared: Prepared, timelines: pd.DataFrame, top: int = 20, *,
                  authors: set[str] | None = None) -> pd.DataFrame:
         """Exact mode: the n-grams with the largest contribution ``x_f * w_f`` to the true author's decision value
-        (:func:`tasks.privacy.classifier.exact_evidence`), from the model ``prepare`` fitted (or read from the
-        cache folder): nothing is refitted, whatever ``authors`` holds (it only limits whose timelines get rows).
+        (:func:`tasks.privacy.classifier.exact.exact_evidence`), from the model ``prepare`` fitted (or read from
+        the cache folder): nothing is refitted, whatever ``authors`` holds (it only limits whose timelines get rows).
         Two stages: the re-ranker's model is trained per timeline and not kept, so the evidence is stage 1's, the
-        stylometric attack's default profiles (:func:`tasks.privacy.stylometric.stylometric_evidence`), which
-        decide whether the true author is re-ranked at all."""
+        stylometric attack's default profiles (:func:`tasks.privacy.stylometric.evidence.stylometric_evidence`),
+        which decide whether the true author is re-ranked at all."""
         side = prepared.profiles
         if isinstance(side, ExactModel):
             return exact_evidence(side, timelines, top, authors)

@@ -8,13 +8,10 @@ import pandas as pd
 from tasks.privacy.attacks import Prepared, ProfilingAttack, register_attack
 from tasks.privacy.attribution import Setting
 from tasks.privacy.reidentify import HistorySource, ReidResult
-from tasks.privacy.stylometric import (
-    HistoryProfiles,
-    StyloParams,
-    profile_histories,
-    stylometric_attack,
-    stylometric_evidence,
-)
+from tasks.privacy.stylometric.evidence import stylometric_evidence
+from tasks.privacy.stylometric.params import StyloParams
+from tasks.privacy.stylometric.profiles import HistoryProfiles, profile_histories
+from tasks.privacy.stylometric.scoring import stylometric_attack
 
 
 @register_attack("stylometric", params=StyloParams, returns_evidence=True)

@@ -1,0 +1,352 @@
+"""The stylometric attack's numba kernels: UTF-8 text to code points, character and word n-gram keys
+(64-bit hashes), the per-doc distinct-bucket count, the sketch mode's two passes (bucket document
+frequencies, count-sketch rows) and their Python drivers, and the per-code-point character classes. Kept
+apart from the profiles and scores they feed: the same kernels serve the exact, text and sketch modes, the
+evidence and the classifier attack's re-ranker."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import llvmlite.ir as llvm_ir
+import numba as nb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numba.core import cgutils
+from numba.extending import intrinsic
+
+from tasks.privacy.minhash import _arrow_views, fmix64, utf8_at
+from tasks.privacy.stylometric.params import StyloParams
+
+_WORD, _SPACE = 1, 2  # character_classes() flags
+
+
+@nb.njit(inline="always")
+def _code_points(data, start, end, classes, cps) -> int:
+    """UTF-8 bytes -> code points in ``cps``, each run of two or more whitespace characters replaced by one
+    space (scikit-learn's char preprocessing); returns their count."""
+    m = 0
+    i = start
+    while i < end:
+        c, w = utf8_at(data, i)
+        i += w
+        if classes[c] & _SPACE and i < end:
+            c2, w2 = utf8_at(data, i)
+            if classes[c2] & _SPACE:
+                i += w2
+                while i < end:
+                    c2, w2 = utf8_at(data, i)
+                    if not classes[c2] & _SPACE:
+                        break
+                    i += w2
+                c = np.uint32(32)
+        cps[m] = c
+        m += 1
+    return m
+
+
+@nb.njit(inline="always")
+def _doc_ngrams(data, start, end, lo, hi, wlo, whi, classes, cps, tok, out) -> int:
+    """64-bit keys of the doc's character n-grams (lo <= n <= hi) and, when ``whi`` > 0, word n-grams
+    (wlo <= n <= whi) into ``out``; returns their count. Words are scikit-learn's tokens (maximal runs of
+    two or more ``\\w`` characters, :func:`character_classes`), joined by one space; word keys are in a
+    domain of their own, so a word never shares a key with a character n-gram."""
+    m = _code_points(data, start, end, classes, cps)
+    g = 0
+    for i in range(m - lo + 1):
+        h = np.uint64(0xCBF29CE484222325)
+        for t in range(hi):
+            if i + t >= m:
+                break
+            h = (h ^ np.uint64(cps[i + t])) * np.uint64(0x100000001B3)
+            if t + 1 >= lo:
+                out[g] = fmix64(h ^ np.uint64(t + 1))
+                g += 1
+    if whi == 0:
+        return g
+    n_tok = 0
+    i = 0
+    while i < m:
+        if not classes[cps[i]] & _WORD:
+            i += 1
+            continue
+        j = i
+        while j < m and classes[cps[j]] & _WORD:
+            j += 1
+        if j - i >= 2:
+            tok[2 * n_tok] = i
+            tok[2 * n_tok + 1] = j
+            n_tok += 1
+            for n in range(wlo, whi + 1):
+                if n_tok < n:
+                    break
+                h = np.uint64(0xCBF29CE484222325)
+                for q in range(n_tok - n, n_tok):
+                    if q > n_tok - n:
+                        h = (h ^ np.uint64(0x20)) * np.uint64(0x100000001B3)
+                    for c in range(tok[2 * q], tok[2 * q + 1]):
+                        h = (h ^ np.uint64(cps[c])) * np.uint64(0x100000001B3)
+                out[g] = fmix64(h ^ np.uint64(0x100 + n))
+                g += 1
+        i = j
+    return g
+
+
+@nb.njit(inline="always")
+def _doc_hash(data, start, end) -> np.uint64:
+    """A 64-bit hash of the doc's bytes: which docs the document-frequency sample holds, the same in any shard."""
+    h = np.uint64(0xCBF29CE484222325)
+    for i in range(start, end):
+        h = (h ^ np.uint64(data[i])) * np.uint64(0x100000001B3)
+    return fmix64(h)
+
+
+@nb.njit(cache=True)
+def _all_ngrams(offsets, data, lo, hi, wlo, whi, classes):
+    """(doc index, n-gram key) of every n-gram of every doc (exact mode)."""
+    n = offsets.shape[0] - 1
+    per = (hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)
+    total = 0
+    for d in range(n):
+        total += (offsets[d + 1] - offsets[d]) * per
+    docs = np.empty(total, np.int64)
+    keys = np.empty(total, np.uint64)
+    maxlen = 1
+    for d in range(n):
+        maxlen = max(maxlen, offsets[d + 1] - offsets[d])
+    cps = np.empty(maxlen, np.uint32)
+    tok = np.empty(maxlen + 2, np.int64)
+    buf = np.empty(maxlen * per + 1, np.uint64)
+    p = 0
+    for d in range(n):
+        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
+        for j in range(g):
+            docs[p] = d
+            keys[p] = buf[j]
+            p += 1
+    return docs[:p], keys[:p]
+
+
+@nb.njit(inline="always")
+def _maxlen(offsets) -> int:
+    m = 1
+    for d in range(offsets.shape[0] - 1):
+        m = max(m, offsets[d + 1] - offsets[d])
+    return m
+
+
+@nb.njit(inline="always")
+def _distinct_buckets(buf, g, shift, table, slots, buckets, counts) -> int:
+    """The doc's n-gram count per bucket: ``buckets`` and ``counts`` get them in first-seen order; returns
+    how many. ``table`` is a scratch open-addressing table of ``bucket << 32 | count`` words (-1 = free,
+    sized to the doc so it stays in L1: one load per n-gram), left free again."""
+    size = 64
+    while size < 2 * g:
+        size <<= 1
+    mask = size - 1
+    k = 0
+    for j in range(g):
+        b = np.int64(buf[j] >> shift)
+        slot = b & mask
+        while True:
+            v = table[slot]
+            if (v >> 32) == b:
+                table[slot] = v + 1
+                break
+            if v == -1:
+                table[slot] = (b << 32) | 1
+                slots[k] = slot
+                k += 1
+                break
+            slot = (slot + 1) & mask
+    for j in range(k):
+        v = table[slots[j]]
+        buckets[j] = np.int32(v >> 32)
+        counts[j] = np.int32(v & 0xFFFFFFFF)
+        table[slots[j]] = -1
+    return k
+
+
+@intrinsic
+def _prefetch(typingctx, arr, idx):
+    """LLVM's prefetch of ``arr[idx]`` (read, keep in all cache levels): the IDF table is larger than L2,
+    so each doc's bucket rows are requested while its n-grams are still being counted."""
+    def codegen(context, builder, signature, args):
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, [args[1]], wraparound=False)
+        i8p = llvm_ir.IntType(8).as_pointer()
+        i32 = llvm_ir.IntType(32)
+        fn = cgutils.get_or_insert_function(builder.module, llvm_ir.FunctionType(llvm_ir.VoidType(), [i8p, i32, i32, i32]),
+                                            "llvm.prefetch.p0i8")
+        builder.call(fn, [builder.bitcast(ptr, i8p), llvm_ir.Constant(i32, 0), llvm_ir.Constant(i32, 3),
+                          llvm_ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+    return nb.types.void(arr, idx), codegen
+
+
+@nb.njit(inline="always")
+def _scratch(offsets, lo, hi, wlo, whi):
+    """Per-thread buffers sized for the batch's longest doc: code points, word bounds, n-gram keys, the
+    distinct-bucket table, its used slots, the doc's buckets and counts, weights."""
+    maxlen = _maxlen(offsets)
+    n_grams = maxlen * ((hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)) + 1
+    size = 64
+    while size < 2 * n_grams:
+        size <<= 1
+    return (np.empty(maxlen, np.uint32), np.empty(maxlen + 2, np.int64), np.empty(n_grams, np.uint64),
+            np.full(size, -1, np.int64), np.empty(n_grams, np.int64), np.empty(n_grams, np.int32),
+            np.empty(n_grams, np.int32), np.empty(n_grams, np.float64))
+
+
+@nb.njit(parallel=True, cache=True)
+def _in_sample(offsets, data, stride):
+    """Whether each doc is in the document-frequency sample: its hash is 0 modulo ``stride``."""
+    n = offsets.shape[0] - 1
+    out = np.zeros(n, np.bool_)
+    for d in nb.prange(n):
+        out[d] = _doc_hash(data, offsets[d], offsets[d + 1]) % np.uint64(stride) == 0
+    return out
+
+
+@nb.njit(nogil=True)
+def _df_stripe(offsets, data, valid, lo, hi, wlo, whi, classes, shift, t, n_threads, df) -> int:
+    """Document frequency per bucket of the valid documents t, t + n_threads, ... into ``df`` (sketch
+    pass 1); returns how many there were."""
+    n = offsets.shape[0] - 1
+    cps, tok, buf, table, slots, buckets, counts, _ = _scratch(offsets, lo, hi, wlo, whi)
+    sampled = 0
+    for d in range(t, n, n_threads):
+        if not valid[d]:
+            continue
+        sampled += 1
+        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
+        k = _distinct_buckets(buf, g, shift, table, slots, buckets, counts)
+        for j in range(k):
+            df[buckets[j]] += 1
+    return sampled
+
+
+@nb.njit(cache=True)
+def _bucket_table(idf, width, seed):
+    """Per bucket (IDF carrying the count sketch's sign, the bucket's sketch column): one 8-byte row
+    holds all a doc's bucket needs, so a bucket costs one cache miss, not two lookups and a hash."""
+    mask = np.uint64(width - 1)
+    mix = np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15)
+    out = np.empty((idf.shape[0], 2), np.float32)
+    for b in range(idf.shape[0]):
+        h = fmix64((np.uint64(b) + np.uint64(1)) ^ mix)
+        out[b, 0] = idf[b] if (h >> np.uint64(63)) == 0 else -idf[b]
+        out[b, 1] = np.float32(h & mask)
+    return out
+
+
+@nb.njit(nogil=True)
+def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, t, n_threads,
+                   sketch):
+    """Add each valid doc's L2-normalised sublinear TF-IDF vector (over hash buckets) to its owner's count
+    sketch row (sketch pass 2), for the owners with owner % n_threads == t: no two stripes write one row.
+    Docs go in ``order`` (by owner), so an owner's row stays in cache while its docs are added. ``table``
+    is :func:`_bucket_table`."""
+    n = offsets.shape[0] - 1
+    flat = table.reshape(-1)
+    cps, tok, buf, scratch, slots, buckets, counts, weight = _scratch(offsets, lo, hi, wlo, whi)
+    for i in range(n):
+        d = order[i]
+        a = owner[d]
+        if a < 0 or a % n_threads != t or not valid[d]:
+            continue
+        g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
+        for j in range(g):
+            _prefetch(flat, np.int64(buf[j] >> shift) * 2)
+        k = _distinct_buckets(buf, g, shift, scratch, slots, buckets, counts)
+        norm2 = 0.0
+        for j in range(k):
+            c = counts[j]
+            w = table[buckets[j], 0] * (1.0 + math.log(c) if c > 1 else 1.0)
+            weight[j] = w
+            norm2 += w * w
+        if norm2 > 0.0:
+            inv = 1.0 / math.sqrt(norm2)
+            for j in range(k):
+                sketch[a, np.int64(table[buckets[j], 1])] += np.float32(weight[j] * inv)
+
+
+@nb.njit(parallel=True, cache=True)
+def _bucket_df_parallel(offsets, data, valid, lo, hi, wlo, whi, classes, shift, n_buckets, n_threads):
+    df = np.zeros((n_threads, n_buckets), np.int32)
+    counted = np.zeros(n_threads, np.int64)
+    for t in nb.prange(n_threads):
+        counted[t] = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, classes, shift, t, n_threads, df[t])
+    return df.sum(axis=0, dtype=np.int64), counted.sum()
+
+
+@nb.njit(nogil=True, cache=True)
+def _bucket_df_serial(offsets, data, valid, lo, hi, wlo, whi, classes, shift, n_buckets, n_threads):
+    df = np.zeros(n_buckets, np.int64)
+    counted = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, classes, shift, 0, 1, df)
+    return df, counted
+
+
+@nb.njit(parallel=True, cache=True)
+def _sketch_add_parallel(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, n_threads,
+                         sketch):
+    for t in nb.prange(n_threads):
+        _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, t, n_threads,
+                       sketch)
+
+
+@nb.njit(nogil=True, cache=True)
+def _sketch_add_serial(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, n_threads,
+                       sketch):
+    _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, 0, 1, sketch)
+
+
+def _bucket_df(offsets, data, valid, params: StyloParams, parallel: bool) -> tuple[np.ndarray, int]:
+    """(document frequency per bucket, docs counted) of one batch."""
+    kernel = _bucket_df_parallel if parallel else _bucket_df_serial
+    df, counted = kernel(offsets, data, valid, *params.ngram_args(), character_classes(),
+                         np.uint64(64 - params.hash_bits), 1 << params.hash_bits, _threads())
+    return df, int(counted)
+
+
+def _sample(texts: pa.Array | pa.ChunkedArray, stride: int) -> pa.Array | pa.ChunkedArray:
+    """The texts in the document-frequency sample (by a hash of their raw bytes, so the same texts in any
+    shard); all of them when ``stride`` is 1. Only the sample is normalised and counted."""
+    if stride <= 1:
+        return texts
+    raw = texts.combine_chunks() if isinstance(texts, pa.ChunkedArray) else texts
+    if not (pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type)):
+        raw = pc.fill_null(raw.cast(pa.large_string()), "")
+    offsets, data, _ = _views(raw)
+    return raw.filter(pa.array(_in_sample(offsets, data, stride)))
+
+
+def _sketch_add(offsets, data, valid, owner, params: StyloParams, table, sketch, parallel: bool) -> None:
+    """Add one batch's docs to their owners' sketch rows; ``table`` is :func:`_bucket_table` of the IDF."""
+    kernel = _sketch_add_parallel if parallel else _sketch_add_serial
+    order = np.argsort(owner, kind="stable")
+    kernel(offsets, data, valid, owner, order, *params.ngram_args(), character_classes(),
+           np.uint64(64 - params.hash_bits), table, _threads(), sketch)
+
+
+@functools.cache
+def character_classes() -> np.ndarray:
+    """Per code point, bit flags: ``_WORD`` where Python's ``\\w`` matches (``str.isalnum()`` or ``_``:
+    scikit-learn's word tokens are runs of these) and ``_SPACE`` where ``\\s`` does (``str.isspace()``:
+    runs of these collapse to one space)."""
+    chars = [chr(c) for c in range(0x110000)]
+    table = np.fromiter((c.isalnum() for c in chars), dtype=np.uint8, count=0x110000) * np.uint8(_WORD)
+    table |= np.fromiter((c.isspace() for c in chars), dtype=np.uint8, count=0x110000) * np.uint8(_SPACE)
+    table[ord("_")] |= _WORD
+    return table
+
+
+def _views(texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return _arrow_views(texts)
+
+
+def _threads() -> int:
+    return max(1, nb.get_num_threads())
