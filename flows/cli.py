@@ -31,7 +31,7 @@ from tasks.protect.settings import ON_FAIL, UNITS, ProtectSettings
 if TYPE_CHECKING:
     import pandas as pd
 
-    from flows.config import ExperimentConfig
+    from flows.config_sections import ExperimentConfig
     from flows.temporary_server import LaunchedServer
     from tasks.protect.loop import ProtectResult
 
@@ -521,7 +521,8 @@ def protect(
     the output with every registered attack on the full histories. Exit 0 when the certificate meets the budget, 1
     when it does not (P still written, the verdict says why), 2 for bad input."""
     _environment()
-    from flows.config import load_config, protect_settings
+    from flows.config import load_config
+    from flows.config_options import protect_settings
     from tasks.budgets import parse_budget
     from tasks.corpus.importers import read_corpus
     from tasks.paths import check_output_file
