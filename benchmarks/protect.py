@@ -49,7 +49,7 @@ DEFAULT_LADDER = "mask-evidence,stymask,mask-evidence"
 
 
 def _child(hist: str, syn_paths: dict[float, str], options: dict, cache: str, queue: mp.Queue) -> None:
-    from flows.config import protect_settings
+    from flows.config_options import protect_settings
     from tasks.protect.loop import protect_corpus
     from tasks.store import fingerprint_file
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flows.config import ExperimentConfig
+from flows.config_sections import ExperimentConfig
 from tasks.errors import SynthUGCError
 from tasks.models.llm import llm_role_settings
 from tasks.preflight import environment_problems, leave_probe, planned_versions, remove_probe

@@ -37,7 +37,7 @@ from typing import Any
 from prefect import flow
 from prefect.artifacts import create_markdown_artifact, create_table_artifact
 
-from flows.config import ExperimentConfig
+from flows.config_sections import ExperimentConfig
 from flows.executor import stage_task_runner
 from flows.experiment import STAGE_FAMILIES, RunSummary, StageFailed, run_experiment
 from flows.params import REPO_ROOT, ExperimentParams

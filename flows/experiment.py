@@ -17,7 +17,9 @@ from prefect import flow, get_run_logger
 
 from flows import progress
 from flows.cluster import check_dask_workers, check_here, run_needs
-from flows.config import ExperimentConfig, load_config, metric_options, parse_config
+from flows.config import load_config, parse_config
+from flows.config_options import metric_options
+from flows.config_sections import ExperimentConfig
 from flows.executor import Execution, Listener, Outcome, execute, lookup, stage_task_runner
 from flows.plan import STAGE_FAMILIES, Plan, plan_prepare, plan_stages
 from tasks.errors import SynthUGCError

@@ -3,7 +3,7 @@
 Each field has a default and a description, so "Run > Custom run" in the UI is a usable form: the
 experiment YAML on the worker plus the overrides people change most (strategies, dataset, seed,
 metrics, privacy), and free ``key.path=value`` overrides for the rest. ``to_config`` turns them into a
-validated :class:`~flows.config.ExperimentConfig` with the same errors (key paths) as the CLI.
+validated :class:`~flows.config_sections.ExperimentConfig` with the same errors (key paths) as the CLI.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from flows.config import ExperimentConfig, parse_config, read_config_file
+from flows.config import parse_config, read_config_file
+from flows.config_sections import ExperimentConfig
 from tasks.errors import ConfigError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from flows import stages
-from flows.config import ExperimentConfig, metric_options, privacy_options, protect_settings
+from flows.config_options import metric_options, privacy_options, protect_settings
+from flows.config_sections import ExperimentConfig
 from tasks.corpus.datasets import fetch_dataset
 from tasks.errors import ConfigError, SynthUGCError
 from tasks.generate.base import strategy_uses_llm, with_llm_settings

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.config import MetricsConfig
+from flows.config_sections import MetricsConfig
 from tasks.errors import ConfigError
 from tasks.metrics import catalogue
 from tasks.metrics.base import MetricResult

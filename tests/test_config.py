@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flows.cli import DEMO_CONFIG
+from flows.cli.runs import DEMO_CONFIG
 from flows.config import MAX_CONFIG_BYTES, MAX_YAML_EXPANSION, load_config, parse_config
 from tasks.errors import SHOWN_CHARS, ConfigError, shown
 from tasks.limits import MAX_DOCS, MAX_HASHES, MAX_SEED, MAX_UTILITY_SEEDS

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.config import protect_settings
+from flows.config_options import protect_settings
 from tasks.budgets import parse_budget
 from tasks.errors import ConfigError
 from tasks.privacy.stylometric.evidence import EvidenceProfiles, stylometric_evidence

@@ -11,7 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from flows.config import MetricsConfig, metric_options, parse_config
+from flows.config import parse_config
+from flows.config_options import metric_options
+from flows.config_sections import MetricsConfig
 from tasks.budgets import parse_budget
 from tasks.intervals import wilson
 from tasks.metrics import catalogue

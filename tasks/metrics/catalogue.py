@@ -3,7 +3,7 @@
 A :class:`Metric` says what a measure is (name, level, aspect), which way is better (direction, target),
 how the report names it (label), which suite options it reads, and the function that computes it (which
 also builds the number's signature: the signature names what the computation used, nothing else lists
-it). The suite's dispatch, ``flows/config.py``'s name check, the report's columns, marks and notes and
+it). The suite's dispatch, ``flows/config_sections.py``'s name check, the report's columns, marks and notes and
 the recommendations' aspects all read this module; nothing else lists metric names or directions.
 ``synthugc metrics`` prints it.
 
