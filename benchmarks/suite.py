@@ -2,7 +2,7 @@
 
 Runs the ``make test`` recipe (ruff, compileall, then pytest with the Makefile's workers and marker, ``-n
 TEST_WORKERS --dist loadfile -m "not scale"``, read from the Makefile so the two cannot drift) and a JUnit report, and prints the wall time with the load average,
-the test counts, and the ten test files with the most seconds (a file's tests run one after the other on one
+the test counts, the ten test files and the 25 tests with the most seconds (a file's tests run one after the other on one
 worker; the suite's wall time is the busier worker's sum). The reference is the target, 480 s on 2 cores (there
 is no other suite to compare with): the ratio says how far from it the suite is. Run it on a quiet machine,
 nothing else running, set up (``make setup``). Ends with ``RESULT suite_s=... tests=... passed=... failed=...
@@ -48,11 +48,20 @@ def makefile_test_command() -> tuple[list[str], list[str], str]:
     return before, args, workers[1]
 
 
-def file_seconds(junit: Path) -> Counter:
-    """Seconds per test file (setup, call and teardown of its tests) from a JUnit report."""
+def test_seconds(junit: Path) -> Counter:
+    """Seconds per test (setup, call and teardown), as ``file.py::name``, from a JUnit report."""
     seconds: Counter = Counter()
     for case in ET.parse(junit).iter("testcase"):
-        seconds[case.get("classname", "?").replace(".", "/") + ".py"] += float(case.get("time", 0.0))
+        file = case.get("classname", "?").replace(".", "/") + ".py"
+        seconds[f"{file}::{case.get('name', '?')}"] += float(case.get("time", 0.0))
+    return seconds
+
+
+def file_seconds(junit: Path) -> Counter:
+    """Seconds per test file (the sum of its tests') from a JUnit report."""
+    seconds: Counter = Counter()
+    for test, spent in test_seconds(junit).items():
+        seconds[test.split("::")[0]] += spent
     return seconds
 
 
@@ -84,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         if junit.exists():
             print("test files with the most seconds:")
             for name, seconds in file_seconds(junit).most_common(10):
+                print(f"  {seconds:7.1f} s  {name}")
+            print("tests with the most seconds:")
+            for name, seconds in test_seconds(junit).most_common(25):
                 print(f"  {seconds:7.1f} s  {name}")
     print(f"RESULT suite_s={suite_s:.1f} tests={count['tests']} passed={passed} failed={failed} "
           f"skipped={count['skipped']} target_s={TARGET_S:.0f} over_target={suite_s / TARGET_S:.2f} "

@@ -49,7 +49,7 @@ def privacy_options(cfg: ExperimentConfig) -> PrivacyOptions:
 
 
 def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> Any:
-    """The protect loop's settings (tasks.protect.loop.ProtectSettings) from a run config's ``protect:`` section
+    """The protect loop's settings (tasks.protect.settings.ProtectSettings) from a run config's ``protect:`` section
     (its attack parameters, adversaries and timeline runs from ``privacy.reidentify`` unless set there), or the
     defaults without one; ``overrides`` (CLI flags) win. ConfigError naming the key on a bad value."""
     values: dict[str, Any] = {}
