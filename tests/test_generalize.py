@@ -100,6 +100,26 @@ def test_an_evidence_word_becomes_its_wordnet_hypernym_inflected_as_it_was(nlp):
     assert generalize(texts, ["a", "a"], [[], []], nlp=nlp) == texts
 
 
+def test_the_hypernym_does_not_depend_on_the_order_nltk_returns_a_senses_parents(monkeypatch):
+    """NLTK keeps a synset's pointers in a set, iterated in an order that changes with the process's hash seed:
+    ``woman`` has two parents, and the move must pick the same one in every process."""
+    wn = load_wordnet()
+    synset_class = type(wn.synsets("woman", "n")[0])
+    assert {s.name() for s in wn.synsets("woman", "n")[0].hypernyms()} == {"adult.n.01", "female.n.02"}
+    parents = synset_class.hypernyms
+    try:
+        picked = []
+        for order in (lambda s: sorted(parents(s), key=lambda p: p.name()),
+                      lambda s: sorted(parents(s), key=lambda p: p.name(), reverse=True)):
+            monkeypatch.setattr(synset_class, "hypernyms", order)
+            hypernym.cache_clear()
+            picked.append(hypernym("woman", "n"))
+        assert picked == ["adult", "adult"]
+    finally:
+        monkeypatch.undo()
+        hypernym.cache_clear()
+
+
 def test_inflection_of_the_hypernym():
     assert [plural(w) for w in ("instrument", "church", "body", "man", "stringed instrument")] == [
         "instruments", "churches", "bodies", "men", "stringed instruments"]

@@ -98,12 +98,15 @@ _TOO_GENERAL = frozenset({
 @functools.cache
 def hypernym(lemma: str, pos: str) -> str | None:
     """The first usable hypernym of the most frequent WordNet sense of ``lemma`` (``pos`` ``n`` or ``v``), as
-    words (``stringed instrument``); None where WordNet has none or only an uninformative one."""
+    words (``stringed instrument``); None where WordNet has none or only an uninformative one. The parents are
+    taken in the order of their names: NLTK keeps a synset's pointers in a set, whose order changes with the
+    process's hash seed (``woman`` gave ``adult`` in one run and ``female`` in the next)."""
     wn = load_wordnet()
     senses = wn.synsets(lemma.replace(" ", "_"), pos)
     if not senses:
         return None
-    for parent in [*senses[0].hypernyms(), *senses[0].instance_hypernyms()]:
+    parents = sorted(senses[0].hypernyms(), key=lambda s: s.name())
+    for parent in [*parents, *sorted(senses[0].instance_hypernyms(), key=lambda s: s.name())]:
         for name in parent.lemma_names():
             words = name.replace("_", " ")
             if words.lower() != lemma.lower() and not any(c.isupper() for c in words) and words not in _TOO_GENERAL:
