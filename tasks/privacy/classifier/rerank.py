@@ -10,7 +10,7 @@ import math
 import numba as nb
 import numpy as np
 
-from tasks.privacy.stylometric.kernels import _distinct_buckets, _doc_ngrams
+from tasks.privacy.stylometric.kernels import _distinct_buckets, _doc_ngrams, _scratch
 
 
 @nb.njit(inline="always")
@@ -21,30 +21,11 @@ def _xorshift(state):
     return state
 
 
-@nb.njit(inline="always")
-def _n_grams(offsets, lo, hi, wlo, whi):
-    """(longest text, most n-grams of one text) of a batch."""
-    maxlen = 1
-    for d in range(offsets.shape[0] - 1):
-        maxlen = max(maxlen, offsets[d + 1] - offsets[d])
-    return maxlen, maxlen * ((hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)) + 1
-
-
 @nb.njit(nogil=True)
 def _post_stripe(offsets, data, lo, hi, wlo, whi, classes, shift, idf, t, n_threads, indptr, idx, val, fill):
     """Texts t, t + n_threads, ...: their distinct buckets' count into ``indptr[d + 1]`` (``fill`` False), or
     their buckets and L2-normalised ``(1 + ln(count)) * idf`` weights into ``idx``, ``val`` at ``indptr[d]``."""
-    maxlen, n_grams = _n_grams(offsets, lo, hi, wlo, whi)
-    size = 64
-    while size < 2 * n_grams:
-        size <<= 1
-    cps = np.empty(maxlen, np.uint32)
-    tok = np.empty(maxlen + 2, np.int64)
-    buf = np.empty(n_grams, np.uint64)
-    table = np.full(size, -1, np.int64)
-    slots = np.empty(n_grams, np.int64)
-    buckets = np.empty(n_grams, np.int32)
-    counts = np.empty(n_grams, np.int32)
+    cps, tok, buf, table, slots, buckets, counts, _ = _scratch(offsets, lo, hi, wlo, whi)
     for d in range(t, offsets.shape[0] - 1, n_threads):
         g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
         k = _distinct_buckets(buf, g, shift, table, slots, buckets, counts)
@@ -231,20 +212,10 @@ def _rerank_all(cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, l
     """(timelines x candidates) decision values of :func:`_rerank_one`, timelines striped over threads."""
     n_tl = tl_ptr.shape[0] - 1
     out = np.zeros((n_tl, cand.shape[1]), np.float64)
-    maxlen, n_grams = _n_grams(tl_offsets, lo, hi, wlo, whi)
-    size = 64
-    while size < 2 * n_grams:
-        size <<= 1
     for th in nb.prange(n_threads):
         remap = np.full(idf.shape[0], -1, np.int64)
         used = np.empty(idf.shape[0], np.int64)
-        cps = np.empty(maxlen, np.uint32)
-        tok = np.empty(maxlen + 2, np.int64)
-        buf = np.empty(n_grams, np.uint64)
-        table = np.full(size, -1, np.int64)
-        slots = np.empty(n_grams, np.int64)
-        buckets = np.empty(n_grams, np.int32)
-        counts = np.empty(n_grams, np.int32)
+        cps, tok, buf, table, slots, buckets, counts, _ = _scratch(tl_offsets, lo, hi, wlo, whi)
         for t in range(th, n_tl, n_threads):
             _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes,
                         shift, idf, c, tol, max_iter, seed, remap, used, cps, tok, buf, table, slots, buckets, counts,
