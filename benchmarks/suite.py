@@ -75,8 +75,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="synthugc-suite-bench-") as tmp:
         junit = Path(tmp) / "suite.xml"
         start = time.perf_counter()
-        steps = next((step for step in (subprocess.run(cmd, shell=True, cwd=ROOT) for cmd in before)
-                     if step.returncode), None) or subprocess.CompletedProcess(before, 0)
+        steps = subprocess.CompletedProcess(before, 0)
+        for cmd in before:  # as make runs a recipe: each line in turn, stopping at the first that fails
+            steps = subprocess.run(cmd, shell=True, cwd=ROOT)
+            if steps.returncode:
+                break
         tests = subprocess.run([str(python), "-m", "pytest", *args, f"--junitxml={junit}", "-p", "no:cacheprovider"],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         suite_s = time.perf_counter() - start
