@@ -68,7 +68,8 @@ def file_seconds(junit: Path) -> Counter:
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the suite, print the times and the RESULT line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args(argv)
+    parser.add_argument("--junit", type=Path, help="also keep the JUnit report here (per-test seconds)")
+    opts = parser.parse_args(argv)
     before, args, workers = makefile_test_command()
     python = Path(sys.executable)
     print(f"synthugc suite benchmark: {os.cpu_count()} cpus; load average at start {load_average()}", flush=True)
@@ -83,6 +84,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         tests = subprocess.run([str(python), "-m", "pytest", *args, f"--junitxml={junit}", "-p", "no:cacheprovider"],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         suite_s = time.perf_counter() - start
+        if opts.junit and junit.exists():
+            opts.junit.write_bytes(junit.read_bytes())
         tail = tests.stdout.strip().splitlines()[-1] if tests.stdout.strip() else ""
         root = ET.parse(junit).getroot() if junit.exists() else None
         suites = list(root.iter("testsuite")) if root is not None else []
