@@ -33,7 +33,7 @@ from tasks.privacy.stylometric.profiles import (
 from tasks.privacy.stylometric.scoring import similarity, timeline_profiles
 
 #: At most this many bytes of kept dual variables per side (160 KB per timeline at 20 candidates x 50 posts).
-DUALS_BYTES = 256 << 20
+DUALS_BYTES = 128 << 20
 #: Below every re-ranked candidate (whose scores are >= 0): the stage-1 cosine (in [-1, 1]) minus this.
 NOT_RERANKED = 3.0
 
