@@ -38,11 +38,7 @@ Two ways to compute it, chosen by the size of the histories (``mode="auto"``):
   the stylometric sketch does) with C = ``c`` and tolerance ``rerank_tol``. A timeline's candidates score
   their decision value minus the lowest candidate's (>= 0), every other author its stage-1 cosine minus 3
   (< 0): authors not re-ranked keep lower ranks, so a true author outside the top-K is a miss at rank 1
-  and keeps its stage-1 order below the candidates for accuracy@10 and MRR. A candidate set's SVM depends on
-  the set only (its candidates in author order, the shuffle seeded by a hash of the set), and the timeline is
-  scored from the solver's dual variables, which the side keeps per set: a protect round that attacks a
-  changed timeline whose candidates did not change scores it without training again, exactly as a fresh
-  side would (tested).
+  and keeps its stage-1 order below the candidates for accuracy@10 and MRR.
 
 Measured (``benchmarks/README.md``): at the article's scale (``benchmarks/reidentify.py --full``) two stages
 take 34-37 s on 2 cores beyond the stylometric profiles they share (84-88 s with them) and 2.74 GB at most;

@@ -64,32 +64,94 @@ def _post_rows(offsets, data, lo, hi, wlo, whi, classes, shift, idf, n_threads):
 
 
 @nb.njit(nogil=True, fastmath=True)
-def _train_duals(n_ex, n_cand, ex_ptr, ex_idx, ex_val, label, c, tol, max_iter, state, alpha):
-    """The one-vs-rest L2-loss SVMs of one timeline's candidates on their examples (rows ``ex_ptr``/``ex_idx``/
-    ``ex_val``: feature ids pre-multiplied by ``n_cand``, the last id the bias) by dual coordinate descent
-    (Hsieh et al. 2008; liblinear's ``solve_l2r_l1l2_svc`` without shrinking), in lockstep: each epoch visits the
-    examples in one shuffle seeded by ``state`` and updates every class still running, whose weights sit side by
-    side (a feature's row of the weight matrix is one read for all classes); a class stops when its projected
-    gradient's spread over an epoch is at most ``tol``, all after ``max_iter`` epochs. Writes the dual variables
-    into ``alpha`` (example-major)."""
+def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes, shift,
+                idf, c, tol, max_iter, seed, remap, used, cps, tok, buf, table, slots, buckets, counts, out):
+    """The one-vs-rest L2-loss SVM among timeline ``t``'s candidates (``cand[t]``; candidate ``a``'s posts are
+    rows ``cand_ptr[a]:cand_ptr[a + 1]`` of (``indptr``, ``idx``, ``val``): :func:`_post_rows`) trained on
+    their posts, and its decision values on the timeline's posts joined (``out[t]``). Features are local ids
+    of the buckets the timeline and the posts hold (``remap``, left at -1 again), plus a bias feature of 1
+    (liblinear's ``intercept_scaling=1``). Dual coordinate descent (Hsieh et al. 2008; liblinear's
+    ``solve_l2r_l1l2_svc`` without shrinking), the candidates' binary problems in lockstep: each epoch visits
+    the examples in one seeded shuffle and updates every class still running, whose weights sit side by side
+    (a feature's row of the weight matrix is one read for all classes); a class stops when its projected
+    gradient's spread over an epoch is at most ``tol``, all after ``max_iter`` epochs."""
+    n_loc = 0
+    # the timeline: its posts' counts summed per bucket, sublinear TF x IDF, L2
+    cap = 1
+    for d in range(tl_ptr[t], tl_ptr[t + 1]):
+        cap += tl_offsets[d + 1] - tl_offsets[d]
+    per = (hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)
+    tl_count = np.zeros(cap * per, np.float64)
+    for d in range(tl_ptr[t], tl_ptr[t + 1]):
+        g = _doc_ngrams(tl_data, tl_offsets[d], tl_offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
+        k = _distinct_buckets(buf, g, shift, table, slots, buckets, counts)
+        for j in range(k):
+            b = buckets[j]
+            if remap[b] < 0:
+                remap[b] = n_loc
+                used[n_loc] = b
+                n_loc += 1
+            tl_count[remap[b]] += counts[j]
+    n_tl = n_loc
+    tl_val = np.zeros(n_tl, np.float64)
+    norm2 = 0.0
+    for q in range(n_tl):
+        w = idf[used[q]] * (1.0 + math.log(tl_count[q]))
+        tl_val[q] = w
+        norm2 += w * w
+    if norm2 > 0.0:
+        inv = 1.0 / math.sqrt(norm2)
+        for q in range(n_tl):
+            tl_val[q] *= inv
+    # the examples: the candidates' post rows over local ids
+    n_cand = cand.shape[1]
+    n_ex = 0
+    size = 0
+    for j in range(n_cand):
+        a = cand[t, j]
+        n_ex += cand_ptr[a + 1] - cand_ptr[a]
+        size += indptr[cand_ptr[a + 1]] - indptr[cand_ptr[a]]
+    ex_ptr = np.zeros(n_ex + 1, np.int64)
+    ex_idx = np.empty(size, np.int64)
+    ex_val = np.empty(size, np.float32)
+    label = np.empty(n_ex, np.int64)
+    e = 0
+    p = 0
+    for j in range(n_cand):
+        a = cand[t, j]
+        for d in range(cand_ptr[a], cand_ptr[a + 1]):
+            for q in range(indptr[d], indptr[d + 1]):
+                b = idx[q]
+                if remap[b] < 0:
+                    remap[b] = n_loc
+                    used[n_loc] = b
+                    n_loc += 1
+                ex_idx[p] = remap[b] * n_cand
+                ex_val[p] = val[q]
+                p += 1
+            label[e] = j
+            e += 1
+            ex_ptr[e] = p
+    for q in range(n_loc):
+        remap[used[q]] = -1
+    # the candidates' one-vs-rest problems, in lockstep
     diag = 0.5 / c
     qd = np.empty(n_ex, np.float64)
-    n_feat = 0
     for i in range(n_ex):
         s = 1.0 + diag  # the bias feature
         for q in range(ex_ptr[i], ex_ptr[i + 1]):
             s += np.float64(ex_val[q]) * ex_val[q]
-            n_feat = max(n_feat, ex_idx[q] // n_cand + 1)
         qd[i] = s
-    w = np.zeros((n_feat + 1) * n_cand, np.float32)  # feature-major: w[f * n_cand + class]
-    bias = n_feat * n_cand
-    alpha[:] = 0.0
+    w = np.zeros((n_loc + 1) * n_cand, np.float32)  # feature-major: w[f * n_cand + class]
+    bias = n_loc * n_cand
+    alpha = np.zeros(n_ex * n_cand, np.float64)
     running = np.ones(n_cand, np.bool_)
     grad = np.empty(n_cand, np.float32)
     step = np.empty(n_cand, np.float32)
     pg_max = np.empty(n_cand, np.float64)
     pg_min = np.empty(n_cand, np.float64)
     order = np.arange(n_ex)
+    state = _xorshift(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(t + 1))
     n_running = n_cand
     it = 0
     while it < max_iter and n_running > 0:
@@ -137,99 +199,17 @@ def _train_duals(n_ex, n_cand, ex_ptr, ex_idx, ex_val, label, c, tol, max_iter, 
             if running[k] and pg_max[k] - pg_min[k] <= tol:
                 running[k] = False
                 n_running -= 1
-
-
-@nb.njit(nogil=True, fastmath=True)
-def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes, shift,
-                idf, c, tol, max_iter, states, train, alpha_ptr, alpha, remap, used, cps, tok, buf, table, slots,
-                buckets, counts, out):
-    """Timeline ``t``'s one-vs-rest SVM among its candidates (``cand[t]``; candidate ``a``'s posts are rows
-    ``cand_ptr[a]:cand_ptr[a + 1]`` of (``indptr``, ``idx``, ``val``): :func:`_post_rows`), trained on their posts
-    when ``train[t]`` (:func:`_train_duals`, seeded by ``states[t]``; else its dual variables are already in
-    ``alpha[alpha_ptr[t]:]``), and its decision values on the timeline's posts joined (``out[t]``), always from the
-    dual variables: ``sum_i alpha_ik y_ik (x_i . x + 1)``, so a solution kept from an earlier attack scores as a
-    fresh one does. Features are local ids of the buckets the timeline and the posts hold (``remap``, left at -1
-    again), plus a bias feature of 1 (liblinear's ``intercept_scaling=1``)."""
-    n_loc = 0
-    # the timeline: its posts' counts summed per bucket, sublinear TF x IDF, L2
-    cap = 1
-    for d in range(tl_ptr[t], tl_ptr[t + 1]):
-        cap += tl_offsets[d + 1] - tl_offsets[d]
-    per = (hi - lo + 1) + (whi - wlo + 1 if whi > 0 else 0)
-    tl_count = np.zeros(cap * per, np.float64)
-    for d in range(tl_ptr[t], tl_ptr[t + 1]):
-        g = _doc_ngrams(tl_data, tl_offsets[d], tl_offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
-        k = _distinct_buckets(buf, g, shift, table, slots, buckets, counts)
-        for j in range(k):
-            b = buckets[j]
-            if remap[b] < 0:
-                remap[b] = n_loc
-                used[n_loc] = b
-                n_loc += 1
-            tl_count[remap[b]] += counts[j]
-    n_tl = n_loc
-    tl_val = np.zeros(n_tl, np.float64)
-    norm2 = 0.0
-    for q in range(n_tl):
-        w = idf[used[q]] * (1.0 + math.log(tl_count[q]))
-        tl_val[q] = w
-        norm2 += w * w
-    if norm2 > 0.0:
-        inv = 1.0 / math.sqrt(norm2)
-        for q in range(n_tl):
-            tl_val[q] *= inv
-    # the examples: the candidates' post rows over local ids, and each one's dot product with the timeline
-    n_cand = cand.shape[1]
-    n_ex = 0
-    size = 0
-    for j in range(n_cand):
-        a = cand[t, j]
-        n_ex += cand_ptr[a + 1] - cand_ptr[a]
-        size += indptr[cand_ptr[a + 1]] - indptr[cand_ptr[a]]
-    ex_ptr = np.zeros(n_ex + 1, np.int64)
-    ex_idx = np.empty(size, np.int64)
-    ex_val = np.empty(size, np.float32)
-    label = np.empty(n_ex, np.int64)
-    dot = np.zeros(n_ex, np.float64)
-    e = 0
-    p = 0
-    for j in range(n_cand):
-        a = cand[t, j]
-        for d in range(cand_ptr[a], cand_ptr[a + 1]):
-            for q in range(indptr[d], indptr[d + 1]):
-                b = idx[q]
-                if remap[b] < 0:
-                    remap[b] = n_loc
-                    used[n_loc] = b
-                    n_loc += 1
-                f = remap[b]
-                if f < n_tl:
-                    dot[e] += np.float64(val[q]) * tl_val[f]
-                ex_idx[p] = f * n_cand
-                ex_val[p] = val[q]
-                p += 1
-            label[e] = j
-            e += 1
-            ex_ptr[e] = p
-    for q in range(n_loc):
-        remap[used[q]] = -1
-    duals = alpha[alpha_ptr[t]:alpha_ptr[t + 1]]
-    if train[t]:
-        _train_duals(n_ex, n_cand, ex_ptr, ex_idx, ex_val, label, c, tol, max_iter, states[t], duals)
     for k in range(n_cand):
-        out[t, k] = 0.0
-    for i in range(n_ex):
-        for k in range(n_cand):
-            a_ik = duals[i * n_cand + k]
-            if a_ik != 0.0:
-                out[t, k] += (a_ik if label[i] == k else -a_ik) * (dot[i] + 1.0)
+        score = w[bias + k]
+        for q in range(n_tl):
+            score += w[q * n_cand + k] * tl_val[q]
+        out[t, k] = score
 
 
 @nb.njit(parallel=True, cache=True)
 def _rerank_all(cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes, shift, idf,
-                c, tol, max_iter, states, train, alpha_ptr, alpha, n_threads):
-    """(timelines x candidates) decision values of :func:`_rerank_one`, timelines striped over threads; the dual
-    variables of the timelines with ``train`` set are written into ``alpha``."""
+                c, tol, max_iter, seed, n_threads):
+    """(timelines x candidates) decision values of :func:`_rerank_one`, timelines striped over threads."""
     n_tl = tl_ptr.shape[0] - 1
     out = np.zeros((n_tl, cand.shape[1]), np.float64)
     for th in nb.prange(n_threads):
@@ -238,6 +218,6 @@ def _rerank_all(cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, l
         cps, tok, buf, table, slots, buckets, counts, _ = _scratch(tl_offsets, lo, hi, wlo, whi)
         for t in range(th, n_tl, n_threads):
             _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes,
-                        shift, idf, c, tol, max_iter, states, train, alpha_ptr, alpha, remap, used, cps, tok, buf,
-                        table, slots, buckets, counts, out)
+                        shift, idf, c, tol, max_iter, seed, remap, used, cps, tok, buf, table, slots, buckets, counts,
+                        out)
     return out

@@ -5,7 +5,6 @@ trained on the candidates' posts (:mod:`tasks.privacy.classifier.rerank`). Holds
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +31,6 @@ from tasks.privacy.stylometric.profiles import (
 )
 from tasks.privacy.stylometric.scoring import similarity, timeline_profiles
 
-#: At most this many bytes of kept dual variables per side (160 KB per timeline at 20 candidates x 50 posts).
-DUALS_BYTES = 128 << 20
 #: Below every re-ranked candidate (whose scores are >= 0): the stage-1 cosine (in [-1, 1]) minus this.
 NOT_RERANKED = 3.0
 
@@ -54,16 +51,6 @@ class TwoStageSide:
     held_out: frozenset[str] | None
     n_posts: int
     read: dict[Any, pa.Array] = field(default_factory=dict)  # candidate -> its normalised posts
-    duals: dict[bytes, np.ndarray] = field(default_factory=dict)  # candidate set -> its SVMs' dual variables
-    duals_bytes: int = 0
-
-    def keep_duals(self, key: bytes, duals: np.ndarray) -> None:
-        """Keep one candidate set's dual variables (a protect round attacks its changed timelines again, most with
-        the same candidates: they are not trained again), the oldest dropped beyond ``DUALS_BYTES``."""
-        self.duals[key] = duals
-        self.duals_bytes += duals.nbytes
-        while self.duals_bytes > DUALS_BYTES and len(self.duals) > 1:
-            self.duals_bytes -= self.duals.pop(next(iter(self.duals))).nbytes
 
     def posts_of(self, names: np.ndarray, chunk_rows: int) -> tuple[pa.Array, np.ndarray]:
         """(normalised texts, candidate index) of the first ``posts_per_author`` posts of each of ``names``, grouped
@@ -81,16 +68,6 @@ class TwoStageSide:
         owner = np.repeat(np.arange(len(names), dtype=np.int64), [len(p) for p in parts])
         texts = pa.concat_arrays(parts) if parts else pa.array([], pa.large_string())
         return texts, owner
-
-
-def shuffle_seeds(top: np.ndarray, seed: int) -> np.ndarray:
-    """Per row of candidate sets (author indices, sorted), the re-ranker's shuffle state: a hash of the set and
-    ``seed``, never 0, so an SVM depends on its candidates only, not on where its timeline sits in a call."""
-    out = np.empty(len(top), np.uint64)
-    for t, row in enumerate(top):
-        digest = hashlib.blake2b(row.astype("<i8").tobytes(), digest_size=8, key=seed.to_bytes(8, "little"))
-        out[t] = int.from_bytes(digest.digest(), "little") or 1
-    return out
 
 
 def stage1_profiles(histories: HistorySource, held_out: frozenset[str] | None) -> HistoryProfiles:
@@ -165,7 +142,7 @@ def two_stage_scores(side: TwoStageSide, synthetic: pd.DataFrame, chunk_rows: in
     profiles, groups, true_author, n_posts = timeline_profiles(side.stage1, synthetic)
     first = similarity(profiles, side.stage1)
     authors = side.stage1.authors
-    top = np.sort(top_candidates(first, params.top_k), axis=1)  # a candidate set's SVM does not depend on their rank
+    top = top_candidates(first, params.top_k)
     scores = first - NOT_RERANKED
     if top.size == 0:
         return scores, groups, true_author, n_posts, {"n_candidates": 0}
@@ -182,18 +159,9 @@ def two_stage_scores(side: TwoStageSide, synthetic: pd.DataFrame, chunk_rows: in
     stylo = params.stylo
     shift, idf = np.uint64(64 - params.hash_bits), side.idf.astype(np.float64)
     indptr, idx, val = _post_rows(offsets, data, *stylo.ngram_args(), character_classes(), shift, idf, _threads())
-    keys = [row.tobytes() for row in top]
-    known = np.array([key in side.duals for key in keys], bool)
-    examples = np.diff(cand_ptr)[cand].sum(axis=1)
-    alpha_ptr = np.r_[0, np.cumsum(examples * top.shape[1])].astype(np.int64)
-    alpha = np.zeros(alpha_ptr[-1], np.float64)
-    for t in np.flatnonzero(known):
-        alpha[alpha_ptr[t]:alpha_ptr[t + 1]] = side.duals[keys[t]]
     decided = _rerank_all(cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, *stylo.ngram_args(),
-                          character_classes(), shift, idf, params.c, params.rerank_tol, params.max_iter,
-                          shuffle_seeds(top, params.seed), ~known, alpha_ptr, alpha, _threads())
-    for t in np.flatnonzero(~known):
-        side.keep_duals(keys[t], alpha[alpha_ptr[t]:alpha_ptr[t + 1]].copy())
+                          character_classes(), shift, idf, params.c, params.rerank_tol, params.max_iter, params.seed,
+                          _threads())
     rows = np.arange(len(groups))[:, None]
     scores[rows, top] = decided - decided.min(axis=1, keepdims=True)
     true_col = pd.Index(authors).get_indexer(pd.Index(true_author))
