@@ -296,6 +296,29 @@ def test_two_stage_reads_each_candidates_posts_once_and_scores_as_if_read_fresh(
     pd.testing.assert_frame_equal(again.per_timeline, fresh.per_timeline)
 
 
+def test_two_stage_takes_stage_ones_sketch_idf_and_estimates_its_own_otherwise(tmp_path, monkeypatch):
+    """Where stage 1 profiled in sketch mode over the re-ranker's n-grams and buckets, the re-ranker's IDF is stage
+    1's (no pass of its own over the histories); over text-mode profiles or other buckets it estimates its own."""
+    import tasks.privacy.classifier.two_stage as two_stage
+    from tasks.privacy.classifier.attack import classifier_attack
+
+    passes: list[int] = []
+    real = two_stage._sketch_df
+    monkeypatch.setattr(two_stage, "_sketch_df", lambda *a, **k: passes.append(1) or real(*a, **k))
+    text = simulate_histories(30, 1_200, seed=3, out_path=tmp_path / "text.parquet")
+    side = fit_classifier(text, ClassifierParams(mode="two_stage"), None)
+    assert side.stage1.mode == "text" and len(passes) == 1
+    monkeypatch.setattr(StyloParams, "resolved_mode", lambda self, text_bytes: "sketch")
+    sketched = simulate_histories(30, 1_200, seed=3, out_path=tmp_path / "sketch.parquet")
+    side = fit_classifier(sketched, ClassifierParams(mode="two_stage"), None)
+    assert side.stage1.mode == "sketch" and side.idf is side.stage1.idf and len(passes) == 1
+    timelines = attack_timelines(simulate_synthetic(sketched, n_timelines=8, n_posts=24, rewrite_strength=0.2,
+                                                    seed=4).assign(status="ok"))
+    assert classifier_attack(side, timelines).summary["accuracy_at_1"] >= 0.5  # chance is 1/30
+    other = fit_classifier(sketched, ClassifierParams(mode="two_stage", hash_bits=18), None)
+    assert len(passes) == 2 and other.idf.shape == (1 << 18,)
+
+
 def _runs(timelines: pd.DataFrame, posts: int) -> pd.DataFrame:
     """Each timeline cut into runs of ``posts`` posts (more, shorter timelines)."""
     run = timelines.groupby("group_id", sort=False).cumcount() // posts

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 import pytest
@@ -50,3 +51,23 @@ def test_rewrite_strengths_share_their_source_posts(tmp_path: Path) -> None:
     hist = pd.read_parquet(path).set_index("doc_id")
     assert list(weak["doc_id"]) == list(strong["doc_id"]) and set(weak["doc_id"]) <= set(hist.index)
     assert (weak["author_id"].to_numpy() == hist.loc[weak["doc_id"], "author_id"].to_numpy()).all()
+
+
+def test_the_lexicon_draws_as_rng_choice_did() -> None:
+    """The lexicon's draws are those of ``rng.choice`` over the syllable counts (the words of every simulated corpus
+    and the generator's state after them stay what they were)."""
+    from tasks.corpus.simulate import _SYLLABLES, _lexicon
+
+    def by_choice(rng: np.random.Generator, size: int) -> list[str]:
+        words: set[str] = set()
+        while len(words) < size:
+            k = int(rng.choice([1, 2, 2, 3, 3, 4]))
+            words.add("".join(_SYLLABLES[i] for i in rng.integers(0, len(_SYLLABLES), k)))
+        out = sorted(words)
+        rng.shuffle(out)
+        return out
+
+    for seed in (0, 5):
+        ours, reference = np.random.default_rng(seed), np.random.default_rng(seed)
+        assert _lexicon(ours, 3_000) == by_choice(reference, 3_000)
+        assert ours.integers(0, 1 << 62, 4).tolist() == reference.integers(0, 1 << 62, 4).tolist()

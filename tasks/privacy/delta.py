@@ -11,9 +11,10 @@ attack's feedback never saw.
 Definition (the test compares it with ``CountVectorizer`` + numpy + ``scipy.spatial.distance``):
 
 - tokens: scikit-learn's default (``CountVectorizer()``: lowercase, then ``(?u)\\b\\w\\w+\\b``, runs of two or
-  more word characters). Punctuation is not a token. Arrow does the splitting (RE2's ``[^\\pL\\pN_]`` for
-  Python's ``\\W``, utf8proc's lowercase); they agree with Python on every code point of Unicode 14 except
-  76 case mappings (e.g. ``İ``; measured over all code points with Python 3.11);
+  more word characters). Punctuation is not a token. Arrow lowercases (utf8proc's mapping: it agrees with
+  Python on every code point of Unicode 14 except 76 case mappings, e.g. ``İ``; measured over all code points
+  with Python 3.11) and the stylometric kernels split (their word tokens: Python's ``\\w``, one flag per code
+  point) and key each token by a 64-bit hash of its code points;
 - the MFW: the ``mfw`` most frequent tokens of the adversary's histories (without the held-out documents),
   ties broken by code-point order of the token;
 - an author's relative frequencies: its count of each MFW over all its history posts divided by its total
@@ -24,24 +25,28 @@ Definition (the test compares it with ``CountVectorizer`` + numpy + ``scipy.spat
   Manhattan distance divided by the number of MFW (``classic``, Burrows' Delta negated so that higher is
   closer). Attribution follows :mod:`tasks.privacy.attribution`.
 
-Scale: two streaming passes over the history parquet in batches, vectorised in Arrow and numpy (no Python
-loop per post) and one batch per core at a time: pass 1 counts every token (``value_counts`` merged across
-batches), pass 2 counts each author's MFW (``index_in`` + ``bincount``). Memory: the distinct tokens, the
-batches in flight (:data:`CHUNK_ROWS`) and authors x MFW x 8 B (91 MB at 37.9k authors and 300 words).
+Scale: two streaming passes over the history parquet in batches, in numba: pass 1 counts every token's key in
+an open-addressing table (grown when half full), pass 2 counts each author's tokens and its count of the words
+that can be among the MFW (the ``mfw`` highest counts and every word tied with the lowest), and names each of
+them by the first post holding it (Python's regex on that post, the word whose key matches); their code-point
+order then breaks the tie. A timeline is counted by the same kernel. Memory: 16 B per distinct token, one
+batch (:data:`CHUNK_ROWS`) and authors x MFW x 8 B (91 MB at 37.9k authors and 300 words).
 """
 
 from __future__ import annotations
 
+import queue
+import re
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
+import numba as nb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 from scipy.spatial.distance import cdist
 
 from tasks.limits import MAX_MFW, check_range
@@ -54,16 +59,14 @@ from tasks.privacy.attribution import (
 )
 from tasks.privacy.reidentify import HistorySource, ReidResult
 from tasks.privacy.stylometric.features import normalize_texts
+from tasks.privacy.stylometric.kernels import _doc_ngrams, _maxlen, _views, character_classes
 from tasks.privacy.stylometric.profiles import author_batches, author_codes, ordered_authors
 from tasks.signatures import make_signature
 
 Variant = Literal["cosine", "classic"]
 T = TypeVar("T")
-R = TypeVar("R")
-#: Python's ``\W`` (scikit-learn's token boundaries) in RE2, Arrow's regex engine, whose ``\w`` is ASCII only.
-NON_WORD = r"[^\pL\pN_]+"
-#: Posts per batch, one batch per thread in flight: a batch's text is copied several times while it is
-#: tokenised (lowercase, split, positions); peak RSS 1.24 GB profiling 1M simulated posts on 2 threads.
+S = TypeVar("S")
+#: Posts per batch read and counted at a time (its text and a lowercased copy are held).
 CHUNK_ROWS = 250_000
 #: What the reference (``CountVectorizer``'s default ``token_pattern``) calls a token.
 TOKEN_PATTERN = r"(?u)\b\w\w+\b"
@@ -100,54 +103,211 @@ class DeltaProfiles:
     n_posts: int
 
 
-def tokens(texts: pa.Array | pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
-    """(every token of the texts, flat; the index of the text each came from): lowercased runs of two or
-    more word characters (scikit-learn's default tokens); null texts have none."""
-    pieces = pc.split_pattern_regex(normalize_texts(texts, lowercase=True), NON_WORD)
-    flat = pc.list_flatten(pieces)
-    keep = pc.greater_equal(pc.utf8_length(flat), 2)
-    parent = pc.list_parent_indices(pieces).filter(keep)
-    return flat.filter(keep), parent.to_numpy(zero_copy_only=False).astype(np.int64)
+@nb.njit(inline="always")
+def _doc_words(data, start, end, classes, cps, tok, out) -> int:
+    """The doc's tokens as 64-bit keys in ``out`` (the stylometric kernels' word 1-gram keys: runs of two or more
+    ``\\w`` characters; 0 is moved to 1, the tables' free mark); returns their count."""
+    g = _doc_ngrams(data, start, end, 1, 0, 1, 1, classes, cps, tok, out)
+    for j in range(g):
+        if out[j] == 0:
+            out[j] = 1
+    return g
 
 
-def _merge_counts(counts: pa.Table | None, part: pa.Table) -> pa.Table:
-    """Two (word, n) count tables summed."""
-    if counts is None:
-        return part
-    merged = pa.concat_tables([counts, part]).group_by("word").aggregate([("n", "sum")])
-    return pa.table({"word": merged.column("word"), "n": merged.column("n_sum")})
+@nb.njit(inline="always")
+def _slot(keys, key) -> int:
+    """Where ``key`` is in an open-addressing table of keys (0 = free), or the free slot it would take."""
+    mask = keys.shape[0] - 1
+    slot = np.int64(key & np.uint64(mask))
+    while keys[slot] != key and keys[slot] != 0:
+        slot = (slot + 1) & mask
+    return slot
 
 
-def most_frequent_words(counts: pa.Table | None, n: int) -> pa.Array:
-    """The ``n`` most frequent words of a (word, n) table, ties in code-point order."""
-    if counts is None or counts.num_rows == 0:
-        return pa.array([], pa.large_string())
-    order = pc.sort_indices(counts, sort_keys=[("n", "descending"), ("word", "ascending")])
-    return counts.column("word").take(order[:n]).combine_chunks()
+@nb.njit(nogil=True, cache=True)
+def _count_words(offsets, data, valid, start, classes, keys, counts, used):
+    """Pass 1: every token of docs ``start``, ... counted in (``keys``, ``counts``); returns (the doc it stopped
+    before, the table's used slots). It stops where the next doc could fill more than half the table."""
+    maxlen = _maxlen(offsets)
+    cps = np.empty(maxlen, np.uint32)
+    tok = np.empty(maxlen + 2, np.int64)
+    buf = np.empty(maxlen + 1, np.uint64)
+    n = offsets.shape[0] - 1
+    for d in range(start, n):
+        if not valid[d]:
+            continue
+        g = _doc_words(data, offsets[d], offsets[d + 1], classes, cps, tok, buf)
+        if 2 * (used + g) > keys.shape[0]:
+            return d, used
+        for j in range(g):
+            slot = _slot(keys, buf[j])
+            if keys[slot] == 0:
+                keys[slot] = buf[j]
+                used += 1
+            counts[slot] += 1
+    return n, used
 
 
-def _in_threads(work: Callable[[T], R], items: Iterable[T], threads: int) -> Iterator[R]:
-    """``work(item)`` of each item, in order, on ``threads`` threads (Arrow's kernels release the GIL), with
-    at most ``threads`` items in flight while the next one is read."""
-    with ThreadPoolExecutor(threads) as pool:
-        pending: deque[Future[R]] = deque()
+@nb.njit(cache=True)
+def _grown(keys, counts):
+    """The table at twice its size."""
+    new_keys = np.zeros(2 * keys.shape[0], np.uint64)
+    new_counts = np.zeros(2 * keys.shape[0], np.int64)
+    for i in range(keys.shape[0]):
+        if keys[i] != 0:
+            slot = _slot(new_keys, keys[i])
+            new_keys[slot] = keys[i]
+            new_counts[slot] = counts[i]
+    return new_keys, new_counts
+
+
+@nb.njit(nogil=True, cache=True)
+def _add_table(keys, counts, used, other_keys, other_counts, start):
+    """Add the entries ``start``, ... of another table; returns (the entry it stopped before, used slots): it stops
+    where the next entry could fill more than half the table."""
+    for i in range(start, other_keys.shape[0]):
+        if other_keys[i] == 0:
+            continue
+        if 2 * (used + 1) > keys.shape[0]:
+            return i, used
+        slot = _slot(keys, other_keys[i])
+        if keys[slot] == 0:
+            keys[slot] = other_keys[i]
+            used += 1
+        counts[slot] += other_counts[i]
+    return other_keys.shape[0], used
+
+
+@nb.njit(nogil=True, cache=True)
+def _count_listed(offsets, data, valid, owner, classes, table, column, counts, total, first):
+    """Pass 2 and the timelines: per row owner (``owner`` >= 0), its tokens (``total``) and its count of each
+    listed word (``counts``; ``table`` holds their keys, ``column`` their column); ``first``: per word, the
+    first doc holding it (-1 until found)."""
+    maxlen = _maxlen(offsets)
+    cps = np.empty(maxlen, np.uint32)
+    tok = np.empty(maxlen + 2, np.int64)
+    buf = np.empty(maxlen + 1, np.uint64)
+    for d in range(offsets.shape[0] - 1):
+        a = owner[d]
+        if a < 0 or not valid[d]:
+            continue
+        g = _doc_words(data, offsets[d], offsets[d + 1], classes, cps, tok, buf)
+        total[a] += g
+        for j in range(g):
+            slot = _slot(table, buf[j])
+            if table[slot] != 0:
+                col = column[slot]
+                counts[a, col] += 1
+                if first[col] < 0:
+                    first[col] = d
+
+
+@nb.njit(cache=True)
+def _first_keys(offsets, data, classes):
+    """The key of each text's first token (0 for a text without one)."""
+    maxlen = _maxlen(offsets)
+    cps = np.empty(maxlen, np.uint32)
+    tok = np.empty(maxlen + 2, np.int64)
+    buf = np.empty(maxlen + 1, np.uint64)
+    out = np.zeros(offsets.shape[0] - 1, np.uint64)
+    for d in range(offsets.shape[0] - 1):
+        if _doc_words(data, offsets[d], offsets[d + 1], classes, cps, tok, buf):
+            out[d] = buf[0]
+    return out
+
+
+def word_keys(words: Sequence[str]) -> np.ndarray:
+    """The key of each word (a token each, lowercased), as the kernels key it."""
+    offsets, data, _ = _views(pa.array(list(words), pa.large_string()))
+    return _first_keys(offsets, data, character_classes()) if len(words) else np.zeros(0, np.uint64)
+
+
+def _listed_table(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An open-addressing table of ``keys`` (at most a quarter full) and each slot's column."""
+    size = 1 << max(4, int(4 * max(len(keys), 1) - 1).bit_length())
+    table, column = np.zeros(size, np.uint64), np.full(size, -1, np.int64)
+    mask = size - 1
+    for col, key in enumerate(keys):
+        slot = int(key) & mask
+        while table[slot] not in (0, key):
+            slot = (slot + 1) & mask
+        table[slot], column[slot] = key, col
+    return table, column
+
+
+def count_listed(texts: pa.Array | pa.ChunkedArray, owner: np.ndarray, keys: np.ndarray, n_rows: int,
+                 first: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """(count of each listed word per row (rows x words), tokens per row, the lowercased texts) of texts owned by
+    ``owner`` (a row per text, -1 for none); ``first`` gets the first text holding each word still at -1."""
+    lowered = normalize_texts(texts, lowercase=True)
+    offsets, data, valid = _views(lowered)
+    table, column = _listed_table(keys)
+    counts = np.zeros((n_rows, len(keys)), np.int64)
+    total = np.zeros(n_rows, np.int64)
+    _count_listed(offsets, data, valid, owner.astype(np.int64, copy=False), character_classes(), table, column,
+                  counts, total, first if first is not None else np.full(len(keys), -1, np.int64))
+    return counts, total, lowered
+
+
+@dataclass
+class _Table:
+    """One thread's pass-1 table: token keys (0 = free) and their counts."""
+
+    keys: np.ndarray
+    counts: np.ndarray
+    used: int = 0
+
+    @classmethod
+    def empty(cls) -> _Table:
+        return cls(np.zeros(1 << 16, np.uint64), np.zeros(1 << 16, np.int64))
+
+    def count(self, offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> None:
+        done = 0
+        while done < len(offsets) - 1:
+            done, self.used = _count_words(offsets, data, valid, done, character_classes(), self.keys, self.counts,
+                                           self.used)
+            if done < len(offsets) - 1:
+                self.keys, self.counts = _grown(self.keys, self.counts)
+
+    def add(self, other: _Table) -> None:
+        done = 0
+        while done < len(other.keys):
+            done, self.used = _add_table(self.keys, self.counts, self.used, other.keys, other.counts, done)
+            if done < len(other.keys):
+                self.keys, self.counts = _grown(self.keys, self.counts)
+
+
+def _each_batch(items: Iterable[T], work: Callable[[T, S], None], states: Sequence[S]) -> None:
+    """``work(item, state)`` for every item on one thread per state, each thread with a state of its own (the kernels
+    release the GIL), at most one item per thread in flight while the next is read."""
+    free: queue.SimpleQueue[S] = queue.SimpleQueue()
+    for state in states:
+        free.put(state)
+
+    def run(item: T) -> None:
+        state = free.get()
+        try:
+            work(item, state)
+        finally:
+            free.put(state)
+
+    with ThreadPoolExecutor(len(states)) as pool:
+        pending: deque[Future[None]] = deque()
         for item in items:
-            pending.append(pool.submit(work, item))
-            if len(pending) >= threads:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
+            pending.append(pool.submit(run, item))
+            if len(pending) >= len(states):
+                pending.popleft().result()
+        for future in pending:
+            future.result()
 
 
-def _batch_counts(texts: pa.Array) -> pa.Table:
-    """(word, n) counts of one batch's tokens."""
-    found = pc.value_counts(tokens(texts)[0])
-    return pa.table({"word": found.field("values"), "n": found.field("counts")})
+def _threads() -> int:
+    return max(1, min(pa.cpu_count(), 8))
 
 
 def _word_counts(histories: HistorySource, chunk_rows: int,
-                 held_out: frozenset[str] | None) -> tuple[pa.Table | None, dict[Any, int], int]:
-    """Pass 1: every token's count, the author index, the post count."""
+                 held_out: frozenset[str] | None) -> tuple[np.ndarray, np.ndarray, dict[Any, int], int]:
+    """Pass 1: every distinct token's key and count, the author index (in file order), the post count."""
     authors: dict[Any, int] = {}
     n_posts = 0
 
@@ -158,19 +318,27 @@ def _word_counts(histories: HistorySource, chunk_rows: int,
             n_posts += batch.num_rows
             yield batch.column("text")
 
-    counts = None
-    for part in _in_threads(_batch_counts, texts(), pa.cpu_count()):
-        counts = part if counts is None else _merge_counts(counts, part)
-    return counts, authors, n_posts
+    tables = [_Table.empty() for _ in range(_threads())]
+    _each_batch(texts(), lambda text, table: table.count(*_views(normalize_texts(text, lowercase=True))), tables)
+    for other in tables[1:]:
+        tables[0].add(other)
+    held = tables[0].keys != 0
+    return tables[0].keys[held], tables[0].counts[held], authors, n_posts
 
 
-def _count_rows(words: pa.Array, owner: np.ndarray, mfw: pa.Array, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """(MFW counts per row (rows x MFW), tokens per row) of tokens owned by ``owner`` (a row per token)."""
-    n_words = len(mfw)
-    column = pc.index_in(words, value_set=mfw).fill_null(-1).to_numpy(zero_copy_only=False)
-    hit = column >= 0
-    counts = np.bincount(owner[hit] * n_words + column[hit], minlength=n_rows * n_words)
-    return counts.reshape(n_rows, n_words), np.bincount(owner, minlength=n_rows)
+def _candidates(counts: np.ndarray, n: int) -> np.ndarray:
+    """Indices of the words that can be among the ``n`` most frequent: the ``n`` highest counts and every word
+    tied with the lowest of them (code-point order breaks the tie, once their text is known)."""
+    if len(counts) <= n:
+        return np.arange(len(counts))
+    cut = np.partition(counts, len(counts) - n)[len(counts) - n]
+    return np.flatnonzero(counts >= cut)
+
+
+def _named(lowered: pa.Array, doc: int, key: int) -> str:
+    """The token of text ``doc`` whose key is ``key``."""
+    words = re.findall(TOKEN_PATTERN, lowered[doc].as_py())
+    return words[int(np.flatnonzero(word_keys(words) == np.uint64(key))[0])]
 
 
 def _relative(counts: np.ndarray, total: np.ndarray) -> np.ndarray:
@@ -186,22 +354,29 @@ def profile_histories(histories: HistorySource, params: DeltaParams = DeltaParam
                       held_out: frozenset[str] | None = None) -> DeltaProfiles:
     """Profile every history author once (parquet path or DataFrame with author_id, text; doc_id when
     ``held_out`` names documents the adversary lacks): two streaming passes."""
-    counts, authors, n_posts = _word_counts(histories, chunk_rows, held_out)
-    mfw = most_frequent_words(counts, params.mfw)
-    del counts
-    author_mfw = np.zeros((len(authors), len(mfw)), np.int64)
-    total = np.zeros(len(authors), np.int64)
+    keys, totals, authors, n_posts = _word_counts(histories, chunk_rows, held_out)
+    listed = _candidates(totals, params.mfw)
+    names: list[str | None] = [None] * len(listed)
+    parts = [(np.zeros((len(authors), len(listed)), np.int64), np.zeros(len(authors), np.int64))
+             for _ in range(_threads() if len(listed) else 0)]
 
-    def count(batch: pa.RecordBatch) -> tuple[np.ndarray, np.ndarray]:
-        words, post = tokens(batch.column("text"))
+    def count(batch: pa.RecordBatch, part: tuple[np.ndarray, np.ndarray]) -> None:
         owner = author_codes(batch.column("author_id"), authors, grow=False)
-        return _count_rows(words, owner[post], mfw, len(authors))
+        first = np.full(len(listed), -1, np.int64)
+        counts, n_tokens, lowered = count_listed(batch.column("text"), owner, keys[listed], len(authors), first)
+        part[0][...] += counts
+        part[1][...] += n_tokens
+        for col in np.flatnonzero(first >= 0):
+            if names[col] is None:
+                names[col] = _named(lowered, int(first[col]), int(keys[listed[col]]))
 
-    if len(mfw):
-        for part, n_tokens in _in_threads(count, author_batches(histories, chunk_rows, held_out), pa.cpu_count()):
-            author_mfw += part
-            total += n_tokens
-    freq = _relative(author_mfw, total)
+    if parts:
+        _each_batch(author_batches(histories, chunk_rows, held_out), count, parts)
+    author_counts = sum(p[0] for p in parts) if parts else np.zeros((len(authors), 0), np.int64)
+    total = sum(p[1] for p in parts) if parts else np.zeros(len(authors), np.int64)
+    order = sorted(range(len(listed)), key=lambda col: (-int(totals[listed[col]]), names[col]))[:params.mfw]
+    mfw = pa.array([names[col] for col in order], pa.large_string())
+    freq = _relative(author_counts[:, order], total)
     mean = freq.mean(axis=0) if len(authors) else np.zeros(len(mfw))
     std = freq.std(axis=0) if len(authors) else np.zeros(len(mfw))
     return DeltaProfiles(params, ordered_authors(authors), mfw, mean, std, _z(freq, mean, std), n_posts)
@@ -215,8 +390,7 @@ def timeline_z(profiles: DeltaProfiles, synthetic: pd.DataFrame) -> tuple[np.nda
     codes, groups, true_author, n_posts = timeline_codes(synthetic)
     texts = pa.array(synthetic["text"].astype(object).where(synthetic["text"].notna(), None).tolist(),
                      pa.large_string())
-    words, post = tokens(texts)
-    counts, total = _count_rows(words, codes[post], profiles.words, len(groups))
+    counts, total, _ = count_listed(texts, codes, word_keys(profiles.words.to_pylist()), len(groups))
     return _z(_relative(counts, total), profiles.mean, profiles.std), groups, true_author, n_posts
 
 

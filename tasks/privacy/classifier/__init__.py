@@ -33,7 +33,8 @@ Two ways to compute it, chosen by the size of the histories (``mode="auto"``):
   one-vs-rest L2-loss linear SVM (the dual coordinate descent of liblinear, Hsieh et al. 2008, written in
   numba: :func:`_rerank_all`; the same optimisation problem as ``LinearSVC``, equal to it within its
   tolerance, tested) is trained among its candidates on their posts, over the n-grams hashed into
-  ``2**hash_bits`` buckets (the stylometric kernels' 64-bit keys; IDF estimated from ``df_sample`` posts as
+  ``2**hash_bits`` buckets (the stylometric kernels' 64-bit keys; the IDF stage 1's sketch estimated, or,
+  where stage 1 did not profile in sketch mode over the same buckets, estimated from ``df_sample`` posts as
   the stylometric sketch does) with C = ``c`` and tolerance ``rerank_tol``. A timeline's candidates score
   their decision value minus the lowest candidate's (>= 0), every other author its stage-1 cosine minus 3
   (< 0): authors not re-ranked keep lower ranks, so a true author outside the top-K is a miss at rank 1

@@ -82,10 +82,14 @@ def stage1_profiles(histories: HistorySource, held_out: frozenset[str] | None) -
 
 def prepare_two_stage(histories: HistorySource, params: ClassifierParams, held_out: frozenset[str] | None,
                       chunk_rows: int = 1_000_000) -> TwoStageSide:
-    """Stage 1's profiles and the re-ranker's IDF (one pass: the document frequencies of a hashed sample of
-    about ``df_sample`` posts, as the stylometric sketch estimates them)."""
+    """Stage 1's profiles and the re-ranker's IDF: stage 1's own where it profiled in sketch mode over the same
+    n-grams and buckets (the document frequencies of its sample: no pass of its own), else one pass estimating
+    them from a hashed sample of about ``df_sample`` posts, as the stylometric sketch does."""
     stage1 = stage1_profiles(histories, held_out)
     stylo = params.stylo
+    if stage1.mode == "sketch" and (stage1.params.ngram_args(), stage1.params.lowercase, stage1.params.hash_bits) \
+            == (stylo.ngram_args(), stylo.lowercase, stylo.hash_bits):
+        return TwoStageSide(params, stage1, stage1.idf, histories, held_out, stage1.n_posts)
     df, n_posts, n_sampled, _ = _sketch_df(histories, stylo, chunk_rows, held_out,
                                            df_stride(history_rows(histories), stylo))
     return TwoStageSide(params, stage1, estimated_idf(df, n_sampled, n_posts), histories, held_out, n_posts)
