@@ -64,7 +64,8 @@ def _child(hist: str, syn_paths: dict[float, str], options: dict, cache: str, qu
         peaks: list[float] = []
 
         def log(line: str, peaks: list[float] = peaks, strength: float = strength) -> None:
-            peaks.append(peak_gb())
+            if line.startswith(("round ", "certificate")):  # one peak per row of the table, not per log line
+                peaks.append(peak_gb())
             print(f"  [rewrite {strength:g}] {line}", flush=True)
 
         result = protect_corpus(corpus, hist, settings, cache_dir=cache, corpus_fingerprint=fingerprint_file(path),
