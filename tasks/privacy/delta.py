@@ -59,7 +59,7 @@ from tasks.privacy.attribution import (
 )
 from tasks.privacy.reidentify import HistorySource, ReidResult
 from tasks.privacy.stylometric.features import normalize_texts
-from tasks.privacy.stylometric.kernels import _doc_ngrams, _maxlen, _views, character_classes
+from tasks.privacy.stylometric.kernels import _doc_ngrams, _scratch, _threads, _views, character_classes
 from tasks.privacy.stylometric.profiles import author_batches, author_codes, ordered_authors
 from tasks.signatures import make_signature
 
@@ -115,6 +115,13 @@ def _doc_words(data, start, end, classes, cps, tok, out) -> int:
 
 
 @nb.njit(inline="always")
+def _word_scratch(offsets):
+    """The kernels' per-batch buffers (code points, word bounds, keys) for word 1-grams."""
+    cps, tok, buf = _scratch(offsets, 1, 0, 1, 1)[:3]
+    return cps, tok, buf
+
+
+@nb.njit(inline="always")
 def _slot(keys, key) -> int:
     """Where ``key`` is in an open-addressing table of keys (0 = free), or the free slot it would take."""
     mask = keys.shape[0] - 1
@@ -124,14 +131,22 @@ def _slot(keys, key) -> int:
     return slot
 
 
+@nb.njit(inline="always")
+def _add(keys, counts, key, n) -> int:
+    """Add ``n`` to ``key``'s count; returns 1 where the key took a free slot, else 0."""
+    slot = _slot(keys, key)
+    new = keys[slot] == 0
+    if new:
+        keys[slot] = key
+    counts[slot] += n
+    return 1 if new else 0
+
+
 @nb.njit(nogil=True, cache=True)
 def _count_words(offsets, data, valid, start, classes, keys, counts, used):
     """Pass 1: every token of docs ``start``, ... counted in (``keys``, ``counts``); returns (the doc it stopped
     before, the table's used slots). It stops where the next doc could fill more than half the table."""
-    maxlen = _maxlen(offsets)
-    cps = np.empty(maxlen, np.uint32)
-    tok = np.empty(maxlen + 2, np.int64)
-    buf = np.empty(maxlen + 1, np.uint64)
+    cps, tok, buf = _word_scratch(offsets)
     n = offsets.shape[0] - 1
     for d in range(start, n):
         if not valid[d]:
@@ -140,11 +155,7 @@ def _count_words(offsets, data, valid, start, classes, keys, counts, used):
         if 2 * (used + g) > keys.shape[0]:
             return d, used
         for j in range(g):
-            slot = _slot(keys, buf[j])
-            if keys[slot] == 0:
-                keys[slot] = buf[j]
-                used += 1
-            counts[slot] += 1
+            used += _add(keys, counts, buf[j], 1)
     return n, used
 
 
@@ -170,11 +181,7 @@ def _add_table(keys, counts, used, other_keys, other_counts, start):
             continue
         if 2 * (used + 1) > keys.shape[0]:
             return i, used
-        slot = _slot(keys, other_keys[i])
-        if keys[slot] == 0:
-            keys[slot] = other_keys[i]
-            used += 1
-        counts[slot] += other_counts[i]
+        used += _add(keys, counts, other_keys[i], other_counts[i])
     return other_keys.shape[0], used
 
 
@@ -183,10 +190,7 @@ def _count_listed(offsets, data, valid, owner, classes, table, column, counts, t
     """Pass 2 and the timelines: per row owner (``owner`` >= 0), its tokens (``total``) and its count of each
     listed word (``counts``; ``table`` holds their keys, ``column`` their column); ``first``: per word, the
     first doc holding it (-1 until found)."""
-    maxlen = _maxlen(offsets)
-    cps = np.empty(maxlen, np.uint32)
-    tok = np.empty(maxlen + 2, np.int64)
-    buf = np.empty(maxlen + 1, np.uint64)
+    cps, tok, buf = _word_scratch(offsets)
     for d in range(offsets.shape[0] - 1):
         a = owner[d]
         if a < 0 or not valid[d]:
@@ -205,10 +209,7 @@ def _count_listed(offsets, data, valid, owner, classes, table, column, counts, t
 @nb.njit(cache=True)
 def _first_keys(offsets, data, classes):
     """The key of each text's first token (0 for a text without one)."""
-    maxlen = _maxlen(offsets)
-    cps = np.empty(maxlen, np.uint32)
-    tok = np.empty(maxlen + 2, np.int64)
-    buf = np.empty(maxlen + 1, np.uint64)
+    cps, tok, buf = _word_scratch(offsets)
     out = np.zeros(offsets.shape[0] - 1, np.uint64)
     for d in range(offsets.shape[0] - 1):
         if _doc_words(data, offsets[d], offsets[d + 1], classes, cps, tok, buf):
@@ -226,11 +227,8 @@ def _listed_table(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """An open-addressing table of ``keys`` (at most a quarter full) and each slot's column."""
     size = 1 << max(4, int(4 * max(len(keys), 1) - 1).bit_length())
     table, column = np.zeros(size, np.uint64), np.full(size, -1, np.int64)
-    mask = size - 1
     for col, key in enumerate(keys):
-        slot = int(key) & mask
-        while table[slot] not in (0, key):
-            slot = (slot + 1) & mask
+        slot = _slot(table, np.uint64(key))
         table[slot], column[slot] = key, col
     return table, column
 
@@ -262,19 +260,23 @@ class _Table:
         return cls(np.zeros(1 << 16, np.uint64), np.zeros(1 << 16, np.int64))
 
     def count(self, offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> None:
-        done = 0
-        while done < len(offsets) - 1:
-            done, self.used = _count_words(offsets, data, valid, done, character_classes(), self.keys, self.counts,
-                                           self.used)
-            if done < len(offsets) - 1:
-                self.keys, self.counts = _grown(self.keys, self.counts)
+        """Count the tokens of a batch."""
+        self._fill(lambda done: _count_words(offsets, data, valid, done, character_classes(), self.keys, self.counts,
+                                             self.used), len(offsets) - 1)
 
     def add(self, other: _Table) -> None:
+        """Add another thread's counts."""
+        self._fill(lambda done: _add_table(self.keys, self.counts, self.used, other.keys, other.counts, done),
+                   len(other.keys))
+
+    def _fill(self, step: Callable[[int], tuple[int, int]], end: int) -> None:
+        """Run ``step`` from 0 to ``end``, doubling the table wherever it stops half full."""
         done = 0
-        while done < len(other.keys):
-            done, self.used = _add_table(self.keys, self.counts, self.used, other.keys, other.counts, done)
-            if done < len(other.keys):
-                self.keys, self.counts = _grown(self.keys, self.counts)
+        while True:
+            done, self.used = step(done)
+            if done >= end:
+                return
+            self.keys, self.counts = _grown(self.keys, self.counts)
 
 
 def _each_batch(items: Iterable[T], work: Callable[[T, S], None], states: Sequence[S]) -> None:
@@ -299,10 +301,6 @@ def _each_batch(items: Iterable[T], work: Callable[[T, S], None], states: Sequen
                 pending.popleft().result()
         for future in pending:
             future.result()
-
-
-def _threads() -> int:
-    return max(1, min(pa.cpu_count(), 8))
 
 
 def _word_counts(histories: HistorySource, chunk_rows: int,

@@ -36,7 +36,7 @@ class ClassifierParams:
     top_k: int = 20            # two_stage: candidates re-ranked per timeline
     posts_per_author: int = 50  # two_stage: a candidate's posts the re-ranker trains on (the first in file order)
     hash_bits: int = 20        # two_stage: n-gram buckets of the re-ranker's features
-    df_sample: int = 250_000   # two_stage: posts the re-ranker's document frequencies are estimated from
+    df_sample: int = 250_000   # two_stage: posts the re-ranker's IDF is estimated from (where stage 1 is not a sketch of the same buckets, whose IDF it takes)
     tol: float = 1e-4          # exact: LinearSVC's tolerance (scikit-learn's default)
     rerank_tol: float = 0.3    # two_stage: the dual solver's tolerance (looser than liblinear's 0.1: same accuracy)
     max_iter: int = 1000
