@@ -103,3 +103,28 @@ def split_even(n_items: int, n_shards: int) -> list[slice]:
     n_shards = max(1, min(n_shards, n_items)) if n_items else 1
     bounds = [round(i * n_items / n_shards) for i in range(n_shards + 1)]
     return [slice(bounds[i], bounds[i + 1]) for i in range(n_shards) if bounds[i + 1] > bounds[i]] or [slice(0, 0)]
+
+
+def fit_process_count(n_jobs: int) -> int:
+    """Processes for ``n_jobs`` jobs that each keep one core busy: ``SYNTHUGC_FIT_PROCESSES``, else one per core
+    this process may use, never more than the jobs."""
+    # deferred: settings read pydantic only when a fan-out asks
+    from tasks.settings import get_settings
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(n_jobs, get_settings().fit_processes or cores))
+
+
+def map_in_processes(func: Callable[..., T], jobs: Sequence[tuple], processes: int) -> list[T]:
+    """``func(*job)`` for every job, results in the jobs' order: here, one after the other, when ``processes`` is 1
+    or there is one job; else in that many fresh (spawned) processes, the first jobs first (put the longest first).
+    Spawned, not forked: a fork would copy this process's threads' locks (Prefect's, torch's) held mid-use.
+    ``func`` must be a module-level function and the jobs picklable; an exception in a job is raised here."""
+    if processes <= 1 or len(jobs) <= 1:
+        return [func(*job) for job in jobs]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = [pool.submit(func, *job) for job in jobs]
+        return [future.result() for future in futures]

@@ -18,6 +18,9 @@ os.environ.setdefault("SYNTHUGC_CPU_ATTACK_POSTS", "0")
 # `make test` runs two workers on two cores: one torch/OpenMP thread each (and in the commands they start). Two
 # threads a process spin against the other worker's and ran the SmolLM2 tests 10-25x slower than alone.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# and the single-core fits (the exact classifier's C grid) one after the other: the other core is the other
+# worker's, so processes of their own would only add their start-up
+os.environ.setdefault("SYNTHUGC_FIT_PROCESSES", "1")
 
 
 def pytest_unconfigure(config) -> None:

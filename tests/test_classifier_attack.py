@@ -19,6 +19,7 @@ from sklearn.svm import LinearSVC
 
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
 from tasks.errors import ConfigError
+from tasks.parallel import fit_process_count
 from tasks.privacy.attacks import attack_names, available_attacks, build_attack, catalogue_rows, run_attacks
 from tasks.privacy.attribution import held_out_doc_ids
 from tasks.privacy.audit import attack_timelines
@@ -108,6 +109,21 @@ def test_c_is_tuned_on_held_out_posts_then_refitted(debates) -> None:
     np.testing.assert_array_equal(held, validation_split(texts, owner, 0.2, seed=1))
     share = pd.Series(held).groupby(owner).mean()
     assert share.between(0.1, 0.3).all() and not np.array_equal(held, validation_split(texts, owner, 0.2, seed=2))
+
+
+def test_the_c_grid_fitted_in_processes_equals_the_grid_fitted_here(debates, monkeypatch) -> None:
+    """The grid's fits in processes of their own give the model, the C and the validation figures of the
+    same fits one after the other in this process (liblinear is seeded per fit, never shared)."""
+    hist, _ = debates
+    grid = ClassifierParams(c_grid=(0.1, 1.0, 10.0), mode="exact")
+    monkeypatch.setenv("SYNTHUGC_FIT_PROCESSES", "1")
+    here = fit_classifier(hist, grid, None)
+    monkeypatch.setenv("SYNTHUGC_FIT_PROCESSES", "3")
+    assert fit_process_count(3) == 3 and fit_process_count(1) == 1
+    apart = fit_classifier(hist, grid, None)
+    assert apart.c == here.c and apart.validation == here.validation and len(here.validation) == 3
+    np.testing.assert_array_equal(apart.coef, here.coef)
+    np.testing.assert_array_equal(apart.intercept, here.intercept)
 
 
 def test_a_fitted_exact_model_is_read_back_from_the_cache_folder(debates, tmp_path, monkeypatch) -> None:

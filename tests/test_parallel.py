@@ -1,10 +1,18 @@
-"""The Dask helpers: a real LocalCluster, shards in order, failures propagate."""
+"""The Dask helpers: a real LocalCluster, shards in order, failures propagate; jobs in processes of their own;
+the process defaults the package sets before pyarrow loads."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from tasks.parallel import dask_client, map_shards, split_even
+from tasks.parallel import dask_client, fit_process_count, map_in_processes, map_shards, split_even
+
+REPO = Path(__file__).resolve().parent.parent
 
 
 def test_split_even_covers_everything_once():
@@ -29,3 +37,34 @@ def test_map_shards_on_a_real_local_cluster_keeps_order():
         assert map_shards(client, _square_sum, [], offset=1) == []
         with pytest.raises(ValueError, match="bad offset"):
             map_shards(client, _square_sum, shards, offset=-1)
+
+
+def _pid_and_square(x: int) -> tuple[int, int]:
+    if x < 0:
+        raise ValueError(f"negative {x}")
+    return os.getpid(), x * x
+
+
+def test_jobs_in_processes_come_back_in_order_from_other_processes_and_raise_here(monkeypatch):
+    out = map_in_processes(_pid_and_square, [(3,), (1,), (2,)], 2)
+    assert [square for _, square in out] == [9, 1, 4]
+    assert os.getpid() not in {pid for pid, _ in out}  # spawned, not run here
+    assert {pid for pid, _ in map_in_processes(_pid_and_square, [(3,), (1,)], 1)} == {os.getpid()}
+    with pytest.raises(ValueError, match="negative -1"):
+        map_in_processes(_pid_and_square, [(2,), (-1,)], 2)
+    monkeypatch.setenv("SYNTHUGC_FIT_PROCESSES", "2")
+    assert (fit_process_count(3), fit_process_count(1)) == (2, 1)  # never more than the jobs
+    monkeypatch.delenv("SYNTHUGC_FIT_PROCESSES")
+    assert fit_process_count(64) == len(os.sched_getaffinity(0))  # one per core by default
+
+
+@pytest.mark.parametrize(("given", "used"), [(None, "0"), ("250", "250")])
+def test_arrows_allocator_hands_freed_pages_back_unless_the_user_says_otherwise(given, used):
+    """The command line's first import sets mimalloc's purge delay before pyarrow loads (mimalloc reads it then);
+    a value in the environment is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "MIMALLOC_PURGE_DELAY"}
+    env.update({"MIMALLOC_VERBOSE": "1"} | ({"MIMALLOC_PURGE_DELAY": given} if given else {}))
+    done = subprocess.run([sys.executable, "-c", "import flows.cli, pyarrow as pa; pa.allocate_buffer(8)"],
+                          capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"option 'purge_delay': {used} " in done.stderr, done.stderr[-2000:]

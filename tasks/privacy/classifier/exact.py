@@ -1,6 +1,7 @@
 """The classifier attack's exact mode: scikit-learn's one-vs-rest ``LinearSVC`` on the exact features of
-every history post, C tuned on a validation split (:func:`fit_exact`), its decision values on joined
-timelines (:func:`exact_scores`) and the evidence its weights give (:func:`exact_evidence`)."""
+every history post, C tuned on a validation split (:func:`fit_exact`; the grid's fits side by side, a process
+each), its decision values on joined timelines (:func:`exact_scores`) and the evidence its weights give
+(:func:`exact_evidence`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pandas as pd
 import pyarrow as pa
 import scipy.sparse as sp
 
+from tasks.parallel import fit_process_count, map_in_processes
 from tasks.privacy.attribution import timeline_codes
 from tasks.privacy.classifier.params import ClassifierParams
 from tasks.privacy.evidence import carried_by
@@ -68,6 +70,15 @@ def decision(model: Any, x: sp.csr_matrix) -> np.ndarray:
     return np.column_stack([-scores, scores]) if scores.ndim == 1 else scores
 
 
+def validation_scores(x: sp.csr_matrix, y: np.ndarray, val: sp.csr_matrix, c: float, params: ClassifierParams
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """(classes, decision values on ``val``) of :func:`linear_svc` fitted with C = ``c``: one value of the C grid,
+    which :func:`fit_exact` fits in a process of its own (liblinear's random numbers are one global stream, so
+    two fits never share a process's threads)."""
+    model = linear_svc(x, y, c, params)
+    return model.classes_, decision(model, val)
+
+
 def validation_split(texts: pa.Array, owner: np.ndarray, share: float, seed: int) -> np.ndarray:
     """True for the validation posts: per author with at least two posts, the ``share`` (rounded, at least
     one, never all) whose seeded hash of (text, position) is smallest."""
@@ -104,10 +115,13 @@ def fit_exact(histories: HistorySource, params: ClassifierParams, held_out: froz
         if held.any() and len(np.unique(y[~held])) >= 2:
             groups, names = pd.factorize(owner[held], sort=True)
             val = _joined(counts[np.flatnonzero(held)], groups, len(names), idf)
+            train = (x[np.flatnonzero(~held)], y[~held], val)
+            grid = sorted(set(params.c_grid), reverse=True)  # the largest C iterates longest: it starts first
+            fitted = dict(zip(grid, map_in_processes(validation_scores, [(*train, value, params) for value in grid],
+                                                     fit_process_count(len(grid))), strict=True))
             for value in params.c_grid:
-                model = linear_svc(x[np.flatnonzero(~held)], y[~held], value, params)
-                scores = decision(model, val)
-                true = pd.Index(model.classes_).get_indexer(authors[names])
+                classes, scores = fitted[value]
+                true = pd.Index(classes).get_indexer(authors[names])
                 rank = (scores >= scores[np.arange(len(true)), true][:, None]).sum(axis=1)
                 validation[value] = (float(np.mean(rank == 1)), float(np.mean(1.0 / rank)))
             c = max(params.c_grid, key=lambda v: (*validation[v], -v))
