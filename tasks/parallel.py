@@ -117,12 +117,14 @@ def fit_process_count(n_jobs: int) -> int:
 
 def map_in_processes(func: Callable[..., T], jobs: Sequence[tuple], processes: int) -> list[T]:
     """``func(*job)`` for every job, results in the jobs' order: here, one after the other, when ``processes`` is 1
-    or there is one job; else in that many fresh (spawned) processes, the first jobs first (put the longest first).
-    Spawned, not forked: a fork would copy this process's threads' locks (Prefect's, torch's) held mid-use.
-    ``func`` must be a module-level function and the jobs picklable; an exception in a job is raised here."""
-    if processes <= 1 or len(jobs) <= 1:
-        return [func(*job) for job in jobs]
+    or there is one job, or this process may not have children (a daemonic one: a Dask nanny's worker); else in
+    that many fresh (spawned) processes, the first jobs first (put the longest first). Spawned, not forked: a fork
+    would copy this process's threads' locks (Prefect's, torch's) held mid-use. ``func`` must be a module-level
+    function and the jobs picklable; an exception in a job is raised here."""
     import multiprocessing
+
+    if processes <= 1 or len(jobs) <= 1 or multiprocessing.current_process().daemon:
+        return [func(*job) for job in jobs]
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:

@@ -3,6 +3,7 @@ the process defaults the package sets before pyarrow loads."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -52,6 +53,9 @@ def test_jobs_in_processes_come_back_in_order_from_other_processes_and_raise_her
     assert {pid for pid, _ in map_in_processes(_pid_and_square, [(3,), (1,)], 1)} == {os.getpid()}
     with pytest.raises(ValueError, match="negative -1"):
         map_in_processes(_pid_and_square, [(2,), (-1,)], 2)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # a daemonic process (a Dask nanny's worker's kind)
+        inside = pool.apply(map_in_processes, (_pid_and_square, [(3,), (1,)], 2))
+    assert [square for _, square in inside] == [9, 1] and len({pid for pid, _ in inside}) == 1  # here, not spawned
     monkeypatch.setenv("SYNTHUGC_FIT_PROCESSES", "2")
     assert (fit_process_count(3), fit_process_count(1)) == (2, 1)  # never more than the jobs
     monkeypatch.delenv("SYNTHUGC_FIT_PROCESSES")
