@@ -7,8 +7,8 @@ grid's fits side by side in processes of their own against the same fits one aft
     .venv/bin/python benchmarks/exact_fit.py --repeat 2   # each way twice, the faster kept
 
 The histories are ``synthugc datasets timelines --posts 5 --seed 0`` of ``data/conventions.parquet`` (7,880
-sentences of 181 speakers): every history post, and the half of the authors' posts a protect judge holds
-(``--half``). Checks that both ways give the same C, validation figures and weights. Ends with ``RESULT
+sentences of 181 speakers; the certificate fits on all of them, each half of protect's round 0 on about half).
+Checks that both ways give the same C, validation figures and weights. Ends with ``RESULT
 posts=... authors=... sequential_s=... processes_s=... speedup=... processes=... identical=... load=...``.
 """
 
@@ -46,14 +46,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=Path("data/conventions.parquet"))
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--half", action="store_true", help="every other post of each author (a judge's half)")
     args = ap.parse_args()
     if not args.corpus.exists():
         sys.exit(f"{args.corpus} missing: run `synthugc datasets fetch conventions`")
     _, histories = author_timelines(read_corpus(args.corpus).corpus, 5, seed=0)
     histories = histories[histories["author_id"].notna()].reset_index(drop=True)
-    if args.half:
-        histories = histories[histories.groupby("author_id").cumcount() % 2 == 0].reset_index(drop=True)
     processes = str(fit_process_count(len(ClassifierParams().c_grid)))
     load_before = os.getloadavg()[0]
     sequential_s, here = timed_fit(histories, "1", args.repeat)

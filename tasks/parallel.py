@@ -117,16 +117,16 @@ def fit_process_count(n_jobs: int) -> int:
 
 def map_in_processes(func: Callable[..., T], jobs: Sequence[tuple], processes: int) -> list[T]:
     """``func(*job)`` for every job, results in the jobs' order: here, one after the other, when ``processes`` is 1
-    or there is one job, or this process may not have children (a daemonic one: a Dask nanny's worker); else in
-    that many fresh (spawned) processes, the first jobs first (put the longest first). Spawned, not forked: a fork
-    would copy this process's threads' locks (Prefect's, torch's) held mid-use. ``func`` must be a module-level
-    function and the jobs picklable; an exception in a job is raised here."""
+    or there is one job, or this process may not have children (a daemonic one: a Dask nanny's worker); else on
+    that many worker processes of joblib's loky backend (scikit-learn's own), the first jobs first (put the longest
+    first). Its workers are fresh interpreters, not forks of this process's threads' locks (Prefect's, torch's);
+    unlike multiprocessing's spawn they do not run the caller's main script again (a user's script without a
+    ``__main__`` guard), and they stay up for the next call. ``func`` must be importable and the jobs picklable
+    (large arrays travel memory-mapped); an exception in a job is raised here."""
     import multiprocessing
 
     if processes <= 1 or len(jobs) <= 1 or multiprocessing.current_process().daemon:
         return [func(*job) for job in jobs]
-    from concurrent.futures import ProcessPoolExecutor
+    from joblib import Parallel, delayed
 
-    with ProcessPoolExecutor(max_workers=processes, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = [pool.submit(func, *job) for job in jobs]
-        return [future.result() for future in futures]
+    return Parallel(n_jobs=processes, backend="loky")(delayed(func)(*job) for job in jobs)

@@ -62,6 +62,19 @@ def test_jobs_in_processes_come_back_in_order_from_other_processes_and_raise_her
     assert fit_process_count(64) == len(os.sched_getaffinity(0))  # one per core by default
 
 
+def test_jobs_in_processes_from_a_script_without_a_main_guard_run_once(tmp_path):
+    """A user's script that fans out at its top level: the workers do not run the script again (with
+    multiprocessing's spawn they would, and fail while bootstrapping)."""
+    script = tmp_path / "fan_out.py"
+    script.write_text("from tasks.parallel import map_in_processes\n"
+                      "print('started')\n"
+                      "print(map_in_processes(pow, [(2, 3), (3, 2)], 2))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["started", "[8, 9]"], done.stdout
+
+
 @pytest.mark.parametrize(("given", "used"), [(None, "0"), ("250", "250")])
 def test_arrows_allocator_hands_freed_pages_back_unless_the_user_says_otherwise(given, used):
     """The command line's first import sets mimalloc's purge delay before pyarrow loads (mimalloc reads it then);

@@ -115,9 +115,9 @@ def fit_exact(histories: HistorySource, params: ClassifierParams, held_out: froz
         if held.any() and len(np.unique(y[~held])) >= 2:
             groups, names = pd.factorize(owner[held], sort=True)
             val = _joined(counts[np.flatnonzero(held)], groups, len(names), idf)
-            train = (x[np.flatnonzero(~held)], y[~held], val)
+            fit_on = (x[np.flatnonzero(~held)], y[~held], val)
             grid = sorted(set(params.c_grid), reverse=True)  # the largest C iterates longest: it starts first
-            fitted = dict(zip(grid, map_in_processes(validation_scores, [(*train, value, params) for value in grid],
+            fitted = dict(zip(grid, map_in_processes(validation_scores, [(*fit_on, value, params) for value in grid],
                                                      fit_process_count(len(grid))), strict=True))
             for value in params.c_grid:
                 classes, scores = fitted[value]
