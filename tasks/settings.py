@@ -32,9 +32,9 @@ class Settings(BaseSettings):
     cpu_attack_posts: int | None = Field(None, ge=0, description="Without a GPU, every attack asked for as 'all' that "
                                          "needs one (embedding) still runs on histories of at most this many posts "
                                          "(0: never on CPU); default: each attack's own limit.")
-    fit_processes: int | None = Field(None, ge=1, description="Processes the fits that use one core each may run in "
-                                      "side by side (the exact classifier's C grid); default: one per core this "
-                                      "process may use; 1: one after the other, in this process.")
+    fit_processes: int | None = Field(None, ge=1, description="Worker processes that single-core fits (the exact "
+                                      "classifier's C grid) run in side by side; default: one per core this process "
+                                      "may use; 1: one after the other, in this process.")
 
     @property
     def offline(self) -> bool:
