@@ -312,6 +312,34 @@ def test_two_stage_reads_each_candidates_posts_once_and_scores_as_if_read_fresh(
     pd.testing.assert_frame_equal(again.per_timeline, fresh.per_timeline)
 
 
+def test_a_pass_reads_the_next_ranks_ahead_so_a_rewritten_timeline_needs_no_pass(tmp_path, monkeypatch):
+    """The pass of a first attack also reads each timeline's candidates up to ``READ_AHEAD * top_k``: the same
+    timelines a little rewritten (a protect round), whose candidates move within those ranks, are attacked
+    without reading the histories again, and scored as a fresh side scores them."""
+    import tasks.privacy.classifier.attack as classifier
+    import tasks.privacy.classifier.two_stage as two_stage
+    from tasks.corpus.simulate import simulate_histories, simulate_synthetic
+    from tasks.privacy.audit import attack_timelines
+
+    histories = simulate_histories(80, 4_000, seed=5, out_path=tmp_path / "h.parquet")
+    timelines = attack_timelines(simulate_synthetic(histories, n_timelines=12, n_posts=60, rewrite_strength=0.3,
+                                                    seed=6).assign(status="ok"))
+    params = ClassifierParams(mode="two_stage", top_k=5)
+    side = classifier.fit_classifier(histories, params, None)
+    first = classifier.classifier_attack(side, timelines)
+    assert len(side.read) > first.summary["n_candidates"] > 0  # more than the candidates it re-ranked
+    rewritten = timelines.assign(text=[t if i % 3 else " ".join(t.split()[1:]) for i, t in enumerate(timelines["text"])])
+    asked: list[int] = []
+    real = two_stage.candidate_posts
+    monkeypatch.setattr(two_stage, "candidate_posts", lambda h, held, names, *a: asked.append(len(names)) or
+                        real(h, held, names, *a))
+    again = classifier.classifier_attack(side, rewritten)
+    assert asked == []  # every candidate of the rewritten timelines was read ahead
+    fresh = classifier.classifier_attack(classifier.fit_classifier(histories, params, None), rewritten)
+    assert asked  # a fresh side does read them
+    pd.testing.assert_frame_equal(again.per_timeline, fresh.per_timeline)
+
+
 def test_two_stage_takes_stage_ones_sketch_idf_and_estimates_its_own_otherwise(tmp_path, monkeypatch):
     """Where stage 1 profiled in sketch mode over the re-ranker's n-grams and buckets, the re-ranker's IDF is stage
     1's (no pass of its own over the histories); over text-mode profiles or other buckets it estimates its own."""
