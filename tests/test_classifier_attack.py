@@ -448,3 +448,33 @@ def test_two_stage_evidence_is_stage_ones(sim) -> None:
     got = attack.evidence(attack.prepare(path, "disjoint", held), syn, 5)
     assert len(got)
     pd.testing.assert_frame_equal(got, stylometric_evidence(path, syn, StyloParams(), held_out=held, top=5))
+
+
+def test_feedback_of_both_attacks_computes_stage_ones_evidence_once(sim, tmp_path, monkeypatch) -> None:
+    """A protect loop fed back by the stylometric and the two-stage classifier attacks asks the stylometric
+    evidence once per round (the classifier's is the same rows), and gets what asking both gave; an exact
+    classifier's own evidence is still asked."""
+    import tasks.privacy.attacks.classifier as classifier_module
+    import tasks.privacy.attacks.stylometric as stylometric_module
+    from tasks.protect.attackers import Attackers, RoleSpec
+
+    path, syn = sim
+    held = frozenset(held_out_doc_ids(syn, "disjoint"))
+    calls: list[str] = []
+    for module in (stylometric_module, classifier_module):
+        real = module.stylometric_evidence
+        monkeypatch.setattr(module, "stylometric_evidence", lambda *a, real=real, name=module.__name__, **k:
+                            calls.append(name) or real(*a, **k))
+    both = (("stylometric", {}), ("classifier", {"mode": "two_stage", "top_k": 5}))
+    attackers = Attackers([RoleSpec("feedback", both, str(path), ("disjoint",))], held, tmp_path)
+    got = attackers.evidence(syn, 5, set(syn["author_id"]))
+    assert calls == ["tasks.privacy.attacks.stylometric"]
+    one = build_attack("stylometric")
+    alone = one.evidence(one.prepare(path, "disjoint", held), syn, 5, authors=set(syn["author_id"]))
+    assert len(got)
+    pd.testing.assert_frame_equal(got, alone)
+    exact = Attackers([RoleSpec("feedback", (both[0], ("classifier", {"mode": "exact", "c_grid": []})), str(path),
+                                ("disjoint",))], held, tmp_path)
+    calls.clear()
+    assert len(exact.evidence(syn, 5, set(syn["author_id"]))) > len(alone) and calls == [
+        "tasks.privacy.attacks.stylometric"]  # the exact model's evidence is its own, asked too

@@ -12,7 +12,7 @@ adversary holds; it decides the verdict, the exit code and what a release states
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,9 +108,13 @@ class Attackers:
         (those round 0 left caught: each round scores against the same fit, which the attack keeps, so a
         round reads nothing from the histories; :func:`tasks.privacy.stylometric.evidence.stylometric_evidence`;
         the classifier's is its fitted model's, :func:`tasks.privacy.classifier.exact.exact_evidence`). With no
-        timelines, the fit is made ahead."""
-        frames = [e.attack.evidence(e.prepared, timelines, top, authors=authors) for e in self.entries
-                  if e.role == "feedback" and e.attack.returns_evidence]
+        timelines, the fit is made ahead. Attacks whose evidence is one computation (the two-stage classifier's is
+        the stylometric attack's) are asked once."""
+        asked: dict[Hashable, _Attacker] = {}
+        for e in self.entries:
+            if e.role == "feedback" and e.attack.returns_evidence:
+                asked.setdefault(e.attack.evidence_key(e.prepared), e)
+        frames = [e.attack.evidence(e.prepared, timelines, top, authors=authors) for e in asked.values()]
         frames = [f for f in frames if len(f)]
         return pd.concat(frames, ignore_index=True) if frames else no_evidence()
 

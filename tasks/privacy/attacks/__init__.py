@@ -24,7 +24,7 @@ import threading
 import weakref
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields, is_dataclass
 from typing import Any, ClassVar, NamedTuple, TypeVar, get_type_hints
 
@@ -104,6 +104,11 @@ class Attack(ABC):
         after round for subsets of one set passes that set, so every call scores against the same fit and a
         first call with no timelines fits it ahead."""
         raise NotImplementedError(f"attack '{self.name}' returns no evidence")
+
+    def evidence_key(self, prepared: Any) -> Hashable:
+        """What this attack's evidence is computed from: two attacks with one key give the same evidence rows, so
+        a caller asking several attacks asks one of them (default: each attack and side its own)."""
+        return (self.name, id(prepared))
 
 
 A = TypeVar("A", bound=type[Attack])

@@ -3,6 +3,8 @@ the registry runs it; the method is :mod:`tasks.privacy.classifier`."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import pandas as pd
 
 from tasks.privacy.attacks import Prepared, ProfilingAttack, register_attack
@@ -12,7 +14,7 @@ from tasks.privacy.classifier.exact import ExactModel, exact_evidence
 from tasks.privacy.classifier.params import ClassifierParams
 from tasks.privacy.classifier.two_stage import TwoStageSide
 from tasks.privacy.reidentify import HistorySource, ReidResult
-from tasks.privacy.stylometric.evidence import stylometric_evidence
+from tasks.privacy.stylometric.evidence import evidence_key, stylometric_evidence
 from tasks.privacy.stylometric.params import StyloParams
 from tasks.settings import get_settings
 
@@ -45,3 +47,9 @@ class ClassifierAttack(ProfilingAttack):
             return exact_evidence(side, timelines, top, authors)
         return stylometric_evidence(prepared.histories, timelines, StyloParams(), held_out=prepared.held_out, top=top,
                                     authors=authors)
+
+    def evidence_key(self, prepared: Prepared) -> Hashable:
+        """Two stages: the stylometric attack's with its default parameters (the same rows)."""
+        if isinstance(prepared.profiles, ExactModel):
+            return super().evidence_key(prepared)
+        return evidence_key(prepared.histories, prepared.held_out, StyloParams())

@@ -3,12 +3,14 @@ is :mod:`tasks.privacy.stylometric`."""
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import pandas as pd
 
 from tasks.privacy.attacks import Prepared, ProfilingAttack, register_attack
 from tasks.privacy.attribution import Setting
 from tasks.privacy.reidentify import HistorySource, ReidResult
-from tasks.privacy.stylometric.evidence import stylometric_evidence
+from tasks.privacy.stylometric.evidence import evidence_key, stylometric_evidence
 from tasks.privacy.stylometric.params import StyloParams
 from tasks.privacy.stylometric.profiles import HistoryProfiles, profile_histories
 from tasks.privacy.stylometric.scoring import stylometric_attack
@@ -32,3 +34,6 @@ class StylometricAttack(ProfilingAttack):
         """The character and word n-grams that brought each timeline closest to its true author."""
         return stylometric_evidence(prepared.histories, timelines, self.params, held_out=prepared.held_out, top=top,
                                     authors=authors)
+
+    def evidence_key(self, prepared: Prepared) -> Hashable:
+        return evidence_key(prepared.histories, prepared.held_out, self.params)

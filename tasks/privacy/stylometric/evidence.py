@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+from collections.abc import Hashable
 from dataclasses import dataclass
 from typing import Any
 
@@ -232,6 +234,12 @@ def evidence_profiles(histories: HistorySource, authors: set[str], params: Stylo
     return _evidence_memo().get(histories, (params, idf_sample, chunk_rows, who), held_out,
                                 lambda source: EvidenceProfiles.fit(source, authors, params, held_out, idf_sample,
                                                                     chunk_rows))
+
+
+def evidence_key(histories: HistorySource, held_out: frozenset[str] | None, params: StyloParams) -> Hashable:
+    """What :func:`stylometric_evidence` reads besides its timelines (a file by its path, a frame by its identity)."""
+    source = os.fspath(histories) if isinstance(histories, str | os.PathLike) else id(histories)
+    return ("stylometric", source, held_out, params.signature)
 
 
 def stylometric_evidence(histories: HistorySource, timelines: pd.DataFrame, params: StyloParams, *,
