@@ -29,7 +29,9 @@ Two ways to compute it, chosen by the size of the histories (``mode="auto"``):
   its default parameters (:class:`tasks.privacy.stylometric.params.StyloParams`, the profiles the registry's
   ``stylometric`` attack keeps per process, so a run with both attacks profiles the histories once); each
   timeline's ``top_k`` authors by its cosine are its candidates. Stage 2 re-ranks them: one streaming pass
-  reads the first ``posts_per_author`` posts (file order) of every candidate, and per timeline a
+  reads the first ``posts_per_author`` posts (file order) of every candidate (and of the next ranks, up to
+  ``READ_AHEAD`` x ``top_k``, so that a later attack on the same timelines rewritten, a protect round, reads
+  nothing; candidates read before are not read again), and per timeline a
   one-vs-rest L2-loss linear SVM (the dual coordinate descent of liblinear, Hsieh et al. 2008, written in
   numba: :func:`_rerank_all`; the same optimisation problem as ``LinearSVC``, equal to it within its
   tolerance, tested) is trained among its candidates on their posts, over the n-grams hashed into
