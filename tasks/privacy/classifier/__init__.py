@@ -43,7 +43,7 @@ Two ways to compute it, chosen by the size of the histories (``mode="auto"``):
   and keeps its stage-1 order below the candidates for accuracy@10 and MRR.
 
 Measured (``benchmarks/README.md``): at the article's scale (``benchmarks/reidentify.py --full``) two stages
-take 17-19 s on 2 cores beyond the stylometric profiles they share (69-75 s with them) and 2.11 GB at most;
+take 16-18 s on 2 cores beyond the stylometric profiles they share (68-72 s with them) and 2.13 GB at most;
 accuracy@1 against the stylometric attack's: ``full`` 0.982 / 0.946 (1.000 / 0.944) at rewrite 0.2 / 0.8,
 ``disjoint`` 0.846 / 0.686 (0.832 / 0.640). 50 posts per candidate read better and twice as fast as 100
 (0.686 against 0.668, disjoint 0.8), and tolerance 0.3 reads as 0.1 in 25% less time. On the conventions
