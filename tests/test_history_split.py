@@ -103,3 +103,28 @@ def test_bad_input_names_the_file_and_the_field(tmp_path, change, message) -> No
     assert not out1.exists() and not out2.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet"]
     with pytest.raises(InputError, match="history file not found"):
         split_histories_by_author(tmp_path / "missing.parquet", out1, out2)
+
+
+def test_the_halves_minhash_indexes_serve_the_full_histories(tmp_path):
+    """Protect's certificate attacks the full histories; MinHash reads the indexes already signed for the halves
+    (each post in one of them, their votes unioned) and signs no index of the full file: its rows equal those of
+    an index of the full histories, under both adversaries."""
+    from tasks.corpus.simulate import simulate_histories, simulate_synthetic
+    from tasks.privacy.audit import attack_timelines
+    from tasks.protect.attackers import Attackers, RoleSpec
+
+    full = simulate_histories(30, 1_500, seed=3, out_path=tmp_path / "histories.parquet")
+    halves = (str(tmp_path / "feedback.parquet"), str(tmp_path / "judge.parquet"))
+    split_histories_by_author(full, *halves, seed=0)
+    synthetic = simulate_synthetic(full, n_timelines=12, n_posts=48, rewrite_strength=0.2, seed=4)
+    timelines = attack_timelines(synthetic.assign(status="ok"))
+    docs = frozenset(synthetic["doc_id"].astype(str))
+    minhash = (("minhash", {}),)
+    adversaries = ("full", "disjoint")
+    from_halves = Attackers([RoleSpec("certificate", minhash, str(full), adversaries, halves)], docs,
+                            tmp_path / "a").run(timelines)
+    from_full = Attackers([RoleSpec("certificate", minhash, str(full), adversaries)], docs, tmp_path / "b").run(timelines)
+    assert sorted(p.name.split("-")[0] for p in (tmp_path / "a").glob("*.index")) == ["feedback", "judge"]
+    assert [p.name.split("-")[0] for p in (tmp_path / "b").glob("*.index")] == ["histories"]
+    pd.testing.assert_frame_equal(from_halves, from_full)
+    assert from_full.loc[from_full["adversary"] == "full", "correct"].mean() > 0.5  # the attack finds authors here

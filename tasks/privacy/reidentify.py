@@ -541,17 +541,20 @@ def _signed_votes(signed_path: str | os.PathLike, index: SyntheticIndex, *, jacc
     return _Votes(merged.pairs, authors, n_posts)
 
 
-def reidentify_signed(signed_path: str | os.PathLike, synthetic: pd.DataFrame, *,
+def reidentify_signed(signed_path: str | os.PathLike | Sequence[str | os.PathLike], synthetic: pd.DataFrame, *,
                       jaccard_threshold: float | None = None, chunk_rows: int = 250_000,
                       setting: Setting = "full") -> ReidResult:
-    """The attack against histories signed by :func:`sign_histories` (parameters come from the artifact);
-    ``disjoint`` skips the signed rows of the synthetic posts' source documents, as :func:`reidentify` does.
-    The signed rows are read ``chunk_rows`` at a time: a protect round runs this on every round, beside the
-    profiles it keeps, so a batch's band keys and probe stay small."""
-    params, _ = signed_params(signed_path)
+    """The attack against histories signed by :func:`sign_histories` (parameters come from the artifact; several
+    artifacts are the shards of one history, each post in one of them, and their votes are unioned, so the result
+    equals the attack on the whole signed at once); ``disjoint`` skips the signed rows of the synthetic posts'
+    source documents, as :func:`reidentify` does. The signed rows are read ``chunk_rows`` at a time: a protect
+    round runs this on every round, beside the profiles it keeps, so a batch's band keys and probe stay small."""
+    paths = [signed_path] if isinstance(signed_path, str | os.PathLike) else list(signed_path)
+    params, _ = signed_params(paths[0])
     index = build_index(synthetic, params, with_signatures=jaccard_threshold is not None)
-    votes = _signed_votes(signed_path, index, jaccard_threshold=jaccard_threshold, chunk_rows=chunk_rows,
-                          held_out=held_out_doc_ids(synthetic, setting))
+    held_out = held_out_doc_ids(synthetic, setting)
+    votes = _Votes.merge([_signed_votes(path, index, jaccard_threshold=jaccard_threshold, chunk_rows=chunk_rows,
+                                        held_out=held_out) for path in paths])
     return attribute(index, votes, jaccard_threshold, setting)
 
 

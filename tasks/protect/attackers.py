@@ -53,12 +53,15 @@ class _Attacker:
 
 @dataclass(frozen=True)
 class RoleSpec:
-    """One role's attacks: (name, parameters) each, the history file they profile, the adversary settings."""
+    """One role's attacks: (name, parameters) each, the history file they profile, the adversary settings, and
+    ``shards``: files that together hold every post of ``histories`` once (the halves), which an attack that builds
+    an index signs one by one and reads together: the halves' indexes serve the full histories too."""
 
     role: str
     attacks: tuple[tuple[str, Mapping[str, Any]], ...]
     histories: str
     adversaries: tuple[str, ...]
+    shards: tuple[str, ...] = ()
 
 
 class Attackers:
@@ -73,12 +76,15 @@ class Attackers:
         for spec in specs:
             for name, params in spec.attacks:
                 attack = build_attack(name, params, root=f"protect.{spec.role}.")
-                index = None
-                if attack.builds_index:
-                    stem = f"{spec.role}-{name}-{fingerprint_config(dict(params))[:12]}"
-                    index = str(cache / f"{stem}.index")
-                    if not Path(index).exists():
-                        attack.build_index(spec.histories, index)
+                index: str | tuple[str, ...] | None = None
+                if attack.builds_index:  # one index per history file (named by it), whichever role reads it
+                    built = []
+                    for histories in spec.shards or (spec.histories,):
+                        path = cache / f"{Path(histories).stem}-{name}-{fingerprint_config(dict(params))[:12]}.index"
+                        if not path.exists():
+                            attack.build_index(histories, path)
+                        built.append(str(path))
+                    index = built[0] if len(built) == 1 else tuple(built)
                 for adversary in spec.adversaries:
                     held_out = corpus_docs if adversary == "disjoint" else None
                     prepared = attack.prepare(spec.histories, adversary, held_out, index=index)

@@ -75,11 +75,12 @@ def kept_timelines(table: pd.DataFrame, timeline_posts: int | None) -> pd.DataFr
 def certify(table: pd.DataFrame, *, histories: str, plan: AttackPlan, params: Mapping[str, Mapping[str, Any]],
             adversaries: tuple[str, ...], timeline_posts: int | None, decide_on: str, corpus: pd.DataFrame,
             cache: Path, profiling: Mapping[str, Any] | None = None, pii: tuple[int, int] | None = None,
-            seed: int = 0) -> Certificate:
+            seed: int = 0, shards: tuple[str, ...] = ()) -> Certificate:
     """Run every attack of ``plan`` (with ``params``) under each of ``adversaries`` against ``histories`` (the full
     file) on the kept ``table`` (the protected table's rows: doc_id, author_id, group_id, text, status, verbatim);
     ``profiling``: the judge classifier's parameters, with a profiling bound; ``pii``: (leaked spans, source spans)
-    of the kept documents, with a pii_leakage bound."""
+    of the kept documents, with a pii_leakage bound; ``shards``: the halves of ``histories`` (an index an attack
+    built for a half serves the full histories: :class:`tasks.protect.attackers.RoleSpec`)."""
     started = time.perf_counter()
     timelines = kept_timelines(table, timeline_posts)
     specs = tuple((name, dict(params.get(name, {}))) for name in plan.names)
@@ -91,7 +92,7 @@ def certify(table: pd.DataFrame, *, histories: str, plan: AttackPlan, params: Ma
         attacks = pd.read_parquet(path)
     else:
         corpus_docs = frozenset(corpus["doc_id"].astype(str))
-        frames = [Attackers([RoleSpec(ROLE, specs, histories, adversaries)], corpus_docs, cache).run(timelines)]
+        frames = [Attackers([RoleSpec(ROLE, specs, histories, adversaries, shards)], corpus_docs, cache).run(timelines)]
         if profiling is not None:
             frames.append(Profilers({ROLE: (histories, profiling)}, adversaries, corpus, seed).run(timelines))
 

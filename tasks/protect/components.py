@@ -96,6 +96,11 @@ class Components:
             self._halves = {"feedback": str(feedback), "judge": str(judge)}
         return self._halves
 
+    def halves_written(self) -> tuple[str, ...]:
+        """The halves' files when this point has them (an index built for them serves the full histories), else none."""
+        halves = tuple(self.halves().values()) if self._halves is not None else ()
+        return halves if all(Path(h).exists() for h in halves) else ()
+
     def forget_halves(self) -> None:
         """Free the attackers and the profiles built from the halves of the histories (the loop is over)."""
         self._attackers = self._profilers = None

@@ -372,7 +372,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                           decide_on=settings.decide_on, corpus=corpus, cache=protector.folder,
                           profiling=settings.profiling_judge if protector.profiling else None,
                           pii=(int(kept_docs["leaked"].sum()), int(kept_docs["spans"].sum())) if protector.pii else None,
-                          seed=settings.seed)
+                          seed=settings.seed, shards=protector.halves_written())
     kept_key = {"table": fingerprint_frame(table), "seed": settings.seed}
     linkability = None
     if settings.unit == "post":  # unlinked posts can be linked again by their style: how well, on what is kept

@@ -41,7 +41,7 @@ class MinHashAttackParams(LSHParams):
 class _Prepared:
     histories: HistorySource
     setting: Setting
-    index: str | None
+    index: str | tuple[str, ...] | None  # several: the signed shards of the histories (:func:`reidentify_signed`)
 
 
 @register_attack("minhash", params=MinHashAttackParams, builds_index=True)
@@ -60,7 +60,7 @@ class MinHashAttack(Attack):
                        with_signatures=self.params.jaccard_threshold is not None)
 
     def prepare(self, histories: HistorySource, setting: Setting, held_out: frozenset[str] | None, *,
-                index: str | None = None) -> Any:
+                index: str | tuple[str, ...] | None = None) -> Any:
         """Nothing to build per setting: the run streams the histories (or reads the index), skipping the
         held-out documents as it goes."""
         return _Prepared(histories, setting, index)
