@@ -98,7 +98,7 @@ class Components:
 
     def halves_written(self) -> tuple[str, ...]:
         """The halves' files when this point has them (an index built for them serves the full histories), else none."""
-        halves = tuple(self.halves().values()) if self._halves is not None else ()
+        halves = tuple(self._halves.values()) if self._halves else ()
         return halves if all(Path(h).exists() for h in halves) else ()
 
     def forget_halves(self) -> None:

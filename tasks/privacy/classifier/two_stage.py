@@ -64,9 +64,8 @@ class TwoStageSide:
         a pass is needed, it reads the posts of ``ahead`` too (kept for a later call, not returned)."""
         missing = [n for n in names if n not in self.read]
         if missing and ahead is not None:
-            wanted = set(missing)
-            missing += [n for n in ahead if n not in self.read and n not in wanted]
-        missing = np.asarray(list(dict.fromkeys(missing)), dtype=object)
+            missing += [n for n in ahead if n not in self.read]
+        missing = np.asarray(list(dict.fromkeys(missing)), dtype=object)  # in order, once each
         if len(missing):
             texts, owner = candidate_posts(self.histories, self.held_out, missing, self.params.posts_per_author,
                                            self.params.lowercase, chunk_rows)

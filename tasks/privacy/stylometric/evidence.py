@@ -237,9 +237,10 @@ def evidence_profiles(histories: HistorySource, authors: set[str], params: Stylo
 
 
 def evidence_key(histories: HistorySource, held_out: frozenset[str] | None, params: StyloParams) -> Hashable:
-    """What :func:`stylometric_evidence` reads besides its timelines (a file by its path, a frame by its identity)."""
+    """What :func:`stylometric_evidence` reads besides its timelines (a file by its path, a frame by its identity;
+    every parameter, not only those the signature names)."""
     source = os.fspath(histories) if isinstance(histories, str | os.PathLike) else id(histories)
-    return ("stylometric", source, held_out, params.signature)
+    return ("stylometric", source, held_out, params)
 
 
 def stylometric_evidence(histories: HistorySource, timelines: pd.DataFrame, params: StyloParams, *,
