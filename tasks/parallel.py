@@ -130,3 +130,25 @@ def map_in_processes(func: Callable[..., T], jobs: Sequence[tuple], processes: i
     from joblib import Parallel, delayed
 
     return Parallel(n_jobs=processes, backend="loky")(delayed(func)(*job) for job in jobs)
+
+
+def kernel_threads() -> int:
+    """Threads a numba kernel's stripes run on: numba's thread count (``NUMBA_NUM_THREADS``, else every core)."""
+    import numba
+
+    return max(1, numba.get_num_threads())
+
+
+def run_stripes(stripe: Callable[[int], T], n_threads: int) -> list[T]:
+    """``stripe(t)`` for t in ``range(n_threads)``, side by side on threads (``stripe`` calls a nogil numba kernel
+    over its share t, t + n_threads, ... of the work), results in stripe order; one stripe runs here. The numba
+    kernels stripe this way rather than with ``parallel=True``: a parallel kernel compiles several times slower
+    (seconds a kernel on a cold cache, on every fresh clone) and a serial twin of each was compiled beside it."""
+    if n_threads <= 1:
+        return [stripe(0)]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(n_threads - 1) as pool:
+        others = [pool.submit(stripe, t) for t in range(1, n_threads)]
+        first = stripe(0)
+        return [first] + [f.result() for f in others]

@@ -163,32 +163,36 @@ def test_a_fitted_exact_model_is_read_back_from_the_cache_folder(debates, tmp_pa
     assert len(fits) == 3
 
 
-def test_rerank_solver_is_linear_svc() -> None:
+@pytest.mark.parametrize("n_threads", [1, 3])
+def test_rerank_solver_is_linear_svc(n_threads: int) -> None:
     """The two-stage re-ranker's dual coordinate descent solves LinearSVC's problem: on the same hashed
-    features (one bucket per column) its decision values on a timeline equal scikit-learn's."""
+    features (one bucket per column) its decision values on a timeline equal scikit-learn's, whether the posts
+    and timelines are striped over one thread or several."""
     rng = np.random.default_rng(0)
     vocab = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda"]
     posts = [" ".join(rng.choice(vocab[a:a + 4], 6)) + "!" * a for a in range(4) for _ in range(8)]
     owner = np.repeat(np.arange(4), 8)
-    timeline = [" ".join(rng.choice(vocab[1:5], 6)) + "!"] * 2
+    one = [" ".join(rng.choice(vocab[1:5], 6)) + "!"] * 2
+    timeline = one * n_threads  # n_threads timelines of the same two posts: one a stripe
     bits = 16
     idf = np.ones(1 << bits)
     lo, hi, wlo, whi = StyloParams().ngram_args()
     texts = normalize_texts(pa.array(posts, pa.large_string()), False)
     offsets, data, _ = _views(texts)
-    indptr, idx, val = _post_rows(offsets, data, lo, hi, wlo, whi, character_classes(), np.uint64(64 - bits), idf, 1)
+    indptr, idx, val = _post_rows(offsets, data, lo, hi, wlo, whi, character_classes(), np.uint64(64 - bits), idf,
+                                  n_threads)
     x = sp.csr_matrix((val.astype(float), idx, indptr), shape=(len(posts), 1 << bits))
     tl_offsets, tl_data, _ = _views(normalize_texts(pa.array(timeline, pa.large_string()), False))
-    _, keys = _ngram_keys(normalize_texts(pa.array(timeline, pa.large_string()), False), StyloParams())
+    _, keys = _ngram_keys(normalize_texts(pa.array(one, pa.large_string()), False), StyloParams())
     t = np.bincount((keys >> np.uint64(64 - bits)).astype(np.int64), minlength=1 << bits).astype(float)
     t[t > 0] = 1.0 + np.log(t[t > 0])
     t /= np.linalg.norm(t)
     for c in (0.1, 1.0):
-        got = _rerank_all(np.array([[0, 1, 2, 3]]), np.array([0, 8, 16, 24, 32]), indptr, idx, val,
-                          np.array([0, 2]), tl_offsets, tl_data, lo, hi, wlo, whi, character_classes(),
-                          np.uint64(64 - bits), idf, c, 1e-6, 100_000, 1, 1)
+        got = _rerank_all(np.array([[0, 1, 2, 3]] * n_threads), np.array([0, 8, 16, 24, 32]), indptr, idx, val,
+                          np.arange(0, 2 * n_threads + 1, 2), tl_offsets, tl_data, lo, hi, wlo, whi,
+                          character_classes(), np.uint64(64 - bits), idf, c, 1e-6, 100_000, 1, n_threads)
         ref = LinearSVC(C=c, tol=1e-8, max_iter=100_000).fit(x, owner).decision_function(sp.csr_matrix(t))
-        np.testing.assert_allclose(got, ref, atol=2e-4)
+        np.testing.assert_allclose(got, np.repeat(ref, n_threads, axis=0), atol=2e-4)
 
 
 @pytest.fixture(scope="module")

@@ -85,3 +85,23 @@ def test_arrows_allocator_hands_freed_pages_back_unless_the_user_says_otherwise(
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"option 'purge_delay': {used} " in done.stderr, done.stderr[-2000:]
+
+
+def test_stripes_run_side_by_side_come_back_in_order_and_raise_here():
+    import threading
+
+    from tasks.parallel import run_stripes
+
+    met = threading.Barrier(3, timeout=30)  # passes only when three stripes run at once
+    done = run_stripes(lambda t: (met.wait(), t * 10, threading.get_ident())[1:], 3)
+    assert [value for value, _ in done] == [0, 10, 20] and len({ident for _, ident in done}) == 3
+    assert done[0][1] == threading.get_ident()  # the first stripe runs in the caller
+    assert run_stripes(lambda t: threading.get_ident(), 1) == [threading.get_ident()]
+
+    def failing(t: int) -> int:
+        if t == 2:
+            raise ValueError("stripe 2")
+        return t
+
+    with pytest.raises(ValueError, match="stripe 2"):
+        run_stripes(failing, 3)

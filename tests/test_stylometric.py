@@ -119,6 +119,23 @@ def test_dask_shards_equal_single_process(sim, tmp_path: Path) -> None:
     np.testing.assert_array_equal(a.per_timeline["rank"], b.per_timeline["rank"])
 
 
+def test_sketch_profiles_are_the_same_on_one_thread_or_several(sim, monkeypatch) -> None:
+    """The sketch kernels stripe their posts over threads (the sample, the document frequencies, the owners'
+    rows): three stripes give the profiles one gives, to the bit."""
+    from tasks.privacy.stylometric import kernels
+
+    path, _ = sim
+    params = StyloParams(mode="sketch", width=1024, hash_bits=18, df_sample=10_000)  # a sample: 1 post in 3
+    profiles = {}
+    for n_threads in (1, 3):
+        monkeypatch.setattr(kernels, "_threads", lambda n=n_threads: n)
+        profiles[n_threads] = profile_histories(path, params, chunk_rows=7_000)
+    assert profiles[3].n_posts == 30_000
+    np.testing.assert_array_equal(profiles[3].authors, profiles[1].authors)
+    np.testing.assert_array_equal(profiles[3].idf, profiles[1].idf)
+    np.testing.assert_array_equal(profiles[3].profiles, profiles[1].profiles)
+
+
 def test_rewrite_strength_lowers_accuracy_and_beats_minhash_when_disjoint(sim) -> None:
     from tasks.privacy.reidentify import reidentify
 

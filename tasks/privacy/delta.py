@@ -103,7 +103,7 @@ class DeltaProfiles:
     n_posts: int
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _doc_words(data, start, end, classes, cps, tok, out) -> int:
     """The doc's tokens as 64-bit keys in ``out`` (the stylometric kernels' word 1-gram keys: runs of two or more
     ``\\w`` characters; 0 is moved to 1, the tables' free mark); returns their count."""
@@ -114,14 +114,14 @@ def _doc_words(data, start, end, classes, cps, tok, out) -> int:
     return g
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _word_scratch(offsets):
     """The kernels' per-batch buffers (code points, word bounds, keys) for word 1-grams."""
     cps, tok, buf = _scratch(offsets, 1, 0, 1, 1)[:3]
     return cps, tok, buf
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _slot(keys, key) -> int:
     """Where ``key`` is in an open-addressing table of keys (0 = free), or the free slot it would take."""
     mask = keys.shape[0] - 1
@@ -131,7 +131,7 @@ def _slot(keys, key) -> int:
     return slot
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _add(keys, counts, key, n) -> int:
     """Add ``n`` to ``key``'s count; returns 1 where the key took a free slot, else 0."""
     slot = _slot(keys, key)

@@ -43,12 +43,14 @@ import numba as nb
 import numpy as np
 import pyarrow as pa
 
+from tasks.parallel import kernel_threads, run_stripes
+
 Scheme = Literal["affine32", "legacy"]
 EMPTY = np.uint32(0xFFFFFFFF)
 _MERSENNE = np.uint64((1 << 61) - 1)
 _WS = re.compile(r"[ \t\n\r\v\f]+")
 _ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
-_BLOCK = 2048  # documents per parallel work item
+_BLOCK = 2048  # documents per work item of a thread
 
 
 @dataclass(frozen=True)
@@ -134,7 +136,7 @@ def signatures_datasketch_compatible(texts: Iterable[str | None], k: int = 128, 
 
 # ----------------------------------------------------------------------------------------------- kernel
 
-@nb.njit(inline="always")
+@nb.njit
 def fmix64(h: np.uint64) -> np.uint64:
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
@@ -144,7 +146,7 @@ def fmix64(h: np.uint64) -> np.uint64:
     return h
 
 
-@nb.njit(inline="always")
+@nb.njit
 def utf8_at(data: np.ndarray, i: int) -> tuple[np.uint32, int]:
     """The code point starting at byte ``i`` of valid UTF-8 ``data`` and its width in bytes."""
     c = np.uint32(data[i])
@@ -159,7 +161,7 @@ def utf8_at(data: np.ndarray, i: int) -> tuple[np.uint32, int]:
     return ((c & np.uint32(0x1F)) << np.uint32(6)) | (np.uint32(data[i + 1]) & np.uint32(0x3F)), 2
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _decode(data: np.ndarray, start: int, end: int, lower: bool, cps: np.ndarray) -> int:
     """UTF-8 bytes -> normalised code points in ``cps``; returns their count."""
     m = 0
@@ -182,7 +184,7 @@ def _decode(data: np.ndarray, start: int, end: int, lower: bool, cps: np.ndarray
     return m
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _ngram_hashes(cps: np.ndarray, m: int, n: int, legacy: bool, hv: np.ndarray) -> int:
     """32-bit hash of each n-gram (FNV-1a-64 over code points, fmix64, low 32 bits); affine32 gets
     datasketch's fmix32 pre-mix on top, as datasketch applies it to every input hash."""
@@ -203,7 +205,7 @@ def _ngram_hashes(cps: np.ndarray, m: int, n: int, legacy: bool, hv: np.ndarray)
     return g
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _min_affine32(hv: np.ndarray, g: int, a: np.ndarray, b: np.ndarray, sig: np.ndarray) -> None:
     k = a.shape[0]
     for j in range(k):
@@ -215,7 +217,7 @@ def _min_affine32(hv: np.ndarray, g: int, a: np.ndarray, b: np.ndarray, sig: np.
             sig[j] = min(sig[j], v)
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _min_legacy(hv: np.ndarray, g: int, a: np.ndarray, b: np.ndarray, sig: np.ndarray) -> None:
     k = a.shape[0]
     p = np.uint64(0x1FFFFFFFFFFFFFFF)
@@ -231,7 +233,7 @@ def _min_legacy(hv: np.ndarray, g: int, a: np.ndarray, b: np.ndarray, sig: np.nd
             sig[j] = min(sig[j], v)
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _band_keys_row(sig: np.ndarray, bands: int, rows: int, out: np.ndarray) -> None:
     """One uint64 key per band: a 64-bit mix of the band index and its r values; 0 means 'no key'
     (empty text), so a real key of 0 is moved to 1."""
@@ -285,19 +287,13 @@ def _sign_block(blk, offsets, data, valid, n, lower, legacy, a, b, bands, rows, 
             _band_keys_row(sig, bands, rows, key_out[d])
 
 
-@nb.njit(parallel=True, nogil=True, cache=True)
-def _sign_parallel(offsets, data, valid, n, lower, legacy, a, b, bands, rows, want_sig, sig_out, key_out):
-    for blk in nb.prange((offsets.shape[0] - 1 + _BLOCK - 1) // _BLOCK):
-        _sign_block(blk, offsets, data, valid, n, lower, legacy, a, b, bands, rows, want_sig, sig_out, key_out)
-
-
 @nb.njit(nogil=True, cache=True)
-def _sign_serial(offsets, data, valid, n, lower, legacy, a, b, bands, rows, want_sig, sig_out, key_out):
-    for blk in range((offsets.shape[0] - 1 + _BLOCK - 1) // _BLOCK):
+def _sign_stripe(offsets, data, valid, n, lower, legacy, a, b, bands, rows, want_sig, sig_out, key_out, t, n_threads):
+    """Sign the documents of blocks t, t + n_threads, ... (:func:`_sign_block`)."""
+    for blk in range(t, (offsets.shape[0] - 1 + _BLOCK - 1) // _BLOCK, n_threads):
         _sign_block(blk, offsets, data, valid, n, lower, legacy, a, b, bands, rows, want_sig, sig_out, key_out)
 
 
-_KERNELS = {True: _sign_parallel, False: _sign_serial}
 
 
 def _arrow_views(texts: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -335,9 +331,11 @@ def sign(texts: pa.Array | pa.ChunkedArray | Sequence[str | None], params: MinHa
     sig = np.empty((n_docs if want_signatures else 0, params.k), dtype=np.uint32)
     keys = np.empty((n_docs if bands else 0, max(bands, 1)), dtype=np.uint64)
     if n_docs:
-        _KERNELS[bool(parallel)](offsets, data, valid, params.n, params.lower, params.scheme == "legacy", a, b,
-                                 bands, rows, want_signatures, sig if want_signatures else np.empty((1, params.k), np.uint32),
-                                 keys if bands else np.empty((1, 1), np.uint64))
+        args = (offsets, data, valid, params.n, params.lower, params.scheme == "legacy", a, b, bands, rows,
+                want_signatures, sig if want_signatures else np.empty((1, params.k), np.uint32),
+                keys if bands else np.empty((1, 1), np.uint64))
+        n_threads = min(kernel_threads(), -(-n_docs // _BLOCK)) if parallel else 1
+        run_stripes(lambda t: _sign_stripe(*args, t, n_threads), n_threads)
     return (sig if want_signatures else None), (keys[:, :bands] if bands else None)
 
 

@@ -10,10 +10,15 @@ import math
 import numba as nb
 import numpy as np
 
+from tasks.parallel import run_stripes
 from tasks.privacy.stylometric.kernels import _distinct_buckets, _doc_ngrams, _scratch
 
+#: The count pass of :func:`_post_stripe` writes no bucket or weight.
+_NO_INDEX = np.empty(0, np.int32)
+_NO_VALUE = np.empty(0, np.float32)
 
-@nb.njit(inline="always")
+
+@nb.njit
 def _xorshift(state):
     state ^= state << np.uint64(13)
     state ^= state >> np.uint64(7)
@@ -21,7 +26,7 @@ def _xorshift(state):
     return state
 
 
-@nb.njit(nogil=True)
+@nb.njit(nogil=True, cache=True)
 def _post_stripe(offsets, data, lo, hi, wlo, whi, classes, shift, idf, t, n_threads, indptr, idx, val, fill):
     """Texts t, t + n_threads, ...: their distinct buckets' count into ``indptr[d + 1]`` (``fill`` False), or
     their buckets and L2-normalised ``(1 + ln(count)) * idf`` weights into ``idx``, ``val`` at ``indptr[d]``."""
@@ -45,21 +50,16 @@ def _post_stripe(offsets, data, lo, hi, wlo, whi, classes, shift, idf, t, n_thre
                 val[at + j] *= inv
 
 
-@nb.njit(parallel=True, cache=True)
 def _post_rows(offsets, data, lo, hi, wlo, whi, classes, shift, idf, n_threads):
     """Each text's row over the ``2**hash_bits`` buckets: (indptr, bucket, weight), sublinear TF x IDF, L2."""
     n = offsets.shape[0] - 1
     indptr = np.zeros(n + 1, np.int64)
-    idx = np.empty(0, np.int32)
-    val = np.empty(0, np.float32)
-    for t in nb.prange(n_threads):
-        _post_stripe(offsets, data, lo, hi, wlo, whi, classes, shift, idf, t, n_threads, indptr, idx, val, False)
-    for d in range(n):
-        indptr[d + 1] += indptr[d]
+    args = (offsets, data, lo, hi, wlo, whi, classes, shift, idf)
+    run_stripes(lambda t: _post_stripe(*args, t, n_threads, indptr, _NO_INDEX, _NO_VALUE, False), n_threads)
+    np.cumsum(indptr, out=indptr)
     idx = np.empty(indptr[n], np.int32)
     val = np.empty(indptr[n], np.float32)
-    for t in nb.prange(n_threads):
-        _post_stripe(offsets, data, lo, hi, wlo, whi, classes, shift, idf, t, n_threads, indptr, idx, val, True)
+    run_stripes(lambda t: _post_stripe(*args, t, n_threads, indptr, idx, val, True), n_threads)
     return indptr, idx, val
 
 
@@ -209,18 +209,23 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
         out[t, k] = score
 
 
-@nb.njit(parallel=True, cache=True)
+@nb.njit(nogil=True, cache=True)
+def _rerank_stripe(cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes, shift,
+                   idf, c, tol, max_iter, seed, th, n_threads, out):
+    """:func:`_rerank_one` for timelines th, th + n_threads, ... into ``out``."""
+    remap = np.full(idf.shape[0], -1, np.int64)
+    used = np.empty(idf.shape[0], np.int64)
+    cps, tok, buf, table, slots, buckets, counts, _ = _scratch(tl_offsets, lo, hi, wlo, whi)
+    for t in range(th, tl_ptr.shape[0] - 1, n_threads):
+        _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes,
+                    shift, idf, c, tol, max_iter, seed, remap, used, cps, tok, buf, table, slots, buckets, counts, out)
+
+
 def _rerank_all(cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes, shift, idf,
                 c, tol, max_iter, seed, n_threads):
     """(timelines x candidates) decision values of :func:`_rerank_one`, timelines striped over threads."""
-    n_tl = tl_ptr.shape[0] - 1
-    out = np.zeros((n_tl, cand.shape[1]), np.float64)
-    for th in nb.prange(n_threads):
-        remap = np.full(idf.shape[0], -1, np.int64)
-        used = np.empty(idf.shape[0], np.int64)
-        cps, tok, buf, table, slots, buckets, counts, _ = _scratch(tl_offsets, lo, hi, wlo, whi)
-        for t in range(th, n_tl, n_threads):
-            _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes,
-                        shift, idf, c, tol, max_iter, seed, remap, used, cps, tok, buf, table, slots, buckets, counts,
-                        out)
+    out = np.zeros((tl_ptr.shape[0] - 1, cand.shape[1]), np.float64)
+    args = (cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, lo, hi, wlo, whi, classes, shift, idf, c,
+            tol, max_iter, seed)
+    run_stripes(lambda th: _rerank_stripe(*args, th, n_threads, out), n_threads)
     return out

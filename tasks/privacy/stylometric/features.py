@@ -118,7 +118,7 @@ def _exact_tfidf(texts: pa.Array, params: StyloParams, vocab: np.ndarray | None,
 
 # ------------------------------------------------------------------------------------------- text mode
 
-@nb.njit(inline="always")
+@nb.njit
 def _grown(a, size, fill):
     """``a`` with twice the room (its first ``size`` entries kept, the rest ``fill``)."""
     out = np.full(2 * a.shape[0], fill, a.dtype)

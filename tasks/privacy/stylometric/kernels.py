@@ -17,13 +17,14 @@ import pyarrow.compute as pc
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from tasks.parallel import kernel_threads, run_stripes
 from tasks.privacy.minhash import _arrow_views, fmix64, utf8_at
 from tasks.privacy.stylometric.params import StyloParams
 
 _WORD, _SPACE = 1, 2  # character_classes() flags
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _code_points(data, start, end, classes, cps) -> int:
     """UTF-8 bytes -> code points in ``cps``, each run of two or more whitespace characters replaced by one
     space (scikit-learn's char preprocessing); returns their count."""
@@ -47,7 +48,7 @@ def _code_points(data, start, end, classes, cps) -> int:
     return m
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _doc_ngrams(data, start, end, lo, hi, wlo, whi, classes, cps, tok, out) -> int:
     """64-bit keys of the doc's character n-grams (lo <= n <= hi) and, when ``whi`` > 0, word n-grams
     (wlo <= n <= whi) into ``out``; returns their count. Words are scikit-learn's tokens (maximal runs of
@@ -94,7 +95,7 @@ def _doc_ngrams(data, start, end, lo, hi, wlo, whi, classes, cps, tok, out) -> i
     return g
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _doc_hash(data, start, end) -> np.uint64:
     """A 64-bit hash of the doc's bytes: which docs the document-frequency sample holds, the same in any shard."""
     h = np.uint64(0xCBF29CE484222325)
@@ -129,7 +130,7 @@ def _all_ngrams(offsets, data, lo, hi, wlo, whi, classes):
     return docs[:p], keys[:p]
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _maxlen(offsets) -> int:
     m = 1
     for d in range(offsets.shape[0] - 1):
@@ -137,7 +138,7 @@ def _maxlen(offsets) -> int:
     return m
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _distinct_buckets(buf, g, shift, table, slots, buckets, counts) -> int:
     """The doc's n-gram count per bucket: ``buckets`` and ``counts`` get them in first-seen order; returns
     how many. ``table`` is a scratch open-addressing table of ``bucket << 32 | count`` words (-1 = free,
@@ -187,7 +188,7 @@ def _prefetch(typingctx, arr, idx):
     return nb.types.void(arr, idx), codegen
 
 
-@nb.njit(inline="always")
+@nb.njit
 def _scratch(offsets, lo, hi, wlo, whi):
     """Per-thread buffers sized for the batch's longest doc: code points, word bounds, n-gram keys, the
     distinct-bucket table, its used slots, the doc's buckets and counts, weights."""
@@ -201,17 +202,14 @@ def _scratch(offsets, lo, hi, wlo, whi):
             np.empty(n_grams, np.int32), np.empty(n_grams, np.float64))
 
 
-@nb.njit(parallel=True, cache=True)
-def _in_sample(offsets, data, stride):
-    """Whether each doc is in the document-frequency sample: its hash is 0 modulo ``stride``."""
-    n = offsets.shape[0] - 1
-    out = np.zeros(n, np.bool_)
-    for d in nb.prange(n):
+@nb.njit(nogil=True, cache=True)
+def _in_sample_stripe(offsets, data, stride, t, n_threads, out):
+    """Whether docs t, t + n_threads, ... are in the document-frequency sample: their hash is 0 modulo ``stride``."""
+    for d in range(t, offsets.shape[0] - 1, n_threads):
         out[d] = _doc_hash(data, offsets[d], offsets[d + 1]) % np.uint64(stride) == 0
-    return out
 
 
-@nb.njit(nogil=True)
+@nb.njit(nogil=True, cache=True)
 def _df_stripe(offsets, data, valid, lo, hi, wlo, whi, classes, shift, t, n_threads, df) -> int:
     """Document frequency per bucket of the valid documents t, t + n_threads, ... into ``df`` (sketch
     pass 1); returns how many there were."""
@@ -243,7 +241,7 @@ def _bucket_table(idf, width, seed):
     return out
 
 
-@nb.njit(nogil=True)
+@nb.njit(nogil=True, cache=True)
 def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, t, n_threads,
                    sketch):
     """Add each valid doc's L2-normalised sublinear TF-IDF vector (over hash buckets) to its owner's count
@@ -274,42 +272,13 @@ def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes
                 sketch[a, np.int64(table[buckets[j], 1])] += np.float32(weight[j] * inv)
 
 
-@nb.njit(parallel=True, cache=True)
-def _bucket_df_parallel(offsets, data, valid, lo, hi, wlo, whi, classes, shift, n_buckets, n_threads):
-    df = np.zeros((n_threads, n_buckets), np.int32)
-    counted = np.zeros(n_threads, np.int64)
-    for t in nb.prange(n_threads):
-        counted[t] = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, classes, shift, t, n_threads, df[t])
-    return df.sum(axis=0, dtype=np.int64), counted.sum()
-
-
-@nb.njit(nogil=True, cache=True)
-def _bucket_df_serial(offsets, data, valid, lo, hi, wlo, whi, classes, shift, n_buckets, n_threads):
-    df = np.zeros(n_buckets, np.int64)
-    counted = _df_stripe(offsets, data, valid, lo, hi, wlo, whi, classes, shift, 0, 1, df)
-    return df, counted
-
-
-@nb.njit(parallel=True, cache=True)
-def _sketch_add_parallel(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, n_threads,
-                         sketch):
-    for t in nb.prange(n_threads):
-        _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, t, n_threads,
-                       sketch)
-
-
-@nb.njit(nogil=True, cache=True)
-def _sketch_add_serial(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, n_threads,
-                       sketch):
-    _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes, shift, table, 0, 1, sketch)
-
-
 def _bucket_df(offsets, data, valid, params: StyloParams, parallel: bool) -> tuple[np.ndarray, int]:
     """(document frequency per bucket, docs counted) of one batch."""
-    kernel = _bucket_df_parallel if parallel else _bucket_df_serial
-    df, counted = kernel(offsets, data, valid, *params.ngram_args(), character_classes(),
-                         np.uint64(64 - params.hash_bits), 1 << params.hash_bits, _threads())
-    return df, int(counted)
+    n_threads = _threads() if parallel else 1
+    df = np.zeros((n_threads, 1 << params.hash_bits), np.int32)
+    args = (offsets, data, valid, *params.ngram_args(), character_classes(), np.uint64(64 - params.hash_bits))
+    counted = run_stripes(lambda t: _df_stripe(*args, t, n_threads, df[t]), n_threads)
+    return df.sum(axis=0, dtype=np.int64), int(sum(counted))
 
 
 def _sample(texts: pa.Array | pa.ChunkedArray, stride: int) -> pa.Array | pa.ChunkedArray:
@@ -321,15 +290,19 @@ def _sample(texts: pa.Array | pa.ChunkedArray, stride: int) -> pa.Array | pa.Chu
     if not (pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type)):
         raw = pc.fill_null(raw.cast(pa.large_string()), "")
     offsets, data, _ = _views(raw)
-    return raw.filter(pa.array(_in_sample(offsets, data, stride)))
+    n_threads = _threads()
+    keep = np.zeros(len(offsets) - 1, np.bool_)
+    run_stripes(lambda t: _in_sample_stripe(offsets, data, stride, t, n_threads, keep), n_threads)
+    return raw.filter(pa.array(keep))
 
 
 def _sketch_add(offsets, data, valid, owner, params: StyloParams, table, sketch, parallel: bool) -> None:
     """Add one batch's docs to their owners' sketch rows; ``table`` is :func:`_bucket_table` of the IDF."""
-    kernel = _sketch_add_parallel if parallel else _sketch_add_serial
+    n_threads = _threads() if parallel else 1
     order = np.argsort(owner, kind="stable")
-    kernel(offsets, data, valid, owner, order, *params.ngram_args(), character_classes(),
-           np.uint64(64 - params.hash_bits), table, _threads(), sketch)
+    args = (offsets, data, valid, owner, order, *params.ngram_args(), character_classes(),
+            np.uint64(64 - params.hash_bits), table)
+    run_stripes(lambda t: _sketch_stripe(*args, t, n_threads, sketch), n_threads)
 
 
 @functools.cache
@@ -348,5 +321,4 @@ def _views(texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _arrow_views(texts)
 
 
-def _threads() -> int:
-    return max(1, nb.get_num_threads())
+_threads = kernel_threads
