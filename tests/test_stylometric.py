@@ -128,7 +128,7 @@ def test_sketch_profiles_are_the_same_on_one_thread_or_several(sim, monkeypatch)
     params = StyloParams(mode="sketch", width=1024, hash_bits=18, df_sample=10_000)  # a sample: 1 post in 3
     profiles = {}
     for n_threads in (1, 3):
-        monkeypatch.setattr(kernels, "_threads", lambda n=n_threads: n)
+        monkeypatch.setattr(kernels, "kernel_threads", lambda n=n_threads: n)
         profiles[n_threads] = profile_histories(path, params, chunk_rows=7_000)
     assert profiles[3].n_posts == 30_000
     np.testing.assert_array_equal(profiles[3].authors, profiles[1].authors)

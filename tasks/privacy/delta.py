@@ -50,6 +50,7 @@ import pyarrow as pa
 from scipy.spatial.distance import cdist
 
 from tasks.limits import MAX_MFW, check_range
+from tasks.parallel import kernel_threads
 from tasks.privacy.attribution import (
     Setting,
     attack_summary,
@@ -59,7 +60,7 @@ from tasks.privacy.attribution import (
 )
 from tasks.privacy.reidentify import HistorySource, ReidResult
 from tasks.privacy.stylometric.features import normalize_texts
-from tasks.privacy.stylometric.kernels import _doc_ngrams, _scratch, _threads, _views, character_classes
+from tasks.privacy.stylometric.kernels import _doc_ngrams, _scratch, _views, character_classes
 from tasks.privacy.stylometric.profiles import author_batches, author_codes, ordered_authors
 from tasks.signatures import make_signature
 
@@ -316,7 +317,7 @@ def _word_counts(histories: HistorySource, chunk_rows: int,
             n_posts += batch.num_rows
             yield batch.column("text")
 
-    tables = [_Table.empty() for _ in range(_threads())]
+    tables = [_Table.empty() for _ in range(kernel_threads())]
     _each_batch(texts(), lambda text, table: table.count(*_views(normalize_texts(text, lowercase=True))), tables)
     for other in tables[1:]:
         tables[0].add(other)
@@ -356,7 +357,7 @@ def profile_histories(histories: HistorySource, params: DeltaParams = DeltaParam
     listed = _candidates(totals, params.mfw)
     names: list[str | None] = [None] * len(listed)
     parts = [(np.zeros((len(authors), len(listed)), np.int64), np.zeros(len(authors), np.int64))
-             for _ in range(_threads() if len(listed) else 0)]
+             for _ in range(kernel_threads() if len(listed) else 0)]
 
     def count(batch: pa.RecordBatch, part: tuple[np.ndarray, np.ndarray]) -> None:
         owner = author_codes(batch.column("author_id"), authors, grow=False)

@@ -13,13 +13,14 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from tasks.parallel import kernel_threads
 from tasks.privacy.attribution import Setting, timeline_codes
 from tasks.privacy.classifier.exact import _texts
 from tasks.privacy.classifier.params import ClassifierParams
 from tasks.privacy.classifier.rerank import _post_rows, _rerank_all
 from tasks.privacy.reidentify import HistorySource, history_rows
 from tasks.privacy.stylometric.features import normalize_texts
-from tasks.privacy.stylometric.kernels import _threads, _views, character_classes
+from tasks.privacy.stylometric.kernels import _views, character_classes
 from tasks.privacy.stylometric.params import StyloParams
 from tasks.privacy.stylometric.profiles import (
     HistoryProfiles,
@@ -169,10 +170,10 @@ def two_stage_scores(side: TwoStageSide, synthetic: pd.DataFrame, chunk_rows: in
     tl_offsets, tl_data, _ = _views(tl_texts)
     stylo = params.stylo
     shift, idf = np.uint64(64 - params.hash_bits), side.idf.astype(np.float64)
-    indptr, idx, val = _post_rows(offsets, data, *stylo.ngram_args(), character_classes(), shift, idf, _threads())
+    indptr, idx, val = _post_rows(offsets, data, *stylo.ngram_args(), character_classes(), shift, idf, kernel_threads())
     decided = _rerank_all(cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data, *stylo.ngram_args(),
                           character_classes(), shift, idf, params.c, params.rerank_tol, params.max_iter, params.seed,
-                          _threads())
+                          kernel_threads())
     rows = np.arange(len(groups))[:, None]
     scores[rows, top] = decided - decided.min(axis=1, keepdims=True)
     true_col = pd.Index(authors).get_indexer(pd.Index(true_author))

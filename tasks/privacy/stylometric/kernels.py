@@ -274,7 +274,7 @@ def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes
 
 def _bucket_df(offsets, data, valid, params: StyloParams, parallel: bool) -> tuple[np.ndarray, int]:
     """(document frequency per bucket, docs counted) of one batch."""
-    n_threads = _threads() if parallel else 1
+    n_threads = kernel_threads() if parallel else 1
     df = np.zeros((n_threads, 1 << params.hash_bits), np.int32)
     args = (offsets, data, valid, *params.ngram_args(), character_classes(), np.uint64(64 - params.hash_bits))
     counted = run_stripes(lambda t: _df_stripe(*args, t, n_threads, df[t]), n_threads)
@@ -290,7 +290,7 @@ def _sample(texts: pa.Array | pa.ChunkedArray, stride: int) -> pa.Array | pa.Chu
     if not (pa.types.is_string(raw.type) or pa.types.is_large_string(raw.type)):
         raw = pc.fill_null(raw.cast(pa.large_string()), "")
     offsets, data, _ = _views(raw)
-    n_threads = _threads()
+    n_threads = kernel_threads()
     keep = np.zeros(len(offsets) - 1, np.bool_)
     run_stripes(lambda t: _in_sample_stripe(offsets, data, stride, t, n_threads, keep), n_threads)
     return raw.filter(pa.array(keep))
@@ -298,7 +298,7 @@ def _sample(texts: pa.Array | pa.ChunkedArray, stride: int) -> pa.Array | pa.Chu
 
 def _sketch_add(offsets, data, valid, owner, params: StyloParams, table, sketch, parallel: bool) -> None:
     """Add one batch's docs to their owners' sketch rows; ``table`` is :func:`_bucket_table` of the IDF."""
-    n_threads = _threads() if parallel else 1
+    n_threads = kernel_threads() if parallel else 1
     order = np.argsort(owner, kind="stable")
     args = (offsets, data, valid, owner, order, *params.ngram_args(), character_classes(),
             np.uint64(64 - params.hash_bits), table)
@@ -320,5 +320,3 @@ def character_classes() -> np.ndarray:
 def _views(texts: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _arrow_views(texts)
 
-
-_threads = kernel_threads
