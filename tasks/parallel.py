@@ -12,6 +12,7 @@ guarded on first use (the loaders' lock, :func:`resource_lock` for objects that 
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
 import threading
@@ -129,7 +130,31 @@ def map_in_processes(func: Callable[..., T], jobs: Sequence[tuple], processes: i
         return [func(*job) for job in jobs]
     from joblib import Parallel, delayed
 
+    _stop_loky_workers_at_exit(os.getpid())
     return Parallel(n_jobs=processes, backend="loky")(delayed(func)(*job) for job in jobs)
+
+
+@functools.cache
+def _stop_loky_workers_at_exit(pid: int) -> None:
+    """Register :func:`_stop_loky_workers` as a multiprocessing finalizer of process ``pid`` (this one), once (a
+    forked child starts with its parent's cache but an empty registry: its own pid registers again)."""
+    import multiprocessing.util
+
+    multiprocessing.util.Finalize(None, _stop_loky_workers, exitpriority=0)
+
+
+def _stop_loky_workers() -> None:
+    """Stop the workers :func:`map_in_processes` keeps up for the next call. A process that multiprocessing
+    started (a user's ``Process``, a benchmark's child) joins its children as soon as its target returns, before
+    the interpreter's exit hooks would stop these workers, so without this it waited out their idle timeout
+    (300 s) before it could exit. multiprocessing runs this finalizer before that join, and at the exit of any
+    other process (where the workers are stopped already, and it does nothing). The workers are idle by then:
+    killing them loses nothing, and a gentle stop left one waiting on a queue it never read again."""
+    from joblib.externals.loky import reusable_executor
+
+    executor = reusable_executor._executor
+    if executor is not None:
+        executor.shutdown(wait=True, kill_workers=True)
 
 
 def kernel_threads() -> int:

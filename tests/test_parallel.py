@@ -105,3 +105,28 @@ def test_stripes_run_side_by_side_come_back_in_order_and_raise_here():
 
     with pytest.raises(ValueError, match="stripe 2"):
         run_stripes(failing, 3)
+
+
+def test_a_process_multiprocessing_started_exits_once_its_jobs_in_processes_are_done(tmp_path):
+    """A process that multiprocessing started (a user's ``Process``, a benchmark's child) and that fanned out
+    exits when its target returns: it joins its children before the interpreter's exit hooks run, so the
+    workers kept up for the next call are stopped first (they used to idle out their 300 s timeout first)."""
+    script = tmp_path / "child_fans_out.py"
+    script.write_text("import multiprocessing as mp, time\n"
+                      "from tasks.parallel import map_in_processes\n"
+                      "def child(queue):\n"
+                      "    queue.put(map_in_processes(time.sleep, [(2,), (2,)], 2))\n"  # both workers start, as for fits
+                      "if __name__ == '__main__':\n"
+                      "    ctx = mp.get_context('spawn')\n"
+                      "    queue = ctx.Queue()\n"
+                      "    proc = ctx.Process(target=child, args=(queue,))\n"
+                      "    proc.start()\n"
+                      "    print(queue.get())\n"
+                      "    proc.join(60)\n"
+                      "    print('alive' if proc.is_alive() else f'exited {proc.exitcode}')\n"
+                      "    proc.kill()\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO, timeout=150,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["[None, None]", "exited 0"], done.stdout
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
