@@ -62,6 +62,14 @@ def test_jobs_in_processes_come_back_in_order_from_other_processes_and_raise_her
     assert fit_process_count(64) == len(os.sched_getaffinity(0))  # one per core by default
 
 
+def _run_script(script: Path, timeout: float) -> subprocess.CompletedProcess:
+    """A user's script run with this checkout on its path; it must exit 0."""
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done
+
+
 def test_jobs_in_processes_from_a_script_without_a_main_guard_run_once(tmp_path):
     """A user's script that fans out at its top level: the workers do not run the script again (with
     multiprocessing's spawn they would, and fail while bootstrapping)."""
@@ -69,10 +77,7 @@ def test_jobs_in_processes_from_a_script_without_a_main_guard_run_once(tmp_path)
     script.write_text("from tasks.parallel import map_in_processes\n"
                       "print('started')\n"
                       "print(map_in_processes(pow, [(2, 3), (3, 2)], 2))\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.splitlines() == ["started", "[8, 9]"], done.stdout
+    assert _run_script(script, timeout=120).stdout.splitlines() == ["started", "[8, 9]"]
 
 
 @pytest.mark.parametrize(("given", "used"), [(None, "0"), ("250", "250")])
@@ -125,8 +130,6 @@ def test_a_process_multiprocessing_started_exits_once_its_jobs_in_processes_are_
                       "    proc.join(60)\n"
                       "    print('alive' if proc.is_alive() else f'exited {proc.exitcode}')\n"
                       "    proc.kill()\n")
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=REPO, timeout=150,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _run_script(script, timeout=150)
     assert done.stdout.splitlines() == ["[None, None]", "exited 0"], done.stdout
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
