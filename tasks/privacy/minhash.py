@@ -294,8 +294,6 @@ def _sign_stripe(offsets, data, valid, n, lower, legacy, a, b, bands, rows, want
         _sign_block(blk, offsets, data, valid, n, lower, legacy, a, b, bands, rows, want_sig, sig_out, key_out)
 
 
-
-
 def _arrow_views(texts: pa.Array | pa.ChunkedArray | Sequence[str | None]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(offsets int64, data uint8, valid uint8) views of a UTF-8 Arrow array (one copy of the offsets
     at most; the data buffer is shared)."""
