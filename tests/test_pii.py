@@ -23,7 +23,14 @@ from tasks.generate.pseudonymize import (
     pseudonymize_corpus,
 )
 from tasks.metrics.pii import ALL_ENTITIES, pii_leakage
-from tasks.models.pii import DEFAULT_ENTITIES, PiiDetector, detection_scores, normalise, occurs
+from tasks.models.pii import (
+    DEFAULT_ENTITIES,
+    PiiDetector,
+    detection_scores,
+    normalise,
+    occurs,
+    supported_entities,
+)
 
 LABELLED = Path(__file__).parent / "data" / "pii_labelled.jsonl"
 
@@ -60,6 +67,11 @@ def test_overlaps_resolved_and_handles_are_not_emails(detector: PiiDetector) -> 
     [email, url] = detector.detect(["Mail bob@site.com now.", "See www.cnn.com/news, then sleep."])
     assert [(s.entity, s.text) for s in email.spans] == [("EMAIL_ADDRESS", "bob@site.com")]  # not URL site.com
     assert [(s.entity, s.text) for s in url.spans] == [("URL", "www.cnn.com/news")]  # no trailing comma
+
+
+def test_the_default_entity_types_are_among_those_the_analyzer_supports() -> None:
+    """check_entities takes them without loading the analyzer: it must support every one."""
+    assert set(DEFAULT_ENTITIES) <= set(supported_entities())
 
 
 def test_unknown_entity_type_is_named() -> None:
@@ -343,8 +355,8 @@ def test_detection_without_the_parser_equals_presidio_batch_analyzer_on_the_full
     assert sum(len(d.spans) for d in found) >= len(EXAMPLES)
 
 
-def test_cached_detections_come_back_bit_for_bit_without_parsing(detector: PiiDetector, tmp_path: Path,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cached_detections_come_back_bit_for_bit_without_loading_the_analyzer(
+        detector: PiiDetector, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tasks.models import pii
     from tasks.models.embeddings import EmbeddingCache
 
@@ -353,7 +365,7 @@ def test_cached_detections_come_back_bit_for_bit_without_parsing(detector: PiiDe
     with EmbeddingCache(tmp_path / "c.sqlite") as cache:
         first = detector.detect(texts, cache=cache)
         monkeypatch.setattr(pii, "_analyzer", lambda model: pytest.fail("a cached text was parsed again"))
-        again = detector.detect(texts, cache=cache)
+        again = pii.PiiDetector().detect(texts, cache=cache)  # a new detector of the default types: no analyzer either
         assert cache.hits == len(set(texts))
     assert again == first
     assert any(d.spans for d in again) and not again[-1].english and again[-1].spans

@@ -57,8 +57,10 @@ def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[lis
                round_: int) -> list[str | None]:
     """The move run on ``rows`` (their current texts), each with its timeline's evidence ``features``."""
     if move.name == PSEUDONYMIZE:
+        detector = p.detector()
         replaced, mapping = pseudonymize_corpus(rows, scope=p.settings.pii_scope, seed=p.settings.seed,
-                                                detector=p.detector() if p.pii else None)
+                                                detected=detector.detect(rows["text"].astype(str).tolist(),
+                                                                         cache=p.embeddings()))
         p.mappings.append(mapping)
         return replaced["text"].astype(str).tolist()
     if move.name == MASK_EVIDENCE:

@@ -152,6 +152,16 @@ class Components:
             self._detector = PiiDetector()
         return self._detector
 
+    def embeddings(self) -> Any:
+        """The run's cache of embeddings and PII detections (beside the rounds): sources and earlier rounds' texts
+        are embedded and scanned once, and a rerun on the same corpus loads no PII analyzer."""
+        if self._embeddings is None:
+            # deferred: loads sqlite3 only when this runs
+            from tasks.models.embeddings import EmbeddingCache
+
+            self._embeddings = EmbeddingCache(self.folder.parent / "embeddings.sqlite")
+        return self._embeddings
+
     def llm(self) -> Any:
         """The client ``llm-anonymize`` asks (the ``llm`` strategy's; said in the log when it is the offline model)."""
         if self._llm is None:
@@ -168,9 +178,6 @@ class Components:
         # deferred: loads sqlite3 only when this runs
         from tasks.metrics.meaning import bertscore
 
-        # deferred: loads sqlite3 only when this runs
-        from tasks.models.embeddings import EmbeddingCache
-
         out = np.ones(len(candidates))  # a text equal to its source keeps all of its meaning
         known = self.shared.meanings
         for i, pair in enumerate(zip(candidates, references, strict=True)):
@@ -178,11 +185,9 @@ class Components:
                 out[i] = known[pair]
         differ = np.flatnonzero([c != r and (c, r) not in known for c, r in zip(candidates, references, strict=True)])
         if len(differ):
-            if self._embeddings is None:  # sources and earlier rounds' texts are embedded once
-                self._embeddings = EmbeddingCache(self.folder.parent / "embeddings.sqlite")
             for part in np.array_split(differ, -(-len(differ) // _MEANING_CHUNK)):  # token embeddings of a part held
                 out[part] = bertscore([candidates[i] for i in part], [references[i] for i in part],
-                                      cache=self._embeddings, cache_candidates=False).scores["bertscore_f1"].to_numpy(float)
+                                      cache=self.embeddings(), cache_candidates=False).scores["bertscore_f1"].to_numpy(float)
             known.update({(candidates[i], references[i]): float(out[i]) for i in differ})
         return out
 
@@ -196,7 +201,7 @@ class Components:
         pairs = pd.DataFrame({"doc_id": self.corpus["doc_id"].iloc[idx].to_numpy(), "strategy": PROTECT_LABEL,
                               "variant": "first", "status": STATUS_OK, "source": self.sources.iloc[idx].to_numpy(),
                               "text": list(texts)})
-        counts = pii_counts(pairs, self.detector())
+        counts = pii_counts(pairs, self.detector(), cache=self.embeddings())
         totals = counts[counts["entity"] == "all"]
         return totals["source_spans"].fillna(0).to_numpy(np.int64), totals["leaked"].fillna(0).to_numpy(np.int64)
 
