@@ -153,8 +153,7 @@ class Components:
         return self._detector
 
     def embeddings(self) -> Any:
-        """The run's cache of embeddings and PII detections (beside the rounds): sources and earlier rounds' texts
-        are embedded and scanned once, and a rerun on the same corpus loads no PII analyzer."""
+        """The cache of embeddings and PII detections beside the rounds: each text is embedded and scanned once."""
         if self._embeddings is None:
             # deferred: loads sqlite3 only when this runs
             from tasks.models.embeddings import EmbeddingCache
