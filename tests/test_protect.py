@@ -21,6 +21,8 @@ import pandas as pd
 import pytest
 
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
+from tasks.models.embeddings import EmbeddingCache, text_sha
+from tasks.models.pii import PiiDetector
 from tasks.protect.files import protect_paths
 
 pytestmark = pytest.mark.slow
@@ -194,6 +196,11 @@ def test_an_input_row_that_fails_validation_is_recorded_among_the_failures(world
     summary = json.loads(paths.summary.read_text())
     assert summary["documents"]["invalid"] == 1 and summary["documents"]["failed"] == len(failures) - 1
     assert set(table["doc_id"]) | set(failures["doc_id"]) == set(corpus["doc_id"]) | {"bad-row"}
+    # every text it scanned for PII is kept beside the rounds: a run on this corpus with other settings loads no
+    # PII analyzer
+    with EmbeddingCache(world["root"] / "cache" / "protect" / "embeddings.sqlite") as cache:
+        shas = [text_sha(t) for t in corpus["text"].astype(str)]
+        assert cache.present(PiiDetector().cache_key, shas) == set(shas)
 
 
 @pytest.mark.parametrize(("budget", "said"), [

@@ -57,10 +57,9 @@ def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[lis
                round_: int) -> list[str | None]:
     """The move run on ``rows`` (their current texts), each with its timeline's evidence ``features``."""
     if move.name == PSEUDONYMIZE:
-        detector = p.detector()
+        detected = p.detector().detect(rows["text"].astype(str).tolist(), cache=p.embeddings())
         replaced, mapping = pseudonymize_corpus(rows, scope=p.settings.pii_scope, seed=p.settings.seed,
-                                                detected=detector.detect(rows["text"].astype(str).tolist(),
-                                                                         cache=p.embeddings()))
+                                                detected=detected)
         p.mappings.append(mapping)
         return replaced["text"].astype(str).tolist()
     if move.name == MASK_EVIDENCE:
