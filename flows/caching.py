@@ -35,7 +35,7 @@ STAGE_AREAS: dict[str, tuple[str, ...]] = {
     "audit-dp": ("tasks/privacy/dp_audit.py", "tasks/generate", "tasks/models", "tasks/store.py"),
     "utility": ("tasks/training", "tasks/corpus", "tasks/models", "tasks/signatures.py", "tasks/scores.py",
                 "tasks/store.py"),
-    "protect": (*ROUND_CODE, "tasks/models", "tasks/corpus/schema.py", "tasks/budgets.py", "tasks/store.py"),
+    "protect": (*ROUND_CODE, "tasks/models", "tasks/corpus/schema.py", "tasks/store.py"),
     "report": ("tasks/report", "tasks/budgets.py", "tasks/protect/files.py", "tasks/metrics/suite.py", "tasks/metrics/catalogue.py", "tasks/metrics/metaeval.py",
                "tasks/training/utility.py", "tasks/corpus/schema.py", "tasks/scores.py", "tasks/store.py"),
 }

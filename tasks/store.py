@@ -8,6 +8,7 @@ the object appears whole once the copy completes).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import io
@@ -89,8 +90,10 @@ def code_version(*areas: str) -> str:
     return digest.hexdigest()
 
 
+@functools.cache
 def tool_version() -> str:
-    """``synthugc <version> (source <hash>)``: the installed package and the exact source it runs."""
+    """``synthugc <version> (source <hash>)``: the installed package and the exact source it runs (read once per
+    process: the source it imported)."""
     try:
         version = importlib.metadata.version("synthugc")
     except importlib.metadata.PackageNotFoundError:  # pragma: no cover - run from a checkout without install

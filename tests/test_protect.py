@@ -23,6 +23,7 @@ import pytest
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
 from tasks.models.embeddings import EmbeddingCache, text_sha
 from tasks.models.pii import PiiDetector
+from tasks.protect.attackers import summaries
 from tasks.protect.files import protect_paths
 
 pytestmark = pytest.mark.slow
@@ -102,6 +103,9 @@ def test_killed_run_resumes_at_its_round_brings_the_feedback_down_and_leaves_saf
     # timelines the feedback attack missed in round 0 were never rewritten again
     folder = next(p for p in _rounds_done(world) if p.name == "round-000.json").parent
     first_attacks = pd.read_parquet(folder / "round-000.attacks.parquet")
+    # the round keeps its attacks' summaries, which the rerun read instead of summarising the attacks again
+    kept = pd.DataFrame(json.loads((folder / "round-000.json").read_text())["summaries"])
+    assert len(kept) and kept.equals(pd.DataFrame(summaries(first_attacks)))
     caught = set(first_attacks[(first_attacks["role"] == "feedback") & first_attacks["correct"]]["group_id"])
     timeline = table["author_id"] + "/" + table["group_id"]  # tasks.privacy.audit.attack_timelines' ids
     safe = table[~timeline.isin(caught)]

@@ -47,7 +47,6 @@ import numba as nb
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from scipy.spatial.distance import cdist
 
 from tasks.limits import MAX_MFW, check_range
 from tasks.parallel import kernel_threads
@@ -404,6 +403,8 @@ def delta_scores(timelines: np.ndarray, profiles: DeltaProfiles) -> np.ndarray:
         return np.zeros((timelines.shape[0], profiles.z.shape[0]))
     if profiles.params.variant == "cosine":
         return _unit_rows(timelines) @ _unit_rows(profiles.z).T
+    from scipy.spatial.distance import cdist  # deferred: every CLI command imports the attack registry
+
     return -cdist(timelines, profiles.z, metric="cityblock") / profiles.z.shape[1]
 
 

@@ -31,16 +31,18 @@ def load_round(folder: Path, zero_folder: Path, k: int) -> RoundState | None:
     if not meta.exists():  # written last: a round without it is not complete
         return None
     info = json.loads(meta.read_text())
-    return RoundState(k, pd.read_parquet(docs), pd.read_parquet(attacks), info["rewritten"], info["seconds"])
+    return RoundState(k, pd.read_parquet(docs), pd.read_parquet(attacks), info["rewritten"], info["seconds"],
+                      info.get("summaries"))
 
 
 def save_round(folder: Path, zero_folder: Path, state: RoundState) -> None:
-    """Round ``state`` written, its meta file last."""
+    """Round ``state`` written with its attacks' summaries, its meta file last."""
     docs, attacks, meta = round_paths(folder, zero_folder, state.round)
     meta.parent.mkdir(parents=True, exist_ok=True)
     write_parquet_atomic(state.docs, docs)
     write_parquet_atomic(state.attacks, attacks)
-    _write_json_atomic(meta, {"rewritten": state.rewritten, "seconds": state.seconds})
+    _write_json_atomic(meta, {"rewritten": state.rewritten, "seconds": state.seconds,
+                              "summaries": state.attack_summaries()})
 
 
 def _write_json_atomic(path: Path, value: Any) -> None:

@@ -13,9 +13,11 @@ import pandas as pd
 #: source's characters, :mod:`tasks.metrics.verbatim`; ``release`` leaves such documents out).
 ROUND_COLUMN, MOVE_COLUMN, VERBATIM_COLUMN = "round", "move", "verbatim"
 #: The source a protect round's output depends on (a change recomputes the rounds; the flow's cache key of the
-#: protect stage reads it too).
+#: protect stage reads it too): the intervals and the budget decide which documents a round moves, and a round keeps
+#: its attacks' summaries.
 ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/signatures.py",
-                               "tasks/models/pii.py", "tasks/metrics/meaning.py", "tasks/metrics/verbatim.py")
+                               "tasks/models/pii.py", "tasks/metrics/meaning.py", "tasks/metrics/verbatim.py",
+                               "tasks/intervals.py", "tasks/budgets.py")
 ROUNDS_COLUMNS = ["round", "attack", "adversary", "role", "accuracy_at_1", "accuracy_at_1_ci_low",
                   "accuracy_at_1_ci_high", "accuracy_at_10", "n_timelines", "chance", "residual_risk",
                   "residual_risk_ci_low", "residual_risk_ci_high", "meaning", "documents_rewritten", "seconds"]

@@ -301,7 +301,7 @@ def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettin
         else:
             state = protector.round_zero() if state is None else protector.next_round(state, k)
             protector.save(state)
-        round_summaries = summaries(state.attacks)
+        round_summaries = state.attack_summaries()
         ok = state.docs["meaning"].to_numpy(float)
         rounds += _round_rows(state.round, round_summaries, float(np.mean(ok)) if len(ok) else math.nan,
                               state.rewritten, state.seconds)
@@ -395,7 +395,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                       f"{_shown(linkability)} ({linkability.get('model')})")
 
     low, high = bootstrap(meaning, seed=settings.seed) if len(meaning) else (math.nan, math.nan)
-    last = summaries(state.attacks)  # before any document is left out: where the loop itself stopped
+    last = state.attack_summaries()  # before any document is left out: where the loop itself stopped
     feedback, judge = worst(last, "feedback", "point"), worst(last, "judge", "point")
     rewritten = int((table[ROUND_COLUMN] > 0).sum()) if len(table) else 0
     verdict = (f"protect: certificate {', '.join(words)} after {state.round} round(s), BERTScore "

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from tasks.privacy.evidence import carried_by
 from tasks.protect.apply import apply_move
-from tasks.protect.attackers import Attackers, attack_rows
+from tasks.protect.attackers import Attackers, attack_rows, summaries
 from tasks.protect.components import Components, _timelines
 from tasks.protect.files import VERBATIM_COLUMN
 from tasks.protect.moves import GENERALIZE, LLM_ANONYMIZE, MASK_EVIDENCE, Move
@@ -28,6 +29,14 @@ class RoundState:
     attacks: pd.DataFrame    # role, attack, adversary, n_authors, group_id, author_id, correct, in_top10, ...
     rewritten: int
     seconds: float
+    summaries: list[dict[str, Any]] | None = None  # :meth:`attack_summaries`, once computed (kept with the round)
+
+    def attack_summaries(self) -> list[dict[str, Any]]:
+        """Every attack's summary over all the round's timelines (:func:`summaries`), computed once: a rerun reads
+        them from the round's cache instead of summarising each attack again."""
+        if self.summaries is None:
+            self.summaries = summaries(self.attacks)
+        return self.summaries
 
 
 def round_zero(p: Components) -> RoundState:
