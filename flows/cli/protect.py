@@ -22,6 +22,8 @@ from tasks.protect.moves import LLM_RUNGS
 from tasks.protect.settings import ON_FAIL, UNITS, ProtectSettings
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from tasks.protect.loop import ProtectResult
 
 
@@ -35,22 +37,40 @@ def write_protect_output(result: ProtectResult, out: Path) -> None:
     write_parquet_atomic(result.failures, paths.failures)
     write_parquet_atomic(result.frontier, paths.frontier)
     if len(result.frontier) and result.frontier["floor"].nunique() > 1:
-        from tasks.budgets import parse_budget
-        from tasks.report.build import curve_budget
-        from tasks.report.plots_protect import protect_frontier_chart
-
-        _, limit = curve_budget(parse_budget(result.summary["budget"], "budget", protect=True))
-        plot = protect_frontier_chart(result.frontier, limit)
-        if plot.png is not None:
-            tmp = paths.frontier_plot.with_name(paths.frontier_plot.name + ".tmp")
-            tmp.write_bytes(plot.png)
-            os.replace(tmp, paths.frontier_plot)
+        _write_frontier_plot(result.frontier, result.summary["budget"], paths.frontier_plot)
     if len(result.mapping):
         write_parquet_atomic(result.mapping, paths.mapping)
     tmp = paths.summary.with_name(paths.summary.name + ".tmp")
     tmp.write_text(json.dumps(result.summary, indent=2, sort_keys=True))
     os.replace(tmp, paths.summary)
     write_parquet_atomic(result.table, paths.table)
+
+
+#: The PNG text key under which the frontier chart keeps what it was drawn from.
+DRAWN_FROM = "synthugc-drawn-from"
+
+
+def _write_frontier_plot(frontier: pd.DataFrame, budget: str, path: Path) -> None:
+    """The frontier chart at ``path``, drawn only where the chart there was not drawn from the same points, budget
+    line and plotting code (a rerun of a cached protect keeps it: drawing starts matplotlib, about a second)."""
+    from tasks.budgets import parse_budget
+    from tasks.report.build import curve_budget
+    from tasks.report.png_text import png_text, png_with_text
+    from tasks.store import code_version, fingerprint_config
+
+    _, limit = curve_budget(parse_budget(budget, "budget", protect=True))
+    key = fingerprint_config({"frontier": frontier.to_json(orient="split", double_precision=15, default_handler=str),
+                              "limit": limit,
+                              "code": code_version("tasks/report/plots.py", "tasks/report/plots_protect.py")})
+    if png_text(path).get(DRAWN_FROM) == key:
+        return
+    from tasks.report.plots_protect import protect_frontier_chart
+
+    plot = protect_frontier_chart(frontier, limit)
+    if plot.png is not None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_bytes(png_with_text(plot.png, DRAWN_FROM, key))
+        os.replace(tmp, path)
 
 
 _PROTECT = ProtectSettings()  # the defaults the help states (the loop and the config read the same)
