@@ -16,19 +16,23 @@ limit per resource class, on the flow's Prefect task runner (threads on one mach
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
+import pickle
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-from prefect.futures import as_completed
-from prefect.states import State
+from typing import TYPE_CHECKING, Any
 
 from flows.plan import Plan, StageCall, resolve
 from tasks.layout import StageResult
 from tasks.settings import get_settings
 from tasks.store import ArtifactStore
+
+if TYPE_CHECKING:
+    from prefect.states import State
 
 NOT_RUN = "NotRun"
 
@@ -101,28 +105,33 @@ def _intact(store: ArtifactStore, result: StageResult) -> bool:
     return all(store.is_intact(ref) for ref in result.refs())
 
 
-def result_store(result_dir: Path) -> Any:
-    """Prefect's result store over ``result_dir``, as a task with ``result_storage=result_dir`` writes it (built here
-    without a client: Prefect's own resolution asks the API, starting a server where none is set)."""
-    from prefect.filesystems import LocalFileSystem
-    from prefect.results import ResultStore
+def read_record(result_dir: Path, key: str) -> Any:
+    """The value of the result record ``key`` under ``result_dir`` as a task with ``result_storage=result_dir`` wrote
+    it (Prefect 3's record: JSON of its ``metadata``, the serializer named there, and ``result``, the base64 of the
+    pickled value), read without importing Prefect; None where there is no record, it expires, or it was written
+    another way (the task then decides, reading it as Prefect does)."""
+    try:
+        record = json.loads((result_dir / key).read_bytes())
+        metadata = record["metadata"]
+        if metadata.get("expiration") is not None or metadata["serializer"].get("type") != "pickle":
+            return None
+        return pickle.loads(base64.b64decode(record["result"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ImportError, EOFError, binascii.Error,
+            pickle.UnpicklingError):
+        return None
 
-    return ResultStore(result_storage=LocalFileSystem(basepath=str(result_dir)))
 
-
-def cached_result(call: StageCall, params: Mapping[str, Any], store: Any) -> StageResult | None:
-    """The result a completed earlier call with the same cache key left in ``store`` (:func:`result_store`; read
-    as Prefect reads it), or None: no key function, no record, an expired or unreadable one."""
+def cached_result(call: StageCall, params: Mapping[str, Any], result_dir: Path) -> StageResult | None:
+    """The result a completed earlier call with the same cache key left under ``result_dir`` (:func:`read_record`),
+    or None: no key function, no record, an expired or unreadable one."""
     key_fn = getattr(call.task, "cache_key_fn", None)
     if key_fn is None:
         return None
     try:
         key = key_fn(None, dict(params))
-        if not store.exists(key):
-            return None
-        result = store.read(key).result
-    except Exception:  # an input that cannot be fingerprinted, a record Prefect cannot read: the task decides
+    except Exception:  # an input that cannot be fingerprinted: the task decides
         return None
+    result = read_record(result_dir, key)
     return result if isinstance(result, StageResult) else None
 
 
@@ -130,8 +139,9 @@ def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[
             done: Mapping[str, StageResult] | None = None, listener: Listener | None = None) -> Execution:
     """Run every call of ``plan`` (``done`` holds results of earlier calls it may read) and return how each
     ended. Never raises for a failed stage: the caller decides what a failed run means."""
+    from prefect.futures import as_completed
+
     store = plan.place.store()
-    cache = result_store(result_dir)
     execution = Execution()
     results: dict[str, StageResult] = dict(done or {})
     pending: list[StageCall] = list(plan.calls)
@@ -156,7 +166,7 @@ def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[
     def start(call: StageCall, params: dict[str, Any]) -> None:
         """A cache hit ends here; anything else runs as a task (refreshed when the hit's artifacts changed)."""
         started = time.perf_counter()
-        hit = cached_result(call, params, cache)
+        hit = cached_result(call, params, result_dir)
         if hit is None:
             submit(call, params)
             return
@@ -221,14 +231,14 @@ def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[
 def lookup(plan: Plan, *, result_dir: Path, done: Mapping[str, StageResult] | None = None) -> Execution | None:
     """Every call of ``plan`` ended ``Cached`` from its cache alone (:func:`cached_result`, artifacts intact), in plan
     order, without Prefect; None at the first call that would run."""
-    store, cache = plan.place.store(), result_store(result_dir)
+    store = plan.place.store()
     execution = Execution()
     results: dict[str, StageResult] = dict(done or {})
     for call in plan.calls:
         started = time.perf_counter()
         params = ({"place": plan.place, **call.finally_(results, {})} if call.finally_ is not None else
                   {k: resolve(v, results) for k, v in call.params.items()})
-        hit = cached_result(call, params, cache)
+        hit = cached_result(call, params, result_dir)
         if hit is None or not _intact(store, hit):
             return None
         execution.outcomes[call.name] = Outcome("Cached", time.perf_counter() - started, hit)

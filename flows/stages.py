@@ -11,13 +11,13 @@ returns ``Cached`` for every stage whose inputs, settings and code are unchanged
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from prefect import task
-from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
 
 from flows.caching import key_fn_for
 from tasks.corpus.importers import read_corpus, write_parquet_atomic
@@ -177,8 +177,33 @@ class ReportOptions:
     budget_adversaries: tuple[str, ...] | None = None  # report.adversaries: the budget's threat model
 
 
-def _stage(name: str, **options: Any):
-    return task(name=name, cache_key_fn=key_fn_for(name), persist_result=True, **options)
+class StageTask:
+    """A stage as the plan and the executor use it: its function, its cache key function (``cache_key_fn``, as
+    Prefect calls it) and its Prefect task, built on first use. A run whose every stage is cached is looked up with
+    the keys alone and never imports Prefect (about 2 s of a command's start)."""
+
+    def __init__(self, name: str, fn: Callable[..., StageResult]) -> None:
+        self.name, self.fn = name, fn
+        self.cache_key_fn = key_fn_for(name)
+        self._task: Any = None
+        functools.update_wrapper(self, fn)
+
+    @property
+    def task(self) -> Any:
+        """The Prefect task: its result persisted under this stage's cache key."""
+        if self._task is None:
+            from prefect import task
+
+            self._task = task(name=self.name, cache_key_fn=self.cache_key_fn, persist_result=True)(self.fn)
+        return self._task
+
+    def with_options(self, **options: Any) -> Any:
+        """The Prefect task with ``options`` (``Task.with_options``)."""
+        return self.task.with_options(**options)
+
+
+def _stage(name: str) -> Callable[[Callable[..., StageResult]], StageTask]:
+    return lambda fn: StageTask(name, fn)
 
 
 def _synthetic(store: ArtifactStore, shards: list[ArtifactRef]) -> pd.DataFrame:
@@ -446,6 +471,8 @@ def report(results: list[StageResult], human_eval: list[ArtifactRef], failed_sta
     key = experiment.lower().replace("_", "-").replace(".", "-")
     # the example outputs are real text: they stay in the run's files, not on a (possibly remote) Prefect API
     published = markdown if data.examples is None else render_markdown(replace(data, examples=None))
+    from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+
     create_markdown_artifact(markdown=published + f"\n\nHTML report: `{html.path}`\n",
                              key=f"{key}-report", description=f"synthugc report for {experiment}")
     html_link = Path(html.path).as_uri() if "://" not in html.path else html.path

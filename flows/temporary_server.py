@@ -13,8 +13,9 @@ run starts that server itself, in the main thread, before the flow:
 
 The run then points Prefect at it (``PREFECT_API_URL`` for this process), so Prefect's clients use it without
 importing Prefect's server package (2.5 s). The server takes about 3.5 s to answer (its imports, the database
-check): a run launches it as soon as it holds its lock (:func:`launch_temporary_server`) and waits for it only
-when its flow starts (:meth:`LaunchedServer.wait_ready`), so it starts while the run imports its own code.
+check): a run launches it as soon as it holds its lock and its stages' cache look-ups miss
+(:func:`launch_temporary_server`; a run whose every stage is cached starts none) and waits for it only when its
+flow starts (:meth:`LaunchedServer.wait_ready`), so it starts while the run imports the flow's code.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from flows.config import parse_config
-from flows.executor import NOT_RUN, execute
+from flows.executor import NOT_RUN, execute, read_record
 from flows.experiment import run_experiment
 from flows.plan import Plan, Use, check_model_roles
 from flows.stages import RunPlace
@@ -234,12 +234,27 @@ def test_cli_prints_one_line_per_stage_and_a_summary(isolated):
     assert any(line.startswith("all ") and "wall" in line for line in err)  # the summary table
     assert "Traceback" not in proc.stderr and "distributed." not in proc.stderr and "INFO" not in proc.stderr
     assert max(len(line) for line in err) < 200
-    # a rerun with every stage cached reads them without Prefect, and says so
-    cached = subprocess.run([str(CLI), "run", str(config)], capture_output=True, text=True, env=env, timeout=600)
+    # a rerun with every stage cached reads them without Prefect (not even imported), and says so
+    cached = subprocess.run([sys.executable, "-X", "importtime", str(CLI), "run", str(config)], capture_output=True,
+                            text=True, env=env, timeout=600)
     assert cached.returncode == 0, cached.stderr
     assert {line.split()[0]: line.split()[1] for line in cached.stderr.splitlines()
             if line.rstrip().endswith(" s")} == dict.fromkeys(stage_lines, "Cached")
     assert "every stage is cached with its artifacts intact: nothing to run, no Prefect flow run started" in cached.stderr
+    imported = {line.rsplit("|", 1)[1].strip() for line in cached.stderr.splitlines() if line.startswith("import time:")}
+    assert "pandas" in imported and not {m for m in imported if m.split(".")[0] == "prefect"}
+    # the records it read are Prefect's, read as Prefect reads them
+    from prefect.filesystems import LocalFileSystem
+    from prefect.results import ResultStore
+
+    records = isolated / "cache" / "prefect-results"
+    prefects = ResultStore(result_storage=LocalFileSystem(basepath=str(records)))
+    keys = [p.name for p in records.iterdir()]
+    assert len(keys) == len(stage_lines)
+    for key in keys:
+        ours = read_record(records, key)
+        assert isinstance(ours, StageResult) and ours.to_json() == prefects.read(key).result.to_json()
+    assert read_record(records, "no-such-key") is None
     # --verbose adds Prefect's own log lines to a run that computes something (its report, deleted, is recomputed)
     shutil.rmtree(isolated / "runs" / "cli" / "report")
     verbose = subprocess.run([str(CLI), "run", str(config), "--verbose"], capture_output=True, text=True, env=env,

@@ -25,7 +25,7 @@ from tasks.errors import SynthUGCError
 from tasks.protect.files import protect_paths
 
 if TYPE_CHECKING:
-    from flows.config_sections import ExperimentConfig
+    from flows.run_summary import RunSummary
     from flows.temporary_server import LaunchedServer
 
 DEMO_CONFIG = Path(__file__).resolve().parent.parent.parent / "deployments" / "configs" / "demo.yaml"
@@ -69,8 +69,8 @@ def _silence_exit_noise() -> None:
 def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait: bool = False,
                 then: Callable[[], None] | None = None) -> None:
     """Validate, take the experiment's lock (refusing links out of the storage root and removing an interrupted
-    run's partial files while holding it), then run with a temporary Prefect server bound to this process (launched
-    once the lock is held, so that it starts beside the imports and the cache look-ups)."""
+    run's partial files while holding it), then read a run whose every stage is cached without Prefect, or run with a
+    temporary Prefect server bound to this process."""
     from flows.config import load_config
     from tasks.paths import check_storage_root
     from tasks.runlock import open_run
@@ -89,50 +89,56 @@ def _run_config(config: Path, overrides: list[str], verbose: bool = False, wait:
                                         say=_say, wait=wait))
         except SynthUGCError as exc:
             _fail(str(exc))
-        from flows.temporary_server import end_orphaned_servers, launch_temporary_server
+        import time
 
-        for server, run in end_orphaned_servers():
-            _say(f"ended the temporary Prefect server (pid {server}) left running by an interrupted run (pid {run})")
-        # the server starts (3.5 s) while this process imports the flow's code and looks its stages up; a run
-        # whose every stage is cached ends it at once
-        launched = launch_temporary_server()
-        if launched is not None:
-            held.callback(launched.stop_unless_used)
-        _run_locked(config, overrides, cfg, verbose, then, launched)
+        from flows.run_summary import cached_run
+
+        started = time.perf_counter()
+        summary: RunSummary | None = None
+        try:
+            summary = cached_run(cfg)
+        except SynthUGCError:
+            summary = None  # the flow says what is wrong, in its own words
+        launched = None
+        if summary is None:  # the server starts (3.5 s) while the flow's code, logging and task runner load
+            from flows.temporary_server import end_orphaned_servers, launch_temporary_server
+
+            for server, run in end_orphaned_servers():
+                _say(f"ended the temporary Prefect server (pid {server}) left running by an interrupted run "
+                     f"(pid {run})")
+            launched = launch_temporary_server()
+            if launched is not None:
+                held.callback(launched.stop_unless_used)
+        _run_locked(config, overrides, verbose, then, launched, summary, started)
 
 
-def _run_locked(config: Path, overrides: list[str], cfg: ExperimentConfig, verbose: bool,
-                then: Callable[[], None] | None, launched: LaunchedServer | None) -> None:
+def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callable[[], None] | None,
+                launched: LaunchedServer | None, summary: RunSummary | None, started: float) -> None:
     """The run itself (``then``: what runs after it succeeds, before the exit noise is silenced), on the temporary
-    server ``launched`` ahead of it, if any. A run whose every stage is cached is read without Prefect (``cfg``: its
-    validated config)."""
+    server ``launched`` ahead of it, if any. A run whose every stage is cached (``summary``, read from the stages'
+    caches) is listed without Prefect: no server, no logging set-up, no flow run."""
     import time
 
-    from prefect.logging.configuration import setup_logging
+    from flows.run_summary import StageFailed
 
-    from flows.experiment import RunSummary, StageFailed, cached_run, experiment
-
-    setup_logging()
-    _quiet_user_error_tracebacks()
-    if not verbose:  # one line per stage from the reporter; Prefect's own INFO lines still reach the API/UI
-        _console_log_level(logging.ERROR)
-        _quiet_libraries()
-    bar = progress.RichStageBar() if sys.stderr.isatty() else progress.StageLines()
-    started = time.perf_counter()
-    summary: RunSummary | None = None
     error: str | None = None
-    try:
-        summary = cached_run(cfg)
-    except SynthUGCError:
-        summary = None  # the flow says what is wrong, in its own words
-    if summary is not None:  # nothing to compute: no server, no flow run (its stages are listed as a run lists them)
-        if launched is not None:
-            launched.stop()
+    if summary is not None:  # nothing to compute (its stages are listed as a run lists them)
         for name, state in summary.stages.items():
             typer.echo(progress.stage_line(name, state, summary.seconds[name]), err=True)
         _say("every stage is cached with its artifacts intact: nothing to run, no Prefect flow run started")
-    elif launched is not None:
-        launched.wait_ready()
+    else:  # the flow's code loads while the server starts
+        from prefect.logging.configuration import setup_logging
+
+        from flows.experiment import experiment
+
+        setup_logging()
+        _quiet_user_error_tracebacks()
+        if not verbose:  # one line per stage from the reporter; Prefect's own INFO lines still reach the API/UI
+            _console_log_level(logging.ERROR)
+            _quiet_libraries()
+        if launched is not None:
+            launched.wait_ready()
+    bar = progress.RichStageBar() if sys.stderr.isatty() else progress.StageLines()
     try:
         if summary is None:
             with bar if isinstance(bar, progress.RichStageBar) else nullcontext(), progress.installed(bar):
