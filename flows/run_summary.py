@@ -82,8 +82,8 @@ def summarized(cfg: ExperimentConfig, store: ArtifactStore, execution: Execution
 
 def cached_run(cfg: ExperimentConfig) -> RunSummary | None:
     """The summary of a run of every stage family whose every stage is cached with its artifacts intact, found
-    without Prefect (no server, no flow run) and its manifest rewritten; None when any stage would run. The caller
-    holds the experiment's lock."""
+    without Prefect (no server, no flow run, no import) and its manifest rewritten; None when any stage would run.
+    The caller holds the experiment's lock."""
     prepare = plan_prepare(cfg)
     first = lookup(prepare, result_dir=result_dir())
     if first is None:
