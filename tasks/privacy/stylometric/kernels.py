@@ -246,16 +246,23 @@ def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes
                    sketch):
     """Add each valid doc's L2-normalised sublinear TF-IDF vector (over hash buckets) to its owner's count
     sketch row (sketch pass 2), for the owners with owner % n_threads == t: no two stripes write one row.
-    Docs go in ``order`` (by owner), so an owner's row stays in cache while its docs are added. ``table``
-    is :func:`_bucket_table`."""
+    Docs go in ``order`` (by owner); an owner's docs are summed in a row of the stripe's own and added to
+    its sketch row once: scattered adds into a small row of the stripe's own cost less than into the large
+    sketch (benchmarks/README.md). ``table`` is :func:`_bucket_table`."""
     n = offsets.shape[0] - 1
     flat = table.reshape(-1)
     cps, tok, buf, scratch, slots, buckets, counts, weight = _scratch(offsets, lo, hi, wlo, whi)
+    row = np.zeros(sketch.shape[1], np.float32)
+    current = -1
     for i in range(n):
         d = order[i]
         a = owner[d]
         if a < 0 or a % n_threads != t or not valid[d]:
             continue
+        if a != current:
+            if current >= 0:
+                _flush_row(row, sketch, current)
+            current = a
         g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
         for j in range(g):
             _prefetch(flat, np.int64(buf[j] >> shift) * 2)
@@ -269,7 +276,17 @@ def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes
         if norm2 > 0.0:
             inv = 1.0 / math.sqrt(norm2)
             for j in range(k):
-                sketch[a, np.int64(table[buckets[j], 1])] += np.float32(weight[j] * inv)
+                row[np.int64(table[buckets[j], 1])] += np.float32(weight[j] * inv)
+    if current >= 0:
+        _flush_row(row, sketch, current)
+
+
+@nb.njit
+def _flush_row(row, sketch, a):
+    """Add ``row`` to sketch row ``a`` and clear it."""
+    for c in range(row.shape[0]):
+        sketch[a, c] += row[c]
+        row[c] = 0
 
 
 def _bucket_df(offsets, data, valid, params: StyloParams, parallel: bool) -> tuple[np.ndarray, int]:
