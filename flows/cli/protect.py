@@ -8,7 +8,6 @@ flows/cli/__init__.py).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -30,7 +29,7 @@ if TYPE_CHECKING:
 def write_protect_output(result: ProtectResult, out: Path) -> None:
     """The protected table, its rounds, failures and summary beside it, the pseudonym mapping under private/:
     each written atomically, the table last (its presence says the others are complete)."""
-    from tasks.corpus.importers import write_parquet_atomic
+    from tasks.corpus.importers import write_bytes_atomic, write_parquet_atomic
 
     paths = protect_paths(out)
     write_parquet_atomic(result.rounds, paths.rounds)
@@ -40,9 +39,7 @@ def write_protect_output(result: ProtectResult, out: Path) -> None:
         _write_frontier_plot(result.frontier, result.summary["budget"], paths.frontier_plot)
     if len(result.mapping):
         write_parquet_atomic(result.mapping, paths.mapping)
-    tmp = paths.summary.with_name(paths.summary.name + ".tmp")
-    tmp.write_text(json.dumps(result.summary, indent=2, sort_keys=True))
-    os.replace(tmp, paths.summary)
+    write_bytes_atomic(json.dumps(result.summary, indent=2, sort_keys=True).encode(), paths.summary)
     write_parquet_atomic(result.table, paths.table)
 
 
@@ -54,6 +51,7 @@ def _write_frontier_plot(frontier: pd.DataFrame, budget: str, path: Path) -> Non
     """The frontier chart at ``path``, drawn only where the chart there was not drawn from the same points, budget
     line and plotting code (a rerun of a cached protect keeps it: drawing starts matplotlib, about a second)."""
     from tasks.budgets import parse_budget
+    from tasks.corpus.importers import write_bytes_atomic
     from tasks.report.build import curve_budget
     from tasks.report.png_text import png_text, png_with_text
     from tasks.store import code_version, fingerprint_config
@@ -68,9 +66,7 @@ def _write_frontier_plot(frontier: pd.DataFrame, budget: str, path: Path) -> Non
 
     plot = protect_frontier_chart(frontier, limit)
     if plot.png is not None:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_bytes(png_with_text(plot.png, DRAWN_FROM, key))
-        os.replace(tmp, path)
+        write_bytes_atomic(png_with_text(plot.png, DRAWN_FROM, key), path)
 
 
 _PROTECT = ProtectSettings()  # the defaults the help states (the loop and the config read the same)

@@ -6,14 +6,13 @@ frontier share."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from tasks.corpus.importers import write_parquet_atomic
+from tasks.corpus.importers import write_bytes_atomic, write_parquet_atomic
 from tasks.protect.rounds import RoundState
 from tasks.store import fingerprint_config
 
@@ -46,9 +45,7 @@ def save_round(folder: Path, zero_folder: Path, state: RoundState) -> None:
 
 
 def _write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(value))
-    os.replace(tmp, path)
+    write_bytes_atomic(json.dumps(value).encode(), path)
 
 
 def _kept_in(folder: Path, name: str, key: Mapping[str, Any], compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
