@@ -60,7 +60,8 @@ def wilson(k: float, n: float, confidence: float = CONFIDENCE) -> tuple[float, f
     if k < 0 or k > n:
         raise ValueError(f"successes must lie in [0, n]; got {k} of {n}")
     centre, half = wilson_centre(k, n, confidence)
-    return max(0.0, centre - half), min(1.0, centre + half)
+    # at k = 0 (k = n) the bound is 0 (1) exactly; the subtraction leaves a rounding residue such as 1.7e-18
+    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
 
 
 def bootstrap(values: np.ndarray, statistic: Callable[[np.ndarray], float] | None = None, *,

@@ -24,6 +24,13 @@ def test_wilson_equals_scipy_binomtest(n: int) -> None:
         assert low == pytest.approx(ref.low, abs=1e-9) and high == pytest.approx(ref.high, abs=1e-9), (k, n)
 
 
+def test_wilson_bounds_are_exact_at_zero_and_all_successes() -> None:
+    """No success gives a lower bound of exactly 0 and all successes an upper bound of exactly 1 (a card prints them;
+    the subtraction alone leaves residues such as 1.7e-18)."""
+    for n in range(1, 400):
+        assert wilson(0, n)[0] == 0.0 and wilson(n, n)[1] == 1.0, n
+
+
 def test_wilson_other_level_and_no_trials() -> None:
     ref = stats.binomtest(3, 20).proportion_ci(0.9, method="wilson")
     assert wilson(3, 20, 0.9) == pytest.approx((ref.low, ref.high), abs=1e-9)
