@@ -105,6 +105,27 @@ def test_empty_strings_equal_bert_score(spec, monkeypatch: pytest.MonkeyPatch) -
     assert (got[:3] == 0).all()
 
 
+def test_batched_token_ids_equal_bert_score_sent_encode(spec, monkeypatch: pytest.MonkeyPatch) -> None:
+    # One batched tokenizer call must give each text the ids bert_score's per-text sent_encode gives: empty and
+    # blank texts between full ones (they switch the tokenizer's truncation off), and a text longer than
+    # model_max_length (truncated).
+    from bert_score.utils import sent_encode
+    from transformers import BertTokenizer
+
+    from tasks.models.embeddings import bert_score_encode
+    from tasks.models.loaders import load_tokenizer
+
+    monkeypatch.setattr(BertTokenizer, "build_inputs_with_special_tokens",
+                        lambda self, ids: [self.cls_token_id, *ids, self.sep_token_id], raising=False)
+    tokenizer = load_tokenizer(spec)
+    long_text = " ".join(["word"] * (tokenizer.model_max_length + 50))
+    texts = ["", *CANDS[:3], "   ", long_text, *REFS[:3], ""]
+    got = bert_score_encode(tokenizer, texts)
+    assert got == [list(sent_encode(tokenizer, t)) for t in texts]
+    assert len(got[texts.index(long_text)]) == tokenizer.model_max_length
+    assert got[0] == got[-1] == [tokenizer.cls_token_id, tokenizer.sep_token_id]
+
+
 def test_hand_checkable_properties(spec, tmp_path) -> None:
     cache = EmbeddingCache(tmp_path / "emb.sqlite")
     result = bertscore(["the same words", "rain"], ["the same words", "The stock market fell."], spec=spec,

@@ -154,8 +154,7 @@ def pooled_token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, *
 
     tokenizer = load_tokenizer(spec)
     out = np.empty((len(texts), mats[0].shape[1] if mats else 0), dtype=np.float64)
-    for i, (text, mat) in enumerate(zip(texts, mats, strict=True)):
-        ids = bert_score_encode(tokenizer, text)
+    for i, (ids, mat) in enumerate(zip(bert_score_encode(tokenizer, texts), mats, strict=True)):
         special = np.asarray(tokenizer.get_special_tokens_mask(ids, already_has_special_tokens=True), dtype=bool)
         keep = ~special[:len(mat)]
         out[i] = mat[keep].mean(axis=0) if keep.any() else mat.mean(axis=0)

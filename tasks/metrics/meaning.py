@@ -33,7 +33,7 @@ import pandas as pd
 
 from tasks.metrics.base import MetricResult
 from tasks.models.embeddings import EmbeddingCache, bert_score_encode, token_embeddings
-from tasks.models.loaders import load_model_config, load_tokenizer
+from tasks.models.loaders import device, load_model_config, load_tokenizer
 from tasks.models.registry import ModelSpec, model_id, resolve_model
 from tasks.signatures import make_signature
 from tasks.store import sha256_bytes
@@ -45,8 +45,8 @@ def idf_weights(sentences: Sequence[str], tokenizer: object) -> tuple[dict[int, 
     """bert_score's idf: ``log((N+1)/(df+1))`` per token id over ``sentences`` (df counts sentences), and
     ``log(N+1)`` for ids never seen (returned as the default)."""
     counts: Counter[int] = Counter()
-    for sentence in sentences:
-        counts.update(set(bert_score_encode(tokenizer, sentence)))
+    for ids in bert_score_encode(tokenizer, sentences):
+        counts.update(set(ids))
     n = len(sentences)
     return {i: math.log((n + 1) / (c + 1)) for i, c in counts.items()}, math.log(n + 1)
 
@@ -82,7 +82,8 @@ def _greedy(cand: list[np.ndarray], ref: list[np.ndarray], wc: list[np.ndarray],
         r_mask[i, :len(ref[i])] = True
         wc_pad[i, :len(cand[i])] = wc[i]
         wr_pad[i, :len(ref[i])] = wr[i]
-    sim = torch.bmm(torch.from_numpy(c_pad), torch.from_numpy(r_pad).transpose(1, 2)).numpy()
+    dev = device()  # on a GPU the batch's similarities are one kernel there, as bert_score's
+    sim = torch.bmm(torch.from_numpy(c_pad).to(dev), torch.from_numpy(r_pad).to(dev).transpose(1, 2)).cpu().numpy()
     valid = c_mask[:, :, None] & r_mask[:, None, :]
     sim = np.where(valid, sim, -np.inf)
     word_p = np.where(c_mask, sim.max(axis=2), 0.0)
@@ -131,9 +132,9 @@ def bertscore(candidates: Sequence[str], references: Sequence[str], *, spec: Mod
     else:
         idf_dict, idf_default = dict.fromkeys(special, 0.0), 1.0
 
-    def weights(text: str) -> tuple[np.ndarray, int]:
-        ids = bert_score_encode(tokenizer, text)
-        return np.array([idf_dict.get(i, idf_default) for i in ids], dtype=np.float64), len(ids)
+    def weights(texts: Sequence[str]) -> list[tuple[np.ndarray, int]]:
+        return [(np.array([idf_dict.get(i, idf_default) for i in ids], dtype=np.float64), len(ids))
+                for ids in bert_score_encode(tokenizer, texts)]
 
     n = len(candidates)
     p_all, r_all = np.zeros(n), np.zeros(n)
@@ -147,8 +148,8 @@ def bertscore(candidates: Sequence[str], references: Sequence[str], *, spec: Mod
         else:  # candidates scored once (the protect loop's): only the references are worth keeping
             embs = list(token_embeddings(cands, spec, layer)) + list(token_embeddings(refs, spec, layer, cache=cache))
         c_emb, r_emb = embs[:len(cands)], embs[len(cands):]
-        c_w = [weights(t) for t in cands]
-        r_w = [weights(t) for t in refs]
+        c_w = weights(cands)
+        r_w = weights(refs)
         for b in range(0, len(cands), batch_size):
             sl = slice(b, b + batch_size)
             p, r = _greedy(c_emb[sl], r_emb[sl], [w for w, _ in c_w[sl]], [w for w, _ in r_w[sl]],
