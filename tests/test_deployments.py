@@ -235,12 +235,9 @@ def served(api, tmp_path_factory) -> Served:
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> Path:
     """12 real debate turns from two debates."""
-    from tasks.corpus.datasets import fetch_dataset
+    from debate_sample import debate_turns
 
-    debates = pd.read_parquet(fetch_dataset("debates", REPO / "data"))
-    groups = sorted(debates["group_id"].unique())[:2]
-    sample = (debates[debates["group_id"].isin(groups)].sort_values(["group_id", "position"])
-              .groupby("group_id").head(6).drop(columns=["split"]))
+    sample = debate_turns(2, 6)
     path = tmp_path_factory.mktemp("tiny") / "tiny.parquet"
     sample.to_parquet(path)
     return path

@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import sacrebleu
+from debate_sample import debate_turns
 
 from flows.experiment import StageFailed, experiment_from_mapping
-from tasks.corpus.datasets import fetch_dataset
 from tasks.layout import RunLayout, stage_kind
 from tasks.metrics.suite import ALL_METRICS
 from tasks.privacy.attacks import available_attacks
@@ -28,11 +28,8 @@ CLI = Path(sys.executable).parent / "synthugc"
 
 @pytest.fixture(scope="module")
 def sample_corpus(tmp_path_factory) -> Path:
-    """42 real debate turns from three debates, in the corpus schema, splits left to the flow."""
-    debates = pd.read_parquet(fetch_dataset("debates", REPO / "data"))
-    groups = sorted(debates["group_id"].unique())[:3]
-    sample = (debates[debates["group_id"].isin(groups)].sort_values(["group_id", "position"])
-              .groupby("group_id").head(14).drop(columns=["split"]))
+    """42 real debate turns from three debates, each cut to its first 40 words, splits left to the flow."""
+    sample = debate_turns(3, 14, words=40)
     path = tmp_path_factory.mktemp("corpus") / "sample.parquet"
     sample.to_parquet(path)
     return path

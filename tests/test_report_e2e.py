@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from debate_sample import debate_turns
 from report_page import parse_report
 
 from flows.experiment import experiment_from_mapping
-from tasks.corpus.datasets import fetch_dataset
 from tasks.report.goals import GOALS
 from tasks.report.recommend import LITTLE_PROTECTION, recommend, recommendation_notes
 from tasks.report.render import fmt
@@ -40,10 +40,7 @@ def finished_run(tmp_path_factory) -> Path:
     """A real run on 42 debate turns: three strategies, a few metrics, the privacy attacks, utility with two
     seeds, the metric meta-evaluation and two example outputs. Returns the run directory."""
     base = tmp_path_factory.mktemp("report-run")
-    debates = pd.read_parquet(fetch_dataset("debates", REPO / "data"))
-    groups = sorted(debates["group_id"].unique())[:3]
-    sample = (debates[debates["group_id"].isin(groups)].sort_values(["group_id", "position"])
-              .groupby("group_id").head(14).drop(columns=["split"]))
+    sample = debate_turns(3, 14)
     corpus = base / "sample.parquet"
     sample.to_parquet(corpus)
     old_cache = os.environ.get("SYNTHUGC_CACHE_DIR")
