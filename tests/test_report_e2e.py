@@ -40,7 +40,7 @@ def finished_run(tmp_path_factory) -> Path:
     """A real run on 42 debate turns: three strategies, a few metrics, the privacy attacks, utility with two
     seeds, the metric meta-evaluation and two example outputs. Returns the run directory."""
     base = tmp_path_factory.mktemp("report-run")
-    sample = debate_turns(3, 14)
+    sample = debate_turns(3, 14, words=40)
     corpus = base / "sample.parquet"
     sample.to_parquet(corpus)
     old_cache = os.environ.get("SYNTHUGC_CACHE_DIR")
@@ -73,7 +73,10 @@ def _artifact_scores(run: Path) -> pd.Series:
     frame = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
     frame["variant"] = frame["variant"].fillna("").astype(str)
     frame["key"] = column_keys(frame)
-    scores = frame.drop_duplicates(["strategy", "variant", "key"]).set_index(["strategy", "variant", "key"])["value"]
+    # a baseline row (original, chance) that every strategy repeats: its value where any strategy has one, none
+    # where two differ
+    scores = frame.groupby(["strategy", "variant", "key"])["value"].agg(
+        lambda v: v.dropna().iloc[0] if v.dropna().nunique() == 1 else math.nan)
     runs = pd.concat([pd.read_parquet(f) for f in run.glob("utility/*/*-seed*.parquet")], ignore_index=True)
     runs["variant"] = runs["variant"].fillna("").astype(str)  # one row per (strategy, variant); baseline ''
     means = runs[runs["status"] == "ok"].groupby(["strategy", "variant", "setting", "fraction"])["macro_f1"].mean()

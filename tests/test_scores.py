@@ -153,3 +153,28 @@ def test_report_summary_is_the_declared_table_and_every_row_knows_its_variants_b
     # the metric, and accuracy@1, @10, MRR, residual risk and candidate recall of the attack
     assert (mine["epsilon"] == 5.0).all() and len(mine) == 6
     assert math.isnan(summary.loc[summary["strategy"] == "chance", "epsilon"].iloc[0])
+
+
+def test_a_baseline_every_strategy_repeats_is_kept_once_with_a_value_and_left_empty_where_strategies_disagree():
+    # chance per (attack, adversary) and strategy: the same for both; missing for one (nothing it could attack);
+    # two different values (the strategies released different documents)
+    chances = {("minhash", "full"): (0.25, 0.25), ("minhash", "disjoint"): (math.nan, 0.5),
+               ("delta", "full"): (0.2, 0.5)}
+    tables, results = {}, []
+    for i, strategy in enumerate(("a", "b")):
+        frame = pd.concat([summary_frame(reidentification_rows({"accuracy_at_1": 0.5, "n_timelines": 4,
+                                                                 "chance": pair[i]}, strategy, "", "sig",
+                                                                attack=attack, adversary=adversary))
+                           for (attack, adversary), pair in chances.items()], ignore_index=True)
+        tables[f"privacy/{strategy}/reid_scores"] = frame
+        results.append(StageResult("reidentify", {"label": strategy},
+                                   {"scores": _ref(f"privacy/{strategy}/reid_scores", frame)}))
+    summary = score_summary(RunLayout(results), lambda ref: tables[ref.path])
+    validate_scores(summary)
+    chance = summary[summary["strategy"] == "chance"].set_index(["attack", "adversary"])
+    assert len(chance) == len(chances) and not chance.index.duplicated().any()
+    assert chance.loc[("minhash", "full"), "value"] == 0.25
+    assert chance.loc[("minhash", "disjoint"), "value"] == 0.5
+    assert math.isnan(chance.loc[("delta", "full"), "value"])
+    assert "differs between strategies (0.2, 0.5)" in chance.loc[("delta", "full"), "reason"]
+    assert len(summary[summary["strategy"] == "a"]) == len(summary[summary["strategy"] == "b"]) == 4 * len(chances)

@@ -119,8 +119,28 @@ def score_summary(layout: RunLayout, read: ReadTable, *, runs: pd.DataFrame | No
         return score_frame([], SCORES)
     summary = pd.concat(frames, ignore_index=True)
     summary["variant"] = summary["variant"].fillna("")
-    summary = summary.drop_duplicates(list(SCORE_KEY)).reset_index(drop=True)
-    return with_variant_epsilon(summary)
+    return with_variant_epsilon(baselines_once(summary))
+
+
+def baselines_once(summary: pd.DataFrame) -> pd.DataFrame:
+    """``summary`` with each score once. The ``original`` and ``chance`` rows that every strategy's table repeats
+    can differ between strategies whose released documents differ (a strategy that failed on some documents
+    leaves them in the disjoint adversary's histories). A baseline with a value is kept over one without (that
+    strategy's attack had nothing to attack), and two different values leave the baseline empty, with the values in
+    its reason: no one of them stands for every strategy, and each strategy's residual risk is over its own."""
+    key = list(SCORE_KEY)
+    summary = summary.reset_index(drop=True)
+    is_baseline = summary["strategy"].isin(BASELINE_ROWS)
+    kept = [summary[~is_baseline].drop_duplicates(key)]
+    for _, group in summary[is_baseline].groupby(key, dropna=False, sort=False):
+        valued = group[group["value"].notna()]
+        row = (valued if len(valued) else group).iloc[[0]].copy()
+        if valued["value"].nunique() > 1:
+            row[[c for c in ("value", "std", "median", "ci_low", "ci_high") if c in row]] = math.nan
+            values = ", ".join(f"{v:.3g}" for v in sorted(valued["value"].unique()))
+            row["reason"] = f"differs between strategies ({values}): each strategy's residual risk is over its own"
+        kept.append(row)
+    return pd.concat(kept).sort_index().reset_index(drop=True)
 
 
 def with_variant_epsilon(summary: pd.DataFrame) -> pd.DataFrame:
