@@ -411,3 +411,24 @@ def test_sharing_data_under_a_budget_ranks_only_what_meets_it_and_the_glance_say
                                                   "no strategy of this run meets the run's budget")]
     assert _glance_rows([(goal, one, [])])[0][1] == "llm"
     assert within_budget(GOALS["augment"], recs, pd.DataFrame({"strategy": [], "meets": []}), "b<=0.1") == recs
+
+
+def test_profiling_without_a_single_baseline_counts_as_no_reduction_and_never_raises_privacy():
+    # The real-text baseline differs between strategies (report's baselines_once leaves it empty, with its reason):
+    # both strategies' profiling counts as no reduction, so the one that profiles worse does not rank more private
+    # for lack of a baseline, and the reason says why.
+    conflict = "differs between strategies (0.8, 0.9): each strategy's residual risk is over its own"
+    rows = [row("original", "", "privacy", "profiling_accuracy", NAN, n=100, reason=conflict, **GENDER),
+            row("chance", "", "privacy", "profiling_accuracy", 0.50, n=100, **GENDER),
+            row("chance", "", "privacy", "reid_accuracy", 0.05, n=20)]
+    for name in ("a", "b"):
+        rows += privacy(name, "v", reid=0.30, profiling=0.55 if name == "a" else 0.90, auc=0.5)
+    recs = by_label(recommend(frame(rows), GOALS["share-data"], {"a": "stymask", "b": "stymask"}))
+    alone = by_label(recommend(frame([r for r in rows if r["metric"] != "profiling_accuracy"]), GOALS["share-data"],
+                               {"a": "stymask", "b": "stymask"}))
+    for label in ("a/v", "b/v"):
+        assert recs[label].aspects["privacy"] < alone[label].aspects["privacy"]
+        assert "profiling not reduced" in recs[label].cost
+    assert recs["a/v"].aspects["privacy"] == pytest.approx(recs["b/v"].aspects["privacy"])
+    assert (f"gender profiling (linear) accuracy {format_number(0.90)} has no single real-text or chance baseline "
+            f"({conflict}): counted as no reduction, the conservative reading") in recs["b/v"].reasons

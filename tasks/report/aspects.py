@@ -243,8 +243,13 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
             continue
         real, chance = scores.baseline(ORIGINAL, metric), scores.baseline(CHANCE, metric)
         if real is None or not real.ok or chance is None or not chance.ok:
-            aspect.reasons.append(f"{label} {format_number(value.value)} has no real-text or chance "
-                                  "baseline: not scored")
+            # Never dropped: a part left out would renormalise the privacy score over the others, and a strategy
+            # would rank more private for a baseline that strategies disagree on. The conservative reading counts.
+            why = next((b.reason for b in (real, chance) if b is not None and not b.ok and b.reason),
+                       "no real-text or chance baseline")
+            profiled.append(0.0)
+            aspect.reasons.append(f"{label} {format_number(value.value)} has no single real-text or chance baseline "
+                                  f"({why}): counted as no reduction, the conservative reading")
             continue
         if real.value - chance.value <= 1e-9:
             aspect.reasons.append(f"{label}: the attack on the real text is no better than chance "
