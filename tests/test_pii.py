@@ -370,3 +370,28 @@ def test_cached_detections_come_back_bit_for_bit_without_loading_the_analyzer(
     assert again == first
     assert any(d.spans for d in again) and not again[-1].english and again[-1].spans
     assert [s.score for d in again for s in d.spans] == [s.score for d in first for s in d.spans]
+
+
+def test_the_cached_language_model_is_langids_own_and_a_damaged_copy_is_written_again(tmp_path, monkeypatch):
+    """langid's model, decoded once into the cache folder, gives the identifier langid builds from its own model
+    string (reference: ``LanguageIdentifier.from_modelstring``): the same arrays and the same answers; a damaged
+    copy is decoded and written again."""
+    from langid.langid import LanguageIdentifier, model
+
+    from tasks.models import pii
+
+    monkeypatch.setenv("SYNTHUGC_CACHE_DIR", str(tmp_path))
+    reference = LanguageIdentifier.from_modelstring(model, norm_probs=True)
+    texts = ["Das ist ein Test der Sprache, nicht wahr?", "This is plainly English.", "Ceci n'est pas une pipe.",
+             "Hola, ¿cómo estás hoy?", "日本語のテキストです", "Привет, как дела?", "", "12 34 56"]
+    for attempt in ("decoded", "read", "damaged"):
+        if attempt == "damaged":
+            next(tmp_path.glob("models/langid-*.npz")).write_bytes(b"not an npz")
+        pii._language_identifier.cache_clear()
+        ours = pii._language_identifier()
+        assert len(list(tmp_path.glob("models/langid-*.npz"))) == 1
+        assert ours.nb_classes == reference.nb_classes and ours.tk_output == reference.tk_output
+        assert ours.tk_nextmove == reference.tk_nextmove and ours.nb_numfeats == reference.nb_numfeats
+        assert (ours.nb_ptc == reference.nb_ptc).all() and (ours.nb_pc == reference.nb_pc).all()
+        assert [ours.classify(t) for t in texts] == [reference.classify(t) for t in texts]
+    pii._language_identifier.cache_clear()
