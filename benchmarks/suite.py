@@ -52,9 +52,19 @@ def test_seconds(junit: Path) -> Counter:
     """Seconds per test (setup, call and teardown), as ``file.py::name``, from a JUnit report."""
     seconds: Counter = Counter()
     for case in ET.parse(junit).iter("testcase"):
-        file = case.get("classname", "?").replace(".", "/") + ".py"
-        seconds[f"{file}::{case.get('name', '?')}"] += float(case.get("time", 0.0))
+        seconds[_test_name(case)] += float(case.get("time", 0.0))
     return seconds
+
+
+def _test_name(case: ET.Element) -> str:
+    """A JUnit test case as ``file.py::name``."""
+    return case.get("classname", "?").replace(".", "/") + ".py::" + case.get("name", "?")
+
+
+def failed_tests(junit: Path) -> list[str]:
+    """The tests that failed or errored, as ``file.py::name``, from a JUnit report."""
+    return [_test_name(case) for case in ET.parse(junit).iter("testcase")
+            if case.find("failure") is not None or case.find("error") is not None]
 
 
 def file_seconds(junit: Path) -> Counter:
@@ -103,6 +113,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             print("tests with the most seconds:")
             for name, seconds in test_seconds(junit).most_common(25):
                 print(f"  {seconds:7.1f} s  {name}")
+            for name in failed_tests(junit):
+                print(f"FAILED {name}")
     print(f"RESULT suite_s={suite_s:.1f} tests={count['tests']} passed={passed} failed={failed} "
           f"skipped={count['skipped']} target_s={TARGET_S:.0f} over_target={suite_s / TARGET_S:.2f} "
           f"workers={workers} load={os.getloadavg()[0]:.2f}")

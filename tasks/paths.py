@@ -8,7 +8,8 @@ cannot leave the run folder.
 
 Output files and folders given on the command line are checked before computing (an existing folder where a
 file goes, a file where a folder goes, a location that cannot be written), so a bad ``--out`` fails in a
-second with one line instead of after the work, or silently.
+second with one line instead of after the work, or silently. Files the tool writes for itself go through
+:func:`write_atomic`: a reader never sees half of one.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import re
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import fsspec
@@ -105,3 +107,22 @@ def check_storage_root(root: str) -> None:
         _check_writable(path, "storage root")
     except InputError as exc:
         raise ConfigError(f"storage_root {root}: {str(exc).split(': ', 1)[-1]}") from None
+
+
+def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
+    """``write(tmp)`` to a temporary file beside ``path``, then an atomic rename: a reader sees the old file or the
+    whole new one, and a failed write leaves no temporary file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path
+
+
+def write_bytes_atomic(data: bytes, path: str | Path) -> Path:
+    """Write ``data`` through a temporary file beside the target and an atomic rename."""
+    return write_atomic(path, lambda tmp: tmp.write_bytes(data))

@@ -14,9 +14,8 @@ import csv
 import json
 import os
 import sys
-import uuid
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
@@ -32,6 +31,7 @@ from tasks.corpus.schema import (
 )
 from tasks.corpus.splits import DEFAULT_FRACTIONS, assign_splits
 from tasks.errors import ConfigError, InputError
+from tasks.paths import write_atomic
 
 FORMATS: dict[str, str] = {".csv": "csv", ".tsv": "tsv", ".jsonl": "jsonl", ".ndjson": "jsonl",
                            ".parquet": "parquet", ".pq": "parquet"}
@@ -257,28 +257,9 @@ def import_corpus(path: str | Path, *, text_col: str, id_col: str | None = None,
     return ValidatedCorpus(corpus=corpus, failures=validated.failures)
 
 
-def _write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """``write(tmp)`` to a temporary file beside ``path``, then an atomic rename: a reader sees the old file or the
-    whole new one, and a failed write leaves no temporary file."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".tmp-{uuid.uuid4().hex}-{path.name}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return path
-
-
 def write_parquet_atomic(df: pd.DataFrame, path: str | Path) -> Path:
     """Write a table as parquet through a temporary file beside the target and an atomic rename."""
-    return _write_atomic(path, lambda tmp: pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp))
-
-
-def write_bytes_atomic(data: bytes, path: str | Path) -> Path:
-    """Write ``data`` through a temporary file beside the target and an atomic rename."""
-    return _write_atomic(path, lambda tmp: tmp.write_bytes(data))
+    return write_atomic(path, lambda tmp: pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp))
 
 
 def failures_path(out_path: str | Path) -> Path:

@@ -182,7 +182,7 @@ def langid_arrays() -> tuple[Any, ...]:
     outputs = [i for k in keys for i in output[k]]
     arrays = (np.asarray(ptc), np.asarray(pc), np.asarray(classes, dtype=str), np.asarray(nextmove),
               np.asarray(keys, dtype=np.int64), offsets, np.asarray(outputs, dtype=np.int64))
-    from tasks.corpus.importers import write_bytes_atomic
+    from tasks.paths import write_bytes_atomic
 
     buffer = io.BytesIO()
     np.savez(buffer, **dict(zip(names, arrays, strict=True)))

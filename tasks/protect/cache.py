@@ -12,7 +12,8 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.corpus.importers import write_bytes_atomic, write_parquet_atomic
+from tasks.corpus.importers import write_parquet_atomic
+from tasks.paths import write_bytes_atomic
 from tasks.protect.rounds import RoundState
 from tasks.store import fingerprint_config
 
