@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 def write_protect_output(result: ProtectResult, out: Path) -> None:
     """The protected table, its rounds, failures and summary beside it, the pseudonym mapping under private/:
     each written atomically, the table last (its presence says the others are complete)."""
-    from tasks.corpus.importers import write_bytes_atomic, write_parquet_atomic
+    from tasks.corpus.importers import write_parquet_atomic
+    from tasks.paths import write_bytes_atomic
 
     paths = protect_paths(out)
     write_parquet_atomic(result.rounds, paths.rounds)
@@ -51,7 +52,7 @@ def _write_frontier_plot(frontier: pd.DataFrame, budget: str, path: Path) -> Non
     """The frontier chart at ``path``, drawn only where the chart there was not drawn from the same points, budget
     line and plotting code (a rerun of a cached protect keeps it: drawing starts matplotlib, about a second)."""
     from tasks.budgets import parse_budget
-    from tasks.corpus.importers import write_bytes_atomic
+    from tasks.paths import write_bytes_atomic
     from tasks.report.build import curve_budget
     from tasks.report.png_text import png_text, png_with_text
     from tasks.store import code_version, fingerprint_config

@@ -163,6 +163,15 @@ def _run_locked(config: Path, overrides: list[str], verbose: bool, then: Callabl
     try:
         if then is not None:
             then()
+    except typer.Exit:
+        raise
+    except SynthUGCError as exc:
+        _fail(str(exc))
+    except Exception as exc:  # a bug: said before the exit noise is silenced below, which would swallow it
+        if verbose:
+            raise
+        typer.echo(f"synthugc: internal error: {type(exc).__name__}: {exc} (--verbose shows the traceback)", err=True)
+        raise typer.Exit(code=1) from None
     finally:
         if not verbose:
             _silence_exit_noise()
