@@ -4,7 +4,8 @@ Clones the repository's committed HEAD into a temporary folder (uncommitted chan
 then times, in that clone: ``make setup`` (venv, pip, byte-compiling, Debian packages, public data), the
 first ``synthugc demo`` run (``make demo`` once set up: every stage computed), and ``make demo`` again (every
 stage cached). A first ``make demo`` is the setup plus the first run. It prints each time with the load
-average, the five slowest stage kinds of the first run (the flow's own stage table), and each time against
+average, the five slowest stage kinds of the first run (the flow's own stage table), its eight slowest single
+stages, the seconds of its protect part (each round and certificate computed, per meaning floor), and each time against
 its target (first ``make demo`` <= 180 s on 2 cores, cached rerun <= 5 s): the targets are the reference, there
 being no other way to make a demo on this machine to compare with.
 
@@ -47,6 +48,29 @@ def timed_make(target: str, clone: Path, log: Path) -> float:
     return seconds
 
 
+STAGE_LINE = re.compile(r"^(\S+)\s+(?:Completed|Cached|Failed)\s+([\d.]+) s\s*$")
+# "round 1: ... (53.2 s)", "certificate: ... (5 attack(s) ...; 74.1 s)"; a cached round ends "(62.2 s, cached)"
+PROTECT_LINE = re.compile(r"^synthugc: (round \d+|certificate)\b.*(?:\(|; )([\d.]+) s\)")
+
+
+def slowest_single_stages(output: str, n: int = 8) -> list[tuple[str, float]]:
+    """The ``n`` single stages with the most seconds (one line each in the flow's output)."""
+    rows = [(m[1], float(m[2])) for line in output.splitlines() if (m := STAGE_LINE.match(line))]
+    return sorted(rows, key=lambda r: -r[1])[:n]
+
+
+def protect_seconds(output: str) -> list[tuple[str, float]]:
+    """The demo's protect part: seconds per round and certificate computed (a round another frontier point computed
+    is cached here), per frontier point, in order."""
+    rows, floor = [], ""
+    for line in output.splitlines():
+        if line.startswith("synthugc: frontier point: meaning floor "):
+            floor = line.rsplit(" ", 1)[-1]
+        elif m := PROTECT_LINE.match(line):
+            rows.append((f"floor {floor} {m[1]}", float(m[2])))
+    return rows
+
+
 def slowest_stages(output: str, n: int = 5) -> list[tuple[str, float]]:
     """The ``n`` stage kinds with the most seconds in the flow's stage table (``all`` left out)."""
     rows = [(m[1], float(m[6])) for line in output.splitlines() if (m := STAGE_ROW.match(line))]
@@ -80,8 +104,17 @@ def main(argv: Sequence[str] | None = None) -> None:
               flush=True)
         first_s = setup_s + run_s
         print("\nslowest stage kinds of the first run (stage seconds; stages run side by side):")
-        for name, seconds in slowest_stages(first_log.read_text()):
+        first_output = first_log.read_text()
+        for name, seconds in slowest_stages(first_output):
             print(f"  {name:<16} {seconds:8.1f} s")
+        print("slowest single stages:")
+        for name, seconds in slowest_single_stages(first_output):
+            print(f"  {name:<48} {seconds:8.1f} s")
+        protect = protect_seconds(first_output)
+        print(f"protect part: {sum(s for _, s in protect):.1f} s over {len(protect)} rounds and certificates; the "
+              "slowest:")
+        for name, seconds in sorted(protect, key=lambda r: -r[1])[:6]:
+            print(f"  {name:<48} {seconds:8.1f} s")
         print(f"\nfirst make demo = setup + first run: {first_s:.1f} s, target {FIRST_TARGET_S:.0f} s "
               f"-> {first_s / FIRST_TARGET_S:.2f}x of target ({'met' if first_s <= FIRST_TARGET_S else 'NOT met'})")
         print(f"cached rerun: {rerun_s:.1f} s, target {RERUN_TARGET_S:.0f} s -> {rerun_s / RERUN_TARGET_S:.2f}x "
