@@ -432,3 +432,19 @@ def test_profiling_without_a_single_baseline_counts_as_no_reduction_and_never_ra
     assert recs["a/v"].aspects["privacy"] == pytest.approx(recs["b/v"].aspects["privacy"])
     assert (f"gender profiling (linear) accuracy {format_number(0.90)} has no single real-text or chance baseline "
             f"({conflict}): counted as no reduction, the conservative reading") in recs["b/v"].reasons
+
+
+def test_without_a_shared_real_text_baseline_a_strategy_is_scored_against_its_own_real_text_accuracy():
+    # The privacy stage pairs each strategy's profiling with the real text on the test units it covered
+    # (profiling_reduction = real - synthetic); where strategies disagree on the shared real-text row, that pair is
+    # the strategy's baseline. The LLM attacks have no such pair: they stay at the conservative reading.
+    conflict = "differs between strategies (0.85, 0.9): each strategy's residual risk is over its own"
+    rows = [row("original", "", "privacy", "profiling_accuracy", NAN, n=100, reason=conflict, **GENDER),
+            row("chance", "", "privacy", "profiling_accuracy", 0.50, n=100, **GENDER),
+            *privacy("a", "v", reid=0.30, profiling=0.55, auc=0.5),
+            row("a", "v", "privacy", "profiling_reduction", 0.30, n=100, **GENDER)]
+    rec = recommend(frame(rows), GOALS["share-data"], {"a": "stymask"})[0]
+    share = 0.30 / (0.85 - 0.50)
+    assert (f"gender profiling (linear) accuracy {format_number(0.55)}, real text {format_number(0.85)}, chance "
+            f"{format_number(0.50)}: {format_percent(share)} of the way to chance") in rec.reasons
+    assert f"profiling {format_percent(share)} of the way to chance" in rec.cost

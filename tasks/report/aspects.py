@@ -208,6 +208,16 @@ def _residual(scores: _Scores, strategy: str, variant: str, reid_key: str) -> st
     return NOTHING_MEASURABLE if risk.reason == NOTHING_MEASURABLE else f"residual risk: {risk.reason or 'not measured'}"
 
 
+def _own_real_accuracy(scores: _Scores, strategy: str, variant: str, metric: str, value: _Value) -> _Value | None:
+    """The real text's profiling accuracy on the test units this strategy covered: its accuracy plus its own
+    ``profiling_reduction`` (the pair the privacy stage measures), or None where it has none (the LLM attacks)."""
+    about = {k: v for k, v in scores.structure.get(metric, {}).items() if k != "metric"}
+    reduction = scores.get(strategy, variant, column_key("profiling_reduction", about))
+    if scores.structure[metric]["metric"] != "profiling_accuracy" or reduction is None or not reduction.ok:
+        return None
+    return _Value(value.value + reduction.value, math.nan, value.n, None)
+
+
 def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspect:
     aspect = _Aspect()
     parts: dict[str, float] = {}
@@ -242,9 +252,11 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
             aspect.reasons.append(f"{label} not available" + (f": {value.reason}" if value.reason else ""))
             continue
         real, chance = scores.baseline(ORIGINAL, metric), scores.baseline(CHANCE, metric)
+        if real is None or not real.ok:  # strategies disagree on it: this strategy's own, on the units it covered
+            real = _own_real_accuracy(scores, strategy, variant, metric, value) or real
         if real is None or not real.ok or chance is None or not chance.ok:
             # Never dropped: a part left out would renormalise the privacy score over the others, and a strategy
-            # would rank more private for a baseline that strategies disagree on. The conservative reading counts.
+            # would rank more private for a baseline it lacks. The conservative reading counts.
             why = next((b.reason for b in (real, chance) if b is not None and not b.ok and b.reason),
                        "no real-text or chance baseline")
             profiled.append(0.0)
