@@ -171,7 +171,13 @@ def gguf_export_folder(spec: ModelSpec) -> Path:
     except OSError as exc:
         raise _unavailable(spec, exc) from exc
     key = hashlib.sha256(f"{model_id(spec)}|{gguf.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
-    return get_settings().cache_dir.resolve() / "models" / f"gguf-{key.hexdigest()[:16]}"
+    return models_cache_dir() / f"gguf-{key.hexdigest()[:16]}"
+
+
+def models_cache_dir() -> Path:
+    """``<cache_dir>/models``: what is derived once from a model's files and read by every later load (a GGUF
+    model's plain export, langid's model as arrays)."""
+    return get_settings().cache_dir.resolve() / "models"
 
 
 def gguf_export(spec: ModelSpec) -> Path:

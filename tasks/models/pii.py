@@ -142,53 +142,55 @@ def _language_identifier() -> Any:
     """langid's identifier, its model read from the cache folder's copy (:func:`langid_arrays`)."""
     from langid.langid import LanguageIdentifier
 
-    ptc, pc, classes, nextmove, keys, offsets, outputs = langid_arrays()
+    a = langid_arrays()
+    keys, offsets, outputs = a["keys"].tolist(), a["offsets"].tolist(), a["outputs"].tolist()
     output = {k: tuple(outputs[offsets[i]:offsets[i + 1]]) for i, k in enumerate(keys)}
     transitions = array.array("H")
-    transitions.frombytes(np.asarray(nextmove, dtype=np.uint16).tobytes())
-    return LanguageIdentifier(np.asarray(ptc).reshape(-1, len(pc)), np.asarray(pc), len(ptc) // len(pc), classes,
-                              transitions, output, norm_probs=True)
+    transitions.frombytes(a["nextmove"].astype(np.uint16).tobytes())
+    n_classes = len(a["pc"])
+    return LanguageIdentifier(a["ptc"].reshape(-1, n_classes), a["pc"], a["ptc"].size // n_classes,
+                              a["classes"].tolist(), transitions, output, norm_probs=True)
 
 
-def langid_arrays() -> tuple[Any, ...]:
-    """langid's model as plain arrays (feature x class and class log-probabilities, classes, the tokenizer's
-    transitions, its outputs as keys/offsets/values), kept in ``<cache_dir>/models/langid-<hash>.npz``. langid
-    ships it as a bz2-compressed pickle that takes about 2 s to decode, in every process that detects PII; the
-    arrays load in milliseconds and give the same identifier (tests/test_pii.py)."""
+def langid_arrays() -> dict[str, np.ndarray]:
+    """langid's model as plain arrays: feature x class and class log-probabilities (``ptc``, ``pc``), the classes,
+    the tokenizer's transitions (``nextmove``) and its outputs (``keys``, ``offsets``, ``outputs``), kept in
+    ``<cache_dir>/models/langid-<hash of the model>.npz``. langid ships the model as a bz2-compressed pickle that
+    takes about 2 s to decode, in every process that detects PII; the arrays load in milliseconds and give the same
+    identifier (tests/test_pii.py)."""
+    import base64
+    import bz2
     import hashlib
     import io
+    import pickle
 
     from langid.langid import model
 
-    from tasks.settings import get_settings
-
-    digest = hashlib.blake2b(model.encode() if isinstance(model, str) else model, digest_size=8).hexdigest()
-    path = get_settings().cache_dir.resolve() / "models" / f"langid-{digest}.npz"
-    names = ("ptc", "pc", "classes", "nextmove", "keys", "offsets", "outputs")
-    try:
-        with np.load(path, allow_pickle=False) as saved:
-            loaded = tuple(saved[n] for n in names)
-        return (*loaded[:2], loaded[2].tolist(), *loaded[3:5], loaded[5].tolist(), loaded[6].tolist())
-    except (OSError, ValueError, KeyError):  # not written yet, or unreadable: decoded and written again
-        pass
-    import base64
-    import bz2
-    import pickle
-
-    ptc, pc, classes, nextmove, output = pickle.loads(bz2.decompress(base64.b64decode(model)))
-    keys = sorted(output)
-    lengths = [len(output[k]) for k in keys]
-    offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-    outputs = [i for k in keys for i in output[k]]
-    arrays = (np.asarray(ptc), np.asarray(pc), np.asarray(classes, dtype=str), np.asarray(nextmove),
-              np.asarray(keys, dtype=np.int64), offsets, np.asarray(outputs, dtype=np.int64))
+    from tasks.models.loaders import models_cache_dir
     from tasks.paths import write_bytes_atomic
 
+    digest = hashlib.blake2b(model.encode() if isinstance(model, str) else model, digest_size=8).hexdigest()
+    path = models_cache_dir() / f"langid-{digest}.npz"
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            return {name: saved[name] for name in _LANGID_ARRAYS}
+    except (OSError, ValueError, KeyError):  # not written yet, or unreadable: decoded and written again
+        pass
+    ptc, pc, classes, nextmove, output = pickle.loads(bz2.decompress(base64.b64decode(model)))
+    keys = sorted(output)
+    arrays = {"ptc": np.asarray(ptc), "pc": np.asarray(pc), "classes": np.asarray(classes, dtype=str),
+              "nextmove": np.asarray(nextmove), "keys": np.asarray(keys, dtype=np.int64),
+              "offsets": np.cumsum([0, *(len(output[k]) for k in keys)], dtype=np.int64),
+              "outputs": np.asarray([i for k in keys for i in output[k]], dtype=np.int64)}
     buffer = io.BytesIO()
-    np.savez(buffer, **dict(zip(names, arrays, strict=True)))
+    np.savez(buffer, **arrays)
     with contextlib.suppress(OSError):  # a read-only cache folder: decoded each time, as langid does
         write_bytes_atomic(buffer.getvalue(), path)
-    return (*arrays[:2], list(classes), arrays[3], keys, offsets.tolist(), outputs)
+    return arrays
+
+
+#: The arrays of :func:`langid_arrays`, as its file names them.
+_LANGID_ARRAYS = ("ptc", "pc", "classes", "nextmove", "keys", "offsets", "outputs")
 
 
 #: Frequent English function words: a text where they make up a fifth of the words is English without
