@@ -40,6 +40,17 @@ def test_sentence_embeddings_reuse_cache(tmp_path) -> None:
     np.testing.assert_array_equal(first, second)
 
 
+def test_sentence_embeddings_are_sentence_transformers_own(spec) -> None:
+    """Our token-budget batches over the SentenceTransformer's own ids and modules give its ``encode``'s vectors,
+    for a text past its length limit and the empty text too."""
+    from sentence_transformers import SentenceTransformer
+
+    st_spec = resolve_model("sentence_encoder")
+    texts = [*TEXTS, LONG, "", *[f"sentence number {i} of a batch that spans several forward passes" for i in range(70)]]
+    reference = SentenceTransformer(st_spec.path, device="cpu").encode(texts, convert_to_numpy=True)
+    np.testing.assert_allclose(sentence_embeddings(texts, st_spec), reference, atol=1e-5)
+
+
 def test_token_embeddings_cache_survives_reopen(tmp_path, spec) -> None:
     path = tmp_path / "emb.sqlite"
     cache = EmbeddingCache(path)
@@ -233,13 +244,29 @@ def test_different_models_fall_back_to_one_pass_per_role(tmp_path, spec, two_tor
     assert torch.get_num_threads() == threads
 
 
+def _count_minilm_rows(spec) -> tuple[list[int], list]:
+    """Rows through MiniLM's weights, and the hooks to remove: counted on the token model, on the
+    SentenceTransformer's model (which our batches call) and on its Transformer module (whose ``encode`` calls the
+    model's ``forward`` directly, past any hook on the model)."""
+    from tasks.models.loaders import load_sentence_encoder, load_token_encoder
+
+    rows: list[int] = []
+
+    def count(_module: object, args: tuple, kwargs: dict, _out: object) -> None:
+        given = args[0] if args else kwargs.get("features", kwargs)
+        rows.append(int(given.shape[0] if hasattr(given, "shape") else given["input_ids"].shape[0]))
+
+    transformer = load_sentence_encoder(resolve_model("sentence_encoder"))[0]
+    modules = [load_token_encoder(spec)[1], transformer.auto_model, transformer]
+    return rows, [m.register_forward_hook(count, with_kwargs=True) for m in modules]
+
+
 def test_metric_suite_runs_each_text_through_minilm_once(tmp_path, spec) -> None:
     """BERTScore, FBD, CPS, FBD-SBERT, FCSD and Pair-SBERT in one suite call: every distinct text goes through
     the MiniLM weights once (the token encoder's model and the SentenceTransformer's copy together)."""
     import pandas as pd
 
     from tasks.metrics.suite import MetricOptions, score_strategy
-    from tasks.models.loaders import load_sentence_encoder, load_token_encoder
 
     sources = ["We will bring jobs back.", "Taxes go down for the middle class.", "Thank you all.",
                "The record shows it is not true."]
@@ -248,13 +275,7 @@ def test_metric_suite_runs_each_text_through_minilm_once(tmp_path, spec) -> None
     synthetic = pd.DataFrame({"doc_id": corpus["doc_id"], "strategy": "toy", "variant": "v", "text": outputs,
                               "group_id": corpus["group_id"], "status": "ok"})
     st_spec = resolve_model("sentence_encoder")
-    models = [load_token_encoder(spec)[1], load_sentence_encoder(st_spec)[0].auto_model]
-    rows: list[int] = []
-
-    def count(_module: object, args: tuple, kwargs: dict, _out: object) -> None:
-        rows.append(int((args[0] if args else kwargs["input_ids"]).shape[0]))
-
-    hooks = [m.register_forward_hook(count, with_kwargs=True) for m in models]
+    rows, hooks = _count_minilm_rows(spec)
     try:
         result = score_strategy(corpus, synthetic, ["bertscore_f1", "fbd", "cps", "fbd_sbert", "fcsd", "pair_sbert"],
                                 MetricOptions(token_encoder=spec, sentence_encoder=st_spec), tmp_path / "emb.sqlite")
@@ -265,3 +286,62 @@ def test_metric_suite_runs_each_text_through_minilm_once(tmp_path, spec) -> None
     scores = result.sample_scores.set_index("doc_id")
     assert scores.loc["b", "bertscore_f1"] == pytest.approx(1.0, abs=1e-5)  # unchanged text
     assert scores.loc["b", "cps"] == pytest.approx(1.0, abs=1e-5)
+
+
+def _sentences_beside_a_shared_pass(tmp_path, spec, sentence_texts, shared_texts, fail: bool):
+    """Start ``sentence_embeddings(sentence_texts)`` in another thread once ``embed_once(shared_texts)`` holds its
+    texts (at its first batch); the shared pass raises there when ``fail``. (vectors, rows through MiniLM)."""
+    import threading
+
+    st_spec = resolve_model("sentence_encoder")
+    cache = EmbeddingCache(tmp_path / "emb.sqlite")
+    got: dict[str, np.ndarray] = {}
+    other = threading.Thread(target=lambda: got.update(vectors=sentence_embeddings(sentence_texts, st_spec,
+                                                                                   cache=cache)))
+
+    def first_batch() -> bool:
+        if not other.is_alive() and not got:
+            other.start()
+            if fail:
+                raise RuntimeError("the shared pass fails")
+        return False
+
+    rows, hooks = _count_minilm_rows(spec)
+    try:
+        try:
+            embed_once(shared_texts, token_spec=spec, layers=[6], sentence_spec=st_spec, cache=cache, budget=64,
+                       yield_core=first_batch)
+        except RuntimeError:
+            assert fail
+        other.join(timeout=120)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert not other.is_alive()
+    return got["vectors"], rows
+
+
+def test_a_sentence_encoder_beside_the_shared_pass_waits_for_its_texts(tmp_path, spec) -> None:
+    """The embedding attack's sentence vectors and a metric stage's shared pass run side by side on overlapping
+    texts: each distinct text goes through MiniLM once, and the waiting encoder gets sentence-transformers' own
+    vectors for every text, its own and those the shared pass computed."""
+    from sentence_transformers import SentenceTransformer
+
+    shared = [*TEXTS, "a second sentence for the pass", "and a third one, a little longer than that"]
+    own = ["only the attack reads this post", "nor this one"]
+    sentence_texts = [shared[1], own[0], shared[4], own[1], shared[0]]
+    vectors, rows = _sentences_beside_a_shared_pass(tmp_path, spec, sentence_texts, shared, fail=False)
+    assert sum(rows) == len(set(shared)) + len(own)
+    reference = SentenceTransformer(resolve_model("sentence_encoder").path, device="cpu").encode(sentence_texts)
+    np.testing.assert_allclose(vectors, reference, atol=1e-5)
+
+
+def test_a_waiting_sentence_encoder_computes_what_a_failed_shared_pass_left(tmp_path, spec) -> None:
+    from sentence_transformers import SentenceTransformer
+
+    shared = [*TEXTS, "a second sentence for the pass"]
+    sentence_texts = [shared[1], "only the attack reads this post", shared[4]]
+    vectors, rows = _sentences_beside_a_shared_pass(tmp_path, spec, sentence_texts, shared, fail=True)
+    assert sum(rows) == len(set(sentence_texts))  # the shared pass failed before its first forward
+    reference = SentenceTransformer(resolve_model("sentence_encoder").path, device="cpu").encode(sentence_texts)
+    np.testing.assert_allclose(vectors, reference, atol=1e-5)
