@@ -482,3 +482,26 @@ def test_feedback_of_both_attacks_computes_stage_ones_evidence_once(sim, tmp_pat
     calls.clear()
     assert len(exact.evidence(syn, 5, set(syn["author_id"]))) > len(alone) and calls == [
         "tasks.privacy.attacks.stylometric"]  # the exact model's evidence is its own, asked too
+
+
+def test_attacks_prepared_side_by_side_give_what_one_after_the_other_gives(sim, tmp_path) -> None:
+    """Protect prepares its roles' attacks two at a time: the attackers keep the roles' order and attack every
+    timeline as attackers prepared one after the other (each history memo emptied in between) do."""
+    from tasks.privacy.attacks import forget_histories
+    from tasks.protect.attackers import Attackers, RoleSpec
+
+    path, syn = sim
+    held = frozenset(held_out_doc_ids(syn, "disjoint"))
+    attacks = (("stylometric", {}), ("classifier", {"mode": "exact", "c_grid": [0.5, 2.0]}), ("delta", {}))
+    specs = [RoleSpec("feedback", attacks[:2], str(path), ("disjoint",)),
+             RoleSpec("judge", attacks, str(path), ("full", "disjoint"))]
+    got = {}
+    for threads in (1, 2):
+        forget_histories(path)
+        attackers = Attackers(specs, held, tmp_path / f"threads-{threads}", threads=threads)
+        got[threads] = ([(e.role, e.attack.name, e.adversary) for e in attackers.entries], attackers.run(syn))
+    assert got[2][0] == got[1][0] == [("feedback", "stylometric", "disjoint"), ("feedback", "classifier", "disjoint"),
+                                      *[("judge", name, adversary) for name, _ in attacks
+                                        for adversary in ("full", "disjoint")]]
+    assert len(got[2][1]) == len(syn["group_id"].unique()) * len(got[2][0])
+    pd.testing.assert_frame_equal(got[2][1], got[1][1])

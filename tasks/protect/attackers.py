@@ -64,15 +64,24 @@ class RoleSpec:
     shards: tuple[str, ...] = ()
 
 
+#: Attacks prepared at once. Much of a preparation keeps one core (liblinear's refit after its C grid, a numba
+#: profile pass): two side by side fill a 2-core machine. Two preparations of one attack wait for each other (its
+#: history memo builds one profile at a time), so this overlaps different attacks only.
+PREPARE_THREADS = 2
+
+
 class Attackers:
     """The re-identification attacks of some roles, prepared once against their histories (profiles are kept
     in process memory by the attacks themselves) and run on changed timelines only."""
 
-    def __init__(self, specs: Sequence[RoleSpec], corpus_docs: frozenset[str], cache: Path) -> None:
+    def __init__(self, specs: Sequence[RoleSpec], corpus_docs: frozenset[str], cache: Path,
+                 threads: int = PREPARE_THREADS) -> None:
         # deferred: loads llvmlite, numba, yaml only when this runs
+        from concurrent.futures import ThreadPoolExecutor
+
         from tasks.privacy.attacks import build_attack
 
-        self.entries: list[_Attacker] = []
+        jobs: list[tuple[str, Any, str, frozenset[str] | None, str, str | tuple[str, ...] | None]] = []
         for spec in specs:
             for name, params in spec.attacks:
                 attack = build_attack(name, params, root=f"protect.{spec.role}.")
@@ -87,8 +96,17 @@ class Attackers:
                     index = built[0] if len(built) == 1 else tuple(built)
                 for adversary in spec.adversaries:
                     held_out = corpus_docs if adversary == "disjoint" else None
-                    prepared = attack.prepare(spec.histories, adversary, held_out, index=index)
-                    self.entries.append(_Attacker(spec.role, attack, adversary, prepared))
+                    jobs.append((spec.role, attack, adversary, held_out, spec.histories, index))
+
+        def prepared(job: tuple) -> _Attacker:
+            role, attack, adversary, held_out, histories, index = job
+            return _Attacker(role, attack, adversary, attack.prepare(histories, adversary, held_out, index=index))
+
+        if threads <= 1 or len(jobs) <= 1:
+            self.entries = [prepared(job) for job in jobs]
+        else:
+            with ThreadPoolExecutor(max_workers=min(threads, len(jobs))) as pool:
+                self.entries = list(pool.map(prepared, jobs))  # in the jobs' order; the first error is raised
 
     def run(self, timelines: pd.DataFrame, roles: Sequence[str] | None = None) -> pd.DataFrame:
         """Per-timeline rows of every attack (of ``roles``, default all) on ``timelines`` (doc_id, group_id,
