@@ -288,8 +288,8 @@ def _encoded_sentences(texts: Sequence[str], spec: ModelSpec, cache: EmbeddingCa
                        yield_core: Callable[[], bool] | None) -> dict[str, np.ndarray]:
     """The SentenceTransformer's vectors of ``texts`` by sha, written to ``cache`` a chunk at a time (no claims).
     A plain Transformer-then-pooling encoder runs in :func:`inference_batches` of the device's token budget on
-    the ids it would feed itself (1.3x faster than its ``encode`` in batches of 64 on 1,500 convention sentences
-    on 2 cores, vectors within 1e-6); any other goes through its ``encode``."""
+    the ids it would feed itself (1.27x faster than its ``encode`` in batches of 64 on 1,500 convention sentences
+    on 2 cores, vectors within 1e-6: ``benchmarks/sentence_vectors.py``); any other goes through its ``encode``."""
     encoder = load_sentence_encoder(spec)
     split = _transformer_and_pooling(encoder)
     found: dict[str, np.ndarray] = {}
