@@ -288,20 +288,19 @@ def test_metric_suite_runs_each_text_through_minilm_once(tmp_path, spec) -> None
     assert scores.loc["b", "cps"] == pytest.approx(1.0, abs=1e-5)
 
 
-def _beside_a_shared_pass(tmp_path, spec, sentence_texts, shared_texts, fail: bool, encode=None):
-    """Start ``encode(sentence_texts, cache)`` (default: their sentence vectors) in another thread once
-    ``embed_once(shared_texts)`` holds its texts (at its first batch); the shared pass raises there when ``fail``.
-    (what ``encode`` returned, rows through MiniLM)."""
+def _sentences_beside_a_shared_pass(tmp_path, spec, sentence_texts, shared_texts, fail: bool):
+    """Start ``sentence_embeddings(sentence_texts)`` in another thread once ``embed_once(shared_texts)`` holds its
+    texts (at its first batch); the shared pass raises there when ``fail``. (vectors, rows through MiniLM)."""
     import threading
 
     st_spec = resolve_model("sentence_encoder")
     cache = EmbeddingCache(tmp_path / "emb.sqlite")
     got: dict[str, np.ndarray] = {}
-    encode = encode or (lambda texts, cache: sentence_embeddings(texts, st_spec, cache=cache))
-    other = threading.Thread(target=lambda: got.update(vectors=encode(sentence_texts, cache)))
+    other = threading.Thread(target=lambda: got.update(vectors=sentence_embeddings(sentence_texts, st_spec,
+                                                                                   cache=cache)))
 
     def first_batch() -> bool:
-        if other.ident is None:  # not started yet: the pass holds its texts now
+        if not other.is_alive() and not got:
             other.start()
             if fail:
                 raise RuntimeError("the shared pass fails")
@@ -331,7 +330,7 @@ def test_a_sentence_encoder_beside_the_shared_pass_waits_for_its_texts(tmp_path,
     shared = [*TEXTS, "a second sentence for the pass", "and a third one, a little longer than that"]
     own = ["only the attack reads this post", "nor this one"]
     sentence_texts = [shared[1], own[0], shared[4], own[1], shared[0]]
-    vectors, rows = _beside_a_shared_pass(tmp_path, spec, sentence_texts, shared, fail=False)
+    vectors, rows = _sentences_beside_a_shared_pass(tmp_path, spec, sentence_texts, shared, fail=False)
     assert sum(rows) == len(set(shared)) + len(own)
     reference = SentenceTransformer(resolve_model("sentence_encoder").path, device="cpu").encode(sentence_texts)
     np.testing.assert_allclose(vectors, reference, atol=1e-5)
@@ -342,20 +341,7 @@ def test_a_waiting_sentence_encoder_computes_what_a_failed_shared_pass_left(tmp_
 
     shared = [*TEXTS, "a second sentence for the pass"]
     sentence_texts = [shared[1], "only the attack reads this post", shared[4]]
-    vectors, rows = _beside_a_shared_pass(tmp_path, spec, sentence_texts, shared, fail=True)
+    vectors, rows = _sentences_beside_a_shared_pass(tmp_path, spec, sentence_texts, shared, fail=True)
     assert sum(rows) == len(set(sentence_texts))  # the shared pass failed before its first forward
     reference = SentenceTransformer(resolve_model("sentence_encoder").path, device="cpu").encode(sentence_texts)
     np.testing.assert_allclose(vectors, reference, atol=1e-5)
-
-
-def test_a_token_encoder_beside_the_shared_pass_waits_for_its_texts(tmp_path, spec) -> None:
-    """BERTScore's token matrices asked beside the shared pass (same layer): each distinct text through MiniLM once,
-    the matrices those of a pass of their own."""
-    shared = [*TEXTS, "a second sentence for the pass"]
-    texts = [shared[1], "only this call reads this post", shared[4]]
-    matrices, rows = _beside_a_shared_pass(
-        tmp_path, spec, texts, shared, fail=False,
-        encode=lambda part, cache: token_embeddings(part, spec, 6, cache=cache))
-    assert sum(rows) == len(set(shared)) + 1
-    for got, own in zip(matrices, token_embeddings(texts, spec, 6), strict=True):
-        np.testing.assert_allclose(got, own, atol=1e-5)

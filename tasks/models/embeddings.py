@@ -228,21 +228,6 @@ def _computed_once(texts: Sequence[str], keys: Sequence[str], cache: EmbeddingCa
         pending = _missing(cache, keys, pending)
 
 
-def _arrays_once(texts: Sequence[str], key: str, cache: EmbeddingCache | None,
-                 compute: Callable[[list[str]], dict[str, np.ndarray]], claim_size: int) -> list[np.ndarray]:
-    """The ``key`` array of each text: from the cache, from ``compute`` (texts -> arrays by sha, which it also writes
-    to ``cache``) for the texts missing there, or, for a text another thread was computing, from the cache once that
-    thread is done (:func:`_computed_once`). Read-backs are not counted as the cache's hits or misses again."""
-    shas, found, missing = _lookup(texts, key, cache)
-    if missing:
-        _computed_once(missing, [key], cache, lambda part: found.update(compute(part)), claim_size)
-        if cache is not None and (rest := [sha for sha in dict.fromkeys(shas) if sha not in found]):
-            hits, misses = cache.hits, cache.misses
-            found.update(cache.get_many(key, rest))
-            cache.hits, cache.misses = hits, misses
-    return [found[s] for s in shas]
-
-
 def text_sha(text: str) -> str:
     """sha256 of the text's UTF-8 bytes (the cache key of a text)."""
     return sha256_bytes(text.encode("utf-8"))
@@ -276,12 +261,19 @@ def sentence_embeddings(texts: Sequence[str], spec: ModelSpec, cache: EmbeddingC
     encoding (:class:`_Claims`) is read from the cache once that thread is done. ``yield_core`` as in
     :func:`embed_once`, checked before each chunk of texts."""
     texts = list(texts)
-    # Claimed a few batches at a time, so a shared pass starting meanwhile takes the rest (it needs them anyway).
-    vectors = _arrays_once(texts, sentence_key(spec), cache,
-                           lambda part: _encoded_sentences(part, spec, cache, batch_size, yield_core), 2 * batch_size)
+    key = sentence_key(spec)
+    shas, found, missing = _lookup(texts, key, cache)
+    if missing:
+        def compute(part: list[str]) -> None:
+            found.update(_encoded_sentences(part, spec, cache, batch_size, yield_core))
+
+        # Claimed a few batches at a time, so a shared pass starting meanwhile takes the rest (it needs them anyway).
+        _computed_once(missing, [key], cache, compute, claim_size=2 * batch_size)
+        if cache is not None and (rest := [sha for sha in dict.fromkeys(shas) if sha not in found]):
+            found.update(_from_other_threads(cache, key, rest))
     if not texts:
         return np.zeros((0, 0), dtype=np.float32)
-    return np.stack(vectors).astype(np.float32, copy=False)
+    return np.stack([found[s] for s in shas]).astype(np.float32, copy=False)
 
 
 def _encoded_sentences(texts: Sequence[str], spec: ModelSpec, cache: EmbeddingCache | None, batch_size: int,
@@ -315,6 +307,14 @@ def _encoded_sentences(texts: Sequence[str], spec: ModelSpec, cache: EmbeddingCa
             if cache is not None:
                 cache.put_many(sentence_key(spec), new.items())
     return found
+
+
+def _from_other_threads(cache: EmbeddingCache, key: str, shas: Sequence[str]) -> dict[str, np.ndarray]:
+    """The entries other threads computed for this caller, read without counting them as hits or misses again."""
+    hits, misses = cache.hits, cache.misses
+    got = cache.get_many(key, shas)
+    cache.hits, cache.misses = hits, misses
+    return got
 
 
 def bert_score_encode(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
@@ -426,17 +426,16 @@ def token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, cache: E
     """One (tokens, d) float32 matrix per text: ``hidden_states[layer]`` (0 = embedding layer) for every
     token including the special ones, tokenised by :func:`bert_score_encode`. Uncached texts run in
     :func:`inference_batches` (at most ``batch_size`` texts and ``budget`` padded tokens each; default: the
-    device's :func:`token_budget`), and one another thread of this process is computing is read once it is done
-    (as in :func:`sentence_embeddings`); ``yield_core`` as in :func:`embed_once`."""
+    device's :func:`token_budget`); ``yield_core`` as in :func:`embed_once`."""
+    texts = list(texts)
     key = token_key(spec, layer)
-
-    def compute(part: list[str]) -> dict[str, np.ndarray]:
+    shas, found, missing = _lookup(texts, key, cache)
+    if missing:
         tokenizer, model = _load_checked(spec, [layer])
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        found: dict[str, np.ndarray] = {}
         with _torch_threads(yield_core) as adjust:
-            for chunk_start in range(0, len(part), _CHUNK):
-                chunk = part[chunk_start:chunk_start + _CHUNK]
+            for chunk_start in range(0, len(missing), _CHUNK):
+                chunk = missing[chunk_start:chunk_start + _CHUNK]
                 ids = bert_score_encode(tokenizer, chunk)
                 new: dict[str, np.ndarray] = {}
                 for batch in inference_batches([len(r) for r in ids], budget or token_budget(model), batch_size):
@@ -446,9 +445,7 @@ def token_embeddings(texts: Sequence[str], spec: ModelSpec, layer: int, cache: E
                 found.update(new)
                 if cache is not None:
                     cache.put_many(key, new.items())
-        return found
-
-    return _arrays_once(list(texts), key, cache, compute, _CHUNK)
+    return [found[s] for s in shas]
 
 
 def _transformer_and_pooling(encoder: Any) -> tuple[Any, list[Any]] | None:
