@@ -158,10 +158,13 @@ def _stop_loky_workers() -> None:
 
 
 def kernel_threads() -> int:
-    """Threads a numba kernel's stripes run on: numba's thread count (``NUMBA_NUM_THREADS``, else every core)."""
+    """Threads a numba kernel's stripes run on: numba's configured thread count (``NUMBA_NUM_THREADS``, else every
+    core). Read from the configuration, not ``numba.get_num_threads()``: that call starts numba's threading layer,
+    which no kernel here uses (the stripes run on Python threads), and on a machine without TBB that layer is
+    OpenMP's, whose start enables nested OpenMP regions in the process (torch's included)."""
     import numba
 
-    return max(1, numba.get_num_threads())
+    return max(1, numba.config.NUMBA_NUM_THREADS)
 
 
 def run_stripes(stripe: Callable[[int], T], n_threads: int) -> list[T]:

@@ -133,3 +133,17 @@ def test_a_process_multiprocessing_started_exits_once_its_jobs_in_processes_are_
     done = _run_script(script, timeout=150)
     assert done.stdout.splitlines() == ["[None, None]", "exited 0"], done.stdout
     assert "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_kernel_threads_follow_numbas_setting_without_starting_its_threading_layer():
+    """The stripe count is NUMBA_NUM_THREADS, read without starting numba's threading layer (on a machine without
+    TBB, OpenMP's, whose start enables nested OpenMP regions in the whole process), and a stripe kernel run
+    starts none either."""
+    code = ("import numpy as np; from numba.np.ufunc import parallel; from tasks.parallel import kernel_threads;"
+            "from tasks.privacy.stylometric.kernels import _sample; import pyarrow as pa;"
+            "n = kernel_threads(); _sample(pa.array(['a b c'] * 50, pa.large_string()), 3);"
+            "print(n, parallel._is_initialized)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parent.parent, env={**os.environ, "NUMBA_NUM_THREADS": "3"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["3", "False"]
