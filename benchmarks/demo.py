@@ -128,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> None:
               f"of target ({'met' if rerun_s <= RERUN_TARGET_S else 'NOT met'})")
         print(f"load average at end {load_average()}")
         print(f"RESULT first_s={first_s:.1f} setup_s={setup_s:.1f} run_s={run_s:.1f} rerun_s={rerun_s:.1f} "
-              f"run_cpu_s={run_cpu_s:.1f} run_floor_s={run_cpu_s / cores:.1f} first_over_target={first_s / FIRST_TARGET_S:.2f} rerun_over_target={rerun_s / RERUN_TARGET_S:.2f} "
+              f"run_cpu_s={run_cpu_s:.1f} run_floor_s={run_cpu_s / cores:.1f} "
+              f"first_over_target={first_s / FIRST_TARGET_S:.2f} rerun_over_target={rerun_s / RERUN_TARGET_S:.2f} "
               f"load={os.getloadavg()[0]:.2f}")
     finally:
         if args.keep:
