@@ -180,3 +180,17 @@ def run_stripes(stripe: Callable[[int], T], n_threads: int) -> list[T]:
         others = [pool.submit(stripe, t) for t in range(1, n_threads)]
         first = stripe(0)
         return [first] + [f.result() for f in others]
+
+
+def read_ahead(items: Iterator[T]) -> Iterator[T]:
+    """The items of ``items`` in order, the next one made on a thread of its own while the caller works on the
+    current one: a pass that reads a parquet file on one thread and then runs kernels on every core leaves a
+    core idle for each read otherwise. One item more is held in memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    end = object()
+    with ThreadPoolExecutor(1, thread_name_prefix="read-ahead") as pool:
+        pending = pool.submit(next, items, end)
+        while (item := pending.result()) is not end:
+            pending = pool.submit(next, items, end)
+            yield item

@@ -7,11 +7,19 @@ import multiprocessing
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
-from tasks.parallel import dask_client, fit_process_count, map_in_processes, map_shards, split_even
+from tasks.parallel import (
+    dask_client,
+    fit_process_count,
+    map_in_processes,
+    map_shards,
+    read_ahead,
+    split_even,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -147,3 +155,35 @@ def test_kernel_threads_follow_numbas_setting_without_starting_its_threading_lay
                           cwd=Path(__file__).resolve().parent.parent, env={**os.environ, "NUMBA_NUM_THREADS": "3"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["3", "False"]
+
+
+def test_read_ahead_makes_the_next_item_while_the_caller_holds_this_one_keeps_order_and_raises_here():
+    started = [threading.Event() for _ in range(3)]
+
+    def batches():
+        for i in range(3):
+            started[i].set()
+            yield i
+        raise OSError("the file broke off")
+
+    items = read_ahead(batches())
+    assert next(items) == 0
+    assert started[1].wait(5), "the second item was not started while the caller held the first"
+    assert next(items) == 1
+    assert next(items) == 2
+    with pytest.raises(OSError, match="broke off"):
+        next(items)
+
+
+def test_read_ahead_stops_when_the_caller_stops_early():
+    made = []
+
+    def batches():
+        for i in range(100):
+            made.append(i)
+            yield i
+
+    for item in read_ahead(batches()):
+        if item == 1:
+            break
+    assert made == [0, 1, 2]

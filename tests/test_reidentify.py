@@ -81,13 +81,16 @@ def test_chunking_dataframe_and_filter_consistency(sim: tuple[str, pd.DataFrame]
     assert 0.0 < ref.summary["accuracy"] <= 1.0
 
 
+@pytest.mark.parametrize("readers", [1, 2, 3])
 @pytest.mark.parametrize("chunk_rows", [777, 2_500, 5_000, 50_000])
 def test_text_batches_read_every_row_once_in_order_within_the_batch_size(sim: tuple[str, pd.DataFrame],
-                                                                          chunk_rows: int) -> None:
+                                                                          chunk_rows: int, readers: int) -> None:
     """Row groups of 5,000 rows: read whole when at most twice the batch size (777: streamed), split into
-    batches of at most ``chunk_rows``; every row once, in file order, without doc_id unless asked."""
+    batches of at most ``chunk_rows``; every row once, in file order, without doc_id unless asked, however many
+    row groups decode side by side."""
     path, _ = sim
-    batches = list(text_batches(path, chunk_rows))
+    assert pq.ParquetFile(path).metadata.num_row_groups == 4
+    batches = list(text_batches(path, chunk_rows, readers=readers))
     assert all(b.num_rows <= chunk_rows for b in batches) and all(b.schema.names == ["author_id", "text"]
                                                                   for b in batches)
     got = pa.Table.from_batches(batches)

@@ -22,6 +22,9 @@ from tasks.privacy.minhash import _arrow_views, fmix64, utf8_at
 from tasks.privacy.stylometric.params import StyloParams
 
 _WORD, _SPACE = 1, 2  # character_classes() flags
+#: The hot loops index with unsigned integers: numba checks a signed index for wrap-around (a negative one
+#: counts from the end) on every access, which cost the sketch kernel 11% (benchmarks/README.md).
+U = np.uint64
 
 
 @nb.njit
@@ -53,46 +56,48 @@ def _doc_ngrams(data, start, end, lo, hi, wlo, whi, classes, cps, tok, out) -> i
     """64-bit keys of the doc's character n-grams (lo <= n <= hi) and, when ``whi`` > 0, word n-grams
     (wlo <= n <= whi) into ``out``; returns their count. Words are scikit-learn's tokens (maximal runs of
     two or more ``\\w`` characters, :func:`character_classes`), joined by one space; word keys are in a
-    domain of their own, so a word never shares a key with a character n-gram."""
-    m = _code_points(data, start, end, classes, cps)
-    g = 0
-    for i in range(m - lo + 1):
-        h = np.uint64(0xCBF29CE484222325)
-        for t in range(hi):
-            if i + t >= m:
-                break
-            h = (h ^ np.uint64(cps[i + t])) * np.uint64(0x100000001B3)
-            if t + 1 >= lo:
-                out[g] = fmix64(h ^ np.uint64(t + 1))
-                g += 1
+    domain of their own, so a word never shares a key with a character n-gram. Positions are unsigned, so
+    numba checks no index for wrap-around (:data:`U`)."""
+    m = U(_code_points(data, start, end, classes, cps))
+    g = U(0)
+    if m >= U(lo):
+        for i in range(m - U(lo) + U(1)):
+            h = U(0xCBF29CE484222325)
+            for t in range(U(hi)):
+                if i + t >= m:
+                    break
+                h = (h ^ U(cps[i + t])) * U(0x100000001B3)
+                if t + U(1) >= U(lo):
+                    out[g] = fmix64(h ^ (t + U(1)))
+                    g += U(1)
     if whi == 0:
-        return g
-    n_tok = 0
-    i = 0
+        return np.int64(g)
+    n_tok = U(0)
+    i = U(0)
     while i < m:
         if not classes[cps[i]] & _WORD:
-            i += 1
+            i += U(1)
             continue
         j = i
         while j < m and classes[cps[j]] & _WORD:
-            j += 1
-        if j - i >= 2:
-            tok[2 * n_tok] = i
-            tok[2 * n_tok + 1] = j
-            n_tok += 1
+            j += U(1)
+        if j - i >= U(2):
+            tok[U(2) * n_tok] = i
+            tok[U(2) * n_tok + U(1)] = j
+            n_tok += U(1)
             for n in range(wlo, whi + 1):
-                if n_tok < n:
+                if n_tok < U(n):
                     break
-                h = np.uint64(0xCBF29CE484222325)
-                for q in range(n_tok - n, n_tok):
-                    if q > n_tok - n:
-                        h = (h ^ np.uint64(0x20)) * np.uint64(0x100000001B3)
-                    for c in range(tok[2 * q], tok[2 * q + 1]):
-                        h = (h ^ np.uint64(cps[c])) * np.uint64(0x100000001B3)
-                out[g] = fmix64(h ^ np.uint64(0x100 + n))
-                g += 1
+                h = U(0xCBF29CE484222325)
+                for q in range(n_tok - U(n), n_tok):
+                    if q > n_tok - U(n):
+                        h = (h ^ U(0x20)) * U(0x100000001B3)
+                    for c in range(U(tok[U(2) * q]), U(tok[U(2) * q + U(1)])):
+                        h = (h ^ U(cps[c])) * U(0x100000001B3)
+                out[g] = fmix64(h ^ U(0x100 + n))
+                g += U(1)
         i = j
-    return g
+    return np.int64(g)
 
 
 @nb.njit
@@ -142,32 +147,33 @@ def _maxlen(offsets) -> int:
 def _distinct_buckets(buf, g, shift, table, slots, buckets, counts) -> int:
     """The doc's n-gram count per bucket: ``buckets`` and ``counts`` get them in first-seen order; returns
     how many. ``table`` is a scratch open-addressing table of ``bucket << 32 | count`` words (-1 = free,
-    sized to the doc so it stays in L1: one load per n-gram), left free again."""
-    size = 64
-    while size < 2 * g:
-        size <<= 1
-    mask = size - 1
-    k = 0
-    for j in range(g):
-        b = np.int64(buf[j] >> shift)
+    sized to the doc so it stays in L1: one load per n-gram), left free again; ``slots`` (uint64) its used
+    slots. Indices are unsigned (:data:`U`)."""
+    size = U(64)
+    while size < U(2 * g):
+        size <<= U(1)
+    mask = size - U(1)
+    k = U(0)
+    for j in range(U(g)):
+        b = buf[j] >> shift
         slot = b & mask
         while True:
             v = table[slot]
-            if (v >> 32) == b:
+            if U(v >> 32) == b:
                 table[slot] = v + 1
                 break
             if v == -1:
-                table[slot] = (b << 32) | 1
+                table[slot] = np.int64(b << U(32)) | 1
                 slots[k] = slot
-                k += 1
+                k += U(1)
                 break
-            slot = (slot + 1) & mask
+            slot = (slot + U(1)) & mask
     for j in range(k):
         v = table[slots[j]]
         buckets[j] = np.int32(v >> 32)
         counts[j] = np.int32(v & 0xFFFFFFFF)
         table[slots[j]] = -1
-    return k
+    return np.int64(k)
 
 
 @intrinsic
@@ -198,7 +204,7 @@ def _scratch(offsets, lo, hi, wlo, whi):
     while size < 2 * n_grams:
         size <<= 1
     return (np.empty(maxlen, np.uint32), np.empty(maxlen + 2, np.int64), np.empty(n_grams, np.uint64),
-            np.full(size, -1, np.int64), np.empty(n_grams, np.int64), np.empty(n_grams, np.int32),
+            np.full(size, -1, np.int64), np.empty(n_grams, np.uint64), np.empty(n_grams, np.int32),
             np.empty(n_grams, np.int32), np.empty(n_grams, np.float64))
 
 
@@ -264,19 +270,19 @@ def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes
                 _flush_row(row, sketch, current)
             current = a
         g = _doc_ngrams(data, offsets[d], offsets[d + 1], lo, hi, wlo, whi, classes, cps, tok, buf)
-        for j in range(g):
-            _prefetch(flat, np.int64(buf[j] >> shift) * 2)
-        k = _distinct_buckets(buf, g, shift, scratch, slots, buckets, counts)
+        for j in range(U(g)):
+            _prefetch(flat, (buf[j] >> shift) * U(2))
+        k = U(_distinct_buckets(buf, g, shift, scratch, slots, buckets, counts))
         norm2 = 0.0
         for j in range(k):
             c = counts[j]
-            w = table[buckets[j], 0] * (1.0 + math.log(c) if c > 1 else 1.0)
+            w = flat[U(buckets[j]) * U(2)] * (1.0 + math.log(c) if c > 1 else 1.0)
             weight[j] = w
             norm2 += w * w
         if norm2 > 0.0:
             inv = 1.0 / math.sqrt(norm2)
             for j in range(k):
-                row[np.int64(table[buckets[j], 1])] += np.float32(weight[j] * inv)
+                row[U(flat[U(buckets[j]) * U(2) + U(1)])] += np.float32(weight[j] * inv)
     if current >= 0:
         _flush_row(row, sketch, current)
 

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 
-from tasks.parallel import map_shards
+from tasks.parallel import map_shards, read_ahead
 from tasks.privacy.reidentify import HistorySource, history_rows, text_batches
 from tasks.privacy.stylometric.features import (
     _exact_tfidf,
@@ -75,10 +75,11 @@ def author_codes(col: pa.Array, index: dict[Any, int], grow: bool) -> np.ndarray
     return lut[idx]
 
 
-def author_batches(histories: HistorySource, chunk_rows: int,
-                   held_out: frozenset[str] | None) -> Iterator[pa.RecordBatch]:
-    """(author_id, text) batches of the histories without held-out documents and posts of no author."""
-    for batch in text_batches(histories, chunk_rows, held_out):
+def author_batches(histories: HistorySource, chunk_rows: int, held_out: frozenset[str] | None, *,
+                   readers: int = 1) -> Iterator[pa.RecordBatch]:
+    """(author_id, text) batches of the histories without held-out documents and posts of no author (a file's
+    row groups read ``readers`` at a time)."""
+    for batch in text_batches(histories, chunk_rows, held_out, readers=readers):
         keep = pc.is_valid(batch.column("author_id"))
         yield batch.filter(keep) if batch.column("author_id").null_count else batch
 
@@ -111,11 +112,12 @@ def df_stride(rows: int, params: StyloParams) -> int:
 def _sketch_df(histories: HistorySource, params: StyloParams, chunk_rows: int, held_out: frozenset[str] | None,
                stride: int, parallel: bool = True) -> tuple[np.ndarray, int, int, dict[Any, int]]:
     """Pass 1 over one history source: bucket document frequencies of the sampled posts, post count,
-    sampled post count, author index."""
+    sampled post count, author index. Both passes read the next batch while this one is counted, so the core
+    the read leaves idle counts too (benchmarks/README.md)."""
     df = np.zeros(1 << params.hash_bits, np.int64)
     authors: dict[Any, int] = {}
     n_posts = n_sampled = 0
-    for batch in author_batches(histories, chunk_rows, held_out):
+    for batch in read_ahead(author_batches(histories, chunk_rows, held_out)):
         author_codes(batch.column("author_id"), authors, grow=True)
         texts = _sample(batch.column("text"), stride)
         offsets, data, valid = _views(normalize_texts(texts, params.lowercase))
@@ -145,7 +147,7 @@ def _sketch_rows(histories: HistorySource, params: StyloParams, idf: np.ndarray,
     sketch = np.zeros((len(authors), params.width), np.float32)
     posts = np.zeros(len(authors), np.int64)
     table = _bucket_table(idf, params.width, params.seed)
-    for batch in author_batches(histories, chunk_rows, held_out):
+    for batch in read_ahead(author_batches(histories, chunk_rows, held_out)):
         owner = author_codes(batch.column("author_id"), authors, grow=False)
         offsets, data, valid = _views(normalize_texts(batch.column("text"), params.lowercase))
         if len(batch):
