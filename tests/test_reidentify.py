@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from datasketch import MinHash, MinHashLSH
 
+import tasks.privacy.reidentify as reidentify_module
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
 from tasks.errors import InputError
 from tasks.parallel import dask_client
@@ -96,6 +98,35 @@ def test_text_batches_read_every_row_once_in_order_within_the_batch_size(sim: tu
     got = pa.Table.from_batches(batches)
     want = pq.read_table(path, columns=["author_id", "text"])
     assert got.num_rows == want.num_rows == 20_000 and got.equals(want)
+
+
+def test_row_groups_decode_side_by_side_only_within_the_byte_budget(sim: tuple[str, pd.DataFrame],
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two readers decode the file's row groups on threads of their own while two of the largest groups' decoded
+    columns fit the budget; a byte less (a corpus of long posts) and the groups are read one at a time here. The
+    rows are the same either way."""
+    path, _ = sim
+    want = pq.read_table(path, columns=["author_id", "text"])
+    meta = pq.ParquetFile(path).metadata
+    largest = max(sum(meta.row_group(g).column(c).total_uncompressed_size for c in range(meta.num_columns)
+                      if meta.row_group(g).column(c).path_in_schema in ("author_id", "text"))
+                  for g in range(meta.num_row_groups))
+    read_on: list[str] = []
+    original = reidentify_module._read_row_group
+
+    def spy(path: str, group: int, columns: list[str]) -> pa.Table:
+        read_on.append(threading.current_thread().name)
+        return original(path, group, columns)
+
+    monkeypatch.setattr(reidentify_module, "_read_row_group", spy)
+    for budget, side_by_side in ((2 * largest, True), (2 * largest - 1, False)):
+        monkeypatch.setattr(reidentify_module, "SIDE_BY_SIDE_READ_BYTES", budget)
+        read_on.clear()
+        assert pa.Table.from_batches(list(text_batches(path, 5_000, readers=2))).equals(want)
+        if side_by_side:
+            assert len(read_on) == 4 and all(name.startswith("row-groups") for name in read_on)
+        else:
+            assert read_on == []
 
 
 def test_signed_histories_are_reused(sim: tuple[str, pd.DataFrame], tmp_path: Path) -> None:

@@ -300,9 +300,31 @@ def text_batches(source: HistorySource, chunk_rows: int, held_out: frozenset[str
         yield kept.filter(_not_held_out(batch.column("doc_id"), held_out))
 
 
+#: Decoded bytes of the read columns that row groups read side by side may hold at once (``text_batches``'
+#: ``readers``): groups are bounded in rows, not bytes, and a corpus of long posts has large ones, so a file whose
+#: largest group is over a ``readers``-th of this is read one group at a time, as before.
+SIDE_BY_SIDE_READ_BYTES = 1 << 30
+
+
 def _read_row_group(path: str, group: int, columns: list[str]) -> pa.Table:
     """One row group, from a reader of its own: a ``ParquetFile`` is not safe to read from two threads at once."""
     return pq.ParquetFile(path).read_row_group(group, columns=columns, use_threads=True)
+
+
+def _side_by_side(meta: pq.FileMetaData, columns: list[str], chunk_rows: int, readers: int) -> int:
+    """How many row groups to decode at once: ``readers``, fewer when they would hold more than
+    :data:`SIDE_BY_SIDE_READ_BYTES`, and 1 when a group is streamed (over twice ``chunk_rows`` rows)."""
+    if readers <= 1 or meta.num_row_groups < 2:
+        return 1
+    names = [meta.schema.column(c).name for c in range(meta.num_columns)]
+    wanted = [names.index(col) for col in columns]
+    largest = 0
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        if group.num_rows > 2 * chunk_rows:
+            return 1
+        largest = max(largest, sum(group.column(c).total_uncompressed_size for c in wanted))
+    return max(1, min(readers, SIDE_BY_SIDE_READ_BYTES // max(largest, 1)))
 
 
 def _row_group_batches(pf: pq.ParquetFile, path: str, chunk_rows: int, columns: list[str],
@@ -310,10 +332,11 @@ def _row_group_batches(pf: pq.ParquetFile, path: str, chunk_rows: int, columns: 
     """Batches of at most ``chunk_rows`` rows, a row group at a time: reading a whole row group decodes its
     columns on Arrow's threads (about twice as fast as ``iter_batches`` on 2 cores); a row group over
     twice ``chunk_rows`` is streamed instead, so memory stays bounded by the batch size. With ``readers`` > 1
-    that many row groups are decoded side by side, in order (each group's text column decodes on one thread,
-    so a pass that does little with its batches is bound by it), holding that many groups more in memory."""
+    up to that many row groups are decoded side by side, in order (each group's text column decodes on one
+    thread, so a pass that does little with its batches is bound by it; :func:`_side_by_side` says how many)."""
     groups = range(pf.metadata.num_row_groups)
-    if readers <= 1 or any(pf.metadata.row_group(i).num_rows > 2 * chunk_rows for i in groups):
+    at_once = _side_by_side(pf.metadata, columns, chunk_rows, readers)
+    if at_once == 1:
         for i in groups:
             if pf.metadata.row_group(i).num_rows > 2 * chunk_rows:
                 yield from pf.iter_batches(batch_size=chunk_rows, row_groups=[i], columns=columns)
@@ -322,11 +345,11 @@ def _row_group_batches(pf: pq.ParquetFile, path: str, chunk_rows: int, columns: 
         return
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(readers, thread_name_prefix="row-groups") as pool:
+    with ThreadPoolExecutor(at_once, thread_name_prefix="row-groups") as pool:
         pending: deque = deque()
         for i in groups:
             pending.append(pool.submit(_read_row_group, path, i, columns))
-            if len(pending) == readers:
+            if len(pending) == at_once:
                 yield from pending.popleft().result().to_batches(max_chunksize=chunk_rows)
         while pending:
             yield from pending.popleft().result().to_batches(max_chunksize=chunk_rows)

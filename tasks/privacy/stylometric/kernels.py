@@ -23,7 +23,7 @@ from tasks.privacy.stylometric.params import StyloParams
 
 _WORD, _SPACE = 1, 2  # character_classes() flags
 #: The hot loops index with unsigned integers: numba checks a signed index for wrap-around (a negative one
-#: counts from the end) on every access, which cost the sketch kernel 11% (benchmarks/README.md).
+#: counts from the end) on every access, about a tenth of the sketch kernel's time (benchmarks/README.md).
 U = np.uint64
 
 
@@ -60,7 +60,7 @@ def _doc_ngrams(data, start, end, lo, hi, wlo, whi, classes, cps, tok, out) -> i
     numba checks no index for wrap-around (:data:`U`)."""
     m = U(_code_points(data, start, end, classes, cps))
     g = U(0)
-    if m >= U(lo):
+    if hi >= lo and m >= U(lo):
         for i in range(m - U(lo) + U(1)):
             h = U(0xCBF29CE484222325)
             for t in range(U(hi)):
@@ -273,7 +273,7 @@ def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes
         for j in range(U(g)):
             _prefetch(flat, (buf[j] >> shift) * U(2))
         k = U(_distinct_buckets(buf, g, shift, scratch, slots, buckets, counts))
-        norm2 = 0.0
+        norm2 = 0.0  # flat[2b] is bucket b's signed IDF, flat[2b + 1] its sketch column (_bucket_table's row b)
         for j in range(k):
             c = counts[j]
             w = flat[U(buckets[j]) * U(2)] * (1.0 + math.log(c) if c > 1 else 1.0)
