@@ -163,15 +163,16 @@ def test_a_fitted_exact_model_is_read_back_from_the_cache_folder(debates, tmp_pa
     assert len(fits) == 3
 
 
-@pytest.mark.parametrize("n_threads", [1, 3])
-def test_rerank_solver_is_linear_svc(n_threads: int) -> None:
+@pytest.mark.parametrize(("n_threads", "n_classes"), [(1, 4), (3, 4), (1, 8), (2, 9)])
+def test_rerank_solver_is_linear_svc(n_threads: int, n_classes: int) -> None:
     """The two-stage re-ranker's dual coordinate descent solves LinearSVC's problem: on the same hashed
     features (one bucket per column) its decision values on a timeline equal scikit-learn's, whether the posts
-    and timelines are striped over one thread or several."""
+    and timelines are striped over one thread or several, and whether the candidates fill the weight rows' lanes
+    (8) or leave some of them padding (4, 9)."""
     rng = np.random.default_rng(0)
-    vocab = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "lambda"]
-    posts = [" ".join(rng.choice(vocab[a:a + 4], 6)) + "!" * a for a in range(4) for _ in range(8)]
-    owner = np.repeat(np.arange(4), 8)
+    vocab = [f"w{chr(97 + i)}" for i in range(n_classes + 4)]
+    posts = [" ".join(rng.choice(vocab[a:a + 4], 6)) + "!" * a for a in range(n_classes) for _ in range(8)]
+    owner = np.repeat(np.arange(n_classes), 8)
     one = [" ".join(rng.choice(vocab[1:5], 6)) + "!"] * 2
     timeline = one * n_threads  # n_threads timelines of the same two posts: one a stripe
     bits = 16
@@ -188,8 +189,8 @@ def test_rerank_solver_is_linear_svc(n_threads: int) -> None:
     t[t > 0] = 1.0 + np.log(t[t > 0])
     t /= np.linalg.norm(t)
     for c in (0.1, 1.0):
-        got = _rerank_all(np.array([[0, 1, 2, 3]] * n_threads), np.array([0, 8, 16, 24, 32]), indptr, idx, val,
-                          np.arange(0, 2 * n_threads + 1, 2), tl_offsets, tl_data, lo, hi, wlo, whi,
+        got = _rerank_all(np.array([list(range(n_classes))] * n_threads), np.arange(0, 8 * n_classes + 1, 8), indptr,
+                          idx, val, np.arange(0, 2 * n_threads + 1, 2), tl_offsets, tl_data, lo, hi, wlo, whi,
                           character_classes(), np.uint64(64 - bits), idf, c, 1e-6, 100_000, 1, n_threads)
         ref = LinearSVC(C=c, tol=1e-8, max_iter=100_000).fit(x, owner).decision_function(sp.csr_matrix(t))
         np.testing.assert_allclose(got, np.repeat(ref, n_threads, axis=0), atol=2e-4)

@@ -13,6 +13,9 @@ import numpy as np
 from tasks.parallel import run_stripes
 from tasks.privacy.stylometric.kernels import _distinct_buckets, _doc_ngrams, _scratch
 
+#: The re-ranker's class loops run over rows of this many classes or a multiple (a vector register's float32 lanes on
+#: AVX2; 20 candidates padded to 24 made the re-ranking 24% faster at the article's scale than 20 with a scalar remainder).
+_LANES = 8
 #: The count pass of :func:`_post_stripe` writes no bucket or weight.
 _NO_INDEX = np.empty(0, np.int32)
 _NO_VALUE = np.empty(0, np.float32)
@@ -73,7 +76,8 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
     (liblinear's ``intercept_scaling=1``). Dual coordinate descent (Hsieh et al. 2008; liblinear's
     ``solve_l2r_l1l2_svc`` without shrinking), the candidates' binary problems in lockstep: each epoch visits
     the examples in one seeded shuffle and updates every class still running, whose weights sit side by side
-    (a feature's row of the weight matrix is one read for all classes); a class stops when its projected
+    (a feature's row of the weight matrix is one read for all classes, padded with zeros to a multiple of
+    :data:`_LANES` classes, so the class loops have no scalar remainder); a class stops when its projected
     gradient's spread over an epoch is at most ``tol``, all after ``max_iter`` epochs."""
     n_loc = 0
     # the timeline: its posts' counts summed per bucket, sublinear TF x IDF, L2
@@ -105,6 +109,7 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
             tl_val[q] *= inv
     # the examples: the candidates' post rows over local ids
     n_cand = cand.shape[1]
+    stride = (n_cand + _LANES - 1) // _LANES * _LANES  # a weight row: the classes, then zeros
     n_ex = 0
     size = 0
     for j in range(n_cand):
@@ -126,7 +131,7 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
                     remap[b] = n_loc
                     used[n_loc] = b
                     n_loc += 1
-                ex_idx[p] = np.uint64(remap[b] * n_cand)
+                ex_idx[p] = np.uint64(remap[b] * stride)
                 ex_val[p] = val[q]
                 p += 1
             label[e] = j
@@ -142,18 +147,18 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
         for q in range(ex_ptr[i], ex_ptr[i + 1]):
             s += np.float64(ex_val[q]) * ex_val[q]
         qd[i] = s
-    w = np.zeros((n_loc + 1) * n_cand, np.float32)  # feature-major: w[f * n_cand + class]
-    bias = n_loc * n_cand
+    w = np.zeros((n_loc + 1) * stride, np.float32)  # feature-major: w[f * stride + class]
+    bias = n_loc * stride
     alpha = np.zeros(n_ex * n_cand, np.float64)
     running = np.ones(n_cand, np.bool_)
-    grad = np.empty(n_cand, np.float32)
-    step = np.empty(n_cand, np.float32)
+    grad = np.zeros(stride, np.float32)
+    step = np.zeros(stride, np.float32)  # 0 past the classes: their weights stay 0
     pg_max = np.empty(n_cand, np.float64)
     pg_min = np.empty(n_cand, np.float64)
     order = np.arange(n_ex)
     state = _xorshift(np.uint64(seed) * np.uint64(0x9E3779B97F4A7C15) + np.uint64(t + 1))
     n_running = n_cand
-    n_cand_u = np.uint64(n_cand)
+    stride_u = np.uint64(stride)
     it = 0
     while it < max_iter and n_running > 0:
         for i in range(n_ex - 1, 0, -1):
@@ -164,14 +169,14 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
         pg_min[:] = np.inf
         for s_ in range(n_ex):
             i = order[s_]
-            for k in range(n_cand):
+            for k in range(stride):
                 grad[k] = w[bias + k]
             # unsigned indices: numba checks a signed index for wrap-around, and that branch kept LLVM from
             # vectorising the class loops (the same sums, so the same results, 2.3x faster at full scale)
             for q in range(ex_ptr[i], ex_ptr[i + 1]):
                 f = ex_idx[q]
                 v = ex_val[q]
-                for ku in range(n_cand_u):
+                for ku in range(stride_u):
                     grad[ku] += w[f + ku] * v
             moved = False
             for k in range(n_cand):
@@ -193,9 +198,9 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
                 for q in range(ex_ptr[i], ex_ptr[i + 1]):
                     f = ex_idx[q]
                     v = ex_val[q]
-                    for ku in range(n_cand_u):
+                    for ku in range(stride_u):
                         w[f + ku] += step[ku] * v
-                for k in range(n_cand):
+                for k in range(stride):
                     w[bias + k] += step[k]
         it += 1
         for k in range(n_cand):
@@ -205,7 +210,7 @@ def _rerank_one(t, cand, cand_ptr, indptr, idx, val, tl_ptr, tl_offsets, tl_data
     for k in range(n_cand):
         score = w[bias + k]
         for q in range(n_tl):
-            score += w[q * n_cand + k] * tl_val[q]
+            score += w[q * stride + k] * tl_val[q]
         out[t, k] = score
 
 
