@@ -33,9 +33,9 @@ def test_busy_cpu_seconds_count_at_least_what_this_process_burns_and_no_more_tha
 
 
 def test_the_meaning_benchmarks_flop_count_equals_torchs_flop_counter_on_the_encoder():
-    """benchmarks/meaning_floor.py's FLOPs of a forward equal what torch's FlopCounterMode counts when the encoder
-    runs its attention as plain matrix products (the pooler's one product on each [CLS] row aside: BERTScore does
-    not use it, the count leaves it out)."""
+    """benchmarks/meaning_floor.py's FLOPs of forward batches equal what torch's FlopCounterMode counts when the
+    encoder runs them with its attention as plain matrix products (the pooler's one product on each [CLS] row
+    aside: BERTScore does not use it, the count leaves it out)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
     from transformers import AutoModel
@@ -47,14 +47,14 @@ def test_the_meaning_benchmarks_flop_count_equals_torchs_flop_counter_on_the_enc
     spec.loader.exec_module(module)
     model = AutoModel.from_pretrained(resolve_model("token_encoder").path, attn_implementation="eager").eval()
     config = model.config
-    lengths = [40, 37, 25, 12]
-    mask = torch.tensor([[1] * n + [0] * (40 - n) for n in lengths])
+    batches = [[40, 37, 25, 12], [25, 9]]  # unpadded lengths; each batch padded to its longest
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
-        model(torch.randint(1000, 2000, (4, 40)), attention_mask=mask)
-    pooler = 2 * len(lengths) * config.hidden_size * config.hidden_size
-    counted = module.forward_flops(lengths, 1024, config.num_hidden_layers, config.hidden_size,
-                                   config.intermediate_size)
+        for lengths in batches:
+            width = max(lengths)
+            mask = torch.tensor([[1] * n + [0] * (width - n) for n in lengths])
+            model(torch.randint(1000, 2000, (len(lengths), width)), attention_mask=mask)
+    rows = sum(len(lengths) for lengths in batches)
+    pooler = 2 * rows * config.hidden_size * config.hidden_size
+    shapes = [(len(lengths), max(lengths)) for lengths in batches]
+    counted = module.forward_flops(shapes, config.num_hidden_layers, config.hidden_size, config.intermediate_size)
     assert counted == counter.get_total_flops() - pooler
-    # two batches when the budget holds only the two longest: the padding follows the batches
-    split = module.forward_flops(lengths, 80, config.num_hidden_layers, config.hidden_size, config.intermediate_size)
-    assert split < counted
