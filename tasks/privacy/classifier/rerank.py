@@ -14,7 +14,8 @@ from tasks.parallel import run_stripes
 from tasks.privacy.stylometric.kernels import _distinct_buckets, _doc_ngrams, _scratch
 
 #: The re-ranker's class loops run over rows of this many classes or a multiple (a vector register's float32 lanes on
-#: AVX2; 20 candidates padded to 24 made the re-ranking 24% faster at the article's scale than 20 with a scalar remainder).
+#: AVX2): 20 candidates padded to 24 took 7.1-7.8 s for 500 timelines at the article's scale, against 9.4-9.9 s with
+#: a scalar remainder of 4 (benchmarks/README.md, "The re-ranker's weight rows padded to eight classes").
 _LANES = 8
 #: The count pass of :func:`_post_stripe` writes no bucket or weight.
 _NO_INDEX = np.empty(0, np.int32)
