@@ -34,6 +34,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # the model loaders keep t
 
 from generate import load_average, real_sentences  # noqa: E402
 
+from benchmarks.results import record  # noqa: E402
 from tasks.generate import build_strategy, generate_synthetic  # noqa: E402
 from tasks.models.loaders import device, load_causal_lm  # noqa: E402
 from tasks.privacy.dp_audit import audit_dp_prompt  # noqa: E402
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{audit_s / gen_s:.2f} |", flush=True)
     n = len(docs) * len(epsilons)
     print(f"load average after: {load_average()}")
-    print(f"RESULT docs={len(docs)} epsilons={args.epsilons} audit_docs_per_s={n / audit_total:.3f} "
+    record("audit_dp", f"docs={len(docs)} epsilons={args.epsilons} audit_docs_per_s={n / audit_total:.3f} "
           f"generation_docs_per_s={n / gen_total:.3f} ratio={audit_total / gen_total:.2f} "
           f"max_ratio={max(ratios):.2f} violations={violations} load={load_average().replace(' ', ',')} "
           f"device={where}")

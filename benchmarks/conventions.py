@@ -38,6 +38,7 @@ import scipy.sparse as sp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.results import record
 from tasks.corpus.splits import author_timelines
 from tasks.intervals import wilson
 from tasks.privacy.attacks import build_attack, run_attacks
@@ -202,7 +203,7 @@ def main() -> None:
     for c in args.svc_forms:
         keys[f"LinearSVC C={c:g} (classifier features), timeline joined"] = f"svc_c{c:g}_joined"
         keys[f"LinearSVC C={c:g} (classifier features), mean of posts"] = f"svc_c{c:g}_mean"
-    print("RESULT seeds=" + ",".join(map(str, args.seeds)) + " "
+    record("conventions", "seeds=" + ",".join(map(str, args.seeds)) + " "
           + " ".join(f"{keys[a]}_acc={row['accuracy_at_1']:.3f}" for a, row in mean.iterrows())
           + " " + " ".join(f"{keys[a]}_s={row['seconds']:.1f}" for a, row in mean.iterrows())
           + f" load1={after[0]:.1f} load5={after[1]:.1f}")

@@ -27,6 +27,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.reidentify import in_fresh_process, simulated_data
+from benchmarks.results import record
 from tasks.privacy.attacks import build_attack, run_attacks
 from tasks.privacy.attribution import held_out_doc_ids
 
@@ -96,7 +97,7 @@ def main() -> None:
               **{f"{a}_peak_gb": f"{peak[a]:.2f}" for a in ATTACKS},
               **{f"acc_{a}_{st}_{strength:g}": f"{s['accuracy_at_1']:.3f}" for a, st, strength, *_, s in rows},
               "load1": f"{load_after[0]:.1f}"}
-    print("RESULT " + " ".join(f"{key}={value}" for key, value in result.items()))
+    record("delta", result)
 
 if __name__ == "__main__":
     main()

@@ -24,6 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.results import record
 from tasks.corpus.importers import read_corpus
 from tasks.corpus.splits import author_timelines
 from tasks.parallel import fit_process_count
@@ -63,7 +64,7 @@ def main() -> None:
     print(f"side by side, {processes} processes: {processes_s:.1f} s; speedup {sequential_s / processes_s:.2f}; "
           f"same model: {identical}")
     print(f"load average before {load_before:.2f}, after {load:.2f} on {os.cpu_count()} cores")
-    print(f"RESULT posts={len(histories)} authors={histories['author_id'].nunique()} sequential_s={sequential_s:.1f} "
+    record("exact_fit", f"posts={len(histories)} authors={histories['author_id'].nunique()} sequential_s={sequential_s:.1f} "
           f"processes_s={processes_s:.1f} speedup={sequential_s / processes_s:.2f} processes={processes} "
           f"identical={str(identical).lower()} load={load:.2f}")
 

@@ -41,6 +41,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from benchmarks.results import record  # noqa: E402
+
 CONFIG = ROOT / "deployments" / "configs" / "conventions.yaml"
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -179,7 +181,7 @@ def scaling(sizes: list[int], config: Path) -> None:
         print(f"size {size}: {r['total_seconds']:.1f} s, peak RSS {r['peak_rss'] / 2**20:.0f} MiB, "
               f"failed stages: {r['failed'] or 'none'} (load {load_average()})", flush=True)
     if not results:
-        print("RESULT sizes= error=no-size-completed")
+        record("flow", "sizes= error=no-size-completed")
         return
     kinds = [by_kind(r["stages"]) for r in results]
     names = list(dict.fromkeys(k for table in kinds for k in table))
@@ -208,7 +210,7 @@ def scaling(sizes: list[int], config: Path) -> None:
     worst = max(finite, key=finite.get) if finite else "none"
     print(f"\nload average at end: {load_average()} (the machine is shared with other jobs; quote it with "
           f"any figure)")
-    print("RESULT " + " ".join([
+    record("flow", " ".join([
         f"sizes={','.join(map(str, done))}",
         "total_s=" + ",".join(f"{t:.1f}" for t in totals),
         "peak_rss_mib=" + ",".join(f"{r['peak_rss'] / 2**20:.0f}" for r in results),
@@ -283,7 +285,7 @@ def executor_speedup(docs_per_shard: int, delay: float, parallel: int) -> None:
     print(f"{'concurrent, every stage cached':<34} {cached:>8.2f} {n_stages:>7} {cached_summary.peak_parallel:>14}")
     print(f"speedup {sequential / concurrent:.2f}x; cached overhead {1000 * cached / n_stages:.0f} ms per stage; "
           f"artifacts byte-identical: {same}; load now {os.getloadavg()[0]:.2f}")
-    print(f"RESULT speedup={sequential / concurrent:.2f} sequential_s={sequential:.2f} concurrent_s={concurrent:.2f} "
+    record("flow_executor", f"speedup={sequential / concurrent:.2f} sequential_s={sequential:.2f} concurrent_s={concurrent:.2f} "
           f"cached_ms_per_stage={1000 * cached / n_stages:.0f} identical={same} load={load:.2f}")
 
 

@@ -30,6 +30,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.results import record
 from tasks.corpus.splits import author_timelines
 from tasks.protect.loop import protect_corpus
 from tasks.protect.settings import DEFAULT_FEEDBACK, ProtectSettings
@@ -77,7 +78,7 @@ def main() -> None:
     ratio = float(np.mean(worst["default"]["value"].to_numpy() / worst["reference"]["value"].to_numpy()))
     chosen = {n: w[w["chosen"]].iloc[0] for n, w in worst.items()}
     load = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"RESULT unit={args.unit} chosen_floor={chosen['default']['floor']:g} "
+    record("frontier", f"unit={args.unit} chosen_floor={chosen['default']['floor']:g} "
           f"chosen_worst={chosen['default']['value']:.4f} reference_chosen_floor={chosen['reference']['floor']:g} "
           f"reference_chosen_worst={chosen['reference']['value']:.4f} worst_ratio_vs_reference={ratio:.3f} "
           f"seconds={time.perf_counter() - started:.1f} load={load.replace(' ', ',')}")

@@ -35,6 +35,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from benchmarks.results import record  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -277,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.backend:
         backend_tokens_per_s(args.backend_tokens, 4, args.threads)
     print(f"\nload average at end {load_average()}")
-    print(f"RESULT {result} load={os.getloadavg()[0]:.2f}".replace("  ", " "))
+    record("generate", f"{result} load={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ if str(ROOT) not in sys.path:
 import httpx  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from benchmarks.results import record  # noqa: E402
 from tasks.corpus.datasets import fetch_dataset  # noqa: E402
 from tasks.generate.llm import ARTICLE_TEMPLATE, LLMParams, build_requests  # noqa: E402
 from tasks.models.llm import ChatRequest, OpenAICompatibleClient  # noqa: E402
@@ -136,7 +137,7 @@ def main() -> None:
     print(f"\nclient throughput / server capacity = {ours['ratio']:.3f} (target >= 0.90: "
           f"{'met' if ours['ratio'] >= 0.90 else 'NOT met'}); reference (concurrency {REFERENCE_CONCURRENCY}) "
           f"{ref['ratio']:.3f}; speedup {ours['rps'] / ref['rps']:.1f}x; load now {load_average()}")
-    print(f"RESULT ratio={ours['ratio']:.3f} throughput={ours['rps']:.1f} capacity={capacity.requests_per_s:.1f} "
+    record("llm_client", f"ratio={ours['ratio']:.3f} throughput={ours['rps']:.1f} capacity={capacity.requests_per_s:.1f} "
           f"reference_ratio={ref['ratio']:.3f} in_flight={ours['in_flight']:.0f} requests={ours['requests']:.0f} "
           f"load={os.getloadavg()[0]:.2f}")
 

@@ -32,6 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 for folder in (ROOT, ROOT / "benchmarks"):
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
+from benchmarks.results import record  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
               f"tokens/s, {new_time:.1f} s, {len(failed)} failed) | speedup {ref_time / new_time:.2f}x")
         ref_s, new_s, n_texts = ref_s + ref_time, new_s + new_time, n_texts + len(requests)
     print(f"reference: {REFERENCE}; load average after: {load_average()} (machine shared with other agents)")
-    print(f"RESULT speedup={ref_s / new_s:.2f} texts_per_s={n_texts / new_s:.2f} "
+    record("llm_inprocess", f"speedup={ref_s / new_s:.2f} texts_per_s={n_texts / new_s:.2f} "
           f"reference_texts_per_s={n_texts / ref_s:.2f} texts={n_texts} max_tokens={args.max_tokens} "
           f"batch_size={args.batch_size} threads={args.threads} load={os.getloadavg()[0]:.2f}")
 

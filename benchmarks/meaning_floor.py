@@ -35,6 +35,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.results import record
 from tasks.corpus.importers import read_corpus
 from tasks.metrics.meaning import bertscore
 from tasks.models import embeddings
@@ -145,7 +146,7 @@ def main() -> None:
     print(f"bf16: {', '.join(f'{s:.2f}' for s in seconds[True])} s ({fp32_s / bf16_s:.2f}x; its linear roofline "
           f"{roof[True]:.1f} GFLOP/s); BERTScore F1 against fp32: max |diff| {diff.max():.4f}, mean "
           f"{diff.mean():.5f}; decisions at the floor {floor} flipped: {flips} of {len(diff)}")
-    print(f"RESULT texts={len(references)} tokens={sum(tokens)} fp32_s={fp32_s:.2f} check_gflops={check:.1f} "
+    record("meaning_floor", f"texts={len(references)} tokens={sum(tokens)} fp32_s={fp32_s:.2f} check_gflops={check:.1f} "
           f"roofline_gflops={roof[False]:.1f} check_over_roofline={check / roof[False]:.2f} bf16_s={bf16_s:.2f} "
           f"bf16_speedup={fp32_s / bf16_s:.2f} bf16_roofline_gflops={roof[True]:.1f} "
           f"bf16_max_abs_df1={diff.max():.4f} bf16_mean_abs_df1={diff.mean():.5f} bf16_flips={flips} floor={floor} "

@@ -49,6 +49,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from benchmarks.results import record  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tasks.corpus.datasets import fetch_dataset  # noqa: E402
@@ -440,7 +442,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print_table(args.pairs, timings, Timing("whole suite", tuple(selected), "all", suite_s))
 
     print(f"\nload average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"RESULT pairs={args.pairs} pairs_per_s={pairs_per_s:.1f} suite_over_forward={over_forward:.2f} "
+    record("metrics", f"pairs={args.pairs} pairs_per_s={pairs_per_s:.1f} suite_over_forward={over_forward:.2f} "
           f"suite_over_own_forward={over_own:.2f} bertscore_speedup={speedup:.2f} exponent={exponent:.2f} "
           f"best_token_budget={best_budget} load={os.getloadavg()[0]:.2f}")
 

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.results import record  # noqa: E402
 from tasks.corpus.datasets import fetch_dataset  # noqa: E402
 from tasks.generate.pseudonymize import pseudonymize_corpus  # noqa: E402
 from tasks.models.pii import SPACY_MODEL, PiiDetector, detection_scores  # noqa: E402
@@ -83,7 +84,7 @@ def main() -> None:
           f"({pseudo_s / spacy_s:.2f}x the reference)")
     overall = scores[scores["entity"] == "all"].iloc[0]
     print(f"load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print(f"RESULT precision={overall['precision']:.3f} recall={overall['recall']:.3f} "
+    record("pii", f"precision={overall['precision']:.3f} recall={overall['recall']:.3f} "
           f"labelled_spans={sum(map(len, labels))} detect_s_per_1k={detect_s * per_k:.2f} "
           f"pseudonymize_s_per_1k={pseudo_s * per_k:.2f} spacy_s_per_1k={spacy_s * per_k:.2f} "
           f"ratio_vs_spacy={detect_s / spacy_s:.2f} n={len(real)} load1={os.getloadavg()[0]:.2f}")

@@ -30,6 +30,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from benchmarks.results import record  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tasks.corpus.datasets import fetch_dataset  # noqa: E402
@@ -133,7 +135,7 @@ def main() -> None:
         print(f"{name:<9} {label:<28} {share:>9.3f} {n_ok:>7} {secs:>8.1f}")
     print(f"\nload average at end {load_average()}")
     by = {(n, lab.split(" (")[-1].rstrip(")")): s for n, lab, s, _, _ in shares}
-    print("RESULT " + " ".join([f"close={close}", f"far={far}", f"div_close={pivots[close][0]:.3f}",
+    record("pivots", " ".join([f"close={close}", f"far={far}", f"div_close={pivots[close][0]:.3f}",
                                 f"div_far={pivots[far][0]:.3f}", f"div_ratio_far_vs_spa={pivots[far][0] / ref:.2f}",
                                 f"unchanged_stymask={by[('stymask', '-')]:.3f}",
                                 *(f"unchanged_{n}_ref={by[(n, 'reference')]:.3f} unchanged_{n}={by[(n, 'default')]:.3f}"

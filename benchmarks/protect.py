@@ -40,6 +40,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.reidentify import SIZES, in_fresh_process, peak_gb, simulated_data
+from benchmarks.results import record
 from tasks.corpus.schema import STATUS_OK
 from tasks.protect.settings import ProtectSettings
 
@@ -220,7 +221,7 @@ def main() -> None:
         print(f"\ncProfile of the loop ({args.profile}): what the later rounds (next_round) call, cumulative s")
         pstats.Stats(args.profile).sort_stats("cumulative").print_callees("next_round")
         pstats.Stats(args.profile).sort_stats("cumulative").print_stats(40)
-    print("RESULT " + " ".join(f"{key}={value}" for key, value in result.items()))
+    record("protect", result)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.results import record
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "conventions.parquet"
 FEEDBACKS = {"stylometric": (("stylometric", {}),),
              "stylometric+classifier": (("stylometric", {}), ("classifier", {}))}
@@ -85,7 +87,7 @@ def main() -> None:
     meaning = table.set_index("feedback")["meaning"]
     reference, other = list(FEEDBACKS)
     load = ",".join(f"{v:.2f}" for v in os.getloadavg())
-    print(f"RESULT worst_reference={worst[reference]:.4f} worst_with_classifier={worst[other]:.4f} "
+    record("protect_feedback", f"worst_reference={worst[reference]:.4f} worst_with_classifier={worst[other]:.4f} "
           f"worst_ratio_vs_reference={worst[other] / worst[reference]:.3f} meaning_reference={meaning[reference]:.4f} "
           f"meaning_with_classifier={meaning[other]:.4f} seconds={table['seconds'].sum():.1f} load={load}")
 

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.results import record
 from tasks.corpus.simulate import simulate_histories, simulate_synthetic
 from tasks.privacy.attribution import held_out_doc_ids
 from tasks.privacy.reidentify import reidentify
@@ -287,7 +288,7 @@ def main() -> None:
                            f"classifier_gb={max(r[5] for r in classifier):.2f} "
                            + " ".join(f"classifier_acc_{st}_{s_:g}={x['accuracy_at_1']:.3f}"
                                       for _, st, s_, _, _, _, x in classifier) + " ")
-    print(f"RESULT scale_posts={n_posts} users={n_users} timelines={n_tl} "
+    record("reidentify", f"scale_posts={n_posts} users={n_users} timelines={n_tl} "
           f"slowest_attack_s={worst[3]:.1f} slowest={worst[0]}/{worst[1]} peak_rss_gb={max(r[5] for r in rows):.2f} "
           f"sklearn_ratio={ratio:.1f} sketch_err_mean={ref['err_mean']:.4f} df_sample_top1={ref['df_top1']:.3f} "
           + classifier_keys

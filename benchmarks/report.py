@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
 
+from benchmarks.results import record
 from tasks.report.build import collect_report_data
 from tasks.report.goals import parse_goal
 from tasks.report.rebuild import rebuild_report, run_layout
@@ -82,7 +83,7 @@ def main() -> None:
         print(f"{name:<62} {seconds:8.3f} {seconds / reference:12.1f}")
     print(f"load at end {os.getloadavg()[0]:.2f}")
     rebuild = timings["synthugc report RUN_DIR (all of it, with integrity checks)"]
-    print(f"RESULT artifacts={len(artifacts)} reference_s={reference:.3f} rebuild_s={rebuild:.3f} "
+    record("report", f"artifacts={len(artifacts)} reference_s={reference:.3f} rebuild_s={rebuild:.3f} "
           f"rebuild_ratio={rebuild / reference:.1f} load={os.getloadavg()[0]:.2f}")
 
 

@@ -20,6 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
 
+from benchmarks.results import record
 from tasks.scores import SCORES, score_frame, validate_scores
 
 
@@ -60,7 +61,7 @@ def main() -> None:
     print(f"reference pandas.DataFrame(rows): {reference * 1000:.0f} ms")
     print(f"score_frame(rows, SCORES):        {built * 1000:.0f} ms ({built / reference:.2f}x the reference)")
     print(f"validate_scores(frame):           {checked * 1000:.0f} ms")
-    print(f"RESULT rows={args.rows} reference_ms={reference * 1000:.0f} score_frame_ms={built * 1000:.0f} "
+    record("scores", f"rows={args.rows} reference_ms={reference * 1000:.0f} score_frame_ms={built * 1000:.0f} "
           f"ratio={built / reference:.2f} validate_ms={checked * 1000:.0f} load={load:.1f}")
 
 

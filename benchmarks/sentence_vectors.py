@@ -23,6 +23,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.results import record
 from tasks.corpus.importers import read_corpus
 from tasks.models.embeddings import SENTENCE_BATCH, sentence_embeddings
 from tasks.models.loaders import load_sentence_encoder
@@ -57,7 +58,7 @@ def main() -> None:
     diff = float(np.abs(ours - reference).max())
     print(f"ours (token-budget batches): {', '.join(f'{s:.2f}' for s in ours_s)} s; SentenceTransformer.encode "
           f"(batches of {SENTENCE_BATCH}): {', '.join(f'{s:.2f}' for s in encode_s)} s; max |diff| {diff:.2e}")
-    print(f"RESULT texts={len(texts)} ours_s={ours_med:.2f} encode_s={encode_med:.2f} "
+    record("sentence_vectors", f"texts={len(texts)} ours_s={ours_med:.2f} encode_s={encode_med:.2f} "
           f"speedup={encode_med / ours_med:.2f} max_abs_diff={diff:.2e} load={os.getloadavg()[0]:.2f}")
 
 

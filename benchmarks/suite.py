@@ -28,6 +28,8 @@ from pathlib import Path
 
 from flow import load_average
 
+from benchmarks.results import record
+
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 480.0
 
@@ -115,7 +117,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 print(f"  {seconds:7.1f} s  {name}")
             for name in failed_tests(junit):
                 print(f"FAILED {name}")
-    print(f"RESULT suite_s={suite_s:.1f} tests={count['tests']} passed={passed} failed={failed} "
+    record("suite", f"suite_s={suite_s:.1f} tests={count['tests']} passed={passed} failed={failed} "
           f"skipped={count['skipped']} target_s={TARGET_S:.0f} over_target={suite_s / TARGET_S:.2f} "
           f"workers={workers} load={os.getloadavg()[0]:.2f}")
     if steps.returncode or tests.returncode:

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pandas as pd
 
+from benchmarks.results import record
 from tasks.corpus.datasets import fetch_dataset
 from tasks.training.classifiers import EncoderClassifier, LinearTextClassifier
 from tasks.training.task_metrics import macro_f1
@@ -71,7 +72,7 @@ def main() -> None:
     print(f"ratio encoder / linear training throughput (reference: the linear baseline, same texts, same run): "
           f"{encoder['train_ex_per_s'] / linear['train_ex_per_s']:.4f}")
     print(f"load at end {os.getloadavg()[0]:.2f}")
-    print(f"RESULT linear_train_ex_per_s={linear['train_ex_per_s']:.1f} encoder_train_ex_per_s="
+    record("training", f"linear_train_ex_per_s={linear['train_ex_per_s']:.1f} encoder_train_ex_per_s="
           f"{encoder['train_ex_per_s']:.1f} ratio={encoder['train_ex_per_s'] / linear['train_ex_per_s']:.4f} "
           f"linear_f1={linear['macro_f1']:.3f} encoder_f1={encoder['macro_f1']:.3f} load={os.getloadavg()[0]:.2f}")
 

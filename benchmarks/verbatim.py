@@ -28,6 +28,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+from benchmarks.results import record  # noqa: E402
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tasks.corpus.datasets import fetch_dataset  # noqa: E402
@@ -95,7 +97,7 @@ def main() -> None:
         results[name] = len(src) / seconds
         print(f"{name:<16} {seconds:8.3f} {len(src) / seconds:10,.0f} {share:15.3f}")
     print(f"load average at end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("RESULT " + " ".join(f"{k.replace(' ', '_')}_docs_per_s={v:.0f}" for k, v in results.items())
+    record("verbatim", " ".join(f"{k.replace(' ', '_')}_docs_per_s={v:.0f}" for k, v in results.items())
           + f" n={args.n} min_chars={args.min_chars} load1={os.getloadavg()[0]:.2f}")
 
 
