@@ -1,5 +1,5 @@
 """The attack registry: one registration is all a new attack needs (config check, plan, flow stage, CLI
-listing), parameters are validated against what the attack declares, and README's registry tables are
+listing), parameters are validated against what the attack declares, and the registry tables of docs/reference.md are
 generated from the registries."""
 
 from __future__ import annotations
@@ -198,18 +198,19 @@ def test_strategies_listing_is_the_registry():
     assert "intensity=1.0" in stymask and " no " in stymask
 
 
-def test_readme_tables_are_generated_from_the_registries(tmp_path):
-    """README holds each registry's table exactly as generated (python -m tasks.catalogues README.md), checked
-    in a fresh process: this one's registries hold the tests' own registrations."""
+def test_the_registry_tables_are_generated_from_the_registries(tmp_path):
+    """docs/reference.md holds each registry's table exactly as generated (python -m tasks.catalogues
+    docs/reference.md), checked in a fresh process: this one's registries hold the tests' own registrations."""
+    page = ROOT / "docs" / "reference.md"
     check = [sys.executable, "-m", "tasks.catalogues", "--check"]
-    proc = subprocess.run([*check, str(ROOT / "README.md")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*check, str(page)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    stale = tmp_path / "README.md"
-    stale.write_text((ROOT / "README.md").read_text(encoding="utf-8").replace("| `stymask` |", "| `stymask2` |"))
+    stale = tmp_path / "reference.md"
+    stale.write_text(page.read_text(encoding="utf-8").replace("| `stymask` |", "| `stymask2` |"))
     proc = subprocess.run([*check, str(stale)], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "a registry table is stale" in proc.stderr
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert all(readme.count(f"<!-- registry:{name} -->") == 1 for name in REGISTRIES)  # each table once
+    text = page.read_text(encoding="utf-8")
+    assert all(text.count(f"<!-- registry:{name} -->") == 1 for name in REGISTRIES)  # each table once
     with pytest.raises(ValueError, match="no <!-- registry:strategies -->"):
         update_readme("no blocks here")
 
