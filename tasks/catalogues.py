@@ -134,7 +134,7 @@ def update_readme(text: str) -> str:
     return text
 
 
-if __name__ == "__main__":  # python -m tasks.catalogues [--check] README.md: regenerate (or check) the tables
+if __name__ == "__main__":  # python -m tasks.catalogues [--check] docs/reference.md: regenerate (or check) the tables
     import sys
     from pathlib import Path
 
