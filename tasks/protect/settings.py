@@ -29,9 +29,8 @@ AttackSpecs = tuple[tuple[str, Mapping[str, Any]], ...]
 
 #: The default feedback: the stylometric and classifier attacks, whose evidence the moves mask and generalize, and
 #: the embedding attack, which catches what speakers talk about (no evidence: the moves that need none act on what
-#: it catches); each where it can run on the histories here (the embedding attack needs a GPU on large ones). On
-#: the conventions timelines at post unit, stylometric feedback alone left the certificate at 0.084-0.092
-#: (embedding) over four meaning floors; these three brought it to 0.071-0.076 (benchmarks/README.md).
+#: it catches); each where it can run on the histories here (the embedding attack needs a GPU on large ones).
+#: benchmarks/frontier.py compares it with stylometric feedback alone: ``frontier`` in docs/performance.md.
 DEFAULT_FEEDBACK: AttackSpecs = (("stylometric", {}), ("classifier", {}), ("embedding", {}))
 
 

@@ -42,8 +42,8 @@ Two ways to compute it, chosen by the size of the histories (``mode="auto"``):
   (< 0): authors not re-ranked keep lower ranks, so a true author outside the top-K is a miss at rank 1
   and keeps its stage-1 order below the candidates for accuracy@10 and MRR.
 
-Measured (``benchmarks/README.md``): at the article's scale (``benchmarks/reidentify.py --full``) two stages
-take 16-18 s on 2 cores beyond the stylometric profiles they share (68-72 s with them) and 2.13 GB at most;
+At the article's scale (``benchmarks/reidentify.py --full``; its seconds and memory are ``reidentify`` in
+docs/performance.md) two stages add a fraction of the stylometric profiles' time they share;
 accuracy@1 against the stylometric attack's: ``full`` 0.982 / 0.946 (1.000 / 0.944) at rewrite 0.2 / 0.8,
 ``disjoint`` 0.846 / 0.686 (0.832 / 0.640). 50 posts per candidate read better and twice as fast as 100
 (0.686 against 0.668, disjoint 0.8), and tolerance 0.3 reads as 0.1 in 25% less time. On the conventions

@@ -15,7 +15,7 @@ from tasks.privacy.stylometric.kernels import _distinct_buckets, _doc_ngrams, _s
 
 #: The re-ranker's class loops run over rows of this many classes or a multiple (a vector register's float32 lanes on
 #: AVX2): 20 candidates padded to 24 took 7.1-7.8 s for 500 timelines at the article's scale, against 9.4-9.9 s with
-#: a scalar remainder of 4 (benchmarks/README.md, "The re-ranker's weight rows padded to eight classes").
+#: a scalar remainder of 4 (benchmarks/reidentify.py --full --attacks classifier).
 _LANES = 8
 #: The count pass of :func:`_post_stripe` writes no bucket or weight.
 _NO_INDEX = np.empty(0, np.int32)

@@ -111,7 +111,7 @@ def candidate_posts(histories: HistorySource, held_out: frozenset[str] | None, n
     """(normalised texts, candidate index) of the first ``per_author`` posts in file order of each author in
     ``names``, in one streaming pass; texts are grouped by candidate. The pass keeps a few rows of each batch, so
     decoding the text is most of it: two row groups decode side by side and the next batch is read while this one
-    is sorted (4.0-5.1 s -> 2.2 s at the article's scale, benchmarks/README.md)."""
+    is sorted (about twice as fast at the article's scale: benchmarks/reidentify.py)."""
     index = {name: i for i, name in enumerate(names)}
     seen = np.zeros(len(names), np.int64)
     texts, owners = [], []

@@ -23,7 +23,7 @@ from tasks.privacy.stylometric.params import StyloParams
 
 _WORD, _SPACE = 1, 2  # character_classes() flags
 #: The hot loops index with unsigned integers: numba checks a signed index for wrap-around (a negative one
-#: counts from the end) on every access, about a tenth of the sketch kernel's time (benchmarks/README.md).
+#: counts from the end) on every access, about a tenth of the sketch kernel's time (benchmarks/reidentify.py).
 U = np.uint64
 
 
@@ -254,7 +254,7 @@ def _sketch_stripe(offsets, data, valid, owner, order, lo, hi, wlo, whi, classes
     sketch row (sketch pass 2), for the owners with owner % n_threads == t: no two stripes write one row.
     Docs go in ``order`` (by owner); an owner's docs are summed in a row of the stripe's own and added to
     its sketch row once: scattered adds into a small row of the stripe's own cost less than into the large
-    sketch (benchmarks/README.md). ``table`` is :func:`_bucket_table`."""
+    sketch (benchmarks/reidentify.py). ``table`` is :func:`_bucket_table`."""
     n = offsets.shape[0] - 1
     flat = table.reshape(-1)
     cps, tok, buf, scratch, slots, buckets, counts, weight = _scratch(offsets, lo, hi, wlo, whi)

@@ -113,7 +113,7 @@ def _sketch_df(histories: HistorySource, params: StyloParams, chunk_rows: int, h
                stride: int, parallel: bool = True) -> tuple[np.ndarray, int, int, dict[Any, int]]:
     """Pass 1 over one history source: bucket document frequencies of the sampled posts, post count,
     sampled post count, author index. Both passes read the next batch while this one is counted, so the core
-    the read leaves idle counts too (benchmarks/README.md)."""
+    the read leaves idle counts too (benchmarks/reidentify.py)."""
     df = np.zeros(1 << params.hash_bits, np.int64)
     authors: dict[Any, int] = {}
     n_posts = n_sampled = 0
