@@ -15,8 +15,8 @@ epsilon (largest privacy loss) and the violations per epsilon; ends with
 
 The model runs on the GPU when torch sees one (:func:`tasks.models.loaders.device`; ``device=cuda`` in the
 RESULT line), else on ``--threads`` CPU threads; ``--batch-size`` texts are decoded together (the strategy's
-default, 8, unless given; a GPU takes more). On the shared 2-core box generation alone ran at 0.03-0.16
-documents/s (benchmarks/README.md): run the full 200 documents on a GPU.
+default, 8, unless given; a GPU takes more). On a shared 2-core box generation alone is
+slow (``audit_dp`` in docs/performance.md): run the full 200 documents on a GPU.
 
 Run: ``.venv/bin/python benchmarks/audit_dp.py [--docs 200] [--epsilons 1,8,50] [--max-tokens 64]
 [--neighbours 3] [--threads 2] [--batch-size 8]``.
