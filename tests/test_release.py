@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -193,6 +194,96 @@ def test_release_loads_with_datasets(protect_output, tmp_path):
     assert loaded["train"]["text"] == by_pandas["text"].tolist()
     by_card = datasets.load_dataset(str(out), cache_dir=str(tmp_path / "hf-cache"))  # reads the card's header
     assert by_card["train"].num_rows == len(by_pandas)
+
+
+#: The Hugging Face dataset card's sections, in the card's order (### under the ## before it).
+CARD_SECTIONS = ["## Dataset Description", "### Dataset Summary", "### Languages", "## Uses", "### Direct Use",
+                 "### Out-of-Scope Use", "## Dataset Structure", "### Data Fields", "### Example rows",
+                 "## Dataset Creation", "### Curation Rationale", "### Source Data", "### How the texts were made",
+                 "### Documents held back", "### What the texts keep (quality)", "## Personal and Sensitive Information",
+                 "### What the texts leak", "### Privacy budget", "## Bias, Risks, and Limitations", "## Citation"]
+
+
+def _section(card: str, heading: str) -> str:
+    """The text under ``heading`` up to the next heading."""
+    return re.split(r"\n#{2,3} ", card.split(f"\n{heading}\n", 1)[1], maxsplit=1)[0]
+
+
+def _held_back(card: str) -> dict[str, int]:
+    """The card's documents table: label -> count (``held back: <reason>`` for each reason)."""
+    rows = re.findall(r"^\| (in the input|released|held back: [^|]+) \| ([\d,]+) \|$", _section(card, "### Documents held back"),
+                      flags=re.M)
+    return {label: int(n.replace(",", "")) for label, n in rows}
+
+
+def test_card_follows_the_hugging_face_template(protect_output, tmp_path):
+    """The card's sections are Hugging Face's, in order; every released field is described with its type; three
+    released rows that hold no run of their source are shown; the documents held back are counted by reason and add
+    up; the adversaries are said in words; no raw counter, boolean or repeated tool name."""
+    p, _ = protect_output
+    out = tmp_path / "release"
+    assert _release(p, out, "--keep", "label,author_id,group_id").returncode == 0
+    card = (out / CARD_FILE).read_text()
+    places = [card.find(f"\n{heading}\n") for heading in CARD_SECTIONS]
+    assert -1 not in places and places == sorted(places), dict(zip(CARD_SECTIONS, places, strict=True))
+
+    released = pd.read_parquet(out / DATA_FILE)
+    fields = _section(card, "### Data Fields")
+    for column in released.columns:
+        kind = "string" if pd.api.types.is_string_dtype(released[column].dtype) else "?"  # every column here
+        assert re.search(rf"^- `{column}` \({kind}\): \S", fields, flags=re.M), (column, fields)
+    examples = re.findall(r"^\| (doc-[0-9a-f]{20}) \| (.+?) \| ", _section(card, "### Example rows"), flags=re.M)
+    assert len(examples) == 3
+    table = pd.read_parquet(p)
+    ok = table[table["status"] == "ok"]
+    copied = ok["verbatim"].astype(bool) | ok["unchanged"].astype(bool)
+    by_id = dict(zip(released["doc_id"], released["text"], strict=True))
+    for doc_id, text in examples:
+        assert text.replace("\\", "") in {by_id[doc_id], by_id[doc_id][:299] + "…"}  # the released text (cut)
+        assert by_id[doc_id] in set(ok.loc[~copied, "text"])  # a rewrite, not a verbatim row
+
+    held = _held_back(card)
+    assert held["in the input"] == len(table) and held["released"] == len(released) == int((~copied).sum())
+    assert held["held back: holds a run of 30 or more characters of its source text (the user's own words)"] == \
+        int(copied.sum())
+    assert held["held back: no rewrite met both the privacy budget and the meaning floor"] == 1  # the failed row
+    assert sum(n for label, n in held.items() if label.startswith("held back")) == len(table) - len(released)
+    assert "**not a random sample** of the input" in card and "missing more often" in card
+
+    assert ("- **full**: holds the users' other posts and the source texts of the released rows (the strongest case: "
+            "it has the originals).") in card
+    assert "synthugc synthugc" not in card and card.count("synthugc 0.1.0") == 2  # summary and creation, once each
+    assert not re.search(r"\b[a-z_]+ \d+, [a-z_]+ \d+, [a-z_]+ \d+", card)  # no "failed 1, input 48, kept 47"
+    assert not re.search(r"\b(True|False|nan)\b", card)
+    assert "| fluency |" not in card  # the summary states none
+    assert "| meaning | bertscore_f1 | 0.930 [0.910, 0.950] | 0.85 | 47 |" in card
+
+
+def test_card_states_the_summarys_withheld_documents_and_fluency(protect_output, tmp_path):
+    """A protect summary with ``withheld`` (held back outside P.parquet, by reason) and ``fluency``: the card counts
+    those documents by reason in plain words and in the input, and shows the fluency figure beside meaning."""
+    p, _ = protect_output
+    copy = tmp_path / "P.parquet"
+    shutil.copy(p, copy)
+    summary = json.loads(protect_paths(p).summary.read_text())
+    withheld = [{"reason": "floor: every move left meaning below 0.85", "count": 1200},
+                {"reason": "still leaks PII after 2 round(s): the ladder is exhausted", "count": 7},
+                {"reason": "input row 4, field text: empty", "count": 3}]
+    fluency = {"value": 0.81, "ci_low": 0.79, "ci_high": 0.83, "floor": 0.7}
+    protect_paths(copy).summary.write_text(json.dumps({**summary, "withheld": withheld, "fluency": fluency,
+                                                       "tool_version": "synthugc 0.1.0 (source 0123abcd)"}))
+    out = tmp_path / "release"
+    assert _release(copy, out).returncode == 0
+    card = (out / CARD_FILE).read_text()
+    table = pd.read_parquet(copy)
+    held = _held_back(card)
+    assert held["in the input"] == len(table) + 1210
+    assert held["held back: every rewrite fell below the meaning floor"] == 1200
+    assert held["held back: still leaks personal information (PII) after every rewrite"] == 7
+    assert held["held back: failed input validation"] == 3
+    assert "| in the input | 1,258 |" in card and "| held back: every rewrite fell below the meaning floor | 1,200 |" in card
+    assert "| fluency | the output's fluency relative to its source's | 0.810 [0.790, 0.830] | 0.7 | – |" in card
+    assert "synthugc 0.1.0 (source 0123abcd)" in card and "synthugc synthugc" not in card
 
 
 def test_keep_verbatim_releases_the_users_own_words_and_says_so(protect_output, tmp_path):
