@@ -264,7 +264,7 @@ def test_reidentify_all_names_the_attack_it_left_out_in_the_log_and_the_scores(t
     synthetic.assign(strategy="copy", variant="first", status="ok").to_parquet(tmp_path / "s.parquet")
     done = subprocess.run([str(CLI), "reidentify", "--histories", str(histories), "--synthetic",
                            str(tmp_path / "s.parquet"), "--out", str(tmp_path / "reid"), "--attack", "all",
-                           "--setting", "disjoint"], capture_output=True, text=True, timeout=600,
+                           "--adversary", "disjoint"], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "SYNTHUGC_CPU_ATTACK_POSTS": "1000"})
     assert done.returncode == 0, done.stderr
     assert (f"synthugc: attack left out: embedding: needs a GPU for {n_posts:,} history posts (on CPU it runs up "

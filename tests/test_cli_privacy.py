@@ -50,7 +50,7 @@ def files(tmp_path) -> dict[str, Path]:
 
 def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
-                "--out", str(tmp_path / "reid"))
+                "--out", str(tmp_path / "reid"), "--attack", "minhash")
     assert proc.returncode == 0, proc.stderr
     [summary] = json.loads((tmp_path / "reid" / "summary.json").read_text())
     assert summary["accuracy"] == 1.0 and summary["n_timelines"] == 6
@@ -64,7 +64,7 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     synth = pd.read_parquet(files["synthetic"])
     synth[synth["split"] == "test"].to_parquet(released)
     proc = _run("reidentify", "--histories", str(files["corpus"]), "--synthetic", str(released),
-                "--out", str(tmp_path / "all"), "--attack", "all", "--setting", "both", "--set", "stylometric.mode=exact")
+                "--out", str(tmp_path / "all"), "--attack", "all", "--adversary", "both", "--set", "stylometric.mode=exact")
     assert proc.returncode == 0, proc.stderr
     tables = read_stage_tables(tmp_path / "all", "reidentify")  # the flow's file names and long score table
     scores = tables["scores"]
@@ -94,7 +94,7 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
     assert len(per) == 6 * len(by) and {"attack", "adversary", "rank", "reciprocal_rank"} <= set(per.columns)
 
     proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
-                "--out", str(tmp_path / "runs"), "--timeline-posts", "3")
+                "--out", str(tmp_path / "runs"), "--timeline-posts", "3", "--attack", "minhash")
     assert proc.returncode == 0, proc.stderr
     [runs] = json.loads((tmp_path / "runs" / "summary.json").read_text())
     assert runs["n_timelines"] == 6 * 3  # 8 posts per timeline: runs of 3, 3 and 2
@@ -105,7 +105,7 @@ def test_reidentify_copies_attributes_every_timeline(files, tmp_path):
                 str(files["synthetic"]), "--out", str(tmp_path / "x"))
     assert proc.returncode == 2 and "missing.parquet" in proc.stderr and "Traceback" not in proc.stderr
     proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
-                "--out", str(tmp_path / "x"), "--setting", "disjoint")
+                "--out", str(tmp_path / "x"), "--adversary", "disjoint", "--attack", "minhash")
     assert proc.returncode == 2 and "doc_id" in proc.stderr and "Traceback" not in proc.stderr
     proc = _run("reidentify", "--histories", str(files["histories"]), "--synthetic", str(files["synthetic"]),
                 "--out", str(tmp_path / "x"), "--attack", "ngram")
@@ -137,7 +137,7 @@ def test_profile_scores_original_and_synthetic(files, tmp_path):
 
 def test_utility_command_writes_runs_and_tables(files, tmp_path):
     proc = _run("utility", "--corpus", str(files["corpus"]), "--synthetic", str(files["synthetic"]),
-                "--out", str(tmp_path / "util"), "--label", "attr_colour", "--seeds", "2", "--fractions", "0.5,1.0")
+                "--out", str(tmp_path / "util"), "--label", "attr_colour", "--seeds", "0,1", "--fractions", "0.5,1.0")
     assert proc.returncode == 0, proc.stderr
     runs = pd.read_parquet(tmp_path / "util" / "utility_runs.parquet")
     assert set(runs["setting"]) == {"baseline", "substitution", "augmentation"}

@@ -231,7 +231,7 @@ def test_flow_and_cli_give_the_same_dialogue_act_numbers(tmp_path, monkeypatch):
     cli = Path(sys.executable).parent / "synthugc"
     proc = subprocess.run([str(cli), "utility", "--corpus", str(root / "d" / "split" / "corpus.parquet"),
                            "--synthetic", str(tmp_path / "synthetic.parquet"), "--out", str(out), "--task", "dialogue",
-                           "--setting", "substitution", "--fractions", "1.0", "--seeds", "1"],
+                           "--scheme", "substitution", "--fractions", "1.0", "--seeds", "0"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-2000:]
     cli_runs = pd.read_parquet(out / "utility_runs.parquet")

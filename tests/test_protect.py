@@ -157,7 +157,7 @@ def test_the_default_judge_does_not_meet_it_and_the_certificate_is_every_attacks
     assert "left out: embedding: needs a GPU, and none is present" in log and summary["judge_strength"] is None
     reid = world["root"] / "default-reid"
     done = _run("reidentify", "--histories", str(world["histories"]), "--synthetic", str(out), "--out", str(reid),
-                "--attack", "all", "--setting", "disjoint")
+                "--attack", "all", "--adversary", "disjoint")
     assert done.returncode == 0, done.stderr
     measured = {s["attack"]: s["accuracy_at_1"] for s in json.loads((reid / "summary.json").read_text())}
     assert set(measured) == {"classifier", "delta", "minhash", "stylometric"}

@@ -1,7 +1,7 @@
 """A run with the protect stage (``protect: enabled``) on a small simulated corpus, end to end: the report's
 Protection section shows the stage's rounds (curve, table, moves, verdict) as its artifacts hold them, the
 share-data goal ranks the protected output like any strategy and says that its certificate misses the budget, and
-``synthugc release RUN --strategy protect`` refuses it naming the attack, and releases it with --force. One flow
+``synthugc release RUN --strategy protect`` refuses it naming the attack, and releases it with --ignore-budget. One flow
 run serves every test."""
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def test_release_of_the_run_dirs_protect_output(run, tmp_path):
     # the run states no budget: the protect stage's own, decided on the run's attacks on the output, by name
     assert re.search(r"misses the run's budget: reidentification \S+ \[\S+, \S+\] > 0\.05 \(decided on the 95% "
                      r"interval's upper bound; \w+, disjoint\)", refused.stderr), refused.stderr
-    done = subprocess.run([*args, "--force", "--keep-verbatim"], capture_output=True, text=True,
+    done = subprocess.run([*args, "--ignore-budget", "--keep-verbatim"], capture_output=True, text=True,
                           env=dict(os.environ), timeout=300)
     assert done.returncode == 0, done.stderr
     copies = protected["verbatim"].astype(bool) | protected["unchanged"].astype(bool)

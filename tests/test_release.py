@@ -1,6 +1,6 @@
 """`synthugc release`: a folder to hand out, from a protect output and from a run. It holds no source text, no
 pseudonym mapping, no id in clear; its checksums verify; it loads with datasets and pandas; its card is Hugging
-Face's format and states a missed budget released with --force; bad input and budget strings exit 2."""
+Face's format and states a missed budget released with --ignore-budget; bad input and budget strings exit 2."""
 
 from __future__ import annotations
 
@@ -333,20 +333,22 @@ def test_size_categories_are_hugging_faces_buckets():
 def test_a_missed_budget_exits_2_naming_the_figure_unless_forced(protect_output, tmp_path):
     p, _ = protect_output
     out = tmp_path / "release"
-    line = _one_error_line(_release(p, out, "--require", "pii_leakage<=0.05"))
-    assert line == ("synthugc: error: strategy 'protect' misses --require: pii_leakage 0.300 [0.200, 0.400] > 0.05 "
-                    "(decided on the 95% interval's upper bound); --force releases it anyway and the card says so")
-    named = _one_error_line(_release(p, out, "--require", "reidentification<=0.01"))
+    line = _one_error_line(_release(p, out, "--budget", "pii_leakage<=0.05"))
+    assert line == ("synthugc: error: strategy 'protect' misses --budget: pii_leakage 0.300 [0.200, 0.400] > 0.05 "
+                    "(decided on the 95% interval's upper bound); --ignore-budget releases it anyway and the card "
+                    "says so")
+    named = _one_error_line(_release(p, out, "--budget", "reidentification<=0.01"))
     assert ("reidentification 0.020 [0.000, 0.080] is undecided for reidentification<=0.01 (decided on the 95% "
             "interval's upper bound; minhash, full: the interval straddles it)") in named  # the attack, its value
     assert not out.exists()
-    undecided = _one_error_line(_release(p, out, "--require", "reidentification<=0.05"))
+    undecided = _one_error_line(_release(p, out, "--budget", "reidentification<=0.05"))
     assert "reidentification 0.020 [0.000, 0.080] is undecided for reidentification<=0.05" in undecided
-    assert _release(p, out, "--require", "reidentification<=0.05", "--decide-on", "point").returncode == 0
+    assert _release(p, out, "--budget", "reidentification<=0.05", "--decide-on", "point").returncode == 0
 
-    forced = _release(p, tmp_path / "forced", "--require", "pii_leakage<=0.05", "--force")
+    forced = _release(p, tmp_path / "forced", "--budget", "pii_leakage<=0.05", "--ignore-budget")
     assert forced.returncode == 0, forced.stderr[-2000:]
-    assert "budget missed: pii_leakage 0.300 [0.200, 0.400] > 0.05" in forced.stdout and "--force" in forced.stdout
+    assert "budget missed: pii_leakage 0.300 [0.200, 0.400] > 0.05" in forced.stdout
+    assert "released with --ignore-budget" in forced.stdout
     card = (tmp_path / "forced" / CARD_FILE).read_text()
     body = card.split("---\n", 2)[2]
     assert body.lstrip().split("\n\n")[1].startswith("> **Released with `--force` although the strategy misses its "
@@ -355,14 +357,14 @@ def test_a_missed_budget_exits_2_naming_the_figure_unless_forced(protect_output,
 
 
 @pytest.mark.parametrize(("budget", "expected"), [
-    ("reid<=0.1", "--require: unknown budget figure 'reid'; known: reidentification, reidentification_risk, pii_leakage"),
-    ("reidentification=0.1", "--require: unknown operator '=' in 'reidentification=0.1'; known: <=, >="),
+    ("reid<=0.1", "--budget: unknown budget figure 'reid'; known: reidentification, reidentification_risk, pii_leakage"),
+    ("reidentification=0.1", "--budget: unknown operator '=' in 'reidentification=0.1'; known: <=, >="),
     ("reidentification<=1e999", "the limit must be a finite number"),
-    (",", "--require: no bound given"),
+    (",", "--budget: no bound given"),
 ])
 def test_budget_string_errors_exit_2(protect_output, tmp_path, budget, expected):
     p, _ = protect_output
-    line = _one_error_line(_release(p, tmp_path / "release", "--require", budget))
+    line = _one_error_line(_release(p, tmp_path / "release", "--budget", budget))
     assert expected in line and not (tmp_path / "release").exists()
 
 
@@ -385,7 +387,10 @@ def test_a_bad_budget_in_the_protect_summary_exits_2(protect_output, tmp_path):
     (["--variant", "first"], "--variant: a protect output holds one strategy, 'protect', of one variant"),
     (["--license", "CC BY"], "--license 'CC BY': expected a Hugging Face id such as cc-by-4.0"),
     (["--language", "english!"], "--language 'english!': expected a Hugging Face id"),
-    (["--decide-on", "upper"], "--decide-on must be one of bound, point"),
+    (["--decide-on", "upper"], "--decide-on 'upper': must be one of bound, point"),
+    (["--unit", "cluster"], "--unit 'cluster': must be one of timeline, post"),
+    (["--force"], "--force is now --ignore-budget"),
+    (["--require", "reidentification<=0.10"], "--require is now --budget"),
 ])
 def test_bad_arguments_exit_2_with_one_line(protect_output, tmp_path, args, expected):
     p, _ = protect_output
@@ -471,7 +476,7 @@ def test_run_release_takes_the_public_strategy_and_its_worst_case(tmp_path):
                      "strategies": [{"name": "stymask", "label": "stymask-raw", "pseudonymize": False},
                                     {"name": "stymask", "label": "stymask-pseudo"}]},
         "metrics": {"names": ["pii_leakage", "bleu_divergence"]},
-        "utility": {"enabled": False}, "report": {"require": "reidentification<=0.10"}}))
+        "utility": {"enabled": False}, "report": {"budget": "reidentification<=0.10"}}))
     env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(tmp_path / "cache")}
     proc = subprocess.run([str(CLI), "run", str(config)], capture_output=True, text=True, env=env, cwd=tmp_path,
                           timeout=900)
@@ -482,7 +487,7 @@ def test_run_release_takes_the_public_strategy_and_its_worst_case(tmp_path):
     raw = _one_error_line(_release(run, tmp_path / "raw", "--strategy", "stymask-raw"))
     assert "--strategy 'stymask-raw': not a strategy of this run (its strategies: stymask-pseudo)" in raw
     out = tmp_path / "release"
-    proc = _release(run, out, "--strategy", "stymask-pseudo", "--keep", "author_id,label", "--force",
+    proc = _release(run, out, "--strategy", "stymask-pseudo", "--keep", "author_id,label", "--ignore-budget",
                     "--keep-verbatim")  # stymask keeps most of each sentence: verbatim, left out otherwise
     assert proc.returncode == 0, proc.stderr[-2000:]
     card = (out / CARD_FILE).read_text()

@@ -8,44 +8,68 @@ Each command imports what it runs inside its own function, on purpose: ``synthug
 load no torch, Prefect or scikit-learn (``import flows.cli``: 30 project modules in 0.33-0.38 s with Typer, on 2
 cores at load 0.7).
 
-The commands are registered here, in one table, so that ``synthugc --help`` lists them in this order.
+The commands are registered here, in one table, so that ``synthugc --help`` lists them in this order; each with
+flows/cli/common.py's command class (flags shown as flags). One name per concept across the commands (issue 59):
+``--budget`` wherever a budget is given, ``--adversary`` for what the adversary holds, ``--overwrite`` to replace
+an earlier output; tests/test_cli_help.py walks every command's help for these rules.
 """
 
 from __future__ import annotations
 
+from functools import partial
+from typing import Annotated
+
 import typer
 
-from flows.annotate_cli import annotate_app
 from flows.cli import data, evaluate, listing, protect, rewrite, runs
+from flows.cli.annotate import annotate_app
+from flows.cli.common import Command, Group
 
 app = typer.Typer(help="Synthetic user-generated text: generate, evaluate, report.", no_args_is_help=True,
-                  pretty_exceptions_enable=False, add_completion=False)
-datasets_app = typer.Typer(help="Public datasets shipped inside packages.", no_args_is_help=True)
+                  pretty_exceptions_enable=False, add_completion=False, cls=Group)
+datasets_app = typer.Typer(help="Public datasets shipped inside packages.", no_args_is_help=True, cls=Group)
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(annotate_app, name="annotate")
 
-app.command()(runs.run)
-app.command()(runs.demo)
-app.command("import")(data.import_)
-app.command()(rewrite.generate)
-app.command()(protect.protect)
-app.command("audit-dp")(rewrite.audit_dp)
-app.command()(rewrite.pseudonymize)
-app.command()(evaluate.score)
-app.command()(evaluate.metaeval)
-app.command()(evaluate.reidentify)
-app.command()(evaluate.profile)
-app.command()(evaluate.utility)
-datasets_app.command("list")(data.datasets_list)
-datasets_app.command("fetch")(data.datasets_fetch)
-datasets_app.command("timelines")(data.datasets_timelines)
-app.command()(evaluate.report)
-app.command()(protect.release)
-app.command()(runs.deploy)
-app.command()(runs.serve)
-app.command("metrics")(listing.metrics_catalogue)
-app.command("strategies")(listing.strategies_catalogue)
-app.command("attacks")(listing.attacks_catalogue)
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        typer.echo(f"synthugc {version('synthugc')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", is_eager=True, callback=_print_version,
+                                                help="Print synthugc's version and exit.")] = False) -> None:
+    """Synthetic user-generated text: generate, evaluate, report."""
+
+
+command = partial(app.command, cls=Command)
+
+command()(runs.run)
+command()(runs.demo)
+command("import")(data.import_)
+command()(rewrite.generate)
+command()(protect.protect)
+command("audit-dp")(rewrite.audit_dp)
+command()(rewrite.pseudonymize)
+command()(evaluate.score)
+command()(evaluate.metaeval)
+command()(evaluate.reidentify)
+command()(evaluate.profile)
+command()(evaluate.utility)
+datasets_app.command("list", cls=Command)(data.datasets_list)
+datasets_app.command("fetch", cls=Command)(data.datasets_fetch)
+datasets_app.command("timelines", cls=Command)(data.datasets_timelines)
+command()(evaluate.report)
+command()(protect.release)
+command()(runs.deploy)
+command()(runs.serve)
+command("metrics")(listing.metrics_catalogue)
+command("strategies")(listing.strategies_catalogue)
+command("attacks")(listing.attacks_catalogue)
 
 
 def main() -> None:  # pragma: no cover - console entry

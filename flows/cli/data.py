@@ -12,8 +12,12 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.common import _fail, _writing
+from flows.cli.common import _fail, _writing, choice
+from tasks.corpus.importers import FORMATS
 from tasks.errors import SynthUGCError, shown
+
+#: The table formats import reads (tasks/corpus/importers.py's FORMATS).
+Format = choice(sorted(set(FORMATS.values())))
 
 
 def import_(
@@ -29,7 +33,8 @@ def import_(
     attr: Annotated[list[str] | None, typer.Option("--attr", help="NAME=COLUMN, e.g. gender=sex (repeatable).")] = None,
     max_chars: Annotated[int, typer.Option("--max-chars", help="Longer texts become failure records.")] = 20_000,
     seed: Annotated[int, typer.Option("--seed")] = 0,
-    fmt: Annotated[str | None, typer.Option("--format", help="csv, jsonl or parquet (default: from extension).")] = None,
+    fmt: Annotated[Format | None, typer.Option("--format", help="The file's format (default: from its "
+                                               "extension).")] = None,
 ) -> None:
     """Import a table into the corpus schema with a column mapping."""
     from tasks.corpus.importers import failures_path, import_corpus, write_corpus

@@ -13,8 +13,33 @@ from typing import Annotated
 
 import typer
 
-from flows.cli.common import _assignments, _environment, _fail, _say, _writing
+from flows.cli.common import (
+    Adversary,
+    DecideOn,
+    _assignments,
+    _environment,
+    _fail,
+    _say,
+    _writing,
+    adversary_settings,
+    choice,
+    choices,
+    renamed,
+)
+from tasks.budgets import RUN_EXAMPLE
 from tasks.errors import InputError, SynthUGCError, key_path, shown
+from tasks.limits import MAX_SEED, MAX_UTILITY_SEEDS
+from tasks.protect.settings import EVERY_ATTACK
+from tasks.training.task_metrics import COVERAGE_AVERAGES
+from tasks.training.utility import SETTINGS as UTILITY_SETTINGS
+
+#: The options whose choices no task module names as a constant (flows/config_sections.py spells the same Literals).
+Model = choice(("linear", "encoder"))
+Level = choice(("post", "author"))
+UtilityTask = choice(("post", "dialogue", "timeline"))
+Coverage = choice(COVERAGE_AVERAGES)
+#: What the synthetic texts do in training: replace the real ones or join them (the baseline is always trained).
+Scheme = choices("Scheme", [s for s in UTILITY_SETTINGS if s != "baseline"])
 
 
 def _read_corpus_and_options(corpus: Path, seed: int, bag_group: str):
@@ -91,8 +116,10 @@ def metaeval(
     bags: Annotated[int, typer.Option("--bags", help="Reference bags to average over.")] = 1,
     seed: Annotated[int, typer.Option("--seed")] = 0,
 ) -> None:
-    """Check the metrics themselves (seed 003 §4.2): Spearman of each metric with the true ranking of
-    increasingly manipulated bags, and the correlations between metrics."""
+    """Check the metrics themselves (seed 003 §4.2).
+
+    Spearman of each metric with the true ranking of increasingly manipulated bags, and the
+    correlations between metrics."""
     _environment()
     from tasks.layout import folder_writer
     from tasks.metrics.suite import BAG_METRICS, DISTRIBUTION_METRICS, metaeval_metrics
@@ -122,22 +149,24 @@ def reidentify(
     synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic table (schema) with author_id.")],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")],
     attack: Annotated[str, typer.Option("--attack", help="A registered attack (`synthugc attacks` lists them) or "
-                                        "all (every registered attack; one too slow for these histories on this "
-                                        "hardware is named, with why, in the log and the scores).")] = "minhash",
-    setting: Annotated[str, typer.Option("--setting", help="Adversary: full (holds the originals), disjoint (other posts only) or both.")] = "full",
+                                        "all, as a run does (one too slow here is named, with why).")] = EVERY_ATTACK,
+    adversary: Annotated[Adversary, typer.Option("--adversary", help="What the adversary holds: the originals too "
+                                                 "(full) or the users' other posts only (needs doc_id in both "
+                                                 "files); a run measures both.")] = "full",
     set_: Annotated[list[str] | None, typer.Option("--set", help="Attack parameter: attack.key=value (YAML value), "
                                                    "e.g. minhash.k=64 or stylometric.mode=exact.")] = None,
     timeline_posts: Annotated[int | None, typer.Option("--timeline-posts", min=1, help="Attack runs of at most this "
                                                        "many consecutive posts of each timeline, each on its own "
                                                        "(more trials, narrower intervals).")] = None,
 ) -> None:
-    """Re-identification (seed 000 §5.3.2): attribute each synthetic timeline to a history user. Writes what
-    the flow's reidentify stage writes (the per-timeline attributions and the long score table, one row set
-    per strategy, variant, attack and adversary setting) and summary.json."""
+    """Re-identification: attribute each synthetic timeline to a history user.
+
+    Seed 000 §5.3.2. Writes what the flow's reidentify stage writes (per-timeline
+    attributions and the long score table) and summary.json."""
     from tasks.corpus.importers import check_parquet_file, read_synthetic
     from tasks.layout import folder_writer
     from tasks.paths import check_output_folder
-    from tasks.privacy.attacks import attack_synthetic, build_attack, plan_attacks, setting_names
+    from tasks.privacy.attacks import attack_synthetic, build_attack, plan_attacks
     from tasks.privacy.reidentify import history_rows
 
     params: dict[str, dict] = {}
@@ -149,7 +178,7 @@ def reidentify(
     try:
         check_parquet_file(histories)
         plan = plan_attacks(attack, history_rows(histories))
-        names, settings = list(plan.names), setting_names(setting)
+        names, settings = list(plan.names), list(adversary_settings(adversary))
         unasked = sorted(set(params) - set(names))
         if unasked:
             raise ValueError(f"--set {key_path([unasked[0]])}.…: attack {shown(unasked[0])} is not run "
@@ -159,8 +188,8 @@ def reidentify(
         synth = read_synthetic(synthetic)
         if "author_id" not in synth.columns:
             raise InputError("required column is missing", file=str(synthetic), column="author_id")
-        skipped = {n: why for n, why in plan.left_out.items() if attack == "all"}  # --attack NAME: the others unasked
-        for line in plan.lines() if attack == "all" else []:
+        skipped = {n: why for n, why in plan.left_out.items() if attack == EVERY_ATTACK}  # --attack NAME: the others unasked
+        for line in plan.lines() if attack == EVERY_ATTACK else []:
             _say(f"attack left out: {line}")
         tables = [attack_synthetic(str(histories), part, str(label), attacks, settings, timeline_posts=timeline_posts,
                                    left_out=skipped)
@@ -194,13 +223,16 @@ def profile(
     attr: Annotated[str, typer.Option("--attr", help="Attribute name (without attr_).")],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")],
     synthetic: Annotated[Path | None, typer.Option("--synthetic", help="Synthetic table to evaluate on.")] = None,
-    model: Annotated[str, typer.Option("--model", help="linear or encoder.")] = "linear",
-    level: Annotated[str, typer.Option("--level", help="post or author.")] = "post",
+    model: Annotated[Model, typer.Option("--model", help="The attribute classifier.")] = "linear",
+    level: Annotated[Level, typer.Option("--level", help="Guess from each post, or from an author's posts "
+                                         "together.")] = "post",
     seed: Annotated[int, typer.Option("--seed")] = 0,
     resamples: Annotated[int, typer.Option("--resamples", min=1, help="Bootstrap resamples of the macro-F1 "
                                            "interval.")] = 1000,
 ) -> None:
-    """Attribute profiling: train on the real train split, score on the real test split and its synthetic version,
+    """Attribute profiling: guess a sensitive attribute from real and synthetic text.
+
+    Train on the real train split, score on the real test split and its synthetic version,
     each figure with its 95% interval."""
     _environment()
     from tasks.corpus.importers import read_corpus, read_synthetic
@@ -208,8 +240,6 @@ def profile(
     from tasks.privacy.profiling import profile_attribute
     from tasks.store import ArtifactStore
 
-    if model not in ("linear", "encoder") or level not in ("post", "author"):
-        _fail("--model must be linear or encoder and --level post or author")
     try:
         check_output_folder(out)
         real = read_corpus(corpus).corpus
@@ -233,18 +263,34 @@ def profile(
     typer.echo(f"-> {out}")
 
 
+def _seeds(text: str) -> list[int]:
+    """``--seeds 0,1,2``: the seeds, or exit 2 naming what is wrong."""
+    seeds: list[int] = []
+    for item in (t.strip() for t in text.split(",")):
+        if not item.isdigit() or int(item) > MAX_SEED:
+            _fail(f"--seeds {shown(text)}: {shown(item)} is not a seed (a whole number from 0 to {MAX_SEED}); "
+                  "e.g. --seeds 0,1,2")
+        seeds.append(int(item))
+    if len(set(seeds)) != len(seeds) or len(seeds) > MAX_UTILITY_SEEDS:
+        _fail(f"--seeds {shown(text)}: at most {MAX_UTILITY_SEEDS} seeds, each once")
+    return seeds
+
+
 def utility(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) with labels and splits.")],
     synthetic: Annotated[Path, typer.Option("--synthetic", help="Synthetic table (schema).")],
     out: Annotated[Path, typer.Option("--out", help="Output folder.")],
-    task: Annotated[str, typer.Option("--task", help="post, dialogue or timeline.")] = "post",
-    setting: Annotated[list[str] | None, typer.Option("--setting", help="substitution and/or augmentation.")] = None,
+    task: Annotated[UtilityTask, typer.Option("--task", help="The task trained and tested.")] = "post",
+    scheme: Annotated[list[Scheme] | None, typer.Option("--scheme", help="Synthetic texts replace the real ones "
+                                                        "or join them (repeatable; default: both).")] = None,
     fractions: Annotated[str, typer.Option("--fractions", help="Training fractions, comma-separated.")] = "0.1,0.5,1.0",
-    seeds: Annotated[int, typer.Option("--seeds", help="Number of seeds (repeats).")] = 5,
-    model: Annotated[str, typer.Option("--model", help="linear or encoder (post task).")] = "linear",
+    seeds: Annotated[str, typer.Option("--seeds", help="The seeds, comma-separated (one repeat each), as the "
+                                       "config's utility.seeds.")] = "0,1,2,3,4",
+    model: Annotated[Model, typer.Option("--model", help="The post task's classifier.")] = "linear",
     label: Annotated[str, typer.Option("--label", help="Label column.")] = "label",
-    coverage: Annotated[str, typer.Option("--coverage", help="Timeline coverage: timeline (per timeline, then "
-                                          "averaged, as the task's script) or pooled.")] = "timeline",
+    coverage: Annotated[Coverage, typer.Option("--coverage", help="Timeline coverage per timeline then averaged "
+                                               "(the task's script), or pooled.")] = "timeline",
+    _setting: Annotated[str | None, renamed("--setting", "--scheme")] = None,
 ) -> None:
     """Train on synthetic, test on real: substitution and augmentation against the real baseline."""
     _environment()
@@ -253,15 +299,13 @@ def utility(
     from tasks.store import ArtifactStore
     from tasks.training.utility import deterministic_note, evaluator_for, run_utility, utility_tables
 
-    settings = setting or ["substitution", "augmentation"]
-    if task not in ("post", "dialogue", "timeline") or any(s not in ("substitution", "augmentation") for s in settings):
-        _fail("--task must be post, dialogue or timeline and --setting substitution or augmentation")
-    if coverage not in ("timeline", "pooled"):
-        _fail(f"--coverage must be timeline or pooled, got {shown(coverage)}")
+    settings = [s.value for s in scheme] if scheme else [s.value for s in Scheme]
     try:
         shares = [float(f) for f in fractions.split(",")]
     except ValueError:
         _fail(f"--fractions {shown(fractions)}: expected numbers like 0.1,0.5,1.0")
+    repeats = _seeds(seeds)
+    _say(f"utility: seeds {','.join(map(str, repeats))} (--seeds lists the seeds; it is not a count)")
     try:
         check_output_folder(out)
         real = read_corpus(corpus).corpus  # keeps seg_tags, the dialogue task's word-level gold
@@ -277,7 +321,7 @@ def utility(
 
             embed = sentence_embedder(cache=EmbeddingCache(get_settings().cache_dir.resolve() / "embeddings.sqlite"))
         results = run_utility(real, sets, evaluator_for(task, model=model, embed=embed, coverage=coverage),
-                              settings=settings, fractions=shares, seeds=list(range(seeds)), label_col=label)
+                              settings=settings, fractions=shares, seeds=repeats, label_col=label)
     except (SynthUGCError, ValueError) as exc:
         _fail(str(exc).splitlines()[0])
     store = ArtifactStore(out)
@@ -294,32 +338,30 @@ def utility(
 def report(
     run_dir: Annotated[Path, typer.Argument(help="A finished run: <storage_root>/<experiment> (has manifest.json).")],
     goal: Annotated[list[str] | None, typer.Option("--goal", help="Rank the strategies for this goal instead of the "
-                                                   "config's (repeatable): augment, augment-longitudinal, share-model, "
-                                                   "share-model-dp, share-data, share-data-dp, or "
-                                                   "use_case[,dp][,longitudinal].")] = None,
+                                                   "config's (repeatable): a preset such as share-data, or "
+                                                   "use_case[,dp][,longitudinal] (docs/report.md).")] = None,
     examples: Annotated[int | None, typer.Option("--examples", help="Example outputs to show (0 = off; they show "
                                                   "real text). Default: the run's config.")] = None,
-    require: Annotated[str | None, typer.Option("--require", help="A budget, e.g. "
-                                                "'reidentification<=0.10,utility>=0.90': list the strategies that meet "
-                                                "it under the worst-case attack, and by how much the others miss it.")]
-    = None,
-    decide_on: Annotated[str | None, typer.Option("--decide-on", help="bound (default: a risk's 95% upper bound, "
-                                                  "utility's and meaning's lower bound; a straddled budget is undecided) "
-                                                  "or point (the estimate alone). Default: the run's report.decide_on.")]
-    = None,
+    budget: Annotated[str | None, typer.Option("--budget", help=f"e.g. '{RUN_EXAMPLE}': list the strategies "
+                                               "that meet it under the worst-case attack, and by how much the others "
+                                               "miss it. Default: the run's report.budget.")] = None,
+    decide_on: Annotated[DecideOn | None, typer.Option("--decide-on", help="The budget decided on the 95% interval's "
+                                                       "bound (a straddled budget is undecided) or the point estimate. "
+                                                       "Default: the run's report.decide_on.")] = None,
+    _require: Annotated[str | None, renamed("--require", "--budget")] = None,
 ) -> None:
-    """Rebuild report.md and report.html of a finished run from its artifacts, recomputing nothing (after
-    `synthugc annotate import`, or to rank for another goal)."""
+    """Rebuild a finished run's report.md and report.html from its artifacts.
+
+    Recomputes nothing: after `synthugc annotate import`, or to rank for another goal or
+    budget."""
     from tasks.report.rebuild import rebuild_report
 
     try:
-        from tasks.budgets import check_decide_on, parse_budget
+        from tasks.budgets import parse_budget
 
-        if require is not None:
-            parse_budget(require, where="--require")  # the same check as the config's report.require
-        if decide_on is not None:
-            check_decide_on(decide_on)
-        rebuilt = rebuild_report(run_dir, goals=goal, examples=examples, require=require, decide_on=decide_on)
+        if budget is not None:
+            parse_budget(budget, where="--budget")  # the same check as the config's report.budget
+        rebuilt = rebuild_report(run_dir, goals=goal, examples=examples, require=budget, decide_on=decide_on)
     except SynthUGCError as exc:
         _fail(str(exc))
     if rebuilt.budget is not None:

@@ -31,6 +31,5 @@ def strategies_catalogue(as_json: Annotated[bool, _JSON] = False) -> None:
 
 
 def attacks_catalogue(as_json: Annotated[bool, _JSON] = False) -> None:
-    """Every registered re-identification attack: name, GPU or not, evidence or not, parameters with defaults,
-    description."""
+    """Every registered re-identification attack: name, GPU, evidence, parameters, description."""
     _listing("attacks", as_json)

@@ -13,11 +13,23 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from flows.cli.common import VerboseOption, _environment, _fail, _quiet_libraries, _say, _writing
-from tasks.budgets import PROTECT_FIGURES
+from flows.cli.common import (
+    BOTH,
+    Adversary,
+    DecideOn,
+    VerboseOption,
+    _environment,
+    _fail,
+    _quiet_libraries,
+    _say,
+    _writing,
+    adversary_settings,
+    choice,
+    renamed,
+)
+from tasks.budgets import PROTECT_EXAMPLE
 from tasks.errors import InputError, SynthUGCError, shown
 from tasks.protect.files import protect_paths
-from tasks.protect.moves import LLM_RUNGS
 from tasks.protect.settings import ON_FAIL, UNITS, ProtectSettings
 
 if TYPE_CHECKING:
@@ -71,6 +83,13 @@ def _write_frontier_plot(frontier: pd.DataFrame, budget: str, path: Path) -> Non
 
 
 _PROTECT = ProtectSettings()  # the defaults the help states (the loop and the config read the same)
+Unit = choice(UNITS)
+OnFail = choice(ON_FAIL)
+
+
+def _adversary_default() -> str:
+    """protect's default --adversary as the option names it."""
+    return BOTH if len(_PROTECT.adversaries) > 1 else _PROTECT.adversaries[0]
 
 
 def _floors(text: str) -> tuple[float, ...]:
@@ -89,54 +108,49 @@ def protect(
     out: Annotated[Path, typer.Option("--out", help="Protected parquet P (rounds, failures and summary go beside it).")],
     histories: Annotated[Path | None, typer.Option("--histories", help="The adversary's posting histories (author_id, "
                                                    "doc_id, text); default: the corpus itself.")] = None,
-    budget: Annotated[str | None, typer.Option("--budget", help=f"e.g. reidentification_risk<=0.10,pii_leakage<=0,"
-                                               f"verbatim<=0,profiling<=0.05 (figures: {', '.join(PROTECT_FIGURES)}; "
-                                               f"default: the config's, else {_PROTECT.budget}).")] = None,
-    config: Annotated[Path | None, typer.Option("--config", help="Run config whose protect: section (and "
-                                                "privacy.reidentify attack parameters) to use.")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", help=f"e.g. {PROTECT_EXAMPLE} (default: the config's, "
+                                               f"else {_PROTECT.budget}; its figures: docs/protect.md).")] = None,
+    config: Annotated[Path | None, typer.Option("--config", help="Run config: its protect: section and attack "
+                                                "parameters.")] = None,
     start: Annotated[str | None, typer.Option("--start", help=f"Round 0's move: pseudonymize or a strategy (default "
                                               f"{_PROTECT.start}).")] = None,
     max_rounds: Annotated[int | None, typer.Option("--max-rounds", help=f"Rounds after round 0 (default "
                                                    f"{_PROTECT.max_rounds}).")] = None,
-    meaning_floor: Annotated[str | None, typer.Option("--meaning-floor", help="BERTScore F1 a kept move must keep; "
-                                                      "several floors (e.g. 0.9,0.8,0.7,0.6) make a frontier: P is "
-                                                      "the highest floor that meets the budget (default "
+    meaning_floor: Annotated[str | None, typer.Option("--meaning-floor", help="BERTScore F1 a kept move keeps; "
+                                                      "several (e.g. 0.9,0.8,0.7) make a frontier (default "
                                                       f"{','.join(f'{f:g}' for f in _PROTECT.floors)}).")] = None,
-    unit: Annotated[str | None, typer.Option("--unit", help=f"{' | '.join(UNITS)}: what the output exposes and what "
-                                             "is attacked: an author's documents together, or each post alone "
-                                             f"(a release then drops author and group) (default {_PROTECT.unit}).")]
+    unit: Annotated[Unit | None, typer.Option("--unit", help="What the output exposes and is attacked: an author's "
+                                              f"documents together, or each post alone (default {_PROTECT.unit}).")]
     = None,
-    on_fail: Annotated[str | None, typer.Option("--on-fail", help=f"{' | '.join(ON_FAIL)} (default "
-                                                f"{_PROTECT.on_fail}).")] = None,
-    ladder: Annotated[str | None, typer.Option("--ladder", help="Comma-separated moves, e.g. "
-                                               "mask-evidence,stymask,mask-evidence,backtranslate (default: "
-                                               f"{', '.join(m.label for m in _PROTECT.ladder)}; with an LLM endpoint set, then "
-                                               f"{', '.join(m.label for m in LLM_RUNGS)}).")] = None,
+    on_fail: Annotated[OnFail | None, typer.Option("--on-fail", help="Documents that cannot meet the budget and the "
+                                                   f"floor (default {_PROTECT.on_fail}).")] = None,
+    ladder: Annotated[str | None, typer.Option("--ladder", help="Comma-separated moves, e.g. mask-evidence,stymask "
+                                               "(default: the ladder in docs/protect.md).")] = None,
     judge: Annotated[str | None, typer.Option("--judge", help="Comma-separated judge attacks, or all (default: every "
-                                              "registered attack that can run on the histories here; the feedback "
-                                              "attacks always judge too). The certificate runs every one "
-                                              "regardless.")] = None,
+                                              "attack that can run on the histories here).")] = None,
     feedback: Annotated[str | None, typer.Option("--feedback", help="Comma-separated feedback attacks (default "
                                                  f"{','.join(n for n, _ in _PROTECT.feedback)}, each where it can run on "
                                                  "the histories here).")] = None,
-    adversary: Annotated[str | None, typer.Option("--adversary", help="full, disjoint or both (default "
-                                                  f"{'both' if len(_PROTECT.adversaries) == 2 else _PROTECT.adversaries[0]}"
-                                                  ").")] = None,
+    adversary: Annotated[Adversary | None, typer.Option("--adversary", help="What the adversary holds: the originals "
+                                                        "too (full) or the users' other posts only (default "
+                                                        f"{_adversary_default()}).")] = None,
     timeline_posts: Annotated[int | None, typer.Option("--timeline-posts", help="Attack runs of at most N posts.")] = None,
     docs_per_round: Annotated[int | None, typer.Option("--docs-per-round", min=1, help="Per caught timeline, move "
-                                                       "only the N documents carrying the most evidence (default: "
-                                                       "every document).")] = None,
-    verbatim_chars: Annotated[int | None, typer.Option("--verbatim-chars", min=1, help="A document holding a run of "
-                                                       "this many characters of its source is verbatim (default "
+                                                       "only the N documents with the most evidence (default: "
+                                                       "all).")] = None,
+    verbatim_chars: Annotated[int | None, typer.Option("--verbatim-chars", min=1, help="A run of this many source "
+                                                       "characters makes a document verbatim (default "
                                                        f"{_PROTECT.verbatim_chars}).")] = None,
-    decide_on: Annotated[str | None, typer.Option("--decide-on", help=f"bound | point (default "
-                                                  f"{_PROTECT.decide_on}).")] = None,
+    decide_on: Annotated[DecideOn | None, typer.Option("--decide-on", help="The budget decided on the 95% interval's "
+                                                       f"bound or the point estimate (default {_PROTECT.decide_on}).")]
+    = None,
     seed: Annotated[int | None, typer.Option("--seed")] = None,
     verbose: VerboseOption = False,
 ) -> None:
-    """Rewrite a corpus until the judge attacks the loop never saw fail at the budget, keeping meaning, then certify
-    the output with every registered attack on the full histories. Exit 0 when the certificate meets the budget, 1
-    when it does not (P still written, the verdict says why), 2 for bad input."""
+    """Rewrite a corpus until attacks fail at the budget, keeping meaning.
+
+    The output is certified with every attack. Exit 0: budget met, 1: missed (P still
+    written), 2: bad input. See docs/protect.md."""
     _environment()
     from flows.config import load_config
     from flows.config_options import protect_settings
@@ -162,8 +176,6 @@ def protect(
         if budget is not None:
             parse_budget(budget, "--budget", protect=True)
         cfg = load_config(config, []) if config is not None else None
-        if adversary is not None and adversary not in ("full", "disjoint", "both"):
-            _fail(f"--adversary {shown(adversary)}: must be full, disjoint or both")
         attacks = {"judge": names(judge, "--judge"), "feedback": names(feedback, "--feedback")}
         for role, chosen in attacks.items():
             for name in chosen or []:
@@ -174,7 +186,7 @@ def protect(
             meaning_floors=None if meaning_floor is None else _floors(meaning_floor),
             ladder=names(ladder, "--ladder"), decide_on=decide_on, seed=seed, timeline_posts=timeline_posts,
             docs_per_round=docs_per_round, verbatim_chars=verbatim_chars,
-            adversaries=None if adversary is None else (("full", "disjoint") if adversary == "both" else (adversary,)),
+            adversaries=None if adversary is None else adversary_settings(adversary),
             **attacks)
         paths = protect_paths(check_output_file(out))
         for path in (paths.rounds, paths.failures, paths.summary, paths.frontier, paths.frontier_plot):
@@ -223,13 +235,13 @@ def release(
     keep_verbatim: Annotated[bool, typer.Option("--keep-verbatim", help="Also release the rows that hold a run of "
                                                 "their source (the users' own words: unchanged rows, pseudonymised "
                                                 "copies).")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Release a strategy that misses the budget; the card "
-                                        "says so.")] = False,
+    ignore_budget: Annotated[bool, typer.Option("--ignore-budget", help="Release a strategy that misses the budget; "
+                                                "the card says so.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an earlier release in --out.")] = False,
-    require: Annotated[str | None, typer.Option("--require", help="A budget instead of the input's, e.g. "
-                                                "'reidentification<=0.10'.")] = None,
-    decide_on: Annotated[str | None, typer.Option("--decide-on", help="bound or point (default: the input's).")]
-    = None,
+    budget: Annotated[str | None, typer.Option("--budget", help="A budget instead of the input's, e.g. "
+                                               "'reidentification<=0.10'.")] = None,
+    decide_on: Annotated[DecideOn | None, typer.Option("--decide-on", help="The budget decided on the 95% interval's "
+                                                       "bound or the point estimate (default: the input's).")] = None,
     license_: Annotated[str, typer.Option("--license", help="The card's license id (e.g. cc-by-4.0).")] = "other",
     language: Annotated[str, typer.Option("--language", help="ISO 639 codes, comma-separated.")] = "en",
     task_category: Annotated[str | None, typer.Option("--task-category", help="The card's task category (default: "
@@ -239,16 +251,20 @@ def release(
     dp_audit: Annotated[Path | None, typer.Option("--dp-audit", help="A DP strategy's `synthugc audit-dp` table: "
                                                   "the card states the audited epsilon beside the nominal one.")]
     = None,
-    unit: Annotated[str | None, typer.Option("--unit", help="timeline (an author's posts together, in order) or "
-                                             "post (no author_id, group_id or position; rows shuffled; the card "
-                                             "states how well style re-links them). Default: the unit the input "
-                                             "was certified at (a run's: timeline).")] = None,
+    unit: Annotated[Unit | None, typer.Option("--unit", help="An author's posts together, or each post alone "
+                                              "(rows unlinked and shuffled; see docs/release.md). Default: the unit "
+                                              "the input was certified at.")] = None,
+    _force: Annotated[bool, renamed("--force", "--ignore-budget")] = False,
+    _require: Annotated[str | None, renamed("--require", "--budget")] = None,
 ) -> None:
-    """A folder to hand out: the synthetic texts and the kept columns (ids pseudonymised), a Hugging Face
-    dataset card and checksums; never the source texts, the pseudonym mapping, failures or histories."""
+    """Write a folder to hand out: synthetic texts, a dataset card and checksums.
+
+    The synthetic texts and the kept columns (ids pseudonymised), a Hugging Face dataset
+    card and checksums; never the source texts, the pseudonym mapping, failures or
+    histories. See docs/release.md."""
     import re
 
-    from tasks.budgets import check_decide_on, number
+    from tasks.budgets import number
     from tasks.protect import release as rel
     from tasks.report.render import with_interval
 
@@ -260,18 +276,16 @@ def release(
             if not re.fullmatch(_CARD_CODE, value):
                 _fail(f"{flag} {shown(value)}: expected a Hugging Face id such as {examples[flag]}")
     try:
-        if decide_on is not None:
-            check_decide_on(decide_on)
         out = rel.check_release_folder(out, overwrite)
         made = rel.read_input(source, strategy, variant)
         kept = [c.strip() for c in (keep or "").split(",") if c.strip()]
         released_unit = rel.release_unit(made, unit, kept)
         decided_on = decide_on or made.decide_on
-        whose = "--require" if require is not None else f"the {made.kind}'s budget"
-        verdict = rel.verdict_of(made, require if require is not None else made.budget, decided_on,
-                                 where=whose if require is not None else f"{whose} ({made.path})")
-        if not verdict.met and not force:
-            raise InputError(f"strategy {made.label!r} misses {whose}: {'; '.join(verdict.failing)}; --force "
+        whose = "--budget" if budget is not None else f"the {made.kind}'s budget"
+        verdict = rel.verdict_of(made, budget if budget is not None else made.budget, decided_on,
+                                 where=whose if budget is not None else f"{whose} ({made.path})")
+        if not verdict.met and not ignore_budget:
+            raise InputError(f"strategy {made.label!r} misses {whose}: {'; '.join(verdict.failing)}; --ignore-budget "
                              "releases it anyway and the card says so")
         rows = rel.with_linkability(made, rel.release_table(
             made.table, kept, keep_verbatim=keep_verbatim, verbatim=made.verbatim, verbatim_chars=made.verbatim_chars,
@@ -285,7 +299,7 @@ def release(
         _fail(str(exc))
     with _writing(out):
         rel.write_release(out, rows.table, card)
-    said = verdict.summary() + (", released with --force" if not verdict.met else "")
+    said = verdict.summary() + (", released with --ignore-budget" if not verdict.met else "")
     if rows.unit == "post":
         link = rows.linkability or {}
         said += ("; unit post: rows unlinked, same-author pair AUC "

@@ -13,12 +13,16 @@ from typing import TYPE_CHECKING, Annotated, NamedTuple
 
 import typer
 
-from flows.cli.common import _assignments, _environment, _fail, _writing
+from flows.cli.common import _assignments, _environment, _fail, _writing, choice
 from tasks.errors import SynthUGCError, shown
+from tasks.generate.pseudonymize import SCOPE_COLUMNS
 from tasks.protect.files import mapping_path
 
 if TYPE_CHECKING:
     import pandas as pd
+
+#: The span within which one value keeps one surrogate (tasks/generate/pseudonymize.py's SCOPE_COLUMNS).
+Scope = choice(SCOPE_COLUMNS)
 
 
 class _Written(NamedTuple):
@@ -91,9 +95,10 @@ def audit_dp(
     seed: Annotated[int, typer.Option("--seed", help="Generation seed (the outputs audited are generate's with "
                                       "it); also draws the neighbours.")] = 0,
 ) -> None:
-    """Audit a DP rewriter on a corpus: DP-Prompt's exact privacy loss of every output against neighbouring
-    documents, or DP-BART's distinguishing game with a Clopper-Pearson lower bound on epsilon, each against
-    the nominal epsilon."""
+    """Audit a DP rewriter on a corpus against its nominal epsilon.
+
+    DP-Prompt's exact privacy loss of every output against neighbouring documents, or DP-
+    BART's distinguishing game with a Clopper-Pearson lower bound on epsilon."""
     _environment()
     from tasks.privacy.dp_audit import audit_strategy, audit_summary
 
@@ -108,22 +113,18 @@ def pseudonymize(
     out: Annotated[Path, typer.Option("--out", help="Pseudonymised corpus parquet to write (atomically).")],
     entities: Annotated[str | None, typer.Option("--entities", help="Comma-separated PII types (default: "
                                                  "the direct identifiers; see docs/privacy.md).")] = None,
-    scope: Annotated[str, typer.Option("--scope", help="Same surrogate for the same value within: "
-                                       "document | group | author.")] = "document",
+    scope: Annotated[Scope, typer.Option("--scope", help="Same surrogate for the same value within one "
+                                         "document, group or author.")] = "document",
     seed: Annotated[int, typer.Option("--seed")] = 0,
 ) -> None:
     """Replace direct identifiers by consistent surrogates; the mapping goes to a private folder beside --out."""
     _environment()
     from tasks.corpus.importers import read_corpus, write_corpus, write_parquet_atomic
     from tasks.corpus.schema import ValidatedCorpus
-    from tasks.generate.pseudonymize import NAMES_SEARCHED_COLUMN, check_scope, pseudonymize_corpus
+    from tasks.generate.pseudonymize import NAMES_SEARCHED_COLUMN, pseudonymize_corpus
     from tasks.models.pii import DEFAULT_ENTITIES, PiiDetector
 
     names = [e.strip() for e in entities.split(",") if e.strip()] if entities else list(DEFAULT_ENTITIES)
-    try:
-        check_scope(scope)
-    except ValueError as exc:
-        _fail(f"--scope: {exc}")
     try:
         validated = read_corpus(corpus)
         try:

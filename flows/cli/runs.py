@@ -191,8 +191,11 @@ def run(config: Annotated[Path, typer.Argument(help="Experiment YAML file.")],
 
 def demo(set_: Annotated[list[str] | None, typer.Option("--set", help="Override: key.path=value.")] = None,
          verbose: VerboseOption = False, wait: WaitOption = False) -> None:
-    """Run the embedded default: the evaluation of deployments/configs/demo.yaml on the public 'debates' dataset, then
-    protect the 'conventions' speakers' timelines at several meaning floors and release the chosen point."""
+    """Run the embedded demo: evaluate, then protect and release.
+
+    The evaluation of deployments/configs/demo.yaml on the public 'debates' dataset, then
+    protect the 'conventions' speakers' timelines at several meaning floors and release the
+    chosen point."""
     _environment()
     _run_config(DEMO_CONFIG, set_ or [], verbose, wait, then=lambda: _demo_protect_and_release(verbose))
 
@@ -245,8 +248,10 @@ def deploy(
                                                       "(default: deployments/prefect.yaml).")] = None,
     name: Annotated[list[str] | None, typer.Option("--name", help="Only this deployment (repeatable).")] = None,
 ) -> None:
-    """Create the work pools (synthugc-cpu, synthugc-gpu) and the deployments on the Prefect server
-    (PREFECT_API_URL); start workers with infra/prefect/worker.sh."""
+    """Create the work pools and the deployments on the Prefect server.
+
+    The pools synthugc-cpu and synthugc-gpu, on the server PREFECT_API_URL names; start
+    workers with infra/prefect/worker.sh."""
     _environment()
     from flows.deployments import PREFECT_FILE
     from flows.deployments import deploy as deploy_all
