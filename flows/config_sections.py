@@ -337,8 +337,13 @@ class ReportConfig(Section):
                                          "or use_case[,dp][,longitudinal].")
     examples: int = Field(0, ge=0, le=MAX_EXAMPLES, description="Example outputs per strategy (Appendix A.3); 0 = "
                                                                  "off, since they show real text.")
-    require: str | None = Field(None, description="A budget, e.g. reidentification<=0.10,utility>=0.90: the report "
-                                                  "lists the strategies that meet it under the worst-case attack.")
+    require: str | None = Field(None, validation_alias="budget",
+                                description="A budget (the key report.budget), e.g. reidentification<=0.10,"
+                                            "utility>=0.90: the report lists the strategies that meet it under the "
+                                            "worst-case attack. Kept as ``require`` in the recorded config (a run's "
+                                            "manifest), where the report rebuild and release read it.")
+    renamed_require: None = Field(None, validation_alias="require", exclude=True,
+                                  description="The key's former name: refused, naming report.budget.")
     decide_on: Literal["bound", "point"] = Field(
         "bound", description="Decide the budget on the 95% interval's bound (a risk's upper bound, utility's and "
                              "meaning's lower bound; a straddled budget is 'undecided') or on the point estimate "
@@ -355,10 +360,15 @@ class ReportConfig(Section):
     def _budget(cls, value: str | None) -> str | None:
         if value is not None:
             try:
-                parse_budget(value, where="")  # pydantic names the key: report.require
+                parse_budget(value, where="")  # pydantic names the key: report.budget
             except ConfigError as exc:
                 raise ValueError(str(exc)) from None
         return value
+
+    @field_validator("renamed_require", mode="before")
+    @classmethod
+    def _renamed(cls, value: object) -> None:
+        raise ValueError("renamed: write the budget as report.budget (the same syntax)")
 
     @field_validator("goals")
     @classmethod

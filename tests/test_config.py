@@ -189,16 +189,31 @@ def _strategy(params: dict, name: str = "stymask") -> dict:
     (_raw(privacy={"reidentify": {"params": {"minhash": {"k": 10**6}}}}), f"privacy.reidentify.params.minhash: "
                                                                            f"k must be in [1, {MAX_HASHES}]"),
     (_raw(privacy={"reidentify": {"params": {"minhash": {"bands": 64, "rows": 8}}}}), "bands*rows <= k"),
-    # report.require in a config names the config key, not the CLI flag
-    (_raw(report={"require": "privacy is fine"}), "report.require: cannot read 'privacy is fine'"),
-    (_raw(report={"require": "nope<=0.1"}), "report.require: unknown budget figure 'nope'"),
-    (_raw(report={"require": "utility>=1e999"}), "report.require: 'utility>=1e999': the limit must be a finite"),
+    # report.budget in a config names the config key, not the CLI flag
+    (_raw(report={"budget": "privacy is fine"}), "report.budget: cannot read 'privacy is fine'"),
+    (_raw(report={"budget": "nope<=0.1"}), "report.budget: unknown budget figure 'nope'"),
+    (_raw(report={"budget": "utility>=1e999"}), "report.budget: 'utility>=1e999': the limit must be a finite"),
 ])
 def test_numbers_are_strict_finite_and_bounded(raw, expected):
     with pytest.raises(ConfigError) as err:
         parse_config(raw, source="c.yaml")
     assert str(err.value).startswith("c.yaml: ") and expected in str(err.value), str(err.value)
-    assert "--require" not in str(err.value)
+    assert "--budget" not in str(err.value) and "--require" not in str(err.value)
+
+
+def test_report_budget_is_read_and_its_former_key_is_refused_naming_it():
+    """report.budget is the run's budget (recorded as report.require, where release and the report rebuild read it);
+    report.require, its former name, is refused in a file and in an override, naming report.budget."""
+    cfg = parse_config(_raw(report={"budget": "reidentification<=0.10"}))
+    assert cfg.report.require == "reidentification<=0.10"
+    assert cfg.model_dump(mode="json")["report"]["require"] == "reidentification<=0.10"
+    assert parse_config(_raw(), overrides=["report.budget=utility>=0.9"]).report.require == "utility>=0.9"
+    with pytest.raises(ConfigError) as err:
+        parse_config(_raw(report={"require": "reidentification<=0.10"}), source="c.yaml")
+    assert str(err.value) == "c.yaml: report.require: renamed: write the budget as report.budget (the same syntax)"
+    with pytest.raises(ConfigError) as err:
+        parse_config(_raw(), source="c.yaml", overrides=["report.require=reidentification<=0.10"])
+    assert "report.require: renamed: write the budget as report.budget" in str(err.value)
 
 
 def test_yaml_ints_and_exponent_floats_validate_as_floats_also_through_overrides():
@@ -236,7 +251,8 @@ def test_echoed_values_are_cut_to_80_characters():
     long = "x" * 1_000_000
     cases = [_raw(generate={"strategies": [{"name": long}]}), _raw(**{long: 1}), _raw(experiment=long),
              _raw(models={long: "minilm"}), _raw(metrics={"names": [long]}), _raw(report={"goals": [long]}),
-             _raw(report={"require": long}), _raw(generate=_strategy({"intensity": long})),
+             _raw(report={"budget": long}), _raw(report={"require": long}),
+             _raw(generate=_strategy({"intensity": long})),
              _raw(generate=_strategy({long: 1})), _raw(privacy={"reidentify": {"attacks": [long]}}),
              _raw(privacy={"reidentify": {"params": {"minhash": {"k": long}}}})]
     for raw in cases:

@@ -319,13 +319,13 @@ def shard_size_past_its_bound(tmp: Path):
     return ["run", str(config)], "generate.shard_size: Input should be less than or equal to 1000000", _no_escape(tmp)
 
 
-def report_require_malformed_in_config(tmp: Path):
-    config = _config(tmp, report={"require": "reidentification<0.1"})
-    return ["run", str(config)], f"{config}: report.require: unknown operator '<' in 'reidentification<0.1'", _no_escape(tmp)
+def report_budget_malformed_in_config(tmp: Path):
+    config = _config(tmp, report={"budget": "reidentification<0.1"})
+    return ["run", str(config)], f"{config}: report.budget: unknown operator '<' in 'reidentification<0.1'", _no_escape(tmp)
 
 
-def report_require_malformed_on_the_command_line(tmp: Path):
-    return ["report", str(tmp / "run"), "--require", "reidentification<0.1"], "--require: unknown operator '<'", None
+def report_budget_malformed_on_the_command_line(tmp: Path):
+    return ["report", str(tmp / "run"), "--budget", "reidentification<0.1"], "--budget: unknown operator '<'", None
 
 
 def set_alias_bomb(tmp: Path):
@@ -348,7 +348,7 @@ HOSTILE: dict[str, Case] = {case.__name__: case for case in (
     import_csv_first_row_unterminated_quote, import_csv_authors_not_utf8, import_jsonl_int_and_string_id,
     config_alias_bomb_under_a_strategy_setting,
     config_over_the_size_limit, config_is_a_list, config_is_empty, dp_epsilon_infinite, dp_epsilon_boolean,
-    shard_size_past_its_bound, report_require_malformed_in_config, report_require_malformed_on_the_command_line,
+    shard_size_past_its_bound, report_budget_malformed_in_config, report_budget_malformed_on_the_command_line,
     set_alias_bomb, override_with_a_long_value)}
 
 
