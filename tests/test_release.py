@@ -179,7 +179,7 @@ def test_protect_release_hands_out_only_synthetic_texts_and_pseudonyms(protect_o
     assert "protect start=backtranslate ladder=pseudonymize,mask-evidence seed=0" in card and "synthugc 0.1.0" in card
     assert "| reidentification: share of users re-identified | attack minhash, adversary full | 0.020 [0.000, 0.080] | 60 |" in card
     assert "0.930 [0.910, 0.950]" in card  # the meaning kept, with its interval
-    assert "`reidentification<=0.10` is **met**" in card and "--force" not in card
+    assert "`reidentification<=0.10` is **met**" in card and "--ignore-budget" not in card
 
 
 def test_release_loads_with_datasets(protect_output, tmp_path):
@@ -351,9 +351,9 @@ def test_a_missed_budget_exits_2_naming_the_figure_unless_forced(protect_output,
     assert "released with --ignore-budget" in forced.stdout
     card = (tmp_path / "forced" / CARD_FILE).read_text()
     body = card.split("---\n", 2)[2]
-    assert body.lstrip().split("\n\n")[1].startswith("> **Released with `--force` although the strategy misses its "
+    assert body.lstrip().split("\n\n")[1].startswith("> **Released with `--ignore-budget` although the strategy misses its "
                                                      "budget** (`pii_leakage<=0.05`)")
-    assert "`pii_leakage<=0.05` is **missed** (released anyway with `--force`)" in card
+    assert "`pii_leakage<=0.05` is **missed** (released anyway with `--ignore-budget`)" in card
 
 
 @pytest.mark.parametrize(("budget", "expected"), [
