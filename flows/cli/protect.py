@@ -106,10 +106,10 @@ def _floors(text: str) -> tuple[float, ...]:
 def protect(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) to protect.")],
     out: Annotated[Path, typer.Option("--out", help="Protected parquet P (rounds, failures and summary go beside it).")],
-    histories: Annotated[Path | None, typer.Option("--histories", help="The adversary's posting histories (author_id, "
-                                                   "doc_id, text); default: the corpus itself.")] = None,
+    histories: Annotated[Path | None, typer.Option("--histories", help="The adversary's posting histories (default: "
+                                                   "the corpus itself).")] = None,
     budget: Annotated[str | None, typer.Option("--budget", help=f"e.g. {PROTECT_EXAMPLE} (default: the config's, "
-                                               f"else {_PROTECT.budget}; its figures: docs/protect.md).")] = None,
+                                               f"else {_PROTECT.budget}).")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="Run config: its protect: section and attack "
                                                 "parameters.")] = None,
     start: Annotated[str | None, typer.Option("--start", help=f"Round 0's move: pseudonymize or a strategy (default "
@@ -119,9 +119,8 @@ def protect(
     meaning_floor: Annotated[str | None, typer.Option("--meaning-floor", help="BERTScore F1 a kept move keeps; "
                                                       "several (e.g. 0.9,0.8,0.7) make a frontier (default "
                                                       f"{','.join(f'{f:g}' for f in _PROTECT.floors)}).")] = None,
-    unit: Annotated[Unit | None, typer.Option("--unit", help="What the output exposes and is attacked: an author's "
-                                              f"documents together, or each post alone (default {_PROTECT.unit}).")]
-    = None,
+    unit: Annotated[Unit | None, typer.Option("--unit", help="An author's documents together, or each post alone "
+                                              f"(default {_PROTECT.unit}).")] = None,
     on_fail: Annotated[OnFail | None, typer.Option("--on-fail", help="Documents that cannot meet the budget and the "
                                                    f"floor (default {_PROTECT.on_fail}).")] = None,
     ladder: Annotated[str | None, typer.Option("--ladder", help="Comma-separated moves, e.g. mask-evidence,stymask "
@@ -129,15 +128,14 @@ def protect(
     judge: Annotated[str | None, typer.Option("--judge", help="Comma-separated judge attacks, or all (default: every "
                                               "attack that can run on the histories here).")] = None,
     feedback: Annotated[str | None, typer.Option("--feedback", help="Comma-separated feedback attacks (default "
-                                                 f"{','.join(n for n, _ in _PROTECT.feedback)}, each where it can run on "
-                                                 "the histories here).")] = None,
-    adversary: Annotated[Adversary | None, typer.Option("--adversary", help="What the adversary holds: the originals "
-                                                        "too (full) or the users' other posts only (default "
-                                                        f"{_adversary_default()}).")] = None,
+                                                 f"{','.join(n for n, _ in _PROTECT.feedback)}, where they can run)."
+                                                 )] = None,
+    adversary: Annotated[Adversary | None, typer.Option("--adversary", help="Held by the adversary: the originals too "
+                                                        f"(full) or other posts only (default {_adversary_default()})."
+                                                        )] = None,
     timeline_posts: Annotated[int | None, typer.Option("--timeline-posts", help="Attack runs of at most N posts.")] = None,
-    docs_per_round: Annotated[int | None, typer.Option("--docs-per-round", min=1, help="Per caught timeline, move "
-                                                       "only the N documents with the most evidence (default: "
-                                                       "all).")] = None,
+    docs_per_round: Annotated[int | None, typer.Option("--docs-per-round", min=1, help="Move only the N documents "
+                                                       "with the most evidence per caught timeline.")] = None,
     verbatim_chars: Annotated[int | None, typer.Option("--verbatim-chars", min=1, help="A run of this many source "
                                                        "characters makes a document verbatim (default "
                                                        f"{_PROTECT.verbatim_chars}).")] = None,
