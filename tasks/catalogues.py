@@ -140,7 +140,7 @@ if __name__ == "__main__":  # python -m tasks.catalogues [--check] docs/referenc
 
     args = sys.argv[1:]
     check = "--check" in args
-    readme = Path(next((a for a in args if a != "--check"), "README.md"))
+    readme = Path(next((a for a in args if a != "--check"), "docs/reference.md"))
     text = readme.read_text(encoding="utf-8")
     fresh = update_readme(text)
     if check:

@@ -40,6 +40,7 @@ from tasks.errors import ConfigError, shown
 from tasks.metrics import bags as bag_metrics
 from tasks.metrics.base import OPTION_NAMES, reason_column
 from tasks.metrics.divergence import bleu_divergence, char_jsd, self_bleu
+from tasks.metrics.fluency import fluency
 from tasks.metrics.frechet import fbd, fbd_sbert, fcsd
 from tasks.metrics.meaning import bertscore
 from tasks.metrics.pii import ALL_ENTITIES, distribution_rows, pii_counts, sample_scores
@@ -63,7 +64,8 @@ COMPUTED_LEVELS: tuple[str, ...] = ("sample", "variant", "distribution", "bag", 
 #: The summary level a catalogue level's numbers carry in the long score table.
 SUMMARY_LEVEL: dict[str, str] = {"sample": "sample-mean", "variant": "sample-mean", "distribution": "distribution",
                                  "bag": "bag-mean", "pair": "privacy", "utility": "utility", "privacy": "privacy"}
-ASPECTS: tuple[str, ...] = ("meaning", "style", "divergence", "diversity", "similarity", "utility", "privacy")
+ASPECTS: tuple[str, ...] = ("meaning", "fluency", "style", "divergence", "diversity", "similarity", "utility",
+                            "privacy")
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,9 @@ class Metric:
     in_tables: bool = True
     suffix: bool = False  # a family of task metrics named ``<class><name>`` (timeline coverage: IE_Cr)
     headline: bool = False  # stands for its aspect in the recommendations (seed 000 §7: BSc, Idio, POS, Div)
+    #: computed when a run lists no metrics; fluency is not (a causal LM's pass over every text and source costs
+    #: minutes on CPU), so a run asks for it by name, and protect computes it where it decides something
+    by_default: bool = True
 
     @property
     def better(self) -> str:
@@ -229,6 +234,10 @@ def _bertscore(sources: list[str], outputs: list[str], options: Any, cache: Embe
                      idf=options.bertscore_idf, baseline_path=options.bertscore_baseline, cache=cache)
 
 
+def _fluency(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
+    return fluency(sources, outputs, cache=cache)
+
+
 def _bleu_divergence(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
     return bleu_divergence(sources, outputs)
 
@@ -318,6 +327,8 @@ _STI = ("transfer_classifier", "transfer_target")
 register(Metric("bertscore_f1", "sample", "meaning", 1, "BSc", "BERTScore F1", _BSC, _bertscore, headline=True))
 register(Metric("bertscore_p", "sample", "meaning", 1, "BSc-P", "BERTScore precision", _BSC, _bertscore))
 register(Metric("bertscore_r", "sample", "meaning", 1, "BSc-R", "BERTScore recall", _BSC, _bertscore))
+register(Metric("fluency", "sample", "fluency", 1, "Flu", "fluency against the source (SLOR difference, nats/word)",
+                (), _fluency, by_default=False))
 register(Metric("style_cosine", "sample", "style", 1, "Style", "style-embedding cosine",
                 ("style_encoder", "pos_tagger"), _style_cosine, headline=True))
 register(Metric("pos_jaccard", "sample", "style", 1, "POS", "POS Jaccard", ("pos_tagger",), _pos_jaccard,

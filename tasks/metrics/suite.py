@@ -66,7 +66,7 @@ DISTRIBUTION_METRICS: tuple[str, ...] = catalogue.names("distribution")
 BAG_METRICS: tuple[str, ...] = catalogue.names("bag")
 ALL_METRICS: tuple[str, ...] = catalogue.names(*INTRINSIC_LEVELS)
 #: What a run computes when the config does not list metrics.
-DEFAULT_METRICS: tuple[str, ...] = ALL_METRICS
+DEFAULT_METRICS: tuple[str, ...] = tuple(m.name for m in catalogue.metrics(*INTRINSIC_LEVELS) if m.by_default)
 
 SAMPLE_ID_COLUMNS = list(SAMPLE_SCORES.columns)
 

@@ -35,6 +35,7 @@ ROLES: tuple[str, ...] = (
     "translator",
     "llm",
     "profiling_llm",
+    "fluency_lm",
 )
 
 ALLOW_DOWNLOADS_ENV = "SYNTHUGC_ALLOW_DOWNLOADS"
@@ -62,6 +63,7 @@ _ROLE_KIND = {
     "translator": "hf-seq2seq",
     "llm": "hf-causal-lm",
     "profiling_llm": "hf-causal-lm",
+    "fluency_lm": "hf-causal-lm",
 }
 
 # bert_score's default layers for the production token encoders (bert_score.utils.model2layers)
@@ -179,6 +181,7 @@ _DEFAULTS = {
     "translator": "apertium",
     "llm": "smollm2",
     "profiling_llm": "smollm2",
+    "fluency_lm": "smollm2",  # the one causal LM that installs offline (tasks/metrics/fluency.py)
 }
 
 # Production choices from the source article (need local weights or allowed downloads; LLMs are served by vLLM).
@@ -192,6 +195,7 @@ _PRODUCTION = {
     "translator": "facebook/mbart-large-50-many-to-many-mmt",
     "llm": "meta-llama/Llama-2-13b-chat-hf",
     "profiling_llm": "mistralai/Mixtral-8x7B-Instruct-v0.1",
+    "fluency_lm": "gpt2-large",  # SLOR with a larger LM (no fluency model in the article)
 }
 
 
