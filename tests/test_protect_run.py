@@ -214,7 +214,7 @@ def test_release_of_the_run_dirs_protect_output(run, tmp_path):
     assert "**are released (`--keep-verbatim`)" in card
     assert f"**protect verdict**: {summary['verdict']}" in card  # the protect.json adds how it was made
     assert f"**protect**: {summary['rounds']} round(s) from {summary['start']}" in card
-    assert f"`{BUDGET}` is **missed** (released anyway with `--force`)" in card
+    assert f"`{BUDGET}` is **missed** (released anyway with `--ignore-budget`)" in card
     # the figures are the run's score table's (the run's own attacks on the protected output), not the loop's
     reid = pd.read_parquet(run / stage_kind("reidentify").relative_path("scores", {"label": PROTECT_LABEL}))
     worst = reid[(reid["strategy"] == PROTECT_LABEL) & (reid["metric"] == "reid_accuracy")].sort_values("ci_high").iloc[-1]
