@@ -58,7 +58,8 @@ def _split_refs(value: Any, refs: list[ArtifactRef]) -> Any:
     if isinstance(value, list | tuple):
         return [_split_refs(v, refs) for v in value]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):  # field by field: nested refs count
-        return {f.name: _split_refs(getattr(value, f.name), refs) for f in dataclasses.fields(value)}
+        return {f.name: _split_refs(getattr(value, f.name), refs) for f in dataclasses.fields(value)
+                if f.metadata.get("cache_key", True)}  # a field marked out changes no result (RunPlace.llm_cache)
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
     return value

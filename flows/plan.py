@@ -9,6 +9,7 @@ depends on the corpus size: :func:`plan_prepare` (ingest, split), then :func:`pl
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,7 +28,7 @@ from tasks.models.registry import model_id
 from tasks.paths import absolute
 from tasks.privacy.attacks import attack_class
 from tasks.privacy.dp_audit import has_mechanism
-from tasks.settings import get_settings
+from tasks.settings import LLM_CACHE_ENV, get_settings
 from tasks.signatures import make_signature
 from tasks.store import ArtifactRef, fingerprint_file
 from tasks.training.utility import utility_design
@@ -127,10 +128,18 @@ class Plan:
         return call
 
 
+def planned_cache_dir() -> Path:
+    """The cache folder a run planned here uses on every machine: this process's ``cache_dir`` setting made
+    absolute where the run is planned (on a cluster, put it on storage every worker mounts at the same path).
+    The stages' caches and the Prefect result records the executor looks stages up in are under it."""
+    return get_settings().cache_dir.resolve()
+
+
 def run_place(cfg: ExperimentConfig) -> stages.RunPlace:
-    settings = get_settings()
-    return stages.RunPlace(root=absolute(cfg.storage_root or settings.storage_root), experiment=cfg.experiment,
-                           cache_dir=str(settings.cache_dir.resolve()))
+    """Where the run's artifacts and caches go, planned here (absolute: a worker elsewhere uses the same)."""
+    llm_cache = os.environ.get(LLM_CACHE_ENV)
+    return stages.RunPlace(root=absolute(cfg.storage_root or get_settings().storage_root), experiment=cfg.experiment,
+                           cache_dir=str(planned_cache_dir()), llm_cache=absolute(llm_cache) if llm_cache else None)
 
 
 def source_ref(cfg: ExperimentConfig) -> ArtifactRef:

@@ -11,12 +11,11 @@ from typing import Any
 from flows.config_options import metric_options
 from flows.config_sections import ExperimentConfig
 from flows.executor import Execution, lookup
-from flows.plan import STAGE_FAMILIES, plan_prepare, plan_stages
+from flows.plan import STAGE_FAMILIES, plan_prepare, plan_stages, planned_cache_dir
 from tasks.errors import SynthUGCError
 from tasks.layout import StageResult
 from tasks.models.registry import model_id
 from tasks.report.build import human_evaluation_files
-from tasks.settings import get_settings
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_file, write_manifest
 
 
@@ -44,8 +43,9 @@ class StageFailed(SynthUGCError):
 
 
 def result_dir() -> Path:
-    """Where Prefect keeps the stages' result records (the cache the stages are looked up in)."""
-    return (get_settings().cache_dir / "prefect-results").resolve()
+    """Where Prefect keeps the stages' result records (the cache the stages are looked up in): under the run's
+    planned cache folder (:func:`flows.plan.planned_cache_dir`), absolute, so a worker writes them there too."""
+    return planned_cache_dir() / "prefect-results"
 
 
 def human_evaluation_refs(store: ArtifactStore, experiment: str) -> list[ArtifactRef]:

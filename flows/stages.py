@@ -12,7 +12,9 @@ returns ``Cached`` for every stage whose inputs, settings and code are unchanged
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -43,7 +45,7 @@ from tasks.report.build import collect_report_data
 from tasks.report.goals import parse_goal
 from tasks.report.render import article_table_frames, render_markdown, render_report
 from tasks.scores import METRIC_CORRELATIONS, score_frame
-from tasks.settings import get_settings
+from tasks.settings import RunPaths, get_settings, planned_paths
 from tasks.store import ArtifactRef, ArtifactStore, fingerprint_config, fingerprint_file
 from tasks.training.dialogue import sentence_embedder
 from tasks.training.utility import run_one
@@ -51,12 +53,22 @@ from tasks.training.utility import run_one
 
 @dataclass(frozen=True)
 class RunPlace:
-    """Where a run's artifacts go (storage root + experiment) and the local cache folder. Not part of any
-    cache key: the same inputs give the same result wherever the run lives."""
+    """Where a run's artifacts go (storage root + experiment) and its cache folder (absolute, made so where the
+    run is planned): every path a stage uses besides its artifacts is under it, on whichever machine the stage
+    runs, except the LLM request cache, which is where ``SYNTHUGC_LLM_CACHE`` said where the run was planned (None:
+    none). The root, experiment and cache folder are part of every stage's cache key (a result names files
+    under them); the request cache is not (it changes no result)."""
 
     root: str
     experiment: str
     cache_dir: str
+    llm_cache: str | None = field(default=None, metadata={"cache_key": False})
+
+    def caching(self) -> AbstractContextManager[RunPaths]:
+        """The block's tasks keep their caches (embeddings, fitted models, model exports, scratch, LLM requests)
+        where this run's plan says (:func:`tasks.settings.planned_paths`); every stage runs in it
+        (:class:`StageTask`)."""
+        return planned_paths(self.cache_dir, self.llm_cache)
 
     def store(self) -> ArtifactStore:
         return ArtifactStore(self.root)
@@ -183,7 +195,7 @@ class StageTask:
     the keys alone and never imports Prefect (about 2 s of a command's start)."""
 
     def __init__(self, name: str, fn: Callable[..., StageResult]) -> None:
-        self.name, self.fn = name, fn
+        self.name, self.fn = name, _in_run_cache(fn)
         self.cache_key_fn = key_fn_for(name)
         self._task: Any = None
         functools.update_wrapper(self, fn)
@@ -200,6 +212,21 @@ class StageTask:
     def with_options(self, **options: Any) -> Any:
         """The Prefect task with ``options`` (``Task.with_options``)."""
         return self.task.with_options(**options)
+
+
+def _in_run_cache(fn: Callable[..., StageResult]) -> Callable[..., StageResult]:
+    """``fn`` run inside its ``place``'s cache folder (:meth:`RunPlace.caching`): the one place a stage is handed
+    the paths the client planned, so no task below it reads a path from the settings of the process it runs in
+    (a cluster worker's working directory, HOME or environment)."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> StageResult:
+        place = signature.bind(*args, **kwargs).arguments["place"]
+        with place.caching():
+            return fn(*args, **kwargs)
+
+    return run
 
 
 def _stage(name: str) -> Callable[[Callable[..., StageResult]], StageTask]:

@@ -82,9 +82,24 @@ def prepare_workers(client: Any, prepare: Callable[[], Any]) -> None:
     for address, identity in sorted(identities.items()):
         if identity != here:
             one_worker_each.setdefault(identity, address)
-    futures = [client.submit(prepare, workers=[address], allow_other_workers=False, pure=False)
+    if not one_worker_each:
+        return
+    # deferred: settings read pydantic only when a fan-out asks
+    from tasks.settings import run_cache_dir, run_llm_cache
+
+    there = functools.partial(_prepare_in, run_cache_dir(), run_llm_cache(), prepare)  # the caller's run's paths
+    futures = [client.submit(there, workers=[address], allow_other_workers=False, pure=False)
                for address in one_worker_each.values()]
     client.gather(futures)
+
+
+def _prepare_in(cache_dir: Any, llm_cache: Any, prepare: Callable[[], Any]) -> Any:
+    """``prepare()`` in another worker process, keeping what it derives (langid's arrays, a model export) in the
+    caller's run cache folder, not in that process's own."""
+    from tasks.settings import planned_paths
+
+    with planned_paths(cache_dir, llm_cache):
+        return prepare()
 
 
 def map_shards(client: Any, func: Callable[..., T], shards: Sequence[Any], **kwargs: Any) -> list[T]:

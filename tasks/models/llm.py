@@ -34,11 +34,12 @@ from typing import Any
 from tasks.errors import ConfigError, ModelUnavailable
 from tasks.models.embeddings import inference_batches
 from tasks.models.registry import ModelSpec, model_id, production_models, resolve_model
+from tasks.settings import LLM_CACHE_ENV, run_llm_cache
 
 ENDPOINT_ENV = "SYNTHUGC_LLM_ENDPOINT_{role}"  # e.g. SYNTHUGC_LLM_ENDPOINT_PROFILING_LLM=http://gpu1:8000/v1
 MODEL_ENV = "SYNTHUGC_LLM_MODEL_{role}"  # the served model name; default: the role's production model
 API_KEY_ENV = "SYNTHUGC_LLM_API_KEY"
-CACHE_ENV = "SYNTHUGC_LLM_CACHE"  # path of the SQLite request cache
+CACHE_ENV = LLM_CACHE_ENV  # path of the SQLite request cache
 MAX_NUM_SEQS_ENV = "SYNTHUGC_LLM_MAX_NUM_SEQS"  # the served engine's --max-num-seqs: sizes the requests in flight
 
 
@@ -674,7 +675,7 @@ def llm_backend_for(role: str, settings: Mapping[str, Any] | None = None,
     settings = dict(settings or {})
     env = os.environ if env is None else env
     suffix = role.upper()
-    cache_path = settings.get("cache_path") or env.get(CACHE_ENV)
+    cache_path = settings.get("cache_path") or run_llm_cache(env)  # a stage's: the one its run's plan named
     cache = RequestCache(cache_path) if cache_path else None
     endpoint = settings.get("endpoint") or env.get(ENDPOINT_ENV.format(role=suffix))
     if endpoint:

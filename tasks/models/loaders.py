@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from tasks.errors import ModelUnavailable
 from tasks.models.hf_export import export_complete, write_export
 from tasks.models.registry import ALLOW_DOWNLOADS_ENV, ModelSpec, model_id
-from tasks.settings import get_settings
+from tasks.settings import run_cache_dir
 
 # spaCy components kept for POS: the tagger writes token.tag_ (fine-grained), the attribute_ruler maps tags
 # to token.pos_ (UPOS), and tok2vec is the shared layer the small pipelines' tagger listens to.
@@ -176,8 +176,9 @@ def gguf_export_folder(spec: ModelSpec) -> Path:
 
 def models_cache_dir() -> Path:
     """``<cache_dir>/models``: what is derived once from a model's files and read by every later load (a GGUF
-    model's plain export, langid's model as arrays)."""
-    return get_settings().cache_dir.resolve() / "models"
+    model's plain export, langid's model as arrays); the run's cache folder (:func:`tasks.settings.run_cache_dir`),
+    so a worker keeps them where the run's plan says."""
+    return run_cache_dir() / "models"
 
 
 def gguf_export(spec: ModelSpec) -> Path:

@@ -16,7 +16,7 @@ from tasks.privacy.classifier.two_stage import TwoStageSide
 from tasks.privacy.reidentify import HistorySource, ReidResult
 from tasks.privacy.stylometric.evidence import evidence_key, stylometric_evidence
 from tasks.privacy.stylometric.params import StyloParams
-from tasks.settings import get_settings
+from tasks.settings import run_cache_dir
 
 
 @register_attack("classifier", params=ClassifierParams, returns_evidence=True)
@@ -25,11 +25,17 @@ class ClassifierAttack(ProfilingAttack):
 
     params: ClassifierParams
 
+    def __init__(self, params: ClassifierParams) -> None:
+        super().__init__(params)
+        #: the run's cache folder, taken where the attack is built (the stage's thread), so the threads that
+        #: prepare it later keep fitted models there too (:func:`tasks.settings.run_cache_dir`)
+        self.cache_dir = run_cache_dir()
+
     def profile(self, histories: HistorySource, held_out: frozenset[str] | None) -> ExactModel | TwoStageSide:
         """Exact: the SVM (authors x n-grams x 8 B: 0.15 GB for the 181 conventions speakers). Two stages:
         the stylometric profiles (shared with the stylometric attack) and a 4 MB bucket IDF; the candidates'
-        posts are read again by each attack. A fitted exact model is kept in ``<cache_dir>/classifier``."""
-        return fit_classifier(histories, self.params, held_out, cache=get_settings().cache_dir / "classifier")
+        posts are read again by each attack. A fitted exact model is kept in ``<run's cache folder>/classifier``."""
+        return fit_classifier(histories, self.params, held_out, cache=self.cache_dir / "classifier")
 
     def attribute(self, profiles: ExactModel | TwoStageSide, timelines: pd.DataFrame, setting: Setting) -> ReidResult:
         return classifier_attack(profiles, timelines, setting)

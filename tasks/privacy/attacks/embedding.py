@@ -19,7 +19,7 @@ from tasks.privacy.embedding_attack import (
     profile_histories,
 )
 from tasks.privacy.reidentify import HistorySource, ReidResult
-from tasks.settings import get_settings
+from tasks.settings import run_cache_dir
 
 #: History posts the attack encodes on CPU when ``all`` attacks are asked for (MiniLM on 2 cores: ~140 posts/s,
 #: so about a minute, once: every text's vector is kept in the embedding cache); above it, only on a GPU.
@@ -37,14 +37,10 @@ class EmbeddingAttackParams:
         return embedding_signature(self.model)
 
 
-def _cache() -> Any:
-    """The embedding cache every attack in this process shares (``<cache_dir>/embeddings.sqlite``; the cache folder
-    is read from the settings each time, as the classifier's is)."""
-    return _cache_in(get_settings().cache_dir.resolve())
-
-
 @functools.cache
 def _cache_in(folder: Path) -> Any:
+    """The embedding cache every attack of one run's cache folder shares in this process
+    (``<folder>/embeddings.sqlite``, the file the metric stages use)."""
     # deferred: loads sqlite3 only when this runs
     from tasks.models.embeddings import EmbeddingCache
 
@@ -58,9 +54,18 @@ class EmbeddingAttack(ProfilingAttack):
 
     params: EmbeddingAttackParams
 
+    def __init__(self, params: EmbeddingAttackParams) -> None:
+        super().__init__(params)
+        #: the run's cache folder, taken where the attack is built (the stage's thread): the threads that
+        #: prepare it later keep the run's embedding cache (:func:`tasks.settings.run_cache_dir`)
+        self.cache_dir = run_cache_dir()
+
+    def _cache(self) -> Any:
+        return _cache_in(self.cache_dir)
+
     def profile(self, histories: HistorySource, held_out: frozenset[str] | None) -> EmbeddingProfiles:
         """Authors x 384 x 8 B per setting with MiniLM: 116 MB at the article's 37.9k authors."""
-        return profile_histories(histories, model=self.params.model, held_out=held_out, cache=_cache())
+        return profile_histories(histories, model=self.params.model, held_out=held_out, cache=self._cache())
 
     def attribute(self, profiles: EmbeddingProfiles, timelines: pd.DataFrame, setting: Setting) -> ReidResult:
-        return embedding_attack(profiles, timelines, setting, cache=_cache())
+        return embedding_attack(profiles, timelines, setting, cache=self._cache())
