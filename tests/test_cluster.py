@@ -1,6 +1,7 @@
 """Runs that leave one machine: a real `dask scheduler` and two `dask worker` processes started in another
-folder with another HOME run a whole small run whose scores equal the local run's; a worker that cannot see
-the storage root stops the run with the preflight's lines, not a stage's traceback."""
+folder with another HOME run a whole small run whose scores equal the local run's; a worker keeps the attacks'
+caches where the run's settings put them, never in its own folder or HOME; a worker that cannot see the storage
+root stops the run with the preflight's lines, not a stage's traceback."""
 
 from __future__ import annotations
 
@@ -44,10 +45,12 @@ def _can_hide_folders() -> bool:
 
 
 class Cluster:
-    """`dask scheduler` plus workers, each started in ``home`` (as working directory and HOME)."""
+    """`dask scheduler` plus workers, each started in ``home`` (as working directory and HOME), or with
+    ``workdir`` as working directory and the logs in ``logs`` where given."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, workdir: Path | None = None, logs: Path | None = None) -> None:
         self.home, self.port, self.procs = home, _free_port(), []
+        self.workdir, self.logs = workdir or home, logs or home
         self.env = {**os.environ, "HOME": str(home)}
         self.env.pop("SYNTHUGC_TASK_RUNNER", None)
 
@@ -56,8 +59,9 @@ class Cluster:
         return f"tcp://127.0.0.1:{self.port}"
 
     def _spawn(self, args: list[str], log: str) -> None:
-        out = open(self.home / log, "w")  # noqa: SIM115 - closed with the process
-        self.procs.append(subprocess.Popen(args, cwd=self.home, env=self.env, stdout=out, stderr=subprocess.STDOUT))
+        out = open(self.logs / log, "w")  # noqa: SIM115 - closed with the process
+        self.procs.append(subprocess.Popen(args, cwd=self.workdir, env=self.env, stdout=out,
+                                           stderr=subprocess.STDOUT))
 
     def start(self, workers: int = 2, hidden: Path | None = None) -> None:
         self.spawn(workers, hidden)
@@ -144,6 +148,60 @@ def test_a_run_on_workers_started_elsewhere_equals_the_local_run(project, cluste
                                   expected.sort_values(keys).reset_index(drop=True), check_exact=False, atol=1e-6)
     assert {"bleu_divergence", "char_jsd", "reid_accuracy"} <= set(got["metric"])
     assert not list((cluster.home).glob("runs")) and not list((cluster.home).glob("*.parquet"))  # nothing there
+
+
+CACHES_CONFIG = """experiment: caches
+seed: 5
+storage_root: runs
+data: {path: corpus.parquet}
+generate: {shard_size: 40, strategies: [{name: stymask}]}
+metrics: {names: [char_jsd]}
+privacy: {profiling: {attributes: []}, membership: {enabled: false}, reidentify: {attacks: [embedding, classifier], adversaries: [full]}}
+utility: {enabled: false}
+report: {goals: []}
+"""
+
+
+def _files(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+
+
+@pytest.mark.slow
+def test_a_worker_keeps_the_attacks_caches_where_the_run_put_them(project, tmp_path):
+    """A `dask worker` started in an empty folder with an empty HOME and its own (default, relative) cache setting
+    runs the embedding and classifier attacks of a run planned with a relative cache folder: the embedding cache,
+    the fitted classifier and the Prefect records land in that folder as the planning machine resolved it, and
+    the worker's folder and HOME stay empty (matplotlib's font list, which the report's plots make, included)."""
+    (project / "c.yaml").write_text(CACHES_CONFIG)
+    workdir, home, logs = tmp_path / "worker-folder", tmp_path / "worker-home", tmp_path / "logs"
+    for folder in (workdir, home, logs):
+        folder.mkdir()
+    cluster = Cluster(home, workdir=workdir, logs=logs)
+    cluster.env.pop("SYNTHUGC_CACHE_DIR", None)  # the worker's own setting: .cache/synthugc in its folder
+    # Prefect's own home (``import prefect`` makes it, ~/.prefect unless PREFECT_HOME says): docs/scaling.md
+    cluster.env["PREFECT_HOME"] = str(tmp_path / "prefect-home")
+    cluster.start(workers=1)
+    try:
+        env = {**os.environ, "SYNTHUGC_CACHE_DIR": "planned-cache", "SYNTHUGC_TASK_RUNNER": "dask",
+               "SYNTHUGC_DASK_ADDRESS": cluster.address}
+        proc = subprocess.run([str(BIN / "synthugc"), "run", "c.yaml"], cwd=project, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        from distributed import Client
+
+        with Client(cluster.address, timeout="30s") as client:  # the attacks ran in the worker's process
+            ran = client.run(lambda: "tasks.privacy.attacks.embedding" in sys.modules)
+        assert list(ran.values()) == [True]
+    finally:
+        cluster.stop()
+    assert (_files(workdir), _files(home)) == ([], [])
+    cache = project / "planned-cache"
+    assert (cache / "embeddings.sqlite").stat().st_size > 0
+    assert list((cache / "classifier").glob("*.npz")), _files(cache)
+    assert any((cache / "prefect-results").iterdir())
+    scores = pd.read_parquet(project / "runs" / "caches" / "privacy" / "stymask" / "reid_scores.parquet")
+    accuracy = scores[scores["metric"] == "reid_accuracy"]
+    assert set(accuracy["attack"]) == {"embedding", "classifier"} and accuracy["value"].notna().all()
 
 
 @pytest.mark.slow
