@@ -20,13 +20,16 @@ from tasks.generate.pseudonymize import (
     LAST_NAMES,
     NAMES_SEARCHED_COLUMN,
     REPLACED_COLUMN,
+    ordinary_words,
     pseudonymize_corpus,
 )
 from tasks.metrics.pii import ALL_ENTITIES, pii_leakage
 from tasks.models.pii import (
     DEFAULT_ENTITIES,
     PiiDetector,
+    PiiSpan,
     detection_scores,
+    names_only,
     normalise,
     occurs,
     supported_entities,
@@ -204,6 +207,35 @@ def test_deterministic_given_the_seed(detector: PiiDetector) -> None:
     assert a["text"].tolist() != c["text"].tolist()
 
 
+def test_no_ones_names_are_not_names(detector: PiiDetector) -> None:
+    """A deity, a phrase in another language, a lone letter: the NER model's PERSON, no one's name
+    (names_only); the names beside them stay."""
+    texts = ["God bless you, and God bless America.", "Buenas noches, Florida.",
+             "the Catholic Church is against the death penalty and so am I. But I was governor.",
+             "Thank you, Elaine. Donald brought it up and Hillary answered."]
+    found = detector.detect(texts)
+    assert [[s.text for s in d.spans] for d in found[:3]] == [[], [], []]
+    assert {"Donald", "Hillary"} <= {s.text for s in found[3].spans}
+    kept = (PiiSpan("PERSON", 0, 6, "Kenyet", 0.85),)
+    assert names_only(kept, "Kenyet noches") == () and names_only(kept, "Kenyet brought it") == kept
+
+
+def test_words_the_corpus_writes_in_lower_case_are_not_names(detector: PiiDetector) -> None:
+    """"Mom" beside "my mom" is an ordinary word (not replaced, nor propagated), unless a title says it is a
+    name; a name the corpus writes capitalised everywhere, even sentence-initial only, stays one."""
+    texts = ["He wrote, dear Mom and Dad, we are fine.", "My mom and my dad came.", "Ask mom.",
+             "Dad said so, dad.", "Trump spoke. Then Trump left."]
+    assert ordinary_words(texts, ["Mom", "Dad", "Trump", "Then"]) == {"Mom", "Dad"}
+    assert ordinary_words(["Wildfires burned.", "The wildfires spread."], ["Wildfires"]) == {"Wildfires"}
+    corpus = _corpus(["He wrote, dear Mom and Dad, today we spotted a boat.", "My mom called my dad.",
+                      "I miss my mom so much.", "Dad jokes are the best, dad."], author_id=["u1"] * 4)
+    out, mapping = pseudonymize_corpus(corpus, scope="author", seed=0, detector=detector)
+    assert out["text"].tolist() == corpus["text"].tolist() and mapping.empty
+    listed = _corpus(["We worry about the future of our two kids, Jack and Grace.", "It was grace, pure grace."])
+    out, mapping = pseudonymize_corpus(listed, scope="author", seed=0, detector=detector)
+    assert {"Jack", "Grace"} <= set(mapping["original"]) and out["text"].iloc[1] == "It was grace, pure grace."
+
+
 def test_non_english_text_keeps_names_and_says_so(detector: PiiDetector) -> None:
     corpus = _corpus(["Ich habe gestern mit Peter Müller gesprochen, er wohnt jetzt in Berlin. "
                       "Schreib ihm an peter.mueller@web.de", "I talked to Peter Miller yesterday."])
@@ -348,7 +380,7 @@ def test_detection_without_the_parser_equals_presidio_batch_analyzer_on_the_full
             entities = detector.entities if mine.english else detector._patterns_only
             (theirs,) = batch.analyze_iterator([text], language=pii.LANGUAGE, entities=list(entities),
                                                score_threshold=detector.score_threshold)
-            assert mine.spans == pii._non_overlapping(theirs, text), text
+            assert mine.spans == pii.names_only(pii._non_overlapping(theirs, text), text), text
     finally:
         nlp.disable_pipe("parser")
     assert sum(len(d.spans) for d in found) >= len(EXAMPLES)

