@@ -61,7 +61,7 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
         params = {name: dict(given) for name, given in reid.attack_params(cfg.seed)}
         floors = p.meaning_floor if isinstance(p.meaning_floor, list) else [p.meaning_floor]
         values = {**values, "budget": p.budget, "start": p.start, "max_rounds": p.max_rounds, "meaning_floors": tuple(floors),
-                  "unit": p.unit,
+                  "unit": p.unit, "fluency_floor": p.fluency_floor, "prefer": p.prefer,
                   "on_fail": p.on_fail, "decide_on": p.decide_on, "adversaries": tuple(p.adversaries),
                   "timeline_posts": p.timeline_posts or reid.timeline_posts, "seed": cfg.seed,
                   "docs_per_round": p.docs_per_round, "verbatim_chars": p.verbatim_chars,
@@ -69,6 +69,8 @@ def protect_settings(cfg: ExperimentConfig | None = None, **overrides: Any) -> A
                   "ladder": parse_ladder(p.ladder, "protect.ladder") if p.ladder is not None else values["ladder"],
                   "llm": llm}
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if values.get("fluency_floor") == "off":  # the CLI's --fluency-floor off
+        values["fluency_floor"] = None
     if values.get("judge") is not None and EVERY_ATTACK in values["judge"]:
         values["judge"] = None  # every registered attack (those named besides are among them)
     for role in ("feedback", "judge"):

@@ -404,6 +404,12 @@ class ProtectConfig(Section):
         _PROTECT.meaning_floor, description="A move is kept only if BERTScore F1 against the source stays at or above "
         "this; a list of floors (e.g. [0.9, 0.8, 0.7]) makes a frontier, one certified point per floor, and the "
         "output is the highest floor that meets the budget.")
+    fluency_floor: float | None = Field(_PROTECT.fluency_floor, ge=-20.0, le=0.0, description="A move is kept only "
+                                        "if its fluency against the source (SLOR difference, nats per word) stays at "
+                                        "or above this; null: no fluency floor.")
+    prefer: Literal["meaning", "rows"] = Field(_PROTECT.prefer, description="Among the frontier's points that meet "
+                                               "the budget, the one that keeps the most meaning (the highest floor) "
+                                               "or releases the most rows.")
     unit: Literal["timeline", "post"] = Field(_PROTECT.unit, description="What the output exposes and what the loop "
                                               "and the certificate attack: an author's documents together "
                                               "(timeline), or each post alone (post: a release drops author and "

@@ -103,13 +103,18 @@ def test_every_input_document_is_kept_or_held_back_with_its_reason_and_timelines
 
 
 def test_choose_point_and_monotone_notes():
-    def point(floor, value, met):
-        return {"met": met, "figures": {"reidentification": {"value": value}}, "meaning_floor": floor}
+    def point(floor, value, met, released=10):
+        return {"met": met, "figures": {"reidentification": {"value": value}}, "meaning_floor": floor,
+                "documents": {"kept": released + 5, "released": released}}
 
-    assert choose_point([point(0.9, 0.5, False), point(0.8, 0.08, True), point(0.7, 0.05, True)],
-                        "reidentification") == 1  # the highest floor that meets it
-    assert choose_point([point(0.9, 0.5, False), point(0.8, 0.3, False), point(0.7, 0.3, False)],
-                        "reidentification") == 1  # none: the least re-identified, highest floor among equals
+    frontier = [point(0.9, 0.5, False), point(0.8, 0.08, True, 40), point(0.7, 0.05, True, 70)]
+    chosen, why = choose_point(frontier, "reidentification")
+    assert chosen == 1 and "keeps the most meaning" in why and "releasing 40 rows" in why  # the highest floor met
+    chosen, why = choose_point(frontier, "reidentification", prefer="rows")
+    assert chosen == 2 and "releases the most rows (70)" in why  # the most rows among the points that meet it
+    chosen, why = choose_point([point(0.9, 0.5, False), point(0.8, 0.3, False), point(0.7, 0.3, False)],
+                               "reidentification", prefer="rows")
+    assert chosen == 1 and "no point meets the budget" in why  # none: the least re-identified, highest floor
     table = pd.DataFrame({"floor": [0.9, 0.8, 0.7], "value": [0.5, 0.6, 0.2], "ci_low": [0.4, 0.55, 0.1],
                           "ci_high": [0.52, 0.7, 0.3], "figure": "reidentification"})
     notes = monotone_notes(table)

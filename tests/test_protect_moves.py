@@ -32,7 +32,7 @@ def test_ladder_and_budget_errors_name_the_problem():
         Move("mask-evidence"), Move("dp", {"epsilon": 8.0}))
     assert Move("stymask").label == "strategy:stymask" and Move("mask-evidence").label == "mask-evidence"
     with pytest.raises(ConfigError, match=r"protect.ladder\[1\]: unknown move 'paint' \(known: pseudonymize, "
-                                          r"mask-evidence, generalize, llm-anonymize, backtranslate"):
+                                          r"reword, mask-evidence, generalize, llm-anonymize, backtranslate"):
         parse_ladder(["stymask", "paint"], "protect.ladder")
     with pytest.raises(ConfigError, match=r"protect.ladder\[0\].params"):
         parse_ladder([{"name": "dp", "params": {"epsilon": "lots"}}], "protect.ladder")
@@ -273,3 +273,36 @@ def test_the_judge_strength_check_names_both_attacks_when_the_intervals_do_not_o
     assert "the judge's worst delta (disjoint) 0.05 [" in said and "add stylometric to --judge" in said
     assert judge_strength([weak, summary("check", "minhash", 9)], "bound") is None  # within the intervals
     assert judge_strength([weak, summary("judge", "stylometric", 70)], "bound") is None  # the judge has it
+
+
+def test_mask_evidence_leaves_no_word_doubled_that_was_not():
+    from tasks.metrics.fluency import adds_doubled_words
+
+    source = "Now, everyone knows that this is a that and ridiculous charge."
+    masked = mask_evidence(source, [("is a that", "word")])
+    assert masked == "Now, everyone knows that this and ridiculous charge."
+    masked = mask_evidence("They said that that and so and so on.", [("so", "word")])
+    assert masked == "They said that that and on."  # the source's own "that that" stays; "and and" does not
+    assert not adds_doubled_words("They said that that and so and so on.", masked)
+    assert adds_doubled_words("We went to the shop.", "We went to the the shop.")
+
+
+def test_reword_breaks_the_runs_of_its_source_with_few_edits():
+    from difflib import SequenceMatcher
+
+    from tasks.metrics.verbatim import verbatim_flags
+    from tasks.protect.reword import reword
+
+    sources = ["In this way, we are in a similar position as our Founding Fathers.",
+               "You see, for me, college was not an option; it was mandatory.",
+               "When the jobs of auto workers were threatened in 2009, some said: Let Detroit fail.",
+               "The president submitted this plan to the Congress."]
+    out = reword(sources, min_chars=30)
+    assert not verbatim_flags(sources, out, min_chars=30).any(), out
+    for source, text in zip(sources, out, strict=True):
+        matched = SequenceMatcher(None, source.split(), text.split()).get_matching_blocks()
+        changed = len(source.split()) - sum(block.size for block in matched)
+        assert 1 <= changed <= 4, (source, text)  # a few words, not a rewrite
+    assert "Founding Fathers" in out[0] and "Detroit" in out[2] and "2009" in out[2]  # names and numbers stay
+    assert "wasn't" in out[1]  # a contraction breaks a stretch of function words
+    assert reword(["Gracias."], min_chars=30) == ["Gracias."]  # nothing to break in a short text

@@ -30,7 +30,7 @@ from flows.cli.common import (
 from tasks.budgets import PROTECT_EXAMPLE
 from tasks.errors import InputError, SynthUGCError, shown
 from tasks.protect.files import protect_paths
-from tasks.protect.settings import ON_FAIL, UNITS, ProtectSettings
+from tasks.protect.settings import ON_FAIL, PREFER, UNITS, ProtectSettings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -85,6 +85,7 @@ def _write_frontier_plot(frontier: pd.DataFrame, budget: str, path: Path) -> Non
 _PROTECT = ProtectSettings()  # the defaults the help states (the loop and the config read the same)
 Unit = choice(UNITS)
 OnFail = choice(ON_FAIL)
+Prefer = choice(PREFER)
 
 
 def _adversary_default() -> str:
@@ -103,6 +104,17 @@ def _floors(text: str) -> tuple[float, ...]:
     return tuple(floors)
 
 
+def _fluency_floor(text: str) -> float | str:
+    """``--fluency-floor``: a number (nats per word, at most 0) or ``off``."""
+    if text.strip().lower() == "off":
+        return "off"
+    try:
+        return float(text)
+    except ValueError:
+        _fail(f"--fluency-floor {shown(text)}: expected a number such as -1.0, or off")
+        raise
+
+
 def protect(
     corpus: Annotated[Path, typer.Option("--corpus", help="Corpus file (schema) to protect.")],
     out: Annotated[Path, typer.Option("--out", help="Protected parquet P (rounds, failures and summary go beside it).")],
@@ -119,6 +131,11 @@ def protect(
     meaning_floor: Annotated[str | None, typer.Option("--meaning-floor", help="BERTScore F1 a kept move keeps; "
                                                       "several (e.g. 0.9,0.8,0.7) make a frontier (default "
                                                       f"{','.join(f'{f:g}' for f in _PROTECT.floors)}).")] = None,
+    fluency_floor: Annotated[str | None, typer.Option("--fluency-floor", help="The least fluency against the source "
+                                                      "(SLOR difference, nats/word) a kept move keeps, or off "
+                                                      f"(default {_PROTECT.fluency_floor:g}).")] = None,
+    prefer: Annotated[Prefer | None, typer.Option("--prefer", help="Among floors meeting the budget: the most "
+                                                  f"meaning or rows (default {_PROTECT.prefer}).")] = None,
     unit: Annotated[Unit | None, typer.Option("--unit", help="An author's documents together, or each post alone "
                                               f"(default {_PROTECT.unit}).")] = None,
     on_fail: Annotated[OnFail | None, typer.Option("--on-fail", help="Documents that cannot meet the budget and the "
@@ -182,6 +199,7 @@ def protect(
         settings = protect_settings(
             cfg, budget=budget, start=start, max_rounds=max_rounds, on_fail=on_fail, unit=unit,
             meaning_floors=None if meaning_floor is None else _floors(meaning_floor),
+            fluency_floor=None if fluency_floor is None else _fluency_floor(fluency_floor), prefer=prefer,
             ladder=names(ladder, "--ladder"), decide_on=decide_on, seed=seed, timeline_posts=timeline_posts,
             docs_per_round=docs_per_round, verbatim_chars=verbatim_chars,
             adversaries=None if adversary is None else adversary_settings(adversary),

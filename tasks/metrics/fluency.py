@@ -24,6 +24,8 @@ Each text's LM log-probability is computed once per model and kept in the shared
 from __future__ import annotations
 
 import math
+import re
+from collections import Counter
 from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
@@ -174,3 +176,17 @@ def fluency(sources: Sequence[str], outputs: Sequence[str], spec: ModelSpec | No
     reasons = [None if not math.isnan(d) else NO_WORDS for d in delta]
     scores = pd.DataFrame({FLUENCY: delta, reason_column(FLUENCY): pd.Series(reasons, dtype="object")})
     return MetricResult(scores, {FLUENCY: fluency_signature(spec)})
+
+
+_DOUBLED = re.compile(r"\b(\w+)(?:\s+\1\b)+", re.IGNORECASE)
+
+
+def doubled_words(text: str) -> Counter[str]:
+    """The words written twice in a row in ``text`` ("and and", "the the"), lowercased, with their counts."""
+    return Counter(m.group(1).lower() for m in _DOUBLED.finditer(text))
+
+
+def adds_doubled_words(source: str, text: str) -> bool:
+    """Whether ``text`` repeats a word back to back more often than its source does: a rewrite that leaves "and
+    and" reads as broken whatever its score ("that that" in the source stays allowed)."""
+    return bool(doubled_words(text) - doubled_words(source))

@@ -18,10 +18,12 @@ from tasks.protect.moves import (
     LLM_ANONYMIZE,
     MASK_EVIDENCE,
     PSEUDONYMIZE,
+    REWORD,
     Move,
     llm_anonymize,
     mask_evidence,
 )
+from tasks.protect.reword import reword
 from tasks.store import fingerprint_config
 
 
@@ -62,6 +64,8 @@ def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[lis
                                                 detected=detected)
         p.mappings.append(mapping)
         return replaced["text"].astype(str).tolist()
+    if move.name == REWORD:
+        return reword(rows["text"].astype(str).tolist(), min_chars=p.settings.verbatim_chars)
     if move.name == MASK_EVIDENCE:
         return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
     if move.name == GENERALIZE:

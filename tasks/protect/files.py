@@ -12,11 +12,15 @@ import pandas as pd
 #: Columns the protected table adds to the synthetic table's schema (``verbatim``: the document holds a run of its
 #: source's characters, :mod:`tasks.metrics.verbatim`; ``release`` leaves such documents out).
 ROUND_COLUMN, MOVE_COLUMN, VERBATIM_COLUMN = "round", "move", "verbatim"
+#: The document's fluency against its source (:mod:`tasks.metrics.fluency`): set where a later round's move was
+#: kept, and for every kept document once the loop is done.
+FLUENCY_COLUMN = "fluency"
 #: The source a protect round's output depends on (a change recomputes the rounds; the flow's cache key of the
 #: protect stage reads it too): the intervals and the budget decide which documents a round moves, and a round keeps
 #: its attacks' summaries.
 ROUND_CODE: tuple[str, ...] = ("tasks/protect", "tasks/privacy", "tasks/generate", "tasks/signatures.py",
                                "tasks/models/pii.py", "tasks/metrics/meaning.py", "tasks/metrics/verbatim.py",
+                               "tasks/metrics/fluency.py",
                                "tasks/intervals.py", "tasks/budgets.py")
 ROUNDS_COLUMNS = ["round", "attack", "adversary", "role", "accuracy_at_1", "accuracy_at_1_ci_low",
                   "accuracy_at_1_ci_high", "accuracy_at_10", "n_timelines", "chance", "residual_risk",
@@ -38,7 +42,8 @@ CURVE_COLUMNS: dict[str, str] = {"reidentification": "accuracy_at_1", "reidentif
 FRONTIER_COLUMNS: tuple[str, ...] = (
     "floor", "chosen", "met", "figure", "value", "ci_low", "ci_high", "worst_attack", "worst_adversary", "rounds",
     "documents_input", "documents_kept", "documents_held_back", "documents_rewritten", "meaning", "meaning_ci_low",
-    "meaning_ci_high", "verbatim", "linkability_auc", "linkability_ci_low", "linkability_ci_high",
+    "meaning_ci_high", "fluency", "fluency_ci_low", "fluency_ci_high", "fluency_floor", "documents_released",
+    "verbatim", "linkability_auc", "linkability_ci_low", "linkability_ci_high",
     "substitution_macro_f1", "augmentation_macro_f1", "real_macro_f1", "utility_note", "moves", "attack", "adversary",
     "accuracy_at_1", "accuracy_at_1_ci_low", "accuracy_at_1_ci_high", "residual_risk", "residual_risk_ci_low",
     "residual_risk_ci_high", "n_timelines")

@@ -37,16 +37,31 @@ def _value(summary: Mapping[str, Any], figure: str) -> float:
     return number((summary.get("figures") or {}).get(figure, {}).get("value"))
 
 
-def choose_point(summaries: Sequence[Mapping[str, Any]], figure: str) -> int:
-    """The chosen point (``summaries`` in frontier order, highest floor first): the first whose certificate meets
-    the budget, else the one reading least on ``figure`` (the highest floor among equals)."""
-    for i, s in enumerate(summaries):
-        if s.get("met"):
-            return i
+def choose_point(summaries: Sequence[Mapping[str, Any]], figure: str, prefer: str = "meaning") -> tuple[int, str]:
+    """The chosen point (``summaries`` in frontier order, highest floor first) and why: among the points whose
+    certificate meets the budget, the highest floor (``prefer`` meaning) or the one releasing the most rows
+    (``rows``; the higher floor among equals); where none meets it, the one reading least on ``figure`` (the highest
+    floor among equals)."""
+    met = [i for i, s in enumerate(summaries) if s.get("met")]
+    if met:
+        if prefer == "rows":
+            released = [_released(summaries[i]) for i in met]
+            best = met[released.index(max(released))]
+            return best, (f"it releases the most rows ({_released(summaries[best])}) of the "
+                          f"{len(met)} point(s) that meet the budget (--prefer rows)")
+        return met[0], (f"it keeps the most meaning (the highest floor) of the {len(met)} point(s) that meet the "
+                        f"budget, releasing {_released(summaries[met[0]])} rows (--prefer meaning)")
     values = np.array([_value(s, figure) for s in summaries])
     if np.isnan(values).all():
-        return len(summaries) - 1
-    return int(np.nanargmin(values))  # the first of equal minima: the highest floor
+        return len(summaries) - 1, "no point meets the budget or has a figure: the lowest floor"
+    least = int(np.nanargmin(values))  # the first of equal minima: the highest floor
+    return least, f"no point meets the budget: the least re-identified ({figure} {values[least]:.3g})"
+
+
+def _released(summary: Mapping[str, Any]) -> int:
+    """The rows a point's release hands out (its kept rows less the verbatim ones)."""
+    docs = summary.get("documents") or {}
+    return int(docs.get("released", docs.get("kept", 0)))
 
 
 def point_utility(corpus: pd.DataFrame, table: pd.DataFrame, *, seed: int = 0) -> dict[str, Any]:
@@ -83,6 +98,7 @@ def frontier_table(summaries: Sequence[Mapping[str, Any]], chosen: int, settings
         f = (s.get("figures") or {}).get(figure, {})
         docs, meaning, link, util = s["documents"], s.get("meaning") or {}, s.get("linkability") or {}, \
             s.get("utility") or {}
+        fluency = s.get("fluency") or {}
         point = {"floor": float(s["meaning_floor"]), "chosen": i == chosen, "met": bool(s["met"]), "figure": figure,
                  "value": number(f.get("value")), "ci_low": number(f.get("ci_low")),
                  "ci_high": number(f.get("ci_high")), "worst_attack": f.get("attack"),
@@ -91,6 +107,9 @@ def frontier_table(summaries: Sequence[Mapping[str, Any]], chosen: int, settings
                  "documents_held_back": int(docs["failed"]), "documents_rewritten": int(docs["rewritten"]),
                  "meaning": number(meaning.get("value")), "meaning_ci_low": number(meaning.get("ci_low")),
                  "meaning_ci_high": number(meaning.get("ci_high")),
+                 "fluency": number(fluency.get("value")), "fluency_ci_low": number(fluency.get("ci_low")),
+                 "fluency_ci_high": number(fluency.get("ci_high")), "fluency_floor": number(s.get("fluency_floor")),
+                 "documents_released": _released(s),
                  "verbatim": number((s.get("figures") or {}).get("verbatim", {}).get("value")),
                  "linkability_auc": number(link.get("value")), "linkability_ci_low": number(link.get("ci_low")),
                  "linkability_ci_high": number(link.get("ci_high")),

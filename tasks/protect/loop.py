@@ -68,6 +68,7 @@ from tasks.protect.cache import _kept_in, load_round, save_round
 from tasks.protect.certificate import certify
 from tasks.protect.components import Components, Shared
 from tasks.protect.files import (
+    FLUENCY_COLUMN,
     MOVE_COLUMN,
     PROFILING_ATTACK,
     PROTECT_SUMMARY_KEYS,
@@ -77,7 +78,17 @@ from tasks.protect.files import (
     VERBATIM_COLUMN,
 )
 from tasks.protect.frontier import choose_point, frontier_figure, frontier_table, point_utility
-from tasks.protect.rounds import RoundState, caught, fit_evidence, must_move, next_round, round_zero
+from tasks.protect.rounds import (
+    REJECTED_COLUMN,
+    REJECTED_FLUENCY,
+    REJECTED_MEANING,
+    RoundState,
+    caught,
+    fit_evidence,
+    must_move,
+    next_round,
+    round_zero,
+)
 from tasks.protect.settings import ProtectSettings
 from tasks.signatures import make_signature
 from tasks.store import code_version, fingerprint_config, fingerprint_frame, tool_version
@@ -259,17 +270,17 @@ def protect_corpus(corpus: pd.DataFrame, histories: str | os.PathLike, settings:
                                log=log, invalid=invalid, gpu=gpu, judge=judge, check=check, n_posts=n_posts,
                                shared=shared)
         points.append(point)
-    chosen = choose_point([p.summary for p in points], frontier_figure(settings))
+    chosen, why = choose_point([p.summary for p in points], frontier_figure(settings), settings.prefer)
     frontier, notes = frontier_table([p.summary for p in points], chosen, settings)
     result = points[chosen]
     summary = result.summary
     summary["meaning_floors"] = list(floors)
-    summary["frontier"] = {"floors": list(floors), "chosen_floor": floors[chosen], "notes": notes,
+    summary["frontier"] = {"floors": list(floors), "chosen_floor": floors[chosen], "why": why, "notes": notes,
                            "met_floors": [f for f, p in zip(floors, points, strict=True) if p.met]}
     if len(floors) > 1:
         met_floors = summary["frontier"]["met_floors"]
-        line = (f"frontier: the budget is met at floor {floors[chosen]:g}, the highest of {len(met_floors)} of "
-                f"{len(floors)} floors that meet it" if result.met else
+        line = (f"frontier: floor {floors[chosen]:g} is chosen, {len(met_floors)} of {len(floors)} floors meet the "
+                f"budget; {why}" if result.met else
                 f"frontier: no floor of {', '.join(f'{f:g}' for f in floors)} meets the budget; P is the floor-"
                 f"{floors[chosen]:g} output, the least re-identified")
         summary["verdict"] = f"{line}; {summary['verdict']}" + ("; " + "; ".join(notes) if notes else "")
@@ -341,7 +352,13 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     # judges what is kept
     blocked, alone = docs["blocked"].to_numpy(bool), protector.must_move(docs)
     caught = still & (blocked | alone)
-    reason = np.where(blocked, f"floor: every move left {MEANING_COLUMN} below {settings.meaning_floor:g}",
+    rejected = docs[REJECTED_COLUMN].to_numpy(object) if REJECTED_COLUMN in docs.columns else \
+        np.full(len(docs), REJECTED_MEANING, dtype=object)
+    floor_words = np.where(rejected == REJECTED_FLUENCY, f"floor: every move left {MEANING_COLUMN} below "
+                           f"{settings.meaning_floor:g} or read worse than the fluency floor "
+                           f"{settings.fluency_floor if settings.fluency_floor is not None else 'off'}",
+                           f"floor: every move left {MEANING_COLUMN} below {settings.meaning_floor:g}")
+    reason = np.where(blocked, floor_words,
                       np.where(docs["leaked"].to_numpy() > 0 if protector.pii else False,
                                f"still leaks PII after {state.round} round(s): {stop}",
                                f"still holds a run of its source after {state.round} round(s): {stop}"))
@@ -357,6 +374,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                                                                            invalid["reason"], strict=True)]})],
             ignore_index=True)
     kept = ~caught if settings.on_fail == "drop" else np.ones(len(corpus), bool)
+    docs = _with_fluency(protector, docs, kept)
     kept_timelines = set(protector.doc_timeline.reindex(docs["doc_id"][kept]))
     dropped_timelines = set(protector.doc_timeline.reindex(docs["doc_id"][~kept]))
     judged = summaries(state.attacks, kept_timelines - dropped_timelines)
@@ -380,9 +398,13 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         linkability = _kept_in(protector.folder, "linkability", kept_key, lambda: _plain(same_author_auc(
             table["text"].astype(str).tolist(), table["author_id"].astype(str).tolist(), histories=protector.histories,
             seed=settings.seed)))
-    utility = _kept_in(protector.folder, "utility", {**kept_key, "code": code_version("tasks/training")},
-                       lambda: point_utility(corpus, table, seed=settings.seed))
+    releasable = table[~table[VERBATIM_COLUMN].to_numpy(bool)] if len(table) else table  # what release hands out
+    utility = _kept_in(protector.folder, "utility", {**kept_key, "released": True, "code": code_version("tasks/training")},
+                       lambda: point_utility(corpus, releasable, seed=settings.seed))
     meaning = table[MEANING_COLUMN].to_numpy(float)
+    fluency = table[FLUENCY_COLUMN].to_numpy(float)
+    fluency = fluency[~np.isnan(fluency)]
+    released = int((~table[VERBATIM_COLUMN].to_numpy(bool)).sum()) if len(table) else 0
     rounds += _round_rows(state.round, certificate.summaries, float(np.mean(meaning)) if len(meaning) else math.nan,
                           0, certificate.seconds)
     met, words = _decided(settings.bounds, certificate.figures, settings.decide_on)
@@ -395,11 +417,13 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                       f"{_shown(linkability)} ({linkability.get('model')})")
 
     low, high = bootstrap(meaning, seed=settings.seed) if len(meaning) else (math.nan, math.nan)
+    f_low, f_high = bootstrap(fluency, seed=settings.seed) if len(fluency) else (math.nan, math.nan)
     last = state.attack_summaries()  # before any document is left out: where the loop itself stopped
     feedback, judge = worst(last, "feedback", "point"), worst(last, "judge", "point")
     rewritten = int((table[ROUND_COLUMN] > 0).sum()) if len(table) else 0
     verdict = (f"protect: certificate {', '.join(words)} after {state.round} round(s), BERTScore "
-               f"{np.mean(meaning) if len(meaning) else math.nan:.2f}, {rewritten}/{len(corpus)} rewritten after "
+               f"{np.mean(meaning) if len(meaning) else math.nan:.2f}, fluency "
+               f"{np.mean(fluency) if len(fluency) else math.nan:+.2f}, {rewritten}/{len(corpus)} rewritten after "
                f"round 0, {n_caught} held back ({settings.on_fail})"
                + (f", {len(failures) - n_caught} input rows invalid" if len(failures) > n_caught else ""))
     notes = []
@@ -408,6 +432,10 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                                            "meet it" if met_in_loop else stop))
     if strength:
         notes.append(strength)
+    if not settings.bounds_figure("verbatim") and released < len(table):
+        notes.append(f"the budget leaves verbatim unbounded: {len(table) - released} kept document(s) still hold a "
+                     f"run of their source, which release leaves out (bound it, e.g. verbatim<=0.05, and protect "
+                     f"rewrites them)")
     if feedback["value"] is not None and judge["value"] is not None and \
             judge["value"] - feedback["value"] > DISAGREEMENT:
         notes.append(f"the judge ({judge['attack']}, {judge['value']:.2f}) re-identifies far more than the feedback "
@@ -438,7 +466,13 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         "feedback_worst": _plain(feedback), "judge_worst_before_failures_left_out": _plain(judge),
         "meaning": _plain({"value": float(np.mean(meaning)) if len(meaning) else math.nan, "ci_low": low,
                            "ci_high": high, "n": len(meaning)}),
-        "documents": {"input": len(corpus), "kept": len(table), "rewritten": rewritten, "failed": n_caught,
+        "fluency_metric": "fluency", "fluency_floor": settings.fluency_floor,
+        "fluency": _plain({"value": float(np.mean(fluency)) if len(fluency) else math.nan, "ci_low": f_low,
+                           "ci_high": f_high, "n": len(fluency), "floor": settings.fluency_floor}),
+        "withheld": withheld_by_reason(failures, table),
+        "prefer": settings.prefer,
+        "documents": {"input": len(corpus), "kept": len(table), "released": released, "rewritten": rewritten,
+                      "failed": n_caught,
                       "invalid": len(failures) - n_caught, "still_caught_kept": int((still & ~caught).sum())},
         "moves": {str(k): int(v) for k, v in table[MOVE_COLUMN].value_counts().items()} if len(table) else {},
         "notes": notes, "verdict": verdict + ("; " + "; ".join(notes) if notes else ""),
@@ -446,6 +480,45 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     assert set(PROTECT_SUMMARY_KEYS) <= set(summary), set(PROTECT_SUMMARY_KEYS) - set(summary)
     mapping = pd.concat(protector.mappings, ignore_index=True) if protector.mappings else pd.DataFrame()
     return ProtectResult(table, pd.DataFrame(rounds, columns=ROUNDS_COLUMNS), failures, summary, mapping, bool(met))
+
+
+def _with_fluency(protector: _Protector, docs: pd.DataFrame, kept: np.ndarray) -> pd.DataFrame:
+    """``docs`` with the fluency of every kept document that has none yet (round 0's start move is not gated, so
+    its output is scored here: the output's figure covers every row it keeps)."""
+    docs = docs.copy()
+    if FLUENCY_COLUMN not in docs.columns:
+        docs[FLUENCY_COLUMN] = np.nan
+    texts = docs["text"].astype(str)
+    same = (texts == protector.sources.reset_index(drop=True)).to_numpy()
+    docs.loc[same & kept, FLUENCY_COLUMN] = 0.0
+    todo = np.flatnonzero(kept & ~same & docs[FLUENCY_COLUMN].isna().to_numpy())
+    if len(todo):
+        docs.loc[todo, FLUENCY_COLUMN] = protector.fluency(texts.iloc[todo].tolist(),
+                                                           protector.sources.iloc[todo].tolist())
+    return docs
+
+
+#: The plain words of each reason a document is held back (a failure's reason starts with its key).
+WITHHELD_REASONS: tuple[tuple[str, str], ...] = (
+    ("input row", "failed input validation"),
+    ("floor: every move left meaning below", "every rewrite that protects it lost too much meaning or fluency"),
+    ("still leaks PII", "it still leaks personal information"),
+    ("still holds a run of its source", "it still holds a run of its source text"),
+)
+
+
+def withheld_by_reason(failures: pd.DataFrame, table: pd.DataFrame) -> list[dict[str, Any]]:
+    """What the output does not hand out, by plain reason with its count: the documents held back (the failures)
+    and the kept ones that release leaves out as verbatim."""
+    counts: dict[str, int] = {}
+    for reason in failures["reason"].astype(str) if len(failures) else []:
+        words = next((w for key, w in WITHHELD_REASONS if reason.startswith(key)), reason)
+        counts[words] = counts.get(words, 0) + 1
+    verbatim = int(table[VERBATIM_COLUMN].to_numpy(bool).sum()) if len(table) else 0
+    if verbatim:
+        words = "it still holds a run of its source text (kept, left out at release)"
+        counts[words] = counts.get(words, 0) + verbatim
+    return [{"reason": r, "count": n} for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def _shown(figure: Mapping[str, Any]) -> str:
@@ -478,6 +551,7 @@ def _protected_table(corpus: pd.DataFrame, docs: pd.DataFrame, kept: np.ndarray,
     table[ROUND_COLUMN] = d["round"].astype("Int64").to_numpy()
     table[MOVE_COLUMN] = d["move"].astype("string").to_numpy()
     table[MEANING_COLUMN] = d["meaning"].astype(float).to_numpy()
+    table[FLUENCY_COLUMN] = d[FLUENCY_COLUMN].astype(float).to_numpy()
     table[VERBATIM_COLUMN] = pd.Series(d[VERBATIM_COLUMN].to_numpy(bool), dtype="boolean").to_numpy()
     if failed_flag is not None:
         table[FAILED_FLAG] = pd.Series(failed_flag[kept], dtype="boolean").to_numpy()

@@ -3,6 +3,8 @@
 A ladder is a list of moves tried in order, one rung per round for each document still caught:
 
 - ``pseudonymize``: the consistent pseudonyms of :mod:`tasks.generate.pseudonymize` (direct identifiers);
+- ``reword``: the fewest edits that leave no run of its source in the document (a content word swapped for its
+  WordNet synonym, a contraction made or spelt out; :mod:`tasks.protect.reword`): a short text keeps its sense;
 - ``mask-evidence``: the features the feedback attack says tied the document's timeline to its author
   (:meth:`tasks.privacy.attacks.Attack.evidence`) are removed or normalised where the document carries them
   (:func:`mask_evidence`);
@@ -29,9 +31,9 @@ from tasks.generate.base import available_strategies, validate_params
 from tasks.privacy.evidence import mark_run, word_ngram
 
 PSEUDONYMIZE, MASK_EVIDENCE, LLM_ANONYMIZE = "pseudonymize", "mask-evidence", "llm-anonymize"
-GENERALIZE = "generalize"
+GENERALIZE, REWORD = "generalize", "reword"
 #: Moves that are not generation strategies.
-OWN_MOVES: tuple[str, ...] = (PSEUDONYMIZE, MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE)
+OWN_MOVES: tuple[str, ...] = (PSEUDONYMIZE, REWORD, MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE)
 
 
 @dataclass(frozen=True)
@@ -50,13 +52,13 @@ class Move:
         return self.name if not self.params else {"name": self.name, "params": dict(self.params)}
 
 
-#: The default escalation, weakest first: evidence masking, generalisation, then ever stronger rewrites (the far
+#: The default escalation, weakest first: the fewest word edits that break the runs of the source, evidence masking, generalisation, then ever stronger rewrites (the far
 #: pivot of back-translation, a syntax-guided paraphrase). The rungs that need an LLM (an LLM paraphrase, the LLM
 #: anonymiser shown the evidence, DP rewriting at decreasing epsilon) join it only where an LLM is served
 #: (:func:`default_ladder`): on CPU the small offline model took 956 s for one round of 825 conventions sentences
 #: and paid for little of it; a user can still name them in ``--ladder``.
 DEFAULT_LADDER: tuple[Move, ...] = (
-    Move(MASK_EVIDENCE), Move(GENERALIZE), Move("stymask"), Move(MASK_EVIDENCE),
+    Move(REWORD), Move(MASK_EVIDENCE), Move(GENERALIZE), Move("stymask"), Move(MASK_EVIDENCE),
     Move("backtranslate", {"pivots": ["hbs"], "backend": "apertium"}), Move("syndiff"),
 )
 #: The rungs appended to the default ladder when an LLM endpoint is served.
@@ -98,8 +100,15 @@ _SPACES = re.compile(r"[ \t]{2,}")
 _SPACE_BEFORE_PUNCT = re.compile(r"[ \t]+([,.;:!?])")
 
 
-def _tidy(text: str) -> str:
-    return _SPACE_BEFORE_PUNCT.sub(r"\1", _SPACES.sub(" ", text)).strip()
+_DOUBLED_WORD = re.compile(r"\b(\w+)(\s+\1\b)+", re.IGNORECASE)
+
+
+def _tidy(text: str, before: str) -> str:
+    """``text`` with runs of spaces and spaces before punctuation gone, and a word that a removal left doubled
+    ("that and and ridiculous") written once where ``before`` did not double it."""
+    text = _SPACE_BEFORE_PUNCT.sub(r"\1", _SPACES.sub(" ", text)).strip()
+    kept = {m.group(0).lower() for m in _DOUBLED_WORD.finditer(before)}
+    return _DOUBLED_WORD.sub(lambda m: m.group(0) if m.group(0).lower() in kept else m.group(1), text)
 
 
 def _words_containing(core: str, lowercase: bool) -> re.Pattern[str]:
@@ -119,6 +128,7 @@ def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: 
 
     N-grams shorter than two non-space characters are left alone (they are in nearly every word)."""
     flags = re.IGNORECASE if lowercase else 0
+    before = text
     for feature, kind in features:
         core = feature.strip()
         if len(core) < 2:
@@ -134,7 +144,7 @@ def mask_evidence(text: str, features: Sequence[tuple[str, str]], *, lowercase: 
             text = _words_containing(core, False).sub(lambda m: m.group(0).lower(), text)
         else:
             text = _words_containing(core, lowercase).sub(" ", text)
-    return _tidy(text)
+    return _tidy(text, before)
 
 
 #: The anonymiser's instruction: generalise what the attacker used, keep the meaning, invent nothing.

@@ -16,8 +16,13 @@ from tasks.privacy.evidence import carried_by
 from tasks.protect.apply import apply_move
 from tasks.protect.attackers import Attackers, attack_rows, summaries
 from tasks.protect.components import Components, _timelines
-from tasks.protect.files import VERBATIM_COLUMN
+from tasks.protect.files import FLUENCY_COLUMN, VERBATIM_COLUMN
 from tasks.protect.moves import GENERALIZE, LLM_ANONYMIZE, MASK_EVIDENCE, Move
+
+#: Why a document's last candidate was not kept (column ``rejected``): it fell below the meaning floor, below the
+#: fluency floor (or repeated a word back to back), or the move changed nothing.
+REJECTED_COLUMN = "rejected"
+REJECTED_MEANING, REJECTED_FLUENCY, REJECTED_UNCHANGED = "meaning", "fluency", "unchanged"
 
 
 @dataclass
@@ -25,7 +30,7 @@ class RoundState:
     """The documents after one round and every attack's per-timeline result on them."""
 
     round: int
-    docs: pd.DataFrame       # doc_id, text, meaning, round, move, rung, blocked, leaked, spans
+    docs: pd.DataFrame       # doc_id, text, meaning, fluency, round, move, rung, blocked, leaked, spans
     attacks: pd.DataFrame    # role, attack, adversary, n_authors, group_id, author_id, correct, in_top10, ...
     rewritten: int
     seconds: float
@@ -50,7 +55,8 @@ def round_zero(p: Components) -> RoundState:
     meaning = p.meaning(new.tolist(), p.sources.tolist())
     spans, leaked = p.leaks(idx, new.tolist())
     docs = pd.DataFrame({"doc_id": p.corpus["doc_id"].astype(str), "text": new, "meaning": meaning,
-                         "round": 0, "move": start.label, "rung": 0, "blocked": False,
+                         FLUENCY_COLUMN: np.nan, REJECTED_COLUMN: None, "round": 0, "move": start.label, "rung": 0,
+                         "blocked": False,
                          "spans": spans, "leaked": leaked, VERBATIM_COLUMN: p.verbatim_flags(idx, new.tolist())})
     timelines = _timelines(p.corpus, new, p.settings.attack_posts)
     attacks = p.attack(timelines)
@@ -155,14 +161,26 @@ def next_round(p: Components, prev: RoundState, k: int) -> RoundState:
             moved = np.array([o is not None for o in out])
             candidates = [o for o in out if o is not None]
             scores = p.meaning(candidates, p.sources.iloc[idx[moved]].tolist())
+            passed = scores >= p.settings.meaning_floor
+            fluency = np.full(len(candidates), np.nan)
+            at = np.flatnonzero(passed)  # the fluency LM reads only what the meaning floor let through
+            if len(at):
+                reads, fluency[at] = p.reads_well([candidates[i] for i in at], idx[moved][at])
+                passed[at] &= reads
             keep = np.zeros(len(idx), bool)
-            keep[np.flatnonzero(moved)] = scores >= p.settings.meaning_floor
+            keep[np.flatnonzero(moved)] = passed
+            why = np.full(len(candidates), REJECTED_MEANING, dtype=object)  # why each rejected candidate was
+            why[at] = REJECTED_FLUENCY
+            rejected = np.full(len(idx), REJECTED_UNCHANGED, dtype=object)
+            rejected[np.flatnonzero(moved)] = why
+            docs.loc[idx[~keep], REJECTED_COLUMN] = rejected[~keep]
             kept_idx = idx[keep]
             if len(kept_idx):
-                new_texts = [c for c, ok in zip(candidates, scores >= p.settings.meaning_floor, strict=True) if ok]
+                new_texts = [c for c, ok in zip(candidates, passed, strict=True) if ok]
                 texts.iloc[kept_idx] = new_texts
                 docs.loc[kept_idx, "text"] = new_texts
-                docs.loc[kept_idx, "meaning"] = scores[scores >= p.settings.meaning_floor]
+                docs.loc[kept_idx, "meaning"] = scores[passed]
+                docs.loc[kept_idx, FLUENCY_COLUMN] = fluency[passed]
                 docs.loc[kept_idx, "round"] = k
                 docs.loc[kept_idx, "move"] = move.label
                 changed[kept_idx] = True

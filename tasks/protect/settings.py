@@ -21,6 +21,13 @@ ADVERSARIES: tuple[str, ...] = ("full", "disjoint")
 #: together (``timeline``, while authors or groups stay linked) or each document alone (``post``: a release drops
 #: the author and group pseudonyms and shuffles the rows).
 UNITS: tuple[str, ...] = ("timeline", "post")
+#: What the frontier's chosen point favours among the points that meet the budget: the most meaning kept (the
+#: highest floor) or the most rows released (ties: the higher floor).
+PREFER: tuple[str, ...] = ("meaning", "rows")
+#: The default fluency floor: a candidate may read at most this much worse than its source (SLOR difference,
+#: nats per word, :mod:`tasks.metrics.fluency`). A single doubled word or swapped pair costs 0.3-1.5 on a
+#: sentence, a garbled round trip 2-4.5 (tests/test_fluency.py's fixtures).
+FLUENCY_FLOOR = -1.0
 #: What protect's attack lists are written as when every registered attack is meant.
 EVERY_ATTACK = "all"
 
@@ -40,12 +47,17 @@ class ProtectSettings:
     section read them here). The budget, ``max_rounds``, ``on_fail`` and ``decide_on`` decide when to stop and what
     to write, not what a round computes, so they are not in the rounds' cache key."""
 
-    budget: str = "reidentification<=0.10"
+    #: verbatim is bounded by default: release leaves out every row holding a run of its source, so the loop works
+    #: on those rows too (a budget may lift it: ``verbatim<=1``)
+    budget: str = "reidentification<=0.10,verbatim<=0.05"
     start: str = PSEUDONYMIZE
     ladder: tuple[Move, ...] = DEFAULT_LADDER
     max_rounds: int = 6
     #: The BERTScore F1 a kept move must keep; several floors make a frontier (one protect point per floor).
     meaning_floors: tuple[float, ...] = (0.80,)
+    #: The fluency a kept move must keep against its source (None: no fluency floor).
+    fluency_floor: float | None = FLUENCY_FLOOR
+    prefer: str = "meaning"
     on_fail: str = "drop"
     decide_on: str = "bound"
     feedback: AttackSpecs = DEFAULT_FEEDBACK
@@ -171,6 +183,7 @@ class ProtectSettings:
         frontier share it)."""
         return {"start": self.start, "ladder": [m.as_config() for m in self.ladder],
                 "floor": self.meaning_floor if floor else None,
+                "fluency_floor": self.fluency_floor if floor else None,
                 "feedback": [[n, dict(p)] for n, p in self.feedback],
                 "judge": [[n, dict(p)] for n, p in self._specs(judge)], "check": list(check),
                 "adversaries": list(self.adversaries), "timeline_posts": self.timeline_posts,
@@ -191,6 +204,11 @@ def _check(settings: ProtectSettings) -> None:
         raise ConfigError(f"meaning_floor must be one or more floors in [0, 1]; got {list(settings.meaning_floors)}")
     if len(set(settings.meaning_floors)) != len(settings.meaning_floors):
         raise ConfigError(f"meaning_floor names a floor twice: {list(settings.meaning_floors)}")
+    if settings.fluency_floor is not None and not -20.0 <= settings.fluency_floor <= 0.0:
+        raise ConfigError(f"fluency_floor must be in [-20, 0] (nats per word against the source) or off; got "
+                          f"{settings.fluency_floor}")
+    if settings.prefer not in PREFER:
+        raise ConfigError(f"prefer must be one of {', '.join(PREFER)}; got {settings.prefer!r}")
     if settings.unit not in UNITS:
         raise ConfigError(f"unit must be one of {', '.join(UNITS)}; got {settings.unit!r}")
     if settings.on_fail not in ON_FAIL:
