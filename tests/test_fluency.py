@@ -32,7 +32,7 @@ def corruptions(sentence: str, rng: random.Random, vocabulary: list[str]) -> dic
     out["drop"] = " ".join(words[:i] + words[i + 1:])
     function = [k for k, w in enumerate(words) if w.lower() in FUNCTION_WORDS]
     k = rng.choice(function) if function else i
-    out["double"] = " ".join(words[:k + 1] + [words[k]] + words[k + 1:])
+    out["double"] = " ".join([*words[:k + 1], words[k], *words[k + 1:]])
     j = rng.randrange(0, len(words) - 2)
     swapped = words[:]
     swapped[j], swapped[j + 1] = swapped[j + 1], swapped[j]
