@@ -93,7 +93,7 @@ class Bound:
         return f"{self.column}{self.op}{self.limit:g}"
 
 
-def parse_budget(text: str, where: str = "--require", *, protect: bool = False) -> list[Bound]:
+def parse_budget(text: str, where: str = "--budget", *, protect: bool = False) -> list[Bound]:
     """``"a<=0.1,b>=0.9"`` -> bounds on a run's figures (``protect``: a protect run's, ``<=`` only); ConfigError
     naming ``where`` (the flag or key, empty where the caller adds it), the bad part and what is known."""
     at = f"{where}: " if where else ""

@@ -355,7 +355,7 @@ def attack_names(attack: str, n_history_posts: int = 0) -> list[str]:
 
 
 def setting_names(setting: str) -> list[Setting]:
-    """The settings ``--setting`` names: full, disjoint or both."""
+    """The settings ``--adversary`` names: full, disjoint or both."""
     return list(SETTINGS) if setting == "both" else [check_setting(setting)]
 
 
