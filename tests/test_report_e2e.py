@@ -27,6 +27,7 @@ from tasks.report.goals import GOALS
 from tasks.report.recommend import LITTLE_PROTECTION, recommend, recommendation_notes
 from tasks.report.render import fmt
 from tasks.report.run_files import RunFiles
+from tasks.report.tables import strategy_label
 from tasks.scores import SCORE_KEY, column_key, column_keys
 
 pytestmark = pytest.mark.slow
@@ -37,8 +38,9 @@ STRATEGIES = ("stymask", "backtranslate", "synsim")  # not alphabetical: the con
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory) -> Path:
-    """A real run on 42 debate turns: three strategies, a few metrics, the privacy attacks, utility with two
-    seeds, the metric meta-evaluation and two example outputs. Returns the run directory."""
+    """A real run on 42 debate turns: three strategies, a few metrics, the privacy attacks (each turn attacked on
+    its own, with the share-data budget on the residual risk, as the demo's config does), utility with two seeds,
+    the metric meta-evaluation and two example outputs. Returns the run directory."""
     base = tmp_path_factory.mktemp("report-run")
     sample = debate_turns(3, 14, words=40)
     corpus = base / "sample.parquet"
@@ -55,7 +57,8 @@ def finished_run(tmp_path_factory) -> Path:
                                   "cos_tf"],
                         "metaeval": {"enabled": True, "bag_size": 12}},
             "utility": {"seeds": [0, 1], "fractions": [0.5, 1.0]},
-            "report": {"examples": 2, "goals": ["augment", "share-data"]},
+            "privacy": {"reidentify": {"timeline_posts": 1}},
+            "report": {"examples": 2, "goals": ["augment", "share-data"], "budget": "reidentification_risk<=0.10"},
         })
     finally:
         if old_cache is None:
@@ -188,6 +191,74 @@ def test_report_is_self_contained_with_plots_recommendations_and_examples(finish
     assert "metaeval/summary" in manifest["artifacts"]  # <stage call>/<output>
     summary = pd.read_parquet(finished_run / "metaeval" / "summary.parquet")
     assert {"cos_tf", "char_jsd", "pos_jsd", "fcsd"} <= set(summary["metric"])
+
+
+def test_report_opens_with_a_plain_verdict_and_keeps_the_appendix_last(finished_run):
+    """report.md and the page open with the verdict: per goal the strategy to use and its cost (the at-a-glance
+    table's), the risk of the strategy to share against chance over the turns attacked (each turn one trial) and
+    the speakers they come from, and what the full adversary holds; the signatures, the correlation matrix over
+    three strategies and the residual risks with nothing to measure come after the body, in the appendix; no
+    boolean or count prints as a program writes it."""
+    markdown = (finished_run / "report.md").read_text()
+    title, rest = markdown.split("\n\n", 1)
+    assert title.startswith("# ") and rest.startswith("## Verdict\n\n")
+    verdict = rest.split("\n\n")[1]
+    items = dict(re.findall(r"^- \*\*(.+?)\*\*: (.+)\.$", verdict, flags=re.M))
+    glance = markdown.split("## Which strategy should I use?")[1].split("\n\n## ")[0]
+    rows = re.findall(r"^\| ([^|]+) \| ([^|]+) \| ([^|]+) \| ([^|]+) \|$", glance, flags=re.M)[1:]
+    assert [goal for goal, *_ in rows] == [g for g in items if g in {goal for goal, *_ in rows}] and len(rows) == 2
+    for goal, first, score, cost in rows:
+        if first == "none eligible":
+            over = cost == "no strategy of this run meets the run's budget"
+            assert items[goal] == ("no strategy of this run meets the budget reidentification_risk\\<=0.10" if over
+                                   else "no strategy of this run is eligible"), items[goal]
+        else:
+            assert items[goal] == f"use {first} (score {score} of 1). What it costs: {cost}", items[goal]
+
+    # the risk against chance: the strongest attack on the strategy to share, over turns, by speakers
+    risk = items["Re-identification against chance"]
+    found = re.fullmatch(r"the strongest attack on (.+?) \((\w+) attack, (\w+) adversary\) named the right speaker "
+                         r"for (\d+)% \\\[(\d+)%, (\d+)%\\\] of (\d+) turns \(each attacked on its own\) by (\d+) "
+                         r"speakers; guessing names the right one for (\d+)% \(one in (\d+) candidates\)(; .*)?", risk)
+    assert found, risk
+    strategy, attack, adversary, pct, _, _, trials, speakers, chance, candidates, _ = found.groups()
+    scores = _run_scores(finished_run)
+    labels = pd.Series([strategy_label(s, v) for s, v in zip(scores["strategy"], scores["variant"], strict=True)],
+                       index=scores.index)
+    reid = scores[(scores["metric"] == "reid_accuracy") & (labels == strategy) & scores["value"].notna()]
+    worst = reid.loc[reid["value"].idxmax()]
+    assert (attack, adversary, int(pct), int(trials)) == (worst["attack"], worst["adversary"],
+                                                          round(100 * worst["value"]), int(worst["n"]))
+    sample = debate_turns(3, 14, words=40)
+    assert int(trials) <= len(sample) and int(speakers) == sample["author_id"].nunique()
+    assert int(candidates) == round(1 / (int(chance) / 100)) or int(chance) == round(100 / int(candidates))
+    share = next(first for goal, first, *_ in rows if goal.startswith("Share"))
+    assert share == "none eligible" or strategy == share
+    assert items["What the adversaries hold"].startswith(
+        "the full adversary holds the users' other posts and the source texts of the rewritten rows (the strongest "
+        "case: it has the originals)")
+    assert "author timelines" not in markdown  # the trials are turns, and the reasons say so
+    assert re.search(r"re-identified \d+% \\\[\d+%, \d+%\\\] of \d+ turns", markdown)
+
+    body, appendix = markdown.split("\n## Appendix\n")
+    assert "### Metric signatures" in appendix and not re.search(r"^\d+\. `", body, flags=re.M)
+    assert "Metric correlations" not in body and "### Metric correlations across strategies" in appendix
+    intrinsic = scores[scores["level"].isin(["sample-mean", "distribution"]) & scores["strategy"].isin(STRATEGIES)]
+    variants = len(intrinsic[["strategy", "variant"]].drop_duplicates())  # backtranslate: one per pivot
+    assert variants < 5 and f"Computed across {variants} strategies" in appendix
+    assert "## Methods" in body and "## Recommendation: " in body
+    assert not re.search(r"\| (True|False) \|", markdown)
+    assert re.search(r"^\| [^|]+ \| (yes|no) \| (yes|no) \|", markdown, flags=re.M)  # the budget table
+
+    html = (finished_run / "report.html").read_text()
+    assert html.index('id="verdict"') < html.index("<dl>") < html.index('id="recommendations"')
+    assert html.index('id="methods"') < html.index('id="appendix"') < html.index('id="signatures"')
+    assert html.index('id="appendix"') < html.index('id="metric-correlations-appendix"')
+    assert "the full adversary holds the users&#39; other posts and the source texts" in html
+    details = html.split('<table id="strategy-0">')[1].split("</table>")[0]
+    head = re.findall(r"<th[^>]*>([^<]*)</th>", details)
+    rows = [re.findall(r"<td>([^<]*)</td>", r) for r in details.split("<tr>")[2:]]
+    assert rows and all(re.fullmatch(r"\d{1,3}(,\d{3})*", r[head.index(c)]) for r in rows for c in ("n", "failed"))
 
 
 def _chromium() -> str:

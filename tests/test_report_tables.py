@@ -291,3 +291,54 @@ def test_mean_and_utility_cells_show_their_interval_the_original_row_its_baselin
     assert table7.interval(len(table7.rows) - 1, col) == (0.44, 0.56)
     text = render_markdown(ReportData(title="t", facts={}, summary=with_ci, level="post"))
     assert "0.900 [0.880, 0.920]" in text and "0.820 [0.780, 0.860]" in text and "0.800 [0.740, 0.850]" in text
+
+
+def test_counts_and_booleans_print_as_a_person_writes_them():
+    import numpy as np
+
+    assert [fmt(True), fmt(np.bool_(False)), fmt(14), fmt(np.int64(12345)), fmt(0.5), fmt(math.nan)] == \
+        ["yes", "no", "14", "12,345", "0.500", "–"]
+
+
+def test_report_opens_with_the_verdict_and_keeps_degenerate_rows_for_the_appendix(summary):
+    """The verdict comes first: the strategy per goal with its cost, the risk against chance of the strategy to share
+    over trials named by what they are (turns, by speakers) and what the full adversary holds; a residual risk with nothing to measure
+    (an empty history) and the signatures go to the appendix, the measured risks stay in the body."""
+    from tasks.privacy.audit import reidentification_rows
+    from tasks.report.goals import GOALS
+    from tasks.report.verdict import Trials
+
+    reid = summary["metric"] == "reid_accuracy"
+    scores = summary.assign(attack=None, adversary=None)
+    scores.loc[reid, ["attack", "adversary", "n"]] = ["stylometric", "full", 473]
+    measured = {"accuracy_at_1": 0.4, "n_timelines": 473, "chance": 0.01, "risk": 0.39, "risk_ci_low": 0.3,
+                "risk_ci_high": 0.45}
+    empty = {"n_timelines": 0, "reason": "history is empty"}
+    risks = [r for s, rec in (("b", measured), ("a", empty))
+             for r in reidentification_rows(rec, s, "first", "sig", attack="stylometric", adversary="full")
+             if r["metric"] == "reid_residual_risk"]
+    data = ReportData(title="t", facts={"level": "dialogue"}, summary=pd.concat([scores, pd.DataFrame(risks)]),
+                      families={"a": "stymask", "b": "llm", "dp50": "dp"}, goals=[GOALS["augment"], GOALS["share-data"]],
+                      trials=Trials("dialogue", 1.0, 6))
+    text = render_markdown(data)
+    assert text.startswith("# t\n\n## Verdict\n\n- **Augment a public dataset with synthetic text**: use a (score ")
+    verdict = text.split("\n\n")[2]
+    assert "- **Share synthetic data in place of sensitive data**: use b (score " in verdict
+    assert ("- **Re-identification against chance**: the strongest attack on b (stylometric attack, full adversary) "
+            "named the right speaker for 40% of 473 turns (each attacked on its own) by 6 speakers; guessing names "
+            "the right one for 1% (one in 100 candidates).") in verdict
+    assert ("- **What the adversaries hold**: the full adversary holds the users' other posts and the source texts of "
+            "the rewritten rows (the strongest case: it has the originals).") in verdict
+    assert "re-identified 40% of 473 turns" in text and "author timelines" not in text
+    body, appendix = text.split("\n## Appendix\n")
+    risk_section = body.split("## Residual risk over a control")[1].split("\n## ")[0]
+    assert "0.390 \\[0.300, 0.450\\]" in risk_section and "– (history is empty)" not in body
+    assert "1 attack had no residual risk to measure (see the appendix)" in risk_section
+    assert "### Residual risks with nothing to measure" in appendix and "– (history is empty)" in appendix
+    assert "### Metric signatures" in appendix and "`sig:bertscore_f1`" in appendix and "`sig:" not in body
+    page = render_html(data)
+    assert page.index('id="verdict"') < page.index("<dl>") < page.index('id="residual-risk"') \
+        < page.index('id="appendix"') < page.index('id="residual-risk-degenerate"')
+    degenerate = page.split('id="residual-risk-degenerate"')[1].split("</table>")[0]
+    assert "history is empty" in degenerate and "history is empty" not in page.split('id="residual-risk"')[1].split(
+        "</table>")[0]

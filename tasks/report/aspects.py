@@ -218,7 +218,9 @@ def _own_real_accuracy(scores: _Scores, strategy: str, variant: str, metric: str
     return _Value(value.value + reduction.value, math.nan, value.n, None)
 
 
-def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspect:
+def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal, trials: str = "author timelines") -> _Aspect:
+    """The privacy aspect of one strategy for ``goal``; ``trials`` names what one re-identification trial is (turns,
+    posts, author timelines)."""
     aspect = _Aspect()
     parts: dict[str, float] = {}
     costs: list[str] = []
@@ -230,7 +232,7 @@ def _privacy(scores: _Scores, strategy: str, variant: str, goal: Goal) -> _Aspec
         chance = scores.baseline(CHANCE, reid_key)
         c = chance.value if chance is not None and chance.ok and chance.value < 1 else 0.0
         parts["reidentification"] = 1 - _clip((reid.value - c) / (1 - c))
-        of = f"{reid.n} author timelines" if reid.n else "author timelines"
+        of = f"{reid.n:,} {trials}" if reid.n else trials
         about = scores.structure.get(reid_key, {})
         by = ", ".join(f"{about[k]} {k}" for k in ("attack", "adversary") if about.get(k))
         worst = f" by the strongest attack ({by})" if by and len(attacks) > 1 else f" ({by})" if by else ""

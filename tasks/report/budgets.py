@@ -41,7 +41,7 @@ def check_budget(table: pd.DataFrame, bounds: list[Bound], key: str = "strategy"
     check_decide_on(decide_on)
     missing = [b.column for b in bounds if b.column not in table.columns]
     if missing:
-        raise ConfigError(f"--require: no column {missing[0]!r} in the report (have: {', '.join(map(str, table.columns))})")
+        raise ConfigError(f"--budget: no column {missing[0]!r} in the report (have: {', '.join(map(str, table.columns))})")
     rows = []
     for rec in table.to_dict("records"):
         row = {key: rec[key]}

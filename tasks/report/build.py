@@ -21,6 +21,7 @@ from tasks.metrics import catalogue
 from tasks.metrics.suite import metric_correlation_matrix
 from tasks.protect.files import CURVE_COLUMNS, MOVE_COLUMN, PROFILING_ATTACK
 from tasks.report.human_eval import read_results
+from tasks.report.verdict import Trials, read_trials
 from tasks.scores import BASELINE_ROWS, CHANCE, SCORE_KEY, SCORES, score_frame
 from tasks.store import ArtifactRef
 from tasks.training.utility import deterministic_note, utility_summary_rows
@@ -85,6 +86,7 @@ class ReportData:
     budget_adversaries: tuple[str, ...] | None = None  # the budget's threat model (None: every setting measured)
     dp_audits: dict[str, pd.DataFrame] = field(default_factory=dict)  # strategy label -> its audit-dp table
     protection: Protection | None = None  # the run's protect stage, when it has one
+    trials: Trials = field(default_factory=Trials)  # what one re-identification trial is (turns, posts, timelines)
 
     @property
     def order(self) -> list[str]:
@@ -303,7 +305,7 @@ def collect_report_data(layout: RunLayout, read: ReadTable, *, title: str,
         goals=list(goals), budget=budget, decide_on=decide_on,
         budget_adversaries=tuple(budget_adversaries) if budget_adversaries else None,
         dp_audits={label: read(ref) for label, ref in sorted(layout.by_label("audit-dp", "audit").items())},
-        protection=protection(layout, read, read_text))
+        protection=protection(layout, read, read_text), trials=read_trials(layout, read, facts.get("level", "")))
 
 
 #: A figure and its 95% interval, as the long score table holds them.

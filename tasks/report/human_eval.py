@@ -224,7 +224,7 @@ def export_sheet(run: RunFiles, *, per_strategy: int = 20, seed: int = 0, attrib
     replaced = previous.is_file() and not pd.read_parquet(previous).astype("string").equals(key)
     if replaced and not overwrite:
         raise InputError(f"{previous}: a different export is already there (filled sheets refer to its item "
-                         "ids); import its sheets first, or overwrite it with --force")
+                         "ids); import its sheets first, or overwrite it with --overwrite")
     if replaced:  # the imported ratings were of the old items: they must not reach the report any more
         for name in RESULT_TABLES:
             (out / f"{name}.parquet").unlink(missing_ok=True)

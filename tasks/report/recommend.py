@@ -125,9 +125,11 @@ def _pii_leaked(scores: _Scores, strategy: str, variant: str) -> float | None:
     return None
 
 
-def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) -> list[Recommendation]:
+def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str], *,
+              trials: str = "author timelines") -> list[Recommendation]:
     """Rank the strategies (variants) of a run for ``goal`` from its long score table (see the module
-    docstring): the eligible ones by score (rank 1 = best), then the ineligible ones, unranked."""
+    docstring): the eligible ones by score (rank 1 = best), then the ineligible ones, unranked. ``trials`` names
+    what one re-identification trial is (``turns``, ``posts``, ``author timelines``) in the reasons."""
     if not isinstance(goal, Goal):
         raise GoalError(f"goal must be a Goal (see GOALS / parse_goal); got {goal!r}")
     scores = _Scores(summary)
@@ -157,7 +159,7 @@ def recommend(summary: pd.DataFrame, goal: Goal, families: Mapping[str, str]) ->
         rows, unavailable = _utility_rows(scores, strategy, variant, variants_of[strategy])
         aspects: dict[str, _Aspect] = {
             "utility": _utility(scores, rows, goal, unavailable),
-            "privacy": _privacy(scores, strategy, variant, goal),
+            "privacy": _privacy(scores, strategy, variant, goal, trials),
         }
         for name in ("meaning", "style", "divergence"):  # all of them: the notes use meaning for ε
             aspects[name] = _intrinsic(scores, strategy, variant, name)
@@ -245,7 +247,7 @@ def within_budget(goal: Goal, recs: Sequence[Recommendation], verdicts: pd.DataF
 
 
 def budget_note(goal: Goal, verdicts: pd.DataFrame, budget: str) -> str | None:
-    """For a share-data goal in a run with a budget (``report.require``): the strategies that meet it (the
+    """For a share-data goal in a run with a budget (``report.budget``): the strategies that meet it (the
     verdicts of :func:`tasks.report.budgets.check_budget`), or that none does; None for other goals."""
     if goal.use_case != "share_data":
         return None

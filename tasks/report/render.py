@@ -9,6 +9,7 @@ import math
 import re
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 from tasks.budgets import parse_budget
@@ -40,9 +41,11 @@ from tasks.report.tables import (
     article_tables,
     dp_table,
     residual_risk_table,
+    split_degenerate,
     strategy_label,
 )
 from tasks.report.templating import render
+from tasks.report.verdict import verdict_items
 from tasks.scores import column_keys, structure_of
 
 if TYPE_CHECKING:
@@ -50,8 +53,13 @@ if TYPE_CHECKING:
 
 
 def fmt(value: object, digits: int = 3) -> str:
-    """How the report prints a number: fixed decimals, ∞ for infinities, – for missing."""
-    if isinstance(value, float | int) and not isinstance(value, bool):
+    """How the report prints a value as a person writes it: a boolean as yes or no, a count (an integer) with
+    thousands separators, a measured number with fixed decimals, ∞ for infinities, – for missing."""
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return f"{int(value):,}"
+    if isinstance(value, float | int):
         v = float(value)
         if math.isnan(v):
             return "–"
@@ -90,7 +98,7 @@ def _footnotes(signatures: dict[str, list[tuple[int, str]]]) -> list[tuple[int, 
 def _recommendations(data: ReportData) -> list[tuple[object, list[Recommendation], list[str]]]:
     out = []
     for goal in data.goals:
-        recs = recommend(data.summary, goal, data.families)
+        recs = recommend(data.summary, goal, data.families, trials=data.trials.unit())
         verdicts = budget_verdicts(data)
         if verdicts is not None:  # sharing data: only what meets the run's budget is eligible
             recs = within_budget(goal, recs, verdicts, data.budget or "")
@@ -102,6 +110,42 @@ def _recommendations(data: ReportData) -> list[tuple[object, list[Recommendation
             notes.insert(0, note)
         out.append((goal, recs, notes))
     return out
+
+
+#: A rank correlation between metrics across fewer strategies than this says little (and across fewer strategies
+#: than metrics, the matrix is degenerate): the report shows it in its appendix.
+MIN_CORRELATION_STRATEGIES = 5
+
+
+def _correlation_strategies(data: ReportData) -> int:
+    """How many strategies (variants) the metric correlations are computed across."""
+    levels = data.summary[data.summary["level"].isin(CORRELATED_LEVELS)]
+    return len(levels.loc[~levels["strategy"].isin(BASELINE_ROWS), ["strategy", "variant"]].drop_duplicates())
+
+
+def correlations_in_appendix(data: ReportData) -> bool:
+    """Whether the metric correlation matrix goes to the appendix: computed across fewer strategies than
+    :data:`MIN_CORRELATION_STRATEGIES` or than the metrics it relates."""
+    if data.correlations is None:
+        return False
+    n = _correlation_strategies(data)
+    return n < MIN_CORRELATION_STRATEGIES or n < len(data.correlations)
+
+
+def _correlation_note(data: ReportData) -> str:
+    n, metrics = _correlation_strategies(data), 0 if data.correlations is None else len(data.correlations)
+    return (f"Computed across {n} strategies for {metrics} metrics: a rank correlation over so few strategies says "
+            "little about how the metrics relate, so it is kept here for reference.")
+
+
+def _attacks(n: int) -> str:
+    """``1 attack had`` / ``20 attacks had``."""
+    return f"{n:,} attack{'' if n == 1 else 's'} had"
+
+
+def verdict(data: ReportData) -> list[tuple[str, str]]:
+    """The report's opening verdict: (what, plain sentence) pairs (:func:`tasks.report.verdict.verdict_items`)."""
+    return verdict_items(_recommendations(data), data.summary, data.trials, data.budget)
 
 
 def _details_tables(summary: pd.DataFrame) -> dict[str, pd.DataFrame]:
@@ -225,7 +269,7 @@ def _methods(data: ReportData) -> str:
 
 def budget_verdicts(data: ReportData) -> pd.DataFrame | None:
     """The strategies that meet the run's stated budget under the worst-case attack, then by how much the
-    others miss it (``report.require`` / ``synthugc report --require``), decided on the interval's bound
+    others miss it (``report.budget`` / ``synthugc report --budget``), decided on the interval's bound
     unless ``report.decide_on`` / ``--decide-on`` says point; a straddled budget is undecided."""
     if not data.budget:
         return None
@@ -309,6 +353,10 @@ def render_markdown(data: ReportData) -> str:
     """The markdown summary (also published as a Prefect artifact); the plots are in the HTML page."""
     signatures = _signature_index(data.summary)
     lines = [f"# {escape_markdown(data.title)}", ""]
+    if items := verdict(data):
+        lines += ["## Verdict", ""]
+        lines += [f"- **{escape_markdown(what)}**: {escape_markdown(said)}." for what, said in items]
+        lines += ["", "## This run", ""]
     lines += [f"- **{escape_markdown(k)}**: {escape_markdown(v)}" for k, v in data.facts.items()]
     if data.failed_stages:
         lines += ["", "## Failed stages", ""]
@@ -337,13 +385,16 @@ def render_markdown(data: ReportData) -> str:
             lines += [f"> {escape_markdown(note)}" for note in p.frontier_notes]
     for table in article_tables(data.summary, level=data.level, families=data.families, order=data.order):
         lines += ["", *_md_article_table(table, signatures)]
-    risks = residual_risk_table(data.summary, data.order)
-    if not risks.empty:
-        lines += ["", "## Residual risk over a control (Anonymeter)", "", _md_frame(risks)]
+    risks, degenerate = split_degenerate(residual_risk_table(data.summary, data.order))
+    if not risks.empty or not degenerate.empty:
+        lines += ["", "## Residual risk over a control (Anonymeter)", ""]
+        lines += [_md_frame(risks) if not risks.empty else "No residual risk was measured."]
+        if not degenerate.empty:
+            lines += ["", f"{_attacks(len(degenerate))} no residual risk to measure (see the appendix)."]
     if not (dp := dp_table(data.summary, data.dp_audits, data.order)).empty:
         lines += ["", f"## {DP_TITLE}", "", escape_markdown(DP_CAPTION), "", _md_frame(dp)]
     lines += ["", "## Methods", "", escape_markdown(_methods(data))]
-    if data.correlations is not None:
+    if data.correlations is not None and not correlations_in_appendix(data):
         lines += ["", "## Metric correlations across strategies (absolute Spearman, Fig. 5)", "",
                   _md_frame(data.correlations)]
     if data.human is not None:
@@ -352,9 +403,17 @@ def render_markdown(data: ReportData) -> str:
                   _md_frame(data.human.metric_human_correlations)]
     if data.examples is not None:
         lines += ["", "## Example outputs (Appendix A.3)", "", _md_frame(_clipped_examples(data.examples))]
+    appendix = []
+    if not degenerate.empty:
+        appendix += ["", "### Residual risks with nothing to measure", "", _md_frame(degenerate)]
+    if data.correlations is not None and correlations_in_appendix(data):
+        appendix += ["", "### Metric correlations across strategies (absolute Spearman, Fig. 5)", "",
+                     escape_markdown(_correlation_note(data)), "", _md_frame(data.correlations)]
     if signatures:
-        lines += ["", "## Metric signatures", ""]
-        lines += [f"{n}. `{sig}` ({', '.join(metrics)})" for n, sig, metrics in _footnotes(signatures)]
+        appendix += ["", "### Metric signatures", ""]
+        appendix += [f"{n}. `{sig}` ({', '.join(metrics)})" for n, sig, metrics in _footnotes(signatures)]
+    if appendix:
+        lines += ["", "## Appendix", *appendix]
     return "\n".join(lines) + "\n"
 
 
@@ -440,7 +499,7 @@ def _sections(data: ReportData) -> list[tuple[str, str]]:
         out.append(("human", "Human evaluation"))
     if data.examples is not None:
         out.append(("examples", "Examples"))
-    out += [("methods", "Methods"), ("details", "Details"), ("signatures", "Signatures")]
+    out += [("methods", "Methods"), ("appendix", "Appendix")]
     return out
 
 
@@ -456,9 +515,11 @@ def _dp_view(data: ReportData) -> dict | None:
     return None if table.empty else {"title": DP_TITLE, "caption": DP_CAPTION, "table": _frame_view(table, "dp")}
 
 
-def _risk_view(data: ReportData) -> dict | None:
-    risks = residual_risk_table(data.summary, data.order)
-    return None if risks.empty else _frame_view(risks, "residual-risk")
+def _risk_view(data: ReportData) -> tuple[dict | None, dict | None]:
+    """The residual risks measured, and the ones with nothing to measure (the appendix's)."""
+    risks, degenerate = split_degenerate(residual_risk_table(data.summary, data.order))
+    return (None if risks.empty and degenerate.empty else _frame_view(risks, "residual-risk"),
+            None if degenerate.empty else _frame_view(degenerate, "residual-risk-degenerate"))
 
 
 def render_html(data: ReportData) -> str:
@@ -467,8 +528,10 @@ def render_html(data: ReportData) -> str:
     by_name = {f.name: f for f in _plots(data)}
     budget = budget_verdicts(data)
     human = data.human
+    risks, degenerate = _risk_view(data)
+    appendix_correlations = correlations_in_appendix(data)
     return render(
-        "report.html.j2", title=data.title, facts=data.facts, sections=_sections(data),
+        "report.html.j2", title=data.title, verdict=verdict(data), facts=data.facts, sections=_sections(data),
         failed_stages=sorted(data.failed_stages.items()),
         recommendations=_recommendations_view(data) if data.goals else None,
         budget=None if budget is None else {"rule": data.budget or "", "table": _frame_view(budget, "budget")},
@@ -479,7 +542,10 @@ def render_html(data: ReportData) -> str:
             "moves": _frame_view(protect_moves_table(p), "protect-moves")},
         tables=[_article_view(t, signatures) for t in article_tables(data.summary, level=data.level,
                                                                      families=data.families, order=data.order)],
-        checks=[by_name[n] for n in ("metric-correlations", "metric-metaeval") if n in by_name],
+        checks=[by_name[n] for n in ("metric-correlations", "metric-metaeval")
+                if n in by_name and not (n == "metric-correlations" and appendix_correlations)],
+        appendix_correlations=(by_name.get("metric-correlations"), _correlation_note(data))
+        if appendix_correlations else None,
         human=None if human is None else {
             "n": human.n_annotations, "agreement": _frame_view(human.agreement, "human-agreement"),
             "strategies": _frame_view(human.strategy_scores, "human-strategies"),
@@ -489,7 +555,7 @@ def render_html(data: ReportData) -> str:
         examples_what=None if data.examples is None else (
             "Pseudonymised source texts and their rewrites (strategies that rewrote the original texts are left out)"
             if PSEUDONYMISED_SOURCE in data.examples.columns else "Real source texts and their rewrites"),
-        residual_risk=_risk_view(data), dp=_dp_view(data), methods=_methods(data),
+        residual_risk=risks, degenerate_risks=degenerate, dp=_dp_view(data), methods=_methods(data),
         details=[(name, _frame_view(table, f"strategy-{i}"))
                  for i, (name, table) in enumerate(_details_tables(data.summary).items())],
         footnotes=_footnotes(signatures))

@@ -411,6 +411,15 @@ def residual_risk_table(summary: pd.DataFrame, order: Sequence[str] | None = Non
     return pd.DataFrame(rows, columns=columns)
 
 
+def split_degenerate(risks: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The rows of :func:`residual_risk_table` with a risk (or nothing measurable above the control), and the
+    degenerate ones the attack had nothing to measure on (an empty history, no trials), which go to an appendix."""
+    if risks.empty:
+        return risks, risks
+    degenerate = risks["residual risk [95% interval]"].astype(str).str.startswith("– (")
+    return risks[~degenerate].reset_index(drop=True), risks[degenerate].reset_index(drop=True)
+
+
 #: What the DP table says for a DP setting whose run did not audit it.
 NOT_AUDITED = "not audited (enable privacy.audit_dp)"
 DP_COLUMNS = ["strategy", "nominal epsilon (per document)", "audited epsilon", "documents audited", "violations"]
