@@ -43,8 +43,12 @@ def _fail(message: str) -> None:
 
 
 def _quiet_libraries() -> None:
-    """Default console: no INFO flood from Dask/distributed or the HTTP clients (``--verbose`` keeps it)."""
+    """Default console: no INFO flood from Dask/distributed or the HTTP clients, and no model-loading progress bars
+    (transformers reads huggingface_hub's switch when it is imported) (``--verbose`` keeps them)."""
+    import os
     import warnings
+
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
     for name in ("distributed", "dask", "httpx", "httpcore", "asyncio", "uvicorn"):
         logging.getLogger(name).setLevel(logging.WARNING)
