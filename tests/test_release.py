@@ -508,6 +508,10 @@ def test_run_release_takes_the_public_strategy_and_its_worst_case(tmp_path):
             f"{worst['adversary']} | {with_interval(worst['value'], worst['ci_low'], worst['ci_high'])} |") in card
     manifest = json.loads((run / "manifest.json").read_text())
     assert f"synthugc {manifest['versions']['synthugc']}" in card and "stymask params={} seed=5" in card
+    assert "- **Source**: a local corpus file (corpus.parquet)." in card  # its name, not its folder
+    held = _held_back(card)
+    assert held["released"] == len(released) and held["in the input"] == len(texts)
+    assert sum(n for label, n in held.items() if label.startswith("held back")) == len(texts) - len(released)
 
 
 def test_run_leaks_are_stated_under_the_budget_threat_model():
