@@ -217,7 +217,7 @@ def test_report_opens_with_a_plain_verdict_and_keeps_the_appendix_last(finished_
 
     # the risk against chance: the strongest attack on the strategy to share, over turns, by speakers
     risk = items["Re-identification against chance"]
-    found = re.fullmatch(r"the strongest attack on (.+?) \((\w+) attack, (\w+) adversary\) named the right speaker "
+    found = re.fullmatch(r"the strongest attack on (.+?), the (\w+) attack with the (\w+) adversary, named the right speaker "
                          r"for (\d+)% \\\[(\d+)%, (\d+)%\\\] of (\d+) turns \(each attacked on its own\) by (\d+) "
                          r"speakers; guessing names the right one for (\d+)% \(one in (\d+) candidates\)(; .*)?", risk)
     assert found, risk

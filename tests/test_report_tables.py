@@ -324,7 +324,7 @@ def test_report_opens_with_the_verdict_and_keeps_degenerate_rows_for_the_appendi
     assert text.startswith("# t\n\n## Verdict\n\n- **Augment a public dataset with synthetic text**: use a (score ")
     verdict = text.split("\n\n")[2]
     assert "- **Share synthetic data in place of sensitive data**: use b (score " in verdict
-    assert ("- **Re-identification against chance**: the strongest attack on b (stylometric attack, full adversary) "
+    assert ("- **Re-identification against chance**: the strongest attack on b, the stylometric attack with the full adversary, "
             "named the right speaker for 40% of 473 turns (each attacked on its own) by 6 speakers; guessing names "
             "the right one for 1% (one in 100 candidates).") in verdict
     assert ("- **What the adversaries hold**: the full adversary holds the users' other posts and the source texts of "

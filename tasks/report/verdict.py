@@ -119,9 +119,10 @@ def risk_sentence(summary: pd.DataFrame, strategy: str, variant: str, trials: Tr
         return None
     chance = _chance(summary)
     attack, adversary = (str(worst.get(k) or "") for k in ("attack", "adversary"))
-    by = ", ".join(p for p in (f"{attack} attack" if attack else "", f"{adversary} adversary" if adversary else "") if p)
+    by = " with the ".join(p for p in (f"the {attack} attack" if attack else "",
+                                        f"{adversary} adversary" if adversary else "") if p)
     candidates = round(1 / chance) if math.isfinite(chance) and chance > 0 else None
-    said = (f"the strongest attack on {strategy_label(strategy, variant)}{f' ({by})' if by else ''} named the right "
+    said = (f"the strongest attack on {strategy_label(strategy, variant)}{f', {by},' if by else ''} named the right "
             f"{trials.author} for {_interval(worst)} of {trials.described(worst.get('n'))}")
     if math.isfinite(chance):
         said += (f"; guessing names the right one for {format_percent(chance)}"
