@@ -407,9 +407,10 @@ class ProtectConfig(Section):
     fluency_floor: float | None = Field(_PROTECT.fluency_floor, ge=-20.0, le=0.0, description="A move is kept only "
                                         "if its fluency against the source (SLOR difference, nats per word) stays at "
                                         "or above this; null: no fluency floor.")
-    prefer: Literal["meaning", "rows"] = Field(_PROTECT.prefer, description="Among the frontier's points that meet "
-                                               "the budget, the one that keeps the most meaning (the highest floor) "
-                                               "or releases the most rows.")
+    prefer: Literal["balanced", "meaning", "rows"] = Field(
+        _PROTECT.prefer, description="Among the frontier's points that meet the budget, the one that hands out the "
+        "most meaning in all (balanced: rows released times their mean meaning), keeps the most meaning per row (the "
+        "highest floor) or releases the most rows.")
     unit: Literal["timeline", "post"] = Field(_PROTECT.unit, description="What the output exposes and what the loop "
                                               "and the certificate attack: an author's documents together "
                                               "(timeline), or each post alone (post: a release drops author and "

@@ -103,13 +103,17 @@ def test_every_input_document_is_kept_or_held_back_with_its_reason_and_timelines
 
 
 def test_choose_point_and_monotone_notes():
-    def point(floor, value, met, released=10):
+    def point(floor, value, met, released=10, meaning=0.8):
         return {"met": met, "figures": {"reidentification": {"value": value}}, "meaning_floor": floor,
-                "documents": {"kept": released + 5, "released": released}}
+                "documents": {"kept": released + 5, "released": released}, "meaning": {"value": meaning}}
 
-    frontier = [point(0.9, 0.5, False), point(0.8, 0.08, True, 40), point(0.7, 0.05, True, 70)]
-    chosen, why = choose_point(frontier, "reidentification")
-    assert chosen == 1 and "keeps the most meaning" in why and "releasing 40 rows" in why  # the highest floor met
+    frontier = [point(0.9, 0.5, False), point(0.8, 0.08, True, 40, 0.9), point(0.7, 0.05, True, 70, 0.7)]
+    chosen, why = choose_point(frontier, "reidentification", prefer="meaning")
+    assert chosen == 1 and "most meaning per row" in why and "releasing 40 rows" in why  # the highest floor met
+    chosen, why = choose_point(frontier, "reidentification")  # balanced: 70 x 0.7 = 49 beats 40 x 0.9 = 36
+    assert chosen == 2 and "70 rows at mean BERTScore 0.700" in why
+    chosen, _ = choose_point([frontier[0], point(0.8, 0.08, True, 60, 0.9), frontier[2]], "reidentification")
+    assert chosen == 1  # 60 x 0.9 = 54 beats 49
     chosen, why = choose_point(frontier, "reidentification", prefer="rows")
     assert chosen == 2 and "releases the most rows (70)" in why  # the most rows among the points that meet it
     chosen, why = choose_point([point(0.9, 0.5, False), point(0.8, 0.3, False), point(0.7, 0.3, False)],

@@ -134,8 +134,8 @@ def protect(
     fluency_floor: Annotated[str | None, typer.Option("--fluency-floor", help="The least fluency against the source "
                                                       "(SLOR difference, nats/word) a kept move keeps, or off "
                                                       f"(default {_PROTECT.fluency_floor:g}).")] = None,
-    prefer: Annotated[Prefer | None, typer.Option("--prefer", help="Among floors meeting the budget: the most "
-                                                  f"meaning or rows (default {_PROTECT.prefer}).")] = None,
+    prefer: Annotated[Prefer | None, typer.Option("--prefer", help="Among floors meeting the budget: most meaning "
+                                                  f"in all, per row, or most rows (default {_PROTECT.prefer}).")] = None,
     unit: Annotated[Unit | None, typer.Option("--unit", help="An author's documents together, or each post alone "
                                               f"(default {_PROTECT.unit}).")] = None,
     on_fail: Annotated[OnFail | None, typer.Option("--on-fail", help="Documents that cannot meet the budget and the "

@@ -37,20 +37,28 @@ def _value(summary: Mapping[str, Any], figure: str) -> float:
     return number((summary.get("figures") or {}).get(figure, {}).get("value"))
 
 
-def choose_point(summaries: Sequence[Mapping[str, Any]], figure: str, prefer: str = "meaning") -> tuple[int, str]:
+def choose_point(summaries: Sequence[Mapping[str, Any]], figure: str, prefer: str = "balanced") -> tuple[int, str]:
     """The chosen point (``summaries`` in frontier order, highest floor first) and why: among the points whose
-    certificate meets the budget, the highest floor (``prefer`` meaning) or the one releasing the most rows
-    (``rows``; the higher floor among equals); where none meets it, the one reading least on ``figure`` (the highest
-    floor among equals)."""
+    certificate meets the budget, the one handing out the most meaning in all (``prefer`` balanced: rows released
+    times their mean meaning), the highest floor (``meaning``) or the one releasing the most rows (``rows``), the
+    higher floor among equals; where none meets it, the one reading least on ``figure`` (the highest floor among
+    equals)."""
     met = [i for i, s in enumerate(summaries) if s.get("met")]
     if met:
+        rows = {i: _released(summaries[i]) for i in met}
+        mean = {i: number((summaries[i].get("meaning") or {}).get("value")) for i in met}
+        if prefer == "meaning":
+            best = met[0]
+            return best, (f"it keeps the most meaning per row (the highest floor) of the {len(met)} point(s) that "
+                          f"meet the budget, releasing {rows[best]} rows (--prefer meaning)")
+        score = {i: float(rows[i]) if prefer == "rows" else rows[i] * np.nan_to_num(mean[i]) for i in met}
+        best = max(met, key=lambda i: (score[i], -i))
         if prefer == "rows":
-            released = [_released(summaries[i]) for i in met]
-            best = met[released.index(max(released))]
-            return best, (f"it releases the most rows ({_released(summaries[best])}) of the "
-                          f"{len(met)} point(s) that meet the budget (--prefer rows)")
-        return met[0], (f"it keeps the most meaning (the highest floor) of the {len(met)} point(s) that meet the "
-                        f"budget, releasing {_released(summaries[met[0]])} rows (--prefer meaning)")
+            return best, (f"it releases the most rows ({rows[best]}) of the {len(met)} point(s) that meet the budget "
+                          f"(--prefer rows)")
+        return best, (f"of the {len(met)} point(s) that meet the budget it hands out the most meaning in all: "
+                      f"{rows[best]} rows at mean BERTScore {mean[best]:.3f} (--prefer balanced; meaning: the "
+                      f"highest floor, rows: the most rows)")
     values = np.array([_value(s, figure) for s in summaries])
     if np.isnan(values).all():
         return len(summaries) - 1, "no point meets the budget or has a figure: the lowest floor"

@@ -25,14 +25,14 @@ _SKIP_TAGS = frozenset({"JJR", "JJS", "RBR", "RBS", "NNP", "NNPS"})
 
 
 @functools.cache
-def synonym(lemma: str, pos: str) -> str | None:
-    """The most frequent single-word synonym of ``lemma`` in its most frequent WordNet sense of ``pos``
+def synonym(lemma: str, pos: str, senses: int = 1) -> str | None:
+    """The most frequent single-word synonym of ``lemma`` in its ``senses`` most frequent WordNet senses of ``pos``
     (``n``, ``v``, ``a``, ``r``), or None."""
     from wordfreq import zipf_frequency
 
     wn = load_wordnet()
     names: set[str] = set()
-    for sense in wn.synsets(lemma, pos)[:1]:
+    for sense in wn.synsets(lemma, pos)[:senses]:
         names.update(n for n in sense.lemma_names() if n.isalpha() and n.islower() and n != lemma)
     if not names:
         return None
@@ -40,12 +40,14 @@ def synonym(lemma: str, pos: str) -> str | None:
     return best if zipf_frequency(best, "en") >= 3.0 else None  # rarer words read as odd
 
 
-def _swap(tok: Any) -> str | None:
-    """The word replacing ``tok``, inflected and cased as it was, or None where it cannot be swapped."""
+def _swap(tok: Any, senses: int = 1) -> str | None:
+    """The word replacing ``tok``, inflected and cased as it was, or None where it cannot be swapped (with more
+    ``senses``, a content word on spaCy's stop list may be swapped too)."""
     pos = _POS.get(tok.pos_)
-    if pos is None or tok.ent_type_ or tok.is_stop or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS:
+    if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
+            (tok.is_stop and senses == 1):
         return None
-    found = synonym(tok.lemma_.lower(), pos)
+    found = synonym(tok.lemma_.lower(), pos, senses)
     if found is None:
         return None
     if tok.tag_ == "NNS":
@@ -103,7 +105,7 @@ def _common(a: str, b: str) -> tuple[int, int]:
     return prefix, min(suffix, min(len(a), len(b)) - prefix)
 
 
-def reword_doc(doc: Any, min_chars: int) -> str:
+def reword_doc(doc: Any, min_chars: int, senses: int = 1) -> str:
     """``doc`` (a spaCy parse) with the fewest edits (a synonym swap, a contraction made or spelt out) that leave
     no unchanged stretch of ``min_chars`` characters where an edit can break it (the characters an edit keeps, a
     shared prefix or suffix, count as unchanged)."""
@@ -111,7 +113,7 @@ def reword_doc(doc: Any, min_chars: int) -> str:
     for tok in doc:
         if (c := _contraction(doc, tok.i)) is not None:
             edits[tok.i] = c
-        elif (s := _swap(tok)) is not None:
+        elif (s := _swap(tok, senses)) is not None:
             edits[tok.i] = (tok.i + 1, s)
     spans = {i: (doc[i].idx, doc[end - 1].idx + len(doc[end - 1].text)) for i, (end, _) in edits.items()}
     kept = {i: _common(doc.text[a:b], edits[i][1]) for i, (a, b) in spans.items()}
@@ -143,8 +145,10 @@ def reword_doc(doc: Any, min_chars: int) -> str:
     return "".join(text + ws for text, ws, _ in words)
 
 
-def reword(texts: Sequence[str], *, min_chars: int, nlp: Any = None, batch_size: int = 64) -> list[str]:
-    """Each text with the fewest synonym swaps that break its runs of ``min_chars`` characters (see the module)."""
+def reword(texts: Sequence[str], *, min_chars: int, senses: int = 1, nlp: Any = None,
+           batch_size: int = 64) -> list[str]:
+    """Each text with the fewest edits that break its runs of ``min_chars`` characters (see the module); synonyms
+    from the ``senses`` most frequent senses of a word (1: the safest; more: more words can be swapped)."""
     nlp = nlp if nlp is not None else load_pipeline()
     with resource_lock(nlp):
-        return [reword_doc(doc, min_chars) for doc in nlp.pipe([str(t) for t in texts], batch_size=batch_size)]
+        return [reword_doc(doc, min_chars, senses) for doc in nlp.pipe([str(t) for t in texts], batch_size=batch_size)]

@@ -6,6 +6,7 @@ the timelines that changed). :mod:`tasks.protect.loop` runs the rounds; :mod:`ta
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,7 +18,7 @@ from tasks.protect.apply import apply_move
 from tasks.protect.attackers import Attackers, attack_rows, summaries
 from tasks.protect.components import Components, _timelines
 from tasks.protect.files import FLUENCY_COLUMN, VERBATIM_COLUMN
-from tasks.protect.moves import GENERALIZE, LLM_ANONYMIZE, MASK_EVIDENCE, Move
+from tasks.protect.moves import GENERALIZE, LLM_ANONYMIZE, MASK_EVIDENCE, REWORD, Move
 
 #: Why a document's last candidate was not kept (column ``rejected``): it fell below the meaning floor, below the
 #: fluency floor (or repeated a word back to back), or the move changed nothing.
@@ -136,6 +137,91 @@ def most_evidential(p: Components, todo: np.ndarray, texts: pd.Series, evidence:
     return todo[keep]
 
 
+def candidate_moves(p: Components, move: Move) -> list[tuple[Move, ...]]:
+    """The candidates a rung makes for each document, each a move or moves applied one after the other: the rung
+    itself, and where the budget bounds verbatim, the rung followed by ``reword`` (what the rung left of the
+    source's runs broken by the fewest word edits); ``reword``'s own rung also tries its broader synonyms."""
+    if move.name == REWORD:
+        return [(move,), (Move(REWORD, {"senses": 3}),)]
+    return [(move,), (move, Move(REWORD))] if p.verbatim else [(move,)]
+
+
+def _evidence_weights(p: Components, idx: np.ndarray, texts: Sequence[str | None], evidence: pd.DataFrame
+                      ) -> np.ndarray:
+    """Per candidate (for document ``idx[i]``), the summed contributions of its timeline's evidence features it
+    still carries (a feature without one weighs 1); 0 without evidence."""
+    out = np.zeros(len(texts))
+    if not len(evidence):
+        return out
+    weight = evidence["contribution"].fillna(1.0) if "contribution" in evidence.columns else \
+        pd.Series(1.0, index=evidence.index)
+    features = {g: list(zip(f["feature"], f["kind"], weight[f.index], strict=True))
+                for g, f in evidence.groupby("group_id", sort=False)}
+    groups = p.doc_timeline.reindex(p.corpus["doc_id"].iloc[idx]).to_numpy()
+    for i, (g, text) in enumerate(zip(groups, texts, strict=True)):
+        if text is not None:
+            out[i] = sum(w for f, kind, w in features.get(g, []) if carried_by([text], f, kind)[0])
+    return out
+
+
+def best_candidates(p: Components, move: Move, idx: np.ndarray, texts: pd.Series, evidence: pd.DataFrame,
+                    k: int) -> pd.DataFrame:
+    """Per document ``idx``, the candidate of the rung ``move`` that is kept (columns text, move, meaning, fluency;
+    text None where none is) and why none was (``rejected``): among the candidates (:func:`candidate_moves`) above
+    the meaning floor, the one that holds no run of its source (where verbatim is bounded), then carries the least
+    of the feedback attack's evidence, then keeps the most meaning, and that passes the fluency floor; the fluency LM
+    reads the preferred candidate of each document first and the next one only where that one failed."""
+    outputs, labels = [], []
+    for moves in candidate_moves(p, move):
+        current, out = texts, [None] * len(idx)
+        at = np.arange(len(idx))
+        for step in moves:
+            made = apply_move(p, step, idx[at], current, evidence, k)
+            keep = [j for j, o in enumerate(made) if o is not None]
+            current = current.copy()
+            current.iloc[idx[at[keep]]] = [made[j] for j in keep]
+            at = at[keep]
+            for j, o in zip(at, [made[j] for j in keep], strict=True):
+                out[j] = o
+            if len(moves) > 1 and step is moves[0]:
+                out = [None] * len(idx)  # a composed candidate counts only where its last step changed something
+        outputs.append(out)
+        labels.append("+".join(m.label for m in moves))
+    n, m = len(idx), len(outputs)
+    cand = [outputs[c][i] for i in range(n) for c in range(m)]  # document-major
+    doc_of = np.repeat(np.arange(n), m)
+    made = np.array([c is not None for c in cand])
+    meaning = np.full(len(cand), np.nan)
+    sources = p.sources.iloc[idx].tolist()
+    if made.any():
+        meaning[made] = p.meaning([c for c in cand if c is not None], [sources[d] for d in doc_of[made]])
+    ok = made & (np.nan_to_num(meaning, nan=-1.0) >= p.settings.meaning_floor)
+    verbatim = np.zeros(len(cand), bool)
+    if p.verbatim and ok.any():
+        verbatim[ok] = p.verbatim_flags(idx[doc_of[ok]], [cand[i] for i in np.flatnonzero(ok)])
+    weights = _evidence_weights(p, idx[doc_of], [c if o else None for c, o in zip(cand, ok, strict=True)], evidence) \
+        if m > 1 else np.zeros(len(cand))
+    order = np.lexsort((-np.nan_to_num(meaning, nan=-1.0), weights, verbatim, ~ok, doc_of))  # per document, best first
+    rank = np.empty(len(cand), np.int64)
+    rank[order] = np.arange(len(cand)) - np.repeat(np.arange(n) * m, m)
+    best = pd.DataFrame({"text": pd.Series([None] * n, dtype=object), "move": None, "meaning": np.nan,
+                         "fluency": np.nan, "rejected": REJECTED_UNCHANGED})
+    best.loc[made.reshape(n, m).any(1), "rejected"] = REJECTED_MEANING
+    for tier in range(m):  # each document's preferred candidate first; the next only where that one read badly
+        at = np.flatnonzero(ok & (rank == tier) & best["text"].isna().to_numpy()[doc_of])
+        if not len(at):
+            continue
+        reads, fluency = p.reads_well([cand[i] for i in at], idx[doc_of[at]])
+        best.loc[doc_of[at[~reads]], "rejected"] = REJECTED_FLUENCY
+        good = at[reads]
+        rows = doc_of[good]
+        best.loc[rows, "text"] = pd.Series([cand[i] for i in good], index=rows, dtype=object)
+        best.loc[rows, "move"] = [labels[i % m] for i in good]
+        best.loc[rows, "meaning"] = meaning[good]
+        best.loc[rows, "fluency"] = fluency[reads]
+    return best
+
+
 def next_round(p: Components, prev: RoundState, k: int) -> RoundState:
     started = time.perf_counter()
     docs = prev.docs.copy()
@@ -157,32 +243,18 @@ def next_round(p: Components, prev: RoundState, k: int) -> RoundState:
         for r in sorted(set(rung[todo])):
             idx = todo[rung[todo] == r]
             move = ladder[r]
-            out = apply_move(p, move, idx, texts, evidence, k)
-            moved = np.array([o is not None for o in out])
-            candidates = [o for o in out if o is not None]
-            scores = p.meaning(candidates, p.sources.iloc[idx[moved]].tolist())
-            passed = scores >= p.settings.meaning_floor
-            fluency = np.full(len(candidates), np.nan)
-            at = np.flatnonzero(passed)  # the fluency LM reads only what the meaning floor let through
-            if len(at):
-                reads, fluency[at] = p.reads_well([candidates[i] for i in at], idx[moved][at])
-                passed[at] &= reads
-            keep = np.zeros(len(idx), bool)
-            keep[np.flatnonzero(moved)] = passed
-            why = np.full(len(candidates), REJECTED_MEANING, dtype=object)  # why each rejected candidate was
-            why[at] = REJECTED_FLUENCY
-            rejected = np.full(len(idx), REJECTED_UNCHANGED, dtype=object)
-            rejected[np.flatnonzero(moved)] = why
-            docs.loc[idx[~keep], REJECTED_COLUMN] = rejected[~keep]
+            best = best_candidates(p, move, idx, texts, evidence, k)
+            keep = best.text.notna().to_numpy()
+            docs.loc[idx[~keep], REJECTED_COLUMN] = best.rejected.to_numpy()[~keep]
             kept_idx = idx[keep]
             if len(kept_idx):
-                new_texts = [c for c, ok in zip(candidates, passed, strict=True) if ok]
-                texts.iloc[kept_idx] = new_texts
-                docs.loc[kept_idx, "text"] = new_texts
-                docs.loc[kept_idx, "meaning"] = scores[passed]
-                docs.loc[kept_idx, FLUENCY_COLUMN] = fluency[passed]
+                chosen = best[keep]
+                texts.iloc[kept_idx] = chosen.text.tolist()
+                docs.loc[kept_idx, "text"] = chosen.text.tolist()
+                docs.loc[kept_idx, "meaning"] = chosen.meaning.to_numpy(float)
+                docs.loc[kept_idx, FLUENCY_COLUMN] = chosen.fluency.to_numpy(float)
                 docs.loc[kept_idx, "round"] = k
-                docs.loc[kept_idx, "move"] = move.label
+                docs.loc[kept_idx, "move"] = chosen.move.tolist()
                 changed[kept_idx] = True
             docs.loc[idx, "rung"] = r + 1
             tried_later += [i for i in idx[~keep] if r + 1 < len(ladder)]

@@ -21,9 +21,11 @@ ADVERSARIES: tuple[str, ...] = ("full", "disjoint")
 #: together (``timeline``, while authors or groups stay linked) or each document alone (``post``: a release drops
 #: the author and group pseudonyms and shuffles the rows).
 UNITS: tuple[str, ...] = ("timeline", "post")
-#: What the frontier's chosen point favours among the points that meet the budget: the most meaning kept (the
-#: highest floor) or the most rows released (ties: the higher floor).
-PREFER: tuple[str, ...] = ("meaning", "rows")
+#: What the frontier's chosen point favours among the points that meet the budget: the most meaning handed out in all
+#: (``balanced``: rows released times their mean meaning, so neither a few perfect rows nor many poor ones win), the
+#: most meaning kept per row (``meaning``: the highest floor) or the most rows released (``rows``); ties: the higher
+#: floor.
+PREFER: tuple[str, ...] = ("balanced", "meaning", "rows")
 #: The default fluency floor: a candidate may read at most this much worse than its source (SLOR difference,
 #: nats per word, :mod:`tasks.metrics.fluency`). A single doubled word or swapped pair costs 0.3-1.5 on a
 #: sentence, a garbled round trip 2-4.5 (tests/test_fluency.py's fixtures).
@@ -57,7 +59,7 @@ class ProtectSettings:
     meaning_floors: tuple[float, ...] = (0.80,)
     #: The fluency a kept move must keep against its source (None: no fluency floor).
     fluency_floor: float | None = FLUENCY_FLOOR
-    prefer: str = "meaning"
+    prefer: str = "balanced"
     on_fail: str = "drop"
     decide_on: str = "bound"
     feedback: AttackSpecs = DEFAULT_FEEDBACK
