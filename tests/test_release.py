@@ -250,8 +250,10 @@ def test_card_follows_the_hugging_face_template(protect_output, tmp_path):
     assert sum(n for label, n in held.items() if label.startswith("held back")) == len(table) - len(released)
     assert "**not a random sample** of the input" in card and "missing more often" in card
 
-    assert ("- **full**: holds the users' other posts and the source texts of the released rows (the strongest case: "
-            "it has the originals).") in card
+    assert ("- **full** adversary (measured here): holds the users' other posts and the source texts of the released "
+            "rows (the strongest case: it has the originals).") in card
+    assert ("- **disjoint** adversary (not measured for this release): holds only the users' other posts, not the "
+            "source texts.") in card
     assert "synthugc synthugc" not in card and card.count("synthugc 0.1.0") == 2  # summary and creation, once each
     assert not re.search(r"\b[a-z_]+ \d+, [a-z_]+ \d+, [a-z_]+ \d+", card)  # no "failed 1, input 48, kept 47"
     assert not re.search(r"\b(True|False|nan)\b", card)
@@ -282,7 +284,8 @@ def test_card_states_the_summarys_withheld_documents_and_fluency(protect_output,
     assert held["held back: still leaks personal information (PII) after every rewrite"] == 7
     assert held["held back: failed input validation"] == 3
     assert "| in the input | 1,258 |" in card and "| held back: every rewrite fell below the meaning floor | 1,200 |" in card
-    assert "| fluency | the output's fluency relative to its source's | 0.810 [0.790, 0.830] | 0.7 | – |" in card
+    assert ("| fluency | fluency against the source: SLOR difference in nats per word (0: as fluent as the source, below "
+            "0: less) | 0.810 [0.790, 0.830] | 0.7 | – |") in card
     assert "synthugc 0.1.0 (source 0123abcd)" in card and "synthugc synthugc" not in card
 
 

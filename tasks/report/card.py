@@ -8,6 +8,7 @@ protect summary's ``withheld`` list, else its failures file), the source data an
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +42,7 @@ SIZE_CATEGORIES: tuple[tuple[float, str], ...] = (
 
 
 #: A held-back document's reason as the protect loop, the input validation or a strategy writes it (a pattern
-#: searched in the reason, lower case) and the plain words the card says instead, in this order.
+#: searched at a word's start in the reason, lower case) and the plain words the card says instead, in this order.
 PLAIN_REASONS: tuple[tuple[str, str], ...] = (
     ("not both met", "no rewrite met both the privacy budget and the meaning floor"),
     ("floor", "every rewrite fell below the meaning floor"),
@@ -62,7 +63,7 @@ def plain_reason(reason: object, other: str | None = None) -> str:
     said = text(reason) if isinstance(reason, str) and reason.strip() else ""
     lowered = said.lower()
     for pattern, words in PLAIN_REASONS:
-        if pattern in lowered:
+        if re.search(rf"\b{re.escape(pattern)}", lowered):
             return words
     if other is not None or not said:
         return other or "no reason recorded"
@@ -315,7 +316,7 @@ def render_card(release: Any, rows: Any, verdict: Any, options: CardOptions, *, 
                   fields=[(c, field_type(rows.table[c].dtype), field_meaning(c)) for c in columns],
                   examples=[[example_cell(v) for v in row] for row in examples.itertuples(index=False)],
                   example_columns=list(examples.columns), withheld=withheld, n_input=n_input,
-                  n_withheld=sum(n for _, n in withheld), adversaries=[(a, ADVERSARIES[a]) for a in named],
+                  n_withheld=sum(n for _, n in withheld), adversaries=[(a, words, a in named) for a, words in ADVERSARIES.items()],
                   tool=tool_name(release.tool_version), version=version, reid=reid, chance=chance,
                   trials="posts" if release.unit == "post" else "timelines")
 
