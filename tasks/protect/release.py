@@ -365,7 +365,7 @@ def _protect_facts(summary: Mapping[str, Any]) -> dict[str, str]:
     return {"protect": f"{summary['rounds']} round(s) from {summary['start']!s}: each round rewrote the documents the "
                        f"attacks still re-identified, " + (f"with the moves {ladder} in turn" if ladder else
                                                          "with no further move")
-                       + f"; a rewrite was kept only where its meaning ({summary['meaning_metric']}) stayed at or "
+                       + f"; a round's rewrite was kept only where its meaning ({summary['meaning_metric']}) stayed at or "
                          f"above {summary['meaning_floor']}; documents still re-identified that no rewrite above the "
                          f"floor could protect {held}",
             "certificate": "every registered attack run again on the output with the adversary's whole histories (the "
