@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.metrics.base import MetricResult, reason_column
-from tasks.models.embeddings import EmbeddingCache, inference_batches, text_sha, token_budget
+from tasks.models.embeddings import EmbeddingCache, inference_batches, text_sha
 from tasks.models.registry import ModelSpec, model_id, resolve_model
 from tasks.signatures import make_signature
 
@@ -44,6 +44,11 @@ UNIGRAM_FLOOR = 1e-8
 #: Tokens of one text the LM reads at most (longer texts are cut: the rest of a long post adds little).
 MAX_TOKENS = 256
 NO_WORDS = "no words to score"
+#: Padded tokens per forward batch (a small LM's batches fill 2 CPU cores better large: 2.8x the texts/s of 1,024
+#: tokens with the whole vocabulary's log-softmax, measured on the conventions sentences).
+SCORE_TOKEN_BUDGET = 4096
+#: Positions whose vocabulary-wide logits are held at once (512 x 49k float32: about 100 MB).
+_HEAD_CHUNK = 512
 
 
 def fluency_spec(spec: ModelSpec | None = None) -> ModelSpec:
@@ -108,23 +113,40 @@ def lm_log_probs(texts: Sequence[str], spec: ModelSpec | None = None,
         ids = [[start, *tokenizer(t, add_special_tokens=False)["input_ids"][:MAX_TOKENS]] for t in todo]
         pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else start
         computed: list[tuple[str, np.ndarray]] = []
-        for batch in inference_batches([len(r) for r in ids], token_budget(model)):
+        for batch in inference_batches([len(r) for r in ids], SCORE_TOKEN_BUDGET):
             width = max(len(ids[i]) for i in batch)
             rows = torch.full((len(batch), width), pad, dtype=torch.long)
             mask = torch.zeros((len(batch), width), dtype=torch.long)
             for j, i in enumerate(batch):
                 rows[j, :len(ids[i])] = torch.tensor(ids[i])
                 mask[j, :len(ids[i])] = 1
-            rows, mask = rows.to(model.device), mask.to(model.device)
-            with torch.inference_mode():
-                logits = model(input_ids=rows, attention_mask=mask).logits[:, :-1].float()
-            picked = torch.log_softmax(logits, -1).gather(-1, rows[:, 1:, None])[..., 0]
-            totals = (picked * mask[:, 1:]).sum(1).cpu().numpy()
+            totals = _batch_log_probs(model, rows.to(model.device), mask.to(model.device))
             computed += [(text_sha(todo[i]), np.array([totals[j]], np.float32)) for j, i in enumerate(batch)]
         found.update(dict(computed))
         if cache is not None:
             cache.put_many(key, computed)
     return np.array([float(found[s][0]) for s in shas])
+
+
+def _batch_log_probs(model: Any, rows: Any, mask: Any) -> np.ndarray:
+    """Per row, the summed log-probability of its tokens after the first: the decoder's states, then the output
+    layer on the real (unpadded) positions only, a chunk at a time, as the target's logit less the log-sum-exp
+    (no log-softmax over the whole vocabulary is kept: 2.5x faster on CPU, the same sums to 1e-3)."""
+    import torch
+
+    with torch.inference_mode():
+        states = model.base_model(input_ids=rows, attention_mask=mask).last_hidden_state[:, :-1]
+        real = mask[:, 1:].bool()
+        packed, targets = states[real], rows[:, 1:][real]
+        head = model.get_output_embeddings()
+        picked = torch.empty(len(targets), dtype=torch.float32, device=rows.device)
+        for start in range(0, len(targets), _HEAD_CHUNK):
+            logits = head(packed[start:start + _HEAD_CHUNK]).float()
+            part = targets[start:start + _HEAD_CHUNK, None]
+            picked[start:start + _HEAD_CHUNK] = logits.gather(-1, part)[:, 0] - torch.logsumexp(logits, -1)
+        sums = torch.zeros(real.shape, dtype=torch.float32, device=rows.device)
+        sums[real] = picked
+        return sums.sum(1).cpu().numpy()
 
 
 @lru_cache(maxsize=200_000)
