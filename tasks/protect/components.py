@@ -191,41 +191,6 @@ class Components:
             known.update({(candidates[i], references[i]): float(out[i]) for i in differ})
         return out
 
-    def fluency(self, candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
-        """Per candidate, its fluency against its source (:mod:`tasks.metrics.fluency`; 0 for a text equal to it),
-        each pair scored once for the whole frontier and each text's LM pass kept in the embedding cache."""
-        # deferred: loads torch and transformers only when this runs
-        from tasks.metrics.fluency import fluency
-
-        known = self.shared.fluencies
-        out = np.zeros(len(candidates))
-        todo = [i for i, pair in enumerate(zip(candidates, references, strict=True))
-                if pair[0] != pair[1] and pair not in known]
-        if todo:
-            scores = fluency([references[i] for i in todo], [candidates[i] for i in todo],
-                             cache=self.embeddings()).scores["fluency"].to_numpy(float)
-            known.update({(candidates[i], references[i]): float(v) for i, v in zip(todo, scores, strict=True)})
-        for i, pair in enumerate(zip(candidates, references, strict=True)):
-            if pair[0] != pair[1]:
-                out[i] = known[pair]
-        return out
-
-    def reads_well(self, candidates: Sequence[str], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(whether each candidate for documents ``idx`` passes the fluency floor and adds no doubled word, its
-        fluency): a text a reader would not accept as language is rejected as one under the meaning floor is."""
-        from tasks.metrics.fluency import adds_doubled_words
-
-        sources = self.sources.iloc[idx].tolist()
-        clean = np.array([not adds_doubled_words(s, c) for s, c in zip(sources, candidates, strict=True)], bool)
-        floor = self.settings.fluency_floor
-        if floor is None:
-            return clean, np.full(len(candidates), np.nan)
-        scores = np.full(len(candidates), np.nan)
-        at = np.flatnonzero(clean)
-        if len(at):
-            scores[at] = self.fluency([candidates[i] for i in at], [sources[i] for i in at])
-        return clean & (np.nan_to_num(scores, nan=-np.inf) >= floor), scores
-
     def leaks(self, idx: np.ndarray, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """(source PII spans, spans still in the text) per document."""
         # deferred: loads sqlite3 only when this runs

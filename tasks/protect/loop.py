@@ -78,6 +78,7 @@ from tasks.protect.files import (
     VERBATIM_COLUMN,
 )
 from tasks.protect.frontier import choose_point, frontier_figure, frontier_table, point_utility
+from tasks.protect.reading import fluency_against_sources
 from tasks.protect.rounds import (
     REJECTED_COLUMN,
     REJECTED_FLUENCY,
@@ -493,8 +494,8 @@ def _with_fluency(protector: _Protector, docs: pd.DataFrame, kept: np.ndarray) -
     docs.loc[same & kept, FLUENCY_COLUMN] = 0.0
     todo = np.flatnonzero(kept & ~same & docs[FLUENCY_COLUMN].isna().to_numpy())
     if len(todo):
-        docs.loc[todo, FLUENCY_COLUMN] = protector.fluency(texts.iloc[todo].tolist(),
-                                                           protector.sources.iloc[todo].tolist())
+        docs.loc[todo, FLUENCY_COLUMN] = fluency_against_sources(protector, texts.iloc[todo].tolist(),
+                                                                 protector.sources.iloc[todo].tolist())
     return docs
 
 

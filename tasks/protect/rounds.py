@@ -19,6 +19,7 @@ from tasks.protect.attackers import Attackers, attack_rows, summaries
 from tasks.protect.components import Components, _timelines
 from tasks.protect.files import FLUENCY_COLUMN, VERBATIM_COLUMN
 from tasks.protect.moves import GENERALIZE, LLM_ANONYMIZE, MASK_EVIDENCE, REWORD, Move
+from tasks.protect.reading import reads_well
 
 #: Why a document's last candidate was not kept (column ``rejected``): it fell below the meaning floor, below the
 #: fluency floor (or repeated a word back to back), or the move changed nothing.
@@ -211,7 +212,7 @@ def best_candidates(p: Components, move: Move, idx: np.ndarray, texts: pd.Series
         at = np.flatnonzero(ok & (rank == tier) & best["text"].isna().to_numpy()[doc_of])
         if not len(at):
             continue
-        reads, fluency = p.reads_well([cand[i] for i in at], idx[doc_of[at]])
+        reads, fluency = reads_well(p, [cand[i] for i in at], idx[doc_of[at]])
         best.loc[doc_of[at[~reads]], "rejected"] = REJECTED_FLUENCY
         good = at[reads]
         rows = doc_of[good]

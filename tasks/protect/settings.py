@@ -26,6 +26,9 @@ UNITS: tuple[str, ...] = ("timeline", "post")
 #: most meaning kept per row (``meaning``: the highest floor) or the most rows released (``rows``); ties: the higher
 #: floor.
 PREFER: tuple[str, ...] = ("balanced", "meaning", "rows")
+#: The default budget bounds verbatim: release leaves out every row holding a run of its source, so the loop works on
+#: those rows too (a budget may lift it: ``verbatim<=1``).
+DEFAULT_BUDGET = "reidentification<=0.10,verbatim<=0.05"
 #: The default fluency floor: a candidate may read at most this much worse than its source (SLOR difference,
 #: nats per word, :mod:`tasks.metrics.fluency`). A single doubled word or swapped pair costs 0.3-1.5 on a
 #: sentence, a garbled round trip 2-4.5 (tests/test_fluency.py's fixtures).
@@ -49,16 +52,13 @@ class ProtectSettings:
     section read them here). The budget, ``max_rounds``, ``on_fail`` and ``decide_on`` decide when to stop and what
     to write, not what a round computes, so they are not in the rounds' cache key."""
 
-    #: verbatim is bounded by default: release leaves out every row holding a run of its source, so the loop works
-    #: on those rows too (a budget may lift it: ``verbatim<=1``)
-    budget: str = "reidentification<=0.10,verbatim<=0.05"
+    budget: str = DEFAULT_BUDGET
     start: str = PSEUDONYMIZE
     ladder: tuple[Move, ...] = DEFAULT_LADDER
     max_rounds: int = 6
     #: The BERTScore F1 a kept move must keep; several floors make a frontier (one protect point per floor).
     meaning_floors: tuple[float, ...] = (0.80,)
-    #: The fluency a kept move must keep against its source (None: no fluency floor).
-    fluency_floor: float | None = FLUENCY_FLOOR
+    fluency_floor: float | None = FLUENCY_FLOOR  # a kept move's least fluency against its source (None: no floor)
     prefer: str = "balanced"
     on_fail: str = "drop"
     decide_on: str = "bound"

@@ -1,0 +1,45 @@
+"""Whether a protect candidate still reads as language: its fluency against its source (:mod:`tasks.metrics.fluency`)
+at or above the point's fluency floor, and no word repeated back to back that its source did not repeat. Each
+(candidate, source) pair is scored once for the whole frontier (:class:`tasks.protect.components.Shared`), and each
+text's LM pass is kept in the point's embedding cache."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tasks.metrics.fluency import FLUENCY, adds_doubled_words, fluency
+from tasks.protect.components import Components
+
+
+def fluency_against_sources(p: Components, candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """Per candidate, its fluency against its source (0 for a text equal to it)."""
+    known = p.shared.fluencies
+    out = np.zeros(len(candidates))
+    pairs = list(zip(candidates, references, strict=True))
+    todo = [i for i, (c, r) in enumerate(pairs) if c != r and (c, r) not in known]
+    if todo:
+        scores = fluency([references[i] for i in todo], [candidates[i] for i in todo],
+                         cache=p.embeddings()).scores[FLUENCY].to_numpy(float)
+        known.update({pairs[i]: float(v) for i, v in zip(todo, scores, strict=True)})
+    for i, (c, r) in enumerate(pairs):
+        if c != r:
+            out[i] = known[(c, r)]
+    return out
+
+
+def reads_well(p: Components, candidates: Sequence[str], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(whether each candidate for documents ``idx`` passes, its fluency): a text a reader would not accept as
+    language is rejected as one under the meaning floor is. A candidate without words to score (NaN) is judged by
+    the doubled-word rule alone."""
+    sources = p.sources.iloc[idx].tolist()
+    clean = np.array([not adds_doubled_words(s, c) for s, c in zip(sources, candidates, strict=True)], bool)
+    floor = p.settings.fluency_floor
+    scores = np.full(len(candidates), np.nan)
+    if floor is None:
+        return clean, scores
+    at = np.flatnonzero(clean)
+    if len(at):
+        scores[at] = fluency_against_sources(p, [candidates[i] for i in at], [sources[i] for i in at])
+    return clean & (np.nan_to_num(scores, nan=floor) >= floor), scores
