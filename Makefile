@@ -34,8 +34,8 @@ $(STAMP): pyproject.toml Makefile infra/apt-packages.sh
 demo: setup
 	$(VENV)/bin/synthugc demo
 
-# Two pytest workers, each running whole test files (module fixtures load once): 15 min 56 s -> 11 min 48 s
-# on 2 cores; 12 min 26 s on 2026-11-27 (1,176 tests, benchmarks/suite.py; one torch thread per process:
+# Two pytest workers, each running whole test files (module fixtures load once), finish the suite sooner than one
+# on 2 cores (its time: `suite` in docs/performance.md, from benchmarks/suite.py; one torch thread per process:
 # tests/conftest.py). More workers each load their own models; raise it only with the memory to match.
 TEST_WORKERS ?= 2
 

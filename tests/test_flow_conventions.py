@@ -3,7 +3,7 @@ all 8,862 convention sentences, two strategies (stymask, syntr), the default met
 per strategy on the local Dask cluster, privacy and utility (one seed). Checks that every stage completes
 and that every document is accounted for at each step (outputs + recorded failures = inputs).
 
-Slow: about as long as ``benchmarks/flow.py --sizes 8862`` (see the benchmark's figures in its README)."""
+Slow: about as long as ``benchmarks/flow.py --sizes 8862`` (its figures: ``flow`` in docs/performance.md)."""
 
 from __future__ import annotations
 
