@@ -548,14 +548,16 @@ def _chance_monotonic(values: list) -> float:
     return 2 / ways
 
 
-def _beyond_chance(values: list, rng_seed: int = 0, n: int = 4000) -> tuple[int, float, float]:
-    """Adjacent equal values in ``values``, and their mean and standard deviation over random orders."""
+def _beyond_chance(values: list, rng_seed: int = 0, n: int = 20_000) -> tuple[int, float]:
+    """Adjacent equal values in ``values``, and the share of ``n`` random orders of them with at least as many (the
+    exact permutation tail: the count is skewed, so a normal bound on it fails far more often than it says)."""
     import numpy as np
 
     rng = np.random.default_rng(rng_seed)
     codes = pd.factorize(pd.Series(values))[0]
     draws = np.array([np.sum(p[1:] == p[:-1]) for p in (rng.permutation(codes) for _ in range(n))])
-    return int(np.sum(codes[1:] == codes[:-1])), float(draws.mean()), float(draws.std())
+    observed = int(np.sum(codes[1:] == codes[:-1]))
+    return observed, float(np.mean(draws >= observed))
 
 
 def test_post_release_unlinks_the_rows_and_states_style_linkability(protect_output, tmp_path):
@@ -581,8 +583,8 @@ def test_post_release_unlinks_the_rows_and_states_style_linkability(protect_outp
         assert not joined[column].is_monotonic_increasing and not joined[column].is_monotonic_decreasing, column
     assert _chance_monotonic(joined["order"].tolist()) < 1e-6  # the check ran for the rows' own order
     for column in ["author_id", "group_id"]:  # an author's (a debate's) rows no more adjacent than by chance
-        observed, mean, sd = _beyond_chance(joined[column].tolist())
-        assert observed <= mean + 4 * sd, (column, observed, mean, sd)
+        observed, tail = _beyond_chance(joined[column].tolist())
+        assert tail > 0, (column, observed)  # beyond every one of 20,000 random orders: a 1-in-20,000 false alarm
     again = tmp_path / "again"
     assert _release(p, again, "--unit", "post", "--keep", "label").returncode == 0
     assert pd.read_parquet(again / DATA_FILE)["text"].tolist() != released["text"].tolist()  # a fresh order
