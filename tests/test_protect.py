@@ -261,7 +261,7 @@ def test_a_round_moves_at_most_docs_per_round_documents_per_timeline_those_with_
     corpus = pd.read_parquet(world["corpus"])  # 40 timelines of 5 posts
     settings = ProtectSettings(start="stymask", ladder=(Move("mask-evidence"), Move("stymask")), meaning_floors=(0.0,),
                                judge=(("delta", {}),), docs_per_round=2,
-                               budget="reidentification<=0.10")  # no verbatim bound: only caught timelines move
+                               budget="reidentification<=0.10,verbatim<=1")  # verbatim lifted: only caught timelines move
     protector = _Protector(corpus, str(world["histories"]), settings, tmp_path / "rounds", lambda _: None,
                            fingerprint_file(world["histories"]), plan_attacks(["delta", "stylometric"], 0))
     zero = protector.round_zero()

@@ -38,7 +38,7 @@ def run(tmp_path_factory) -> dict:
     proc = subprocess.run([sys.executable, "-m", "flows.cli", "protect", "--corpus", str(root / "corpus.parquet"),
                            "--histories", str(histories), "--out", str(out), "--ladder", "mask-evidence,stymask",
                            "--meaning-floor", ",".join(map(str, FLOORS)), "--unit", "post", "--max-rounds", "2",
-                           "--budget", "reidentification<=0.0", "--judge", "delta,minhash"],
+                           "--budget", "reidentification<=0.0,verbatim<=1", "--judge", "delta,minhash"],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
     paths = protect_paths(out)
     return {"proc": proc, "paths": paths, "corpus": pd.read_parquet(root / "corpus.parquet"),
@@ -93,6 +93,19 @@ def test_every_input_document_is_kept_or_held_back_with_its_reason_and_timelines
     table, failures = pd.read_parquet(paths.table), pd.read_parquet(paths.failures)
     assert set(table["doc_id"]) | set(failures["doc_id"]) == set(corpus["doc_id"])
     assert not set(table["doc_id"]) & set(failures["doc_id"])
+    # what is handed out and what is withheld, by plain reason, add up to the input
+    summary = json.loads(paths.summary.read_text())
+    docs, withheld = summary["documents"], summary["withheld"]
+    assert docs["released"] == int((~table["verbatim"].astype(bool)).sum())
+    assert docs["released"] + sum(w["count"] for w in withheld) == docs["input"] == len(corpus)
+    assert all(w["reason"] and w["count"] > 0 for w in withheld)
+    # every kept row has its fluency; a moved row passed the fluency floor and repeats no word its source did not
+    from tasks.metrics.fluency import adds_doubled_words
+
+    assert table["fluency"].notna().all() and summary["fluency"]["floor"] == summary["fluency_floor"] == -1.0
+    moved = table[table["round"] > 0].merge(corpus[["doc_id", "text"]], on="doc_id", suffixes=("", "_source"))
+    assert (moved["fluency"] >= -1.0).all()
+    assert not any(adds_doubled_words(s, t) for s, t in zip(moved["text_source"], moved["text"], strict=True))
     assert failures["reason"].str.len().gt(0).all()
     held = failures[failures["reason"].str.startswith("floor: every move left meaning below")]
     assert len(held) == len(failures)  # no PII or verbatim bound: only the floor holds a document back

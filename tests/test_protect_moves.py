@@ -306,3 +306,14 @@ def test_reword_breaks_the_runs_of_its_source_with_few_edits():
     assert "Founding Fathers" in out[0] and "Detroit" in out[2] and "2009" in out[2]  # names and numbers stay
     assert "wasn't" in out[1]  # a contraction breaks a stretch of function words
     assert reword(["Gracias."], min_chars=30) == ["Gracias."]  # nothing to break in a short text
+
+
+def test_verbatim_is_always_in_the_loop_unless_lifted_by_name():
+    from tasks.protect.settings import ProtectSettings
+
+    named_none = ProtectSettings(budget="reidentification<=0.10")
+    assert named_none.budget == "reidentification<=0.10,verbatim<=0.05" and named_none.bounds_figure("verbatim")
+    assert ProtectSettings().bounds_figure("verbatim")  # the default budget
+    assert ProtectSettings(budget="reidentification<=0.10,verbatim<=0").budget == "reidentification<=0.10,verbatim<=0"
+    lifted = ProtectSettings(budget="reidentification<=0.10,verbatim<=1")
+    assert not lifted.bounds_figure("verbatim") and lifted.bounds_figure("reidentification")

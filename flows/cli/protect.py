@@ -121,7 +121,7 @@ def protect(
     histories: Annotated[Path | None, typer.Option("--histories", help="The adversary's posting histories (default: "
                                                    "the corpus itself).")] = None,
     budget: Annotated[str | None, typer.Option("--budget", help=f"e.g. {PROTECT_EXAMPLE} (default: the config's, "
-                                               f"else {_PROTECT.budget}).")] = None,
+                                               f"else {_PROTECT.budget}; verbatim<=0.05 unless named).")] = None,
     config: Annotated[Path | None, typer.Option("--config", help="Run config: its protect: section and attack "
                                                 "parameters.")] = None,
     start: Annotated[str | None, typer.Option("--start", help=f"Round 0's move: pseudonymize or a strategy (default "

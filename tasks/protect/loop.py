@@ -434,7 +434,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     if strength:
         notes.append(strength)
     if not settings.bounds_figure("verbatim") and released < len(table):
-        notes.append(f"the budget leaves verbatim unbounded: {len(table) - released} kept document(s) still hold a "
+        notes.append(f"the budget lifts the verbatim bound: {len(table) - released} kept document(s) still hold a "
                      f"run of their source, which release leaves out (bound it, e.g. verbatim<=0.05, and protect "
                      f"rewrites them)")
     if feedback["value"] is not None and judge["value"] is not None and \

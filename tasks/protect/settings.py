@@ -26,9 +26,13 @@ UNITS: tuple[str, ...] = ("timeline", "post")
 #: most meaning kept per row (``meaning``: the highest floor) or the most rows released (``rows``); ties: the higher
 #: floor.
 PREFER: tuple[str, ...] = ("balanced", "meaning", "rows")
-#: The default budget bounds verbatim: release leaves out every row holding a run of its source, so the loop works on
-#: those rows too (a budget may lift it: ``verbatim<=1``).
-DEFAULT_BUDGET = "reidentification<=0.10,verbatim<=0.05"
+#: Verbatim is always in the loop: release leaves out every row holding a run of its source, so protect works on those
+#: rows too; a budget that names no verbatim bound gets this one, and ``verbatim<=1`` lifts it by name.
+VERBATIM = "verbatim"
+DEFAULT_VERBATIM = "verbatim<=0.05"
+DEFAULT_BUDGET = f"reidentification<=0.10,{DEFAULT_VERBATIM}"
+#: Budget figures that are shares of documents: a bound at 1 bounds nothing.
+SHARES = frozenset({VERBATIM, "pii_leakage"})
 #: The default fluency floor: a candidate may read at most this much worse than its source (SLOR difference,
 #: nats per word, :mod:`tasks.metrics.fluency`). A single doubled word or swapped pair costs 0.3-1.5 on a
 #: sentence, a garbled round trip 2-4.5 (tests/test_fluency.py's fixtures).
@@ -92,7 +96,11 @@ class ProtectSettings:
 
     def __post_init__(self) -> None:
         _check(self)
-        object.__setattr__(self, "bounds", tuple(parse_budget(self.budget, "budget", protect=True)))
+        bounds = parse_budget(self.budget, "budget", protect=True)
+        if VERBATIM not in {b.column for b in bounds}:  # always in the loop, unless lifted by name (verbatim<=1)
+            object.__setattr__(self, "budget", f"{self.budget},{DEFAULT_VERBATIM}")
+            bounds = parse_budget(self.budget, "budget", protect=True)
+        object.__setattr__(self, "bounds", tuple(bounds))
 
     @property
     def meaning_floor(self) -> float:
@@ -116,8 +124,9 @@ class ProtectSettings:
         return 1 if self.unit == "post" else self.timeline_posts
 
     def bounds_figure(self, figure: str) -> bool:
-        """Whether the budget bounds ``figure`` (pii_leakage, verbatim and profiling change what is caught)."""
-        return figure in {b.column for b in self.bounds}
+        """Whether the budget bounds ``figure`` (pii_leakage, verbatim and profiling change what is caught); a share
+        bounded at 1 or more is not bounded (``verbatim<=1`` lifts the default verbatim bound)."""
+        return any(b.column == figure and not (figure in SHARES and b.limit >= 1) for b in self.bounds)
 
     @property
     def pii(self) -> bool:
