@@ -1,13 +1,15 @@
-"""``reword``: the fewest word swaps that leave no run of its source in a text.
+"""``reword``: the fewest edits that leave no run of its source in a text.
 
 The verbatim bound asks for a change in every ``min_chars`` characters (a run that long is searchable). A whole
-rewrite of a short sentence costs much of its meaning; a few content words replaced by a WordNet synonym of the
-same part of speech, inflected as the word was, cost little. Words are chosen from the left: each swap is the
-farthest content word the unchanged stretch before it can reach while staying under ``min_chars``, so as few words
-as possible change. A word of a named entity, a proper noun, an auxiliary, a stop word, a number and a word with
-no single-word synonym are never swapped; among a word's synonyms (the lemmas of its most frequent sense) the
-most frequent English word by ``wordfreq`` is taken, so the swap reads naturally (the fluency floor checks the
-whole sentence). Where a stretch has no word that can be swapped the run stays, and the loop's next move tries.
+rewrite of a short sentence costs much of its meaning; a few edits cost little: a content word replaced by a
+WordNet synonym of the same part of speech, inflected as the word was; a contraction made or spelt out ("was not"
+<-> "wasn't"); a number below 100 written in words. Edits are chosen from the left: each is the farthest one the
+unchanged stretch before it can reach while staying under ``min_chars``, so as few words as possible change. A
+word of a named entity, a proper noun, an auxiliary and a word with no single-word synonym are never swapped; among
+a word's synonyms the most frequent English word by ``wordfreq`` is taken, so the swap reads naturally (the
+fluency floor checks the whole sentence). ``senses`` 1 (the safest) takes synonyms of the word's most frequent
+sense and leaves spaCy's stop words alone; more senses let more words change, function words among them ("but" ->
+"yet"). Where a stretch has nothing to edit the run stays, and the loop's next move tries.
 """
 
 from __future__ import annotations
@@ -42,7 +44,13 @@ def synonym(lemma: str, pos: str, senses: int = 1) -> str | None:
 
 def _swap(tok: Any, senses: int = 1) -> str | None:
     """The word replacing ``tok``, inflected and cased as it was, or None where it cannot be swapped (with more
-    ``senses``, a content word on spaCy's stop list may be swapped too)."""
+    ``senses``, a content word on spaCy's stop list may be swapped too, and a function word for its near-synonym);
+    a number below 100 is written in words."""
+    if tok.like_num and tok.is_digit and not (tok.ent_type_ in ("DATE", "TIME") and len(tok.text) > 2):
+        return _number_words(tok.text)
+    if senses > 1 and tok.lower_ in _FUNCTION_SWAPS and tok.pos_ in ("CCONJ", "SCONJ", "ADP", "ADV", "PRON"):
+        found = _FUNCTION_SWAPS[tok.lower_]
+        return found[0].upper() + found[1:] if tok.text[0].isupper() else found
     pos = _POS.get(tok.pos_)
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
             (tok.is_stop and senses == 1):
@@ -69,7 +77,31 @@ _CONTRACT = {("do", "not"): "don't", ("does", "not"): "doesn't", ("did", "not"):
              ("would", "not"): "wouldn't", ("could", "not"): "couldn't", ("should", "not"): "shouldn't",
              ("will", "not"): "won't", ("can", "not"): "can't", ("it", "is"): "it's", ("that", "is"): "that's",
              ("we", "are"): "we're", ("they", "are"): "they're", ("you", "are"): "you're", ("i", "am"): "I'm",
-             ("i", "will"): "I'll", ("we", "will"): "we'll", ("i", "have"): "I've", ("we", "have"): "we've"}
+             ("i", "will"): "I'll", ("we", "will"): "we'll", ("i", "have"): "I've", ("we", "have"): "we've",
+             ("they", "will"): "they'll", ("you", "will"): "you'll", ("he", "will"): "he'll", ("she", "will"): "she'll",
+             ("it", "will"): "it'll", ("they", "have"): "they've", ("you", "have"): "you've", ("he", "is"): "he's",
+             ("she", "is"): "she's", ("there", "is"): "there's", ("what", "is"): "what's", ("who", "is"): "who's",
+             ("i", "would"): "I'd", ("we", "would"): "we'd", ("they", "would"): "they'd", ("you", "would"): "you'd",
+             ("he", "would"): "he'd", ("she", "would"): "she'd", ("let", "us"): "let's"}
+#: Function words with a near-synonym of the same use (both ways), for stretches with no content word to swap.
+_FUNCTION_SWAPS = {"but": "yet", "although": "though", "though": "although", "among": "amongst", "toward": "towards",
+                   "towards": "toward", "until": "till", "maybe": "perhaps", "perhaps": "maybe", "whilst": "while",
+                   "nearly": "almost", "almost": "nearly", "also": "as well", "very": "really", "really": "truly",
+                   "everyone": "everybody", "everybody": "everyone", "someone": "somebody", "somebody": "someone",
+                   "anyone": "anybody", "anybody": "anyone", "nobody": "no one"}
+_SMALL = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
+          "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
+_TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def _number_words(digits: str) -> str | None:
+    """A whole number below 100 written in words (``62`` -> ``sixty-two``); None for anything else."""
+    if not digits.isdigit() or len(digits) > 2 or (len(digits) == 2 and digits[0] == "0"):
+        return None
+    n = int(digits)
+    if n < 20:
+        return _SMALL[n]
+    return _TENS[n // 10] + ("" if n % 10 == 0 else f"-{_SMALL[n % 10]}")
 _EXPAND = {"n't": "not", "'s": "is", "'re": "are", "'m": "am", "'ll": "will", "'ve": "have", "'d": "would"}
 _IRREGULAR_NOT = {"ca": "can", "wo": "will", "sha": "shall"}
 
