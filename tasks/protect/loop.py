@@ -353,16 +353,23 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
     # judges what is kept
     blocked, alone = docs["blocked"].to_numpy(bool), protector.must_move(docs)
     caught = still & (blocked | alone)
+    # round 0's start move is not held to the floors: a kept document that reads worse than the fluency floor (a
+    # pseudonym where a common word stood) is held back too, so every row handed out is within it
+    docs = _with_fluency(protector, docs, ~caught)
+    floor = settings.fluency_floor
+    unread = ~caught & (docs[FLUENCY_COLUMN].to_numpy(float) < floor if floor is not None else False)
+    caught |= unread
     rejected = docs[REJECTED_COLUMN].to_numpy(object) if REJECTED_COLUMN in docs.columns else \
         np.full(len(docs), REJECTED_MEANING, dtype=object)
     floor_words = np.where(rejected == REJECTED_FLUENCY, f"floor: every move left {MEANING_COLUMN} below "
                            f"{settings.meaning_floor:g} or read worse than the fluency floor "
                            f"{settings.fluency_floor if settings.fluency_floor is not None else 'off'}",
                            f"floor: every move left {MEANING_COLUMN} below {settings.meaning_floor:g}")
-    reason = np.where(blocked, floor_words,
+    reason = np.where(unread, f"fluency: reads worse than its source beyond the fluency floor {floor}",
+                      np.where(blocked, floor_words,
                       np.where(docs["leaked"].to_numpy() > 0 if protector.pii else False,
                                f"still leaks PII after {state.round} round(s): {stop}",
-                               f"still holds a run of its source after {state.round} round(s): {stop}"))
+                               f"still holds a run of its source after {state.round} round(s): {stop}")))
     failures = pd.DataFrame({"doc_id": docs["doc_id"].to_numpy()[caught], "author_id": corpus["author_id"].to_numpy()[caught],
                              "round": docs["round"].to_numpy()[caught], "move": docs["move"].to_numpy()[caught],
                              MEANING_COLUMN: docs["meaning"].to_numpy()[caught], "reason": reason[caught]})
@@ -503,6 +510,7 @@ def _with_fluency(protector: _Protector, docs: pd.DataFrame, kept: np.ndarray) -
 WITHHELD_REASONS: tuple[tuple[str, str], ...] = (
     ("input row", "failed input validation"),
     ("floor: every move left meaning below", "every rewrite that protects it lost too much meaning or fluency"),
+    ("fluency:", "it reads worse than its source beyond the fluency floor"),
     ("still leaks PII", "it still leaks personal information"),
     ("still holds a run of its source", "it still holds a run of its source text"),
 )

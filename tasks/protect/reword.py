@@ -48,12 +48,12 @@ def _swap(tok: Any, senses: int = 1) -> str | None:
     a number below 100 is written in words."""
     if tok.like_num and tok.is_digit and not (tok.ent_type_ in ("DATE", "TIME") and len(tok.text) > 2):
         return _number_words(tok.text)
-    if senses > 1 and tok.lower_ in _FUNCTION_SWAPS and tok.pos_ in ("CCONJ", "SCONJ", "ADP", "ADV", "PRON"):
-        found = _FUNCTION_SWAPS[tok.lower_]
+    if senses > 1 and tok.lower_ in _FUNCTION_SWAPS and tok.pos_ == _FUNCTION_SWAPS[tok.lower_][1]:
+        found = _FUNCTION_SWAPS[tok.lower_][0]
         return found[0].upper() + found[1:] if tok.text[0].isupper() else found
     pos = _POS.get(tok.pos_)
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
-            (tok.is_stop and senses == 1):
+            (tok.is_stop and senses == 1) or tok.lower_ in _FIXED:
         return None
     found = synonym(tok.lemma_.lower(), pos, senses)
     if found is None:
@@ -83,12 +83,17 @@ _CONTRACT = {("do", "not"): "don't", ("does", "not"): "doesn't", ("did", "not"):
              ("she", "is"): "she's", ("there", "is"): "there's", ("what", "is"): "what's", ("who", "is"): "who's",
              ("i", "would"): "I'd", ("we", "would"): "we'd", ("they", "would"): "they'd", ("you", "would"): "you'd",
              ("he", "would"): "he'd", ("she", "would"): "she'd", ("let", "us"): "let's"}
-#: Function words with a near-synonym of the same use (both ways), for stretches with no content word to swap.
-_FUNCTION_SWAPS = {"but": "yet", "although": "though", "though": "although", "among": "amongst", "toward": "towards",
-                   "towards": "toward", "until": "till", "maybe": "perhaps", "perhaps": "maybe", "whilst": "while",
-                   "nearly": "almost", "almost": "nearly", "also": "as well", "very": "really", "really": "truly",
-                   "everyone": "everybody", "everybody": "everyone", "someone": "somebody", "somebody": "someone",
-                   "anyone": "anybody", "anybody": "anyone", "nobody": "no one"}
+#: Function words with a near-synonym of the same use, and the part of speech they must have (``though`` the adverb
+#: is not ``although``), for stretches with no content word to swap.
+_FUNCTION_SWAPS = {"but": ("yet", "CCONJ"), "although": ("though", "SCONJ"), "though": ("although", "SCONJ"),
+                   "among": ("amongst", "ADP"), "toward": ("towards", "ADP"), "towards": ("toward", "ADP"),
+                   "maybe": ("perhaps", "ADV"), "perhaps": ("maybe", "ADV"), "whilst": ("while", "SCONJ"),
+                   "nearly": ("almost", "ADV"), "almost": ("nearly", "ADV"), "everyone": ("everybody", "PRON"),
+                   "everybody": ("everyone", "PRON"), "someone": ("somebody", "PRON"), "somebody": ("someone", "PRON"),
+                   "anyone": ("anybody", "PRON"), "anybody": ("anyone", "PRON"), "nobody": ("no one", "PRON")}
+#: Words of fixed expressions whose WordNet synonyms break them ("each other", "of course", "a lot", "at least").
+_FIXED = frozenset({"other", "course", "lot", "least", "most", "kind", "sort", "bit", "well", "even", "still", "just",
+                    "only", "right", "sure", "long", "far", "ever", "much", "way", "thing", "things", "time"})
 _SMALL = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
           "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
 _TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
@@ -177,10 +182,21 @@ def reword_doc(doc: Any, min_chars: int, senses: int = 1) -> str:
     return "".join(text + ws for text, ws, _ in words)
 
 
+#: Parses kept for the next call (a rung's candidates reword the same texts with one and with more senses).
+_PARSES: dict[tuple[int, str], Any] = {}
+_PARSES_KEPT = 20_000
+
+
 def reword(texts: Sequence[str], *, min_chars: int, senses: int = 1, nlp: Any = None,
            batch_size: int = 64) -> list[str]:
     """Each text with the fewest edits that break its runs of ``min_chars`` characters (see the module); synonyms
     from the ``senses`` most frequent senses of a word (1: the safest; more: more words can be swapped)."""
     nlp = nlp if nlp is not None else load_pipeline()
+    texts = [str(t) for t in texts]
     with resource_lock(nlp):
-        return [reword_doc(doc, min_chars, senses) for doc in nlp.pipe([str(t) for t in texts], batch_size=batch_size)]
+        todo = list(dict.fromkeys(t for t in texts if (id(nlp), t) not in _PARSES))
+        if len(_PARSES) + len(todo) > _PARSES_KEPT:
+            _PARSES.clear()
+        _PARSES.update({(id(nlp), t): doc for t, doc in zip(todo, nlp.pipe(todo, batch_size=batch_size),
+                                                             strict=True)})
+        return [reword_doc(_PARSES[(id(nlp), t)], min_chars, senses) for t in texts]

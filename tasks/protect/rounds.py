@@ -140,11 +140,12 @@ def most_evidential(p: Components, todo: np.ndarray, texts: pd.Series, evidence:
 
 def candidate_moves(p: Components, move: Move) -> list[tuple[Move, ...]]:
     """The candidates a rung makes for each document, each a move or moves applied one after the other: the rung
-    itself, and where the budget bounds verbatim, the rung followed by ``reword`` (what the rung left of the
-    source's runs broken by the fewest word edits); ``reword``'s own rung also tries its broader synonyms."""
+    itself, and where the budget bounds verbatim, the rung followed by ``reword`` with its broader synonyms (what the
+    rung left of the source's runs broken by the fewest word edits); ``reword``'s own rung tries both breadths."""
+    broad = Move(REWORD, {"senses": 3})
     if move.name == REWORD:
-        return [(move,), (Move(REWORD, {"senses": 3}),)]
-    return [(move,), (move, Move(REWORD))] if p.verbatim else [(move,)]
+        return [(move,), (broad,)]
+    return [(move,), (move, broad)] if p.verbatim else [(move,)]
 
 
 def _evidence_weights(p: Components, idx: np.ndarray, texts: Sequence[str | None], evidence: pd.DataFrame
