@@ -139,7 +139,8 @@ def test_a_protect_round_with_generalize_moves_a_document_with_an_entity(tmp_pat
     corpus = simulate_synthetic(histories, n_timelines=4, n_posts=16, rewrite_strength=0.0, seed=2)
     corpus["text"] = corpus["text"].astype(str) + " I moved to Ohio in 2011."
     settings = ProtectSettings(start="mask-evidence", ladder=(Move("generalize"),), meaning_floors=(0.0,),
-                               fluency_floor=None, judge=(("delta", {}),))  # every generalized text is kept
+                               fluency_floor=None, judge=(("delta", {}),),  # every generalized text is kept
+                               budget="reidentification<=0.10,verbatim<=1")  # and nothing composed with reword
     protector = _Protector(corpus, str(histories), settings, tmp_path / "rounds", lambda _: None,
                            fingerprint_file(histories), plan_attacks(["delta"], 0))
     zero = protector.round_zero()

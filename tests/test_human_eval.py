@@ -166,7 +166,7 @@ def test_export_is_seeded_and_keeps_a_different_earlier_export(run: RunFiles, tm
     sheet, key = first.sheet.read_bytes(), pd.read_parquet(first.key)
     again = export_sheet(run, per_strategy=4, seed=7)  # same seed: same items, same ids, allowed
     assert again.sheet.read_bytes() == sheet and pd.read_parquet(again.key).equals(key)
-    with pytest.raises(InputError, match="--force"):
+    with pytest.raises(InputError, match="--overwrite"):
         export_sheet(run, per_strategy=4, seed=8)
     assert pd.read_parquet(first.key).equals(key)  # untouched
     other = export_sheet(run, per_strategy=4, seed=8, overwrite=True)

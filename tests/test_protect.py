@@ -64,7 +64,7 @@ def _rounds_done(world: dict[str, Path]) -> list[Path]:
 
 def test_killed_run_resumes_at_its_round_brings_the_feedback_down_and_leaves_safe_documents_alone(world):
     out = world["root"] / "first" / "P.parquet"
-    budget = ("--budget", "reidentification<=0.09", "--decide-on", "point", "--max-rounds", "3")
+    budget = ("--budget", "reidentification<=0.09,verbatim<=1", "--decide-on", "point", "--max-rounds", "3")
     first = _cli(world, out, *budget)
     deadline = time.monotonic() + 300
     while not _rounds_done(world) and time.monotonic() < deadline and first.poll() is None:
@@ -118,7 +118,7 @@ def test_a_delta_judge_meets_the_budget_but_the_certificate_does_not_and_release
     that the judge is weaker than the strongest registered attack, and release refuses the output naming the
     attack and its value."""
     out = world["root"] / "delta" / "P.parquet"
-    budget = ("--budget", "reidentification<=0.3", "--decide-on", "point", "--max-rounds", "2")
+    budget = ("--budget", "reidentification<=0.3,verbatim<=1", "--decide-on", "point", "--max-rounds", "2")
     proc = _cli(world, out, *budget, judge=("--judge", "delta", "--feedback", "delta"))
     log, _ = proc.communicate(timeout=900)
     assert proc.returncode == 1, log
@@ -148,7 +148,7 @@ def test_the_default_judge_does_not_meet_it_and_the_certificate_is_every_attacks
     certificate's figure is at least every attack's accuracy on the output, as `synthugc reidentify --attack all`
     measures it against the full histories."""
     out = world["root"] / "default" / "P.parquet"
-    proc = _cli(world, out, "--budget", "reidentification<=0.3", "--decide-on", "point", "--max-rounds", "1",
+    proc = _cli(world, out, "--budget", "reidentification<=0.3,verbatim<=1", "--decide-on", "point", "--max-rounds", "1",
                 "--on-fail", "keep", judge=("--feedback", "stylometric"))  # every document kept: the adversary of `reidentify` holds the same
     log, _ = proc.communicate(timeout=900)
     assert proc.returncode == 1, log
@@ -168,7 +168,7 @@ def test_the_default_judge_does_not_meet_it_and_the_certificate_is_every_attacks
 
 def test_impossible_budget_exits_1_with_the_curve_and_a_verdict_and_reuses_the_rounds(world):
     out = world["root"] / "impossible" / "P.parquet"
-    proc = _cli(world, out, "--budget", "reidentification<=0.0", "--max-rounds", "2", "--on-fail", "keep")
+    proc = _cli(world, out, "--budget", "reidentification<=0.0,verbatim<=1", "--max-rounds", "2", "--on-fail", "keep")
     log, _ = proc.communicate(timeout=900)
     assert proc.returncode == 1, log
     assert "budget not met" in log and "reidentification" in log, log
@@ -189,7 +189,7 @@ def test_an_input_row_that_fails_validation_is_recorded_among_the_failures(world
     with_bad = world["root"] / "with_bad.parquet"
     pd.concat([corpus, corpus.iloc[:1].assign(doc_id="bad-row", text=None)], ignore_index=True).to_parquet(with_bad)
     out = world["root"] / "invalid" / "P.parquet"
-    proc = _cli(world, out, "--budget", "reidentification<=0.0", "--max-rounds", "0", corpus=with_bad)
+    proc = _cli(world, out, "--budget", "reidentification<=0.0,verbatim<=1", "--max-rounds", "0", corpus=with_bad)
     log, _ = proc.communicate(timeout=900)
     assert proc.returncode == 1, log
     paths = protect_paths(out)

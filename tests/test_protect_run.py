@@ -26,7 +26,9 @@ from tasks.protect.release import CARD_FILE, DATA_FILE
 from tasks.report.render import PROTECT_ROUNDS_SHOWN, escape_markdown, with_interval
 
 CLI = Path(sys.executable).parent / "synthugc"
-BUDGET = "reidentification<=0.05"  # no certificate of 24 timelines can show it met: its interval is too wide
+#: No certificate of 24 timelines can show it met: its interval is too wide; verbatim lifted (the rounds work on
+#: re-identification only)
+BUDGET = "reidentification<=0.05,verbatim<=1"
 
 
 def test_protect_curve_takes_each_roles_worst_case_per_round():

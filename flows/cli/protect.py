@@ -131,11 +131,11 @@ def protect(
     meaning_floor: Annotated[str | None, typer.Option("--meaning-floor", help="BERTScore F1 a kept move keeps; "
                                                       "several (e.g. 0.9,0.8,0.7) make a frontier (default "
                                                       f"{','.join(f'{f:g}' for f in _PROTECT.floors)}).")] = None,
-    fluency_floor: Annotated[str | None, typer.Option("--fluency-floor", help="The least fluency against the source "
-                                                      "(SLOR difference, nats/word) a kept move keeps, or off "
-                                                      f"(default {_PROTECT.fluency_floor:g}).")] = None,
-    prefer: Annotated[Prefer | None, typer.Option("--prefer", help="Among floors meeting the budget: most meaning "
-                                                  f"in all, per row, or most rows (default {_PROTECT.prefer}).")] = None,
+    fluency_floor: Annotated[str | None, typer.Option("--fluency-floor", help="Least fluency a kept move keeps "
+                                                      f"(nats/word), or off (default {_PROTECT.fluency_floor:g}).")]
+    = None,
+    prefer: Annotated[Prefer | None, typer.Option("--prefer", help="The floor to choose (default "
+                                                  f"{_PROTECT.prefer}).")] = None,
     unit: Annotated[Unit | None, typer.Option("--unit", help="An author's documents together, or each post alone "
                                               f"(default {_PROTECT.unit}).")] = None,
     on_fail: Annotated[OnFail | None, typer.Option("--on-fail", help="Documents that cannot meet the budget and the "

@@ -52,16 +52,15 @@ DEFAULT_FEEDBACK: AttackSpecs = (("stylometric", {}), ("classifier", {}), ("embe
 
 @dataclass(frozen=True)
 class ProtectSettings:
-    """Everything a protect run depends on, with its defaults (the CLI's help and the config's ``protect:``
-    section read them here). The budget, ``max_rounds``, ``on_fail`` and ``decide_on`` decide when to stop and what
-    to write, not what a round computes, so they are not in the rounds' cache key."""
+    """Everything a protect run depends on, with its defaults (the CLI's help and the config's ``protect:`` section
+    read them here). The budget, ``max_rounds``, ``on_fail``, ``decide_on`` and ``prefer`` decide when to stop and
+    what to write, not what a round computes: they are not in the rounds' cache key."""
 
     budget: str = DEFAULT_BUDGET
     start: str = PSEUDONYMIZE
     ladder: tuple[Move, ...] = DEFAULT_LADDER
     max_rounds: int = 6
-    #: The BERTScore F1 a kept move must keep; several floors make a frontier (one protect point per floor).
-    meaning_floors: tuple[float, ...] = (0.80,)
+    meaning_floors: tuple[float, ...] = (0.80,)  # a kept move's least BERTScore F1; several make a frontier
     fluency_floor: float | None = FLUENCY_FLOOR  # a kept move's least fluency against its source (None: no floor)
     prefer: str = "balanced"
     on_fail: str = "drop"
@@ -96,11 +95,8 @@ class ProtectSettings:
 
     def __post_init__(self) -> None:
         _check(self)
-        bounds = parse_budget(self.budget, "budget", protect=True)
-        if VERBATIM not in {b.column for b in bounds}:  # always in the loop, unless lifted by name (verbatim<=1)
-            object.__setattr__(self, "budget", f"{self.budget},{DEFAULT_VERBATIM}")
-            bounds = parse_budget(self.budget, "budget", protect=True)
-        object.__setattr__(self, "bounds", tuple(bounds))
+        object.__setattr__(self, "budget", with_verbatim(self.budget))
+        object.__setattr__(self, "bounds", tuple(parse_budget(self.budget, "budget", protect=True)))
 
     @property
     def meaning_floor(self) -> float:
@@ -205,6 +201,13 @@ class ProtectSettings:
                 "profiling": {"feedback": dict(self.profiling_feedback), "judge": dict(self.profiling_judge)}
                 if self.profiling else None,
                 "llm": dict(self.llm) if any(m.name == LLM_ANONYMIZE for m in self.ladder) else {}}
+
+
+def with_verbatim(budget: str) -> str:
+    """``budget`` with the default verbatim bound where it names none (verbatim is always in the loop unless a budget
+    lifts it by name: ``verbatim<=1``)."""
+    named = {b.column for b in parse_budget(budget, "budget", protect=True)}
+    return budget if VERBATIM in named else f"{budget},{DEFAULT_VERBATIM}"
 
 
 def _check(settings: ProtectSettings) -> None:
