@@ -477,7 +477,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
         "fluency_metric": "fluency", "fluency_floor": settings.fluency_floor,
         "fluency": _plain({"value": float(np.mean(fluency)) if len(fluency) else math.nan, "ci_low": f_low,
                            "ci_high": f_high, "n": len(fluency), "floor": settings.fluency_floor}),
-        "withheld": withheld_by_reason(failures, table),
+        "withheld": withheld_by_reason(failures),
         "prefer": settings.prefer,
         "documents": {"input": len(corpus), "kept": len(table), "released": released, "rewritten": rewritten,
                       "failed": n_caught,
@@ -516,17 +516,14 @@ WITHHELD_REASONS: tuple[tuple[str, str], ...] = (
 )
 
 
-def withheld_by_reason(failures: pd.DataFrame, table: pd.DataFrame) -> list[dict[str, Any]]:
-    """What the output does not hand out, by plain reason with its count: the documents held back (the failures)
-    and the kept ones that release leaves out as verbatim."""
+def withheld_by_reason(failures: pd.DataFrame) -> list[dict[str, Any]]:
+    """The documents the output holds back (the failures), by plain reason with its count; the kept ones that still
+    hold a run of their source are not among them (they are in P, and release leaves them out and counts them:
+    ``documents.kept - documents.released``)."""
     counts: dict[str, int] = {}
     for reason in failures["reason"].astype(str) if len(failures) else []:
         words = next((w for key, w in WITHHELD_REASONS if reason.startswith(key)), reason)
         counts[words] = counts.get(words, 0) + 1
-    verbatim = int(table[VERBATIM_COLUMN].to_numpy(bool).sum()) if len(table) else 0
-    if verbatim:
-        words = "it still holds a run of its source text (kept, left out at release)"
-        counts[words] = counts.get(words, 0) + verbatim
     return [{"reason": r, "count": n} for r, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 

@@ -366,8 +366,10 @@ def _protect_facts(summary: Mapping[str, Any]) -> dict[str, str]:
                        f"attacks still re-identified, " + (f"with the moves {ladder} in turn" if ladder else
                                                          "with no further move")
                        + f"; a round's rewrite was kept only where its meaning ({summary['meaning_metric']}) stayed at or "
-                         f"above {summary['meaning_floor']}; documents still re-identified that no rewrite above the "
-                         f"floor could protect {held}",
+                         f"above {summary['meaning_floor']}"
+                       + (f" and its fluency at or above {summary['fluency_floor']:g}"
+                          if summary.get("fluency_floor") is not None else "")
+                       + f"; documents still re-identified that no rewrite above the floors could protect {held}",
             "certificate": "every registered attack run again on the output with the adversary's whole histories (the "
                            "loop steered on half of them), at the unit the output exposes ("
                            + str(summary.get("unit", "timeline")) + "s)"

@@ -44,6 +44,9 @@ SIZE_CATEGORIES: tuple[tuple[float, str], ...] = (
 #: A held-back document's reason as the protect loop, the input validation or a strategy writes it (a pattern
 #: searched at a word's start in the reason, lower case) and the plain words the card says instead, in this order.
 PLAIN_REASONS: tuple[tuple[str, str], ...] = (
+    ("lost too much meaning", "every rewrite that protects it lost too much meaning or fluency"),
+    ("or read worse", "every rewrite that protects it lost too much meaning or fluency"),
+    ("reads worse than its source", "it reads worse than its source beyond the fluency floor"),
     ("not both met", "no rewrite met both the privacy budget and the meaning floor"),
     ("floor", "every rewrite fell below the meaning floor"),
     ("below", "every rewrite fell below the meaning floor"),
