@@ -222,6 +222,11 @@ def test_the_frontier_draws_each_floor_with_its_intervals_the_budget_and_the_cho
     assert list(shown["meaning floor"]) == ["0.9", "0.8", "0.7"] and list(shown["chosen"]) == ["", "", "yes"]
     assert shown["certificate (worst attack)"].iloc[2] == "0.080 [0.050, 0.090] (classifier)"
     assert list(shown["budget"]) == ["not met", "not met", "met"] and shown["kept / held back"].iloc[0] == "90 / 10"
+    assert list(shown["released"]) == ["–"] * 3  # a frontier written before rows released and fluency were
+    with_fluency = protect_frontier_table(_frontier().assign(fluency=[-0.1, -0.3, -0.5], fluency_ci_low=-0.6,
+                                                             fluency_ci_high=0.0, documents_released=[80, 90, 1200]))
+    assert with_fluency["fluency (vs source)"].iloc[2] == "-0.500 [-0.600, 0.000]"
+    assert list(with_fluency["released"]) == ["80", "90", "1,200"]
 
 
 @pytest.mark.parametrize("key", list(DEGENERATE))
