@@ -10,6 +10,9 @@ Users scale with the posts as in the article (37.9k users for 8.7M posts). Histo
 attack time and its peak RSS (the child's ru_maxrss: interpreter and libraries included); numba kernels are
 compiled and cached before, untimed. Ends with a ``RESULT`` line: the profiling times (the slower setting of
 each attack), their ratio (stylometric over delta: below 1 where delta is slower) and every accuracy@1.
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ substitution macro-F1), ten released sentences beside their sources (a fixed see
 key=value ...``: the share of the input released, the meaning and fluency of the released rows, whether the
 certificate met the budget, the protect-and-release seconds of both sides and their ratio, and the load average
 at both ends. The data must be fetched: ``synthugc datasets fetch conventions``.
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ The histories are ``synthugc datasets timelines --posts 5 --seed 0`` of ``data/c
 sentences of 181 speakers; the certificate fits on all of them, each half of protect's round 0 on about half).
 Checks that both ways give the same C, validation figures and weights. Ends with ``RESULT
 posts=... authors=... sequential_s=... processes_s=... speedup=... processes=... identical=... load=...``.
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

@@ -20,6 +20,9 @@ byte-identical, and the executor's overhead per stage on the same run with every
 
 Run: ``.venv/bin/python benchmarks/flow.py --sizes 500 2000 8862`` or ``benchmarks/flow.py --executor``
 (see benchmarks/README.md).
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@
 3. The in-process ``TransformersBackend``'s generated tokens/s (greedy; one request at a time, then a batch).
 
 Run: ``.venv/bin/python benchmarks/generate.py`` (see benchmarks/README.md).
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ requests/s and their ratio; then the same with concurrency 8 (the client's old d
 server, same run, fewer requests since it is slow). Also when the first result reached the caller.
 
 Run: ``.venv/bin/python benchmarks/llm_client.py`` (see benchmarks/README.md). Ends with one ``RESULT`` line.
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@
    same run. The analyzer is built and warmed up before timing; its load time is reported apart.
 
 Run: ``.venv/bin/python benchmarks/pii.py [--n 1000]``. The machine is shared: quote the load average.
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

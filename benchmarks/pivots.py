@@ -13,6 +13,9 @@
 
 Run: ``.venv/bin/python benchmarks/pivots.py [--sentences 200] [--turns 100]``. Needs apertium and the
 pairs of infra/apt-packages.sh. Ends with one ``RESULT`` line.
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

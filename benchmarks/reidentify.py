@@ -22,6 +22,9 @@ history post is extrapolated linearly to the full history and divided by the sty
 On the same subsample the sketch's cosines are compared with the exact mode's (mean and max absolute
 error, top-1 agreement), and document frequencies from a sample at the full run's sampling rate with
 those from every post.
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

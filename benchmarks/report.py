@@ -6,6 +6,9 @@ reference measured in the same run: reading every parquet artifact the run's man
 the least any rebuild from the artifacts must do.
 
     .venv/bin/python benchmarks/report.py [RUN_DIR (default runs/demo)] [--repeats 3]
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ built before the schema existed. Rows are long score rows like a large run's sum
 variants x metrics, a third of them with utility structure).
 
     .venv/bin/python benchmarks/scores.py [--rows 100000] [--repeats 3]
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ prints training examples/s for each, prediction examples/s, macro F1 on held-out
 encoder's throughput as a ratio against the linear baseline measured in the same run.
 
     .venv/bin/python benchmarks/training.py [--train 512] [--test 256] [--epochs 1] [--threads 1]
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations

@@ -13,6 +13,9 @@ characters, cycled when N needs more. Three synthetic sides, each timed with ``v
 
 Run: ``.venv/bin/python benchmarks/verbatim.py [--n 17800] [--min-chars 30]``. The machine is shared: quote
 the load average it prints.
+
+It ends with one ``RESULT key=value ...`` line, recorded in benchmarks/results.jsonl
+(:func:`benchmarks.results.record`).
 """
 
 from __future__ import annotations
