@@ -33,7 +33,7 @@ def metric_options(cfg: ExperimentConfig) -> MetricOptions:
         transfer_classifier=m.transfer.classifier, transfer_target=m.transfer.target,
         cps_mask=m.transfer.cps_mask, cps_threshold=m.transfer.cps_threshold,
         bag_group=m.bag_group, seed=cfg.seed, shard_size=m.shard_size, n_bootstrap=m.n_bootstrap,
-        verbatim_min_chars=m.verbatim.min_chars,
+        verbatim_min_chars=m.verbatim.min_chars, fluency_lm=cfg.models.get("fluency_lm"),
     )
 
 

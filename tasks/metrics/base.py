@@ -37,6 +37,7 @@ class MetricOptions:
     shard_size: int = 2000
     n_bootstrap: int = N_RESAMPLES  # resamples of the 95% interval of each sample mean (over documents)
     verbatim_min_chars: int = VERBATIM_MIN_CHARS  # the shortest run of its source that makes an output verbatim
+    fluency_lm: str | None = None  # config models.fluency_lm (None: the role's offline default), resolved when used
 
 
 #: The names a metric may declare as options it reads.

@@ -48,6 +48,7 @@ from tasks.metrics.style import pos_jaccard, pos_jsd, style_cosine, style_freche
 from tasks.metrics.transfer import HFSequenceClassifier, SubjectivityClassifier, VaderClassifier, cps, sti
 from tasks.metrics.verbatim import verbatim_scores
 from tasks.models.pii import PiiDetector
+from tasks.models.registry import resolve_model
 from tasks.models.style_encoders import load_style_encoder
 from tasks.registry import import_package_modules
 
@@ -235,7 +236,12 @@ def _bertscore(sources: list[str], outputs: list[str], options: Any, cache: Embe
 
 
 def _fluency(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
-    return fluency(sources, outputs, cache=cache)
+    return fluency(sources, outputs, spec=fluency_model(options), cache=cache)
+
+
+def fluency_model(options: Any) -> Any:
+    """The fluency LM the options name (config ``models.fluency_lm``), else the role's offline default."""
+    return resolve_model("fluency_lm", options.fluency_lm)
 
 
 def _bleu_divergence(sources: list[str], outputs: list[str], options: Any, cache: EmbeddingCache) -> MetricResult:
@@ -328,7 +334,7 @@ register(Metric("bertscore_f1", "sample", "meaning", 1, "BSc", "BERTScore F1", _
 register(Metric("bertscore_p", "sample", "meaning", 1, "BSc-P", "BERTScore precision", _BSC, _bertscore))
 register(Metric("bertscore_r", "sample", "meaning", 1, "BSc-R", "BERTScore recall", _BSC, _bertscore))
 register(Metric("fluency", "sample", "fluency", 1, "Flu", "fluency against the source (SLOR difference, nats/word)",
-                (), _fluency, by_default=False))
+                ("fluency_lm",), _fluency, by_default=False))
 register(Metric("style_cosine", "sample", "style", 1, "Style", "style-embedding cosine",
                 ("style_encoder", "pos_tagger"), _style_cosine, headline=True))
 register(Metric("pos_jaccard", "sample", "style", 1, "POS", "POS Jaccard", ("pos_tagger",), _pos_jaccard,

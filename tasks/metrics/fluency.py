@@ -65,8 +65,9 @@ def _cpu_bfloat16() -> bool:
 
 
 def fluency_dtype(device: str) -> str:
-    """``bfloat16`` on an accelerator or a CPU with bfloat16 instructions (1.6-5x faster, within a few hundredths
-    of a nat per word of float32), else ``float32``."""
+    """``bfloat16`` on an accelerator or a CPU with bfloat16 instructions, else ``float32``. On 256 conventions
+    sentences on 2 cores with bfloat16 instructions: 63 texts/s against 20, each text's log-probability within 0.1
+    nat of float32's (under 0.01 nat per word)."""
     return "bfloat16" if device != "cpu" or _cpu_bfloat16() else "float32"
 
 

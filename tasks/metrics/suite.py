@@ -38,7 +38,12 @@ from tasks.metrics.metaeval import metric_correlations, run_metaeval, summarize_
 from tasks.metrics.pii import scanned_texts
 from tasks.models import pii
 from tasks.models.embeddings import EmbeddingCache, embed_once
-from tasks.models.loaders import import_model_libraries, load_sentence_encoder, load_token_encoder
+from tasks.models.loaders import (
+    import_model_libraries,
+    load_causal_lm,
+    load_sentence_encoder,
+    load_token_encoder,
+)
 from tasks.models.pii import prepare
 from tasks.models.registry import resolve_model
 from tasks.models.style_encoders import PosTagRecorder, resolve_tagger, same_pipeline
@@ -130,6 +135,7 @@ MODEL_LOADS: dict[str, Callable[[MetricOptions], Any]] = {
     "style_encoder": lambda options: (catalogue.style_encoder(options), _load_tagger(options)),
     "pos_tagger": _load_tagger,
     "transfer_classifier": lambda options: catalogue.transfer_classifier(options.transfer_classifier),
+    "fluency_lm": lambda options: load_causal_lm(catalogue.fluency_model(options)),
 }
 
 

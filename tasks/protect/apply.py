@@ -66,7 +66,7 @@ def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[lis
         return replaced["text"].astype(str).tolist()
     if move.name == REWORD:
         return reword(rows["text"].astype(str).tolist(), min_chars=p.settings.verbatim_chars,
-                      senses=int(move.params.get("senses", 1)))
+                      senses=int(move.params.get("senses", 1)), parses=p.shared.parses)
     if move.name == MASK_EVIDENCE:
         return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
     if move.name == GENERALIZE:

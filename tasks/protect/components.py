@@ -33,14 +33,15 @@ _MEANING_CHUNK = 2_000
 @dataclass
 class Shared:
     """What the points of a frontier share: the fitted strategies, generalize's per-author phrases (the same entity
-    gets the same phrase at every floor), and the moves' outputs and meaning scores already computed (a point asks
-    for most of the ones the point above it did)."""
+    gets the same phrase at every floor), and the moves' outputs, parses, meaning and fluency scores already computed
+    (a point asks for most of the ones the point above it did)."""
 
     strategies: dict[str, Any] = field(default_factory=dict)
     surrogates: Any = None
     outputs: dict[tuple, str | None] = field(default_factory=dict)
     meanings: dict[tuple[str, str], float] = field(default_factory=dict)
     fluencies: dict[tuple[str, str], float] = field(default_factory=dict)
+    parses: dict[str, Any] = field(default_factory=dict)  # reword's spaCy parses, by text
 
     def __post_init__(self) -> None:
         if self.surrogates is None:

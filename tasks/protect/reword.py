@@ -182,21 +182,16 @@ def reword_doc(doc: Any, min_chars: int, senses: int = 1) -> str:
     return "".join(text + ws for text, ws, _ in words)
 
 
-#: Parses kept for the next call (a rung's candidates reword the same texts with one and with more senses).
-_PARSES: dict[tuple[int, str], Any] = {}
-_PARSES_KEPT = 20_000
-
-
 def reword(texts: Sequence[str], *, min_chars: int, senses: int = 1, nlp: Any = None,
-           batch_size: int = 64) -> list[str]:
+           parses: dict[str, Any] | None = None, batch_size: int = 64) -> list[str]:
     """Each text with the fewest edits that break its runs of ``min_chars`` characters (see the module); synonyms
-    from the ``senses`` most frequent senses of a word (1: the safest; more: more words can be swapped)."""
+    from the ``senses`` most frequent senses of a word (1: the safest; more: more words can be swapped). ``parses``
+    keeps each text's parse for the next call (a protect rung rewords the same texts with one and with more
+    senses)."""
     nlp = nlp if nlp is not None else load_pipeline()
+    parses = {} if parses is None else parses
     texts = [str(t) for t in texts]
     with resource_lock(nlp):
-        todo = list(dict.fromkeys(t for t in texts if (id(nlp), t) not in _PARSES))
-        if len(_PARSES) + len(todo) > _PARSES_KEPT:
-            _PARSES.clear()
-        _PARSES.update({(id(nlp), t): doc for t, doc in zip(todo, nlp.pipe(todo, batch_size=batch_size),
-                                                             strict=True)})
-        return [reword_doc(_PARSES[(id(nlp), t)], min_chars, senses) for t in texts]
+        todo = list(dict.fromkeys(t for t in texts if t not in parses))
+        parses.update(zip(todo, nlp.pipe(todo, batch_size=batch_size), strict=True))
+        return [reword_doc(parses[t], min_chars, senses) for t in texts]
