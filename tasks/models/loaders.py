@@ -144,11 +144,23 @@ def load_gguf_causal_lm(spec: ModelSpec) -> tuple[Any, Any]:
     try:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        _quiet_gguf_progress()
         tokenizer = AutoTokenizer.from_pretrained(spec.path, local_files_only=local, gguf_file=spec.gguf_file)
         model = AutoModelForCausalLM.from_pretrained(spec.path, gguf_file=spec.gguf_file, local_files_only=local)
     except (OSError, ValueError, ImportError) as exc:
         raise _unavailable(spec, exc) from exc
     return _padded(tokenizer), model.eval()
+
+
+def _quiet_gguf_progress() -> None:
+    """No progress bar while transformers dequantises a GGUF file (its own tqdm, which transformers' switch for
+    progress bars does not reach): a run's log is one line per stage."""
+    import functools
+
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    if not isinstance(gguf_utils.tqdm, functools.partial):
+        gguf_utils.tqdm = functools.partial(gguf_utils.tqdm, disable=True)
 
 
 def _padded(tokenizer: Any) -> Any:
