@@ -317,3 +317,45 @@ def test_verbatim_is_always_in_the_loop_unless_lifted_by_name():
     assert ProtectSettings(budget="reidentification<=0.10,verbatim<=0").budget == "reidentification<=0.10,verbatim<=0"
     lifted = ProtectSettings(budget="reidentification<=0.10,verbatim<=1")
     assert not lifted.bounds_figure("verbatim") and lifted.bounds_figure("reidentification")
+
+
+def test_reword_judged_by_the_lm_keeps_only_swaps_that_fit_their_context():
+    """Judged by the fluency LM in context, reword takes no wrong-sense synonym a most-frequent choice takes ("make"
+    -> "do", "no one" -> "no single"), the judged rewordings read better than the unjudged ones, and a text shorter
+    than the verbatim run still gets the one edit that makes it other than a copy."""
+    from tasks.metrics.fluency import FLUENCY, fluency, slor_totals
+    from tasks.metrics.verbatim import verbatim_flags
+    from tasks.protect.reword import reword
+
+    sources = ["He's fighting to make college more affordable.", "Now, let me be clear so no one misunderstands.",
+               "We all know that education leads to opportunity and that education begins with a great teacher.",
+               "Maria is a custodian from California, and thanks to health care reform, her daughter is covered.",
+               "He's wrong."]
+    plain = reword(sources, min_chars=30, senses=3)
+    judged = reword(sources, min_chars=30, senses=3, judge=slor_totals)
+    assert " do college" in plain[0] and "no single" in plain[1]  # what the most frequent synonym gives
+    assert " do college" not in judged[0] and "no single" not in judged[1], judged
+    assert judged[4] != sources[4] and not verbatim_flags(sources[4:], judged[4:], min_chars=30).any()
+    plain_fluency = fluency(sources, plain).scores[FLUENCY].to_numpy()
+    judged_fluency = fluency(sources, judged).scores[FLUENCY].to_numpy()
+    assert judged_fluency.mean() > plain_fluency.mean() + 0.3, (plain_fluency, judged_fluency)
+    assert (judged_fluency >= -1.0).all(), list(zip(judged, judged_fluency, strict=True))
+
+
+def test_reword_edits_only_where_the_text_still_holds_a_run_of_its_source():
+    """Given its source, reword breaks the runs the text still shares with it and leaves the rest as it is: a
+    rewrite that already changed most of a sentence is not reworded again, and a text sharing no run is returned
+    unchanged."""
+    from tasks.metrics.verbatim import verbatim_flags
+    from tasks.protect.reword import reword, runs_of_source
+
+    source = "The president submitted this plan to the Congress, and the members debated it for many long weeks."
+    text = "Our leader handed a proposal to lawmakers, and the members debated it for many long weeks."
+    runs = runs_of_source(text, source, 30)
+    assert len(runs) == 1 and text[runs[0][0]:runs[0][1]] == "s, and the members debated it for many long weeks."
+    out = reword([text], min_chars=30, senses=3, sources=[source])[0]
+    assert not verbatim_flags([source], [out], min_chars=30).any(), out
+    assert out.startswith("Our leader handed a proposal to lawmakers,"), out  # the part already rewritten stays
+    unrelated = "Lawmakers argued over the proposal for weeks."
+    assert runs_of_source(unrelated, source, 30) == [] and reword([unrelated], min_chars=30, sources=[source]) == [unrelated]
+    assert runs_of_source("Thanks.", "Thanks.", 30) == [(0, 7)]  # a short copy must change somewhere

@@ -5,12 +5,15 @@ light (the settings and the CLI's help import it): this module loads what runs t
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.generate.base import build_strategy, generate_synthetic, is_unchanged
 from tasks.generate.pseudonymize import pseudonymize_corpus
+from tasks.metrics.fluency import slor_totals
 from tasks.protect.components import Components
 from tasks.protect.generalize import generalize
 from tasks.protect.moves import (
@@ -65,8 +68,10 @@ def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[lis
         p.mappings.append(mapping)
         return replaced["text"].astype(str).tolist()
     if move.name == REWORD:
+        judge = None if p.settings.fluency_floor is None else functools.partial(slor_totals, cache=p.embeddings())
         return reword(rows["text"].astype(str).tolist(), min_chars=p.settings.verbatim_chars,
-                      senses=int(move.params.get("senses", 1)), parses=p.shared.parses)
+                      senses=int(move.params.get("senses", 1)), sources=p.sources.loc[rows.index].tolist(),
+                      parses=p.shared.parses, judge=judge)
     if move.name == MASK_EVIDENCE:
         return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
     if move.name == GENERALIZE:

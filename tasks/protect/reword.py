@@ -15,58 +15,96 @@ sense and leaves spaCy's stop words alone; more senses let more words change, fu
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from tasks.parallel import resource_lock
 from tasks.protect.lexicon import inflect_verb, load_pipeline, load_wordnet, plural
 
+#: Per text, a score of how well it reads (higher: better); a swap is judged on the words around it.
+Judge = Callable[[Sequence[str]], np.ndarray]
+#: The most a word swap may cost the words around it (nats of LM log-probability less unigram log-probability: a
+#: fitting synonym costs little or gains, a wrong sense or a broken idiom several nats), and the tokens of context
+#: each side it is judged on.
+MAX_SWAP_COST = 4.0
+_CONTEXT = (4, 2)
+#: The replacements judged per place (the most frequent synonyms), and the rounds of judging a batch may take.
+MAX_OPTIONS = 5
+_MAX_PASSES = 8
+#: How deep in WordNet's noun hierarchy a more general word must be (shallower ones are abstractions).
+_BROADER_DEPTH = 6
+
+#: Tags of a wh-word, which opens a clause that takes no "that" ("understands what it takes").
+_WH_TAGS = frozenset({"WDT", "WP", "WP$", "WRB"})
 _POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 #: Penn tags whose form the inflection helpers cannot make (comparatives, superlatives).
 _SKIP_TAGS = frozenset({"JJR", "JJS", "RBR", "RBS", "NNP", "NNPS"})
 
 
 @functools.cache
-def synonym(lemma: str, pos: str, senses: int = 1) -> str | None:
-    """The most frequent single-word synonym of ``lemma`` in its ``senses`` most frequent WordNet senses of ``pos``
-    (``n``, ``v``, ``a``, ``r``), or None."""
+def synonyms(lemma: str, pos: str, senses: int = 1) -> tuple[str, ...]:
+    """The single-word synonyms of ``lemma`` in its ``senses`` most frequent WordNet senses of ``pos`` (``n``, ``v``,
+    ``a``, ``r``), the most frequent English word first, none rarer than Zipf 3 (rarer words read as odd)."""
     from wordfreq import zipf_frequency
 
     wn = load_wordnet()
     names: set[str] = set()
     for sense in wn.synsets(lemma, pos)[:senses]:
         names.update(n for n in sense.lemma_names() if n.isalpha() and n.islower() and n != lemma)
-    if not names:
-        return None
-    best = max(sorted(names), key=lambda n: zipf_frequency(n, "en"))
-    return best if zipf_frequency(best, "en") >= 3.0 else None  # rarer words read as odd
+    ranked = sorted(sorted(names), key=lambda n: -zipf_frequency(n, "en"))
+    return tuple(n for n in ranked if zipf_frequency(n, "en") >= 3.0)
 
 
-def _swap(tok: Any, senses: int = 1) -> str | None:
-    """The word replacing ``tok``, inflected and cased as it was, or None where it cannot be swapped (with more
-    ``senses``, a content word on spaCy's stop list may be swapped too, and a function word for its near-synonym);
-    a number below 100 is written in words."""
+@functools.cache
+def broader_words(lemma: str, pos: str) -> tuple[str, ...]:
+    """Single words one step more general than ``lemma``'s most frequent WordNet sense of ``pos`` (a noun's hypernym
+    at least ``_BROADER_DEPTH`` deep, "teacher" -> "educator" but not "education" -> "activity"; an adjective's
+    similar senses), the most frequent first, none rarer than Zipf 3: they keep the sense and lose a detail, so only
+    an LM-judged rewording offers them."""
+    from wordfreq import zipf_frequency
+
+    senses = load_wordnet().synsets(lemma, pos)[:1]
+    if pos == "n":
+        related = [h for sense in senses for h in sense.hypernyms() if h.min_depth() >= _BROADER_DEPTH]
+    else:
+        related = [r for sense in senses for r in sense.similar_tos()] if pos == "a" else []
+    names = {n for r in related for n in r.lemma_names() if n.isalpha() and n.islower() and n != lemma}
+    ranked = sorted(sorted(names), key=lambda n: -zipf_frequency(n, "en"))
+    return tuple(n for n in ranked if zipf_frequency(n, "en") >= 3.0)
+
+
+def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
+    """The words that may replace ``tok``, inflected and cased as it was, the most frequent synonyms first, then
+    with ``broader`` the more general words (none where it cannot be swapped; with more ``senses``, a content word
+    on spaCy's stop list may be swapped too, and a function word for its near-synonym); a number below 100 is
+    written in words."""
     if tok.like_num and tok.is_digit and not (tok.ent_type_ in ("DATE", "TIME") and len(tok.text) > 2):
-        return _number_words(tok.text)
+        words = _number_words(tok.text)
+        return [words] if words else []
     if senses > 1 and tok.lower_ in _FUNCTION_SWAPS and tok.pos_ == _FUNCTION_SWAPS[tok.lower_][1]:
         found = _FUNCTION_SWAPS[tok.lower_][0]
-        return found[0].upper() + found[1:] if tok.text[0].isupper() else found
+        return [found[0].upper() + found[1:] if tok.text[0].isupper() else found]
     pos = _POS.get(tok.pos_)
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
             (tok.is_stop and senses == 1) or tok.lower_ in _FIXED:
-        return None
-    found = synonym(tok.lemma_.lower(), pos, senses)
-    if found is None:
-        return None
-    if tok.tag_ == "NNS":
-        if found.endswith("s"):  # a plural-only synonym ("contemporaries")
-            return None
-        found = plural(found)
-    elif tok.pos_ == "VERB":
-        found = inflect_verb(found, tok.tag_)
-    if tok.text[0].isupper():
-        found = found[0].upper() + found[1:]
-    return found if found.lower() != tok.lower_ else None
+        return []
+    out = []
+    lemma = tok.lemma_.lower()
+    for found in synonyms(lemma, pos, senses) + (broader_words(lemma, pos) if broader else ()):
+        if tok.tag_ == "NNS":
+            if found.endswith("s"):  # a plural-only synonym ("contemporaries")
+                continue
+            found = plural(found)
+        elif tok.pos_ == "VERB":
+            found = inflect_verb(found, tok.tag_)
+        if tok.text[0].isupper():
+            found = found[0].upper() + found[1:]
+        if found.lower() != tok.lower_ and found not in out:
+            out.append(found)
+    return out
 
 
 #: Auxiliary + ``not`` and pronoun + auxiliary, contracted; and each contraction spelt out (spaCy splits
@@ -142,28 +180,97 @@ def _common(a: str, b: str) -> tuple[int, int]:
     return prefix, min(suffix, min(len(a), len(b)) - prefix)
 
 
-def reword_doc(doc: Any, min_chars: int, senses: int = 1) -> str:
-    """``doc`` (a spaCy parse) with the fewest edits (a synonym swap, a contraction made or spelt out) that leave
-    no unchanged stretch of ``min_chars`` characters where an edit can break it (the characters an edit keeps, a
-    shared prefix or suffix, count as unchanged)."""
-    edits: dict[int, tuple[int, str]] = {}
+@dataclass(frozen=True)
+class Edit:
+    """One place a text can change: the token after it, the replacements (preferred first), and whether the LM
+    judges them in context (a word swap) or they read the same either way (a contraction, a number in words)."""
+
+    end: int
+    options: tuple[str, ...]
+    judged: bool
+
+
+def edit_options(doc: Any, senses: int = 1, broader: bool = False) -> dict[int, Edit]:
+    """Every edit ``doc`` allows, by the token it starts at (see the module; ``broader``: more general words too)."""
+    edits: dict[int, Edit] = {}
     for tok in doc:
         if (c := _contraction(doc, tok.i)) is not None:
-            edits[tok.i] = c
-        elif (s := _swap(tok, senses)) is not None:
-            edits[tok.i] = (tok.i + 1, s)
+            edits[tok.i] = Edit(c[0], (c[1],), judged=False)
+        elif swaps := _swaps(tok, senses, broader):
+            edits[tok.i] = Edit(tok.i + 1, tuple(swaps[:MAX_OPTIONS]), judged=not tok.is_digit)
+    if broader:
+        for i, (end, text) in _complementizers(doc).items():
+            known = edits.get(i)
+            if known is None:
+                edits[i] = Edit(end, (text,), judged=True)
+            elif known.end == end and known.judged:
+                edits[i] = Edit(end, (*known.options, text), judged=True)
+    return edits
+
+
+def _complementizers(doc: Any) -> dict[int, tuple[int, str]]:
+    """Where the optional "that" of a clause after a verb ("I know (that) he understands") can be dropped or put
+    in, by the token the edit starts at: (end token, text). Both keep the sense; the LM judges how each reads."""
+    out: dict[int, tuple[int, str]] = {}
+    for tok in doc:
+        if tok.dep_ != "ccomp" or tok.head.pos_ != "VERB" or tok.head.i > tok.i:
+            continue
+        marks = [c for c in tok.children if c.dep_ == "mark"]
+        first = tok.left_edge
+        before = doc[first.i - 1] if first.i else None  # the verb, or its object ("told me (that) there ...")
+        if before is None or not before.whitespace_ or not (before == tok.head or (
+                before.head == tok.head and before.dep_ in ("dobj", "dative", "iobj"))):
+            continue
+        if marks and marks[0].lower_ == "that" and marks[0] == first and first.i + 1 < len(doc):
+            out[first.i] = (first.i + 2, doc[first.i + 1].text)  # "know that their" -> "know their"
+        elif not marks and first.tag_ not in _WH_TAGS and first.pos_ != "PUNCT" and \
+                any(c.dep_ in ("nsubj", "expl") for c in tok.children):
+            out[first.i] = (first.i + 1, f"that {first.text}")  # "know he understands" -> "know that he ..."
+    return out
+
+
+def runs_of_source(text: str, source: str | None, min_chars: int) -> list[tuple[int, int]]:
+    """The stretches of ``text`` (character offsets) an edit must break: those covered by runs of ``min_chars``
+    characters it shares with ``source`` (case folded), or the whole text where it is a copy of ``source`` shorter
+    than a run; without a source, the whole text (itself taken as its source)."""
+    if source is None or text.lower() == source.lower():
+        return [(0, len(text))] if text else []
+    low, grams = text.lower(), {source.lower()[j:j + min_chars] for j in range(len(source) - min_chars + 1)}
+    covered = np.zeros(len(text) + 1, bool)
+    for j in range(len(text) - min_chars + 1):
+        if low[j:j + min_chars] in grams:
+            covered[j:j + min_chars] = True
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], covered])))  # starts and ends, alternating
+    return [(int(x), int(y)) for x, y in zip(edges[::2], edges[1::2], strict=True)]
+
+
+def _choose(doc: Any, edits: dict[int, tuple[int, str]], min_chars: int,
+            runs: list[tuple[int, int]] | None = None) -> dict[int, tuple[int, str]]:
+    """Of ``edits`` (start token -> (end token, text)), the fewest that leave no unchanged stretch of ``min_chars``
+    characters inside ``runs`` (:func:`runs_of_source`; None: the whole text) where an edit can break it, each the
+    farthest the stretch before it can reach (the characters an edit keeps, a shared prefix or suffix, count as
+    unchanged). A run shorter than ``min_chars`` is a short copy: one edit in it is enough."""
+    runs = [(0, len(doc.text))] if runs is None else runs
     spans = {i: (doc[i].idx, doc[end - 1].idx + len(doc[end - 1].text)) for i, (end, _) in edits.items()}
     kept = {i: _common(doc.text[a:b], edits[i][1]) for i, (a, b) in spans.items()}
     chosen: dict[int, tuple[int, str]] = {}
-    stretch = 0  # where the current unchanged stretch starts (a character offset)
-    order = sorted(edits)
-    k = 0
-    while k < len(order) and len(doc.text) - stretch >= min_chars:
-        reach = [i for i in order[k:] if spans[i][0] + kept[i][0] - stretch < min_chars - 1]
-        i = reach[-1] if reach else order[k]  # the farthest within reach, else the next one (the run stays)
-        chosen[i] = edits[i]
-        stretch = spans[i][1] - kept[i][1]
-        k = next((n for n, j in enumerate(order) if j >= edits[i][0]), len(order))
+    for start, stop in runs:
+        order = sorted(i for i in edits if spans[i][0] < stop and spans[i][1] > start)
+        if order and stop - start < min_chars:
+            chosen[order[0]] = edits[order[0]]
+            continue
+        stretch, k = start, 0  # where the current unchanged stretch starts (a character offset)
+        while k < len(order) and stop - stretch >= min_chars:
+            reach = [i for i in order[k:] if spans[i][0] + kept[i][0] - stretch < min_chars - 1]
+            i = reach[-1] if reach else order[k]  # the farthest within reach, else the next one (the run stays)
+            chosen[i] = edits[i]
+            stretch = spans[i][1] - kept[i][1]
+            k = next((n for n, j in enumerate(order) if j >= edits[i][0]), len(order))
+    return chosen
+
+
+def _render(doc: Any, chosen: dict[int, tuple[int, str]]) -> str:
+    """``doc``'s text with the ``chosen`` edits made (and a/an agreeing with a swapped word after it)."""
     words, skip = [], 0
     for t in doc:
         if t.i < skip:
@@ -182,16 +289,84 @@ def reword_doc(doc: Any, min_chars: int, senses: int = 1) -> str:
     return "".join(text + ws for text, ws, _ in words)
 
 
-def reword(texts: Sequence[str], *, min_chars: int, senses: int = 1, nlp: Any = None,
-           parses: dict[str, Any] | None = None, batch_size: int = 64) -> list[str]:
-    """Each text with the fewest edits that break its runs of ``min_chars`` characters (see the module); synonyms
-    from the ``senses`` most frequent senses of a word (1: the safest; more: more words can be swapped). ``parses``
-    keeps each text's parse for the next call (a protect rung rewords the same texts with one and with more
-    senses)."""
+def reword_doc(doc: Any, min_chars: int, senses: int = 1, source: str | None = None) -> str:
+    """``doc`` (a spaCy parse) with the fewest edits that leave no unchanged run of ``min_chars`` characters of
+    ``source`` (None: of itself) where an edit can break it, each swap the most frequent synonym (no LM)."""
+    edits = {i: (e.end, e.options[0]) for i, e in edit_options(doc, senses).items()}
+    return _render(doc, _choose(doc, edits, min_chars, runs_of_source(doc.text, source, min_chars)))
+
+
+def _window(doc: Any, i: int, end: int, text: str | None = None) -> str:
+    """The words around the edit of tokens ``i:end`` (``_CONTEXT`` tokens each side), with ``text`` in its place
+    (None: as written)."""
+    a, b = max(0, i - _CONTEXT[0]), min(len(doc), end + _CONTEXT[1])
+    lo, hi = doc[i].idx, doc[end - 1].idx + len(doc[end - 1].text)
+    whole = doc.text
+    return whole[doc[a].idx:lo] + (whole[lo:hi] if text is None else text) + \
+        whole[hi:doc[b - 1].idx + len(doc[b - 1].text)]
+
+
+def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judge,
+                   runs: Sequence[list[tuple[int, int]]]) -> list[dict[int, tuple[int, str]]]:
+    """Per parse, the edits :func:`_choose` takes when each word swap it would take is first judged in context:
+    ``judge`` scores the words around the swap with each replacement and as written, the best replacement is kept
+    where it costs at most ``MAX_SWAP_COST`` nats, and a place with none is dropped (the chooser then reaches for
+    another). Only the places the chooser takes are judged, all parses' at once, until none is left unjudged.
+    ``runs``: per parse, the stretches to break (:func:`runs_of_source`)."""
+    options = [edit_options(doc, senses, broader=True) for doc in docs]
+    verdict: list[dict[int, str | None]] = [{} for _ in docs]
+
+    def edits(k: int, tentative: bool) -> dict[int, tuple[int, str]]:
+        out = {}
+        for i, e in options[k].items():
+            text = e.options[0] if not e.judged or (tentative and i not in verdict[k]) else verdict[k].get(i)
+            if text is not None:
+                out[i] = (e.end, text)
+        return out
+
+    for _ in range(_MAX_PASSES):
+        asks = [(k, i) for k, doc in enumerate(docs) for i in _choose(doc, edits(k, True), min_chars, runs[k])
+                if options[k][i].judged and i not in verdict[k]]
+        if not asks:
+            break
+        windows, bounds = [], []
+        for k, i in asks:
+            e, first = options[k][i], len(windows)
+            windows += [_window(docs[k], i, e.end), *(_window(docs[k], i, e.end, o) for o in e.options)]
+            bounds.append((first, len(windows)))
+        scores = np.nan_to_num(np.asarray(judge(windows), float), nan=-np.inf)
+        for (k, i), (a, b) in zip(asks, bounds, strict=True):
+            best = int(np.argmax(scores[a + 1:b]))
+            ok = scores[a + 1 + best] >= scores[a] - MAX_SWAP_COST
+            verdict[k][i] = options[k][i].options[best] if ok else None
+    return [_choose(doc, edits(k, False), min_chars, runs[k]) for k, doc in enumerate(docs)]
+
+
+def reword(texts: Sequence[str], *, min_chars: int, senses: int = 1, sources: Sequence[str] | None = None,
+           nlp: Any = None, parses: dict[str, Any] | None = None, batch_size: int = 64,
+           judge: Judge | None = None) -> list[str]:
+    """Each text with the fewest edits that break the runs of ``min_chars`` characters it shares with its source
+    (``sources``; None: each text is its own source) (see the module); synonyms from the ``senses`` most frequent
+    senses of a word (1: the safest; more: more words can be swapped). With ``judge`` (per text, its LM
+    log-probability less its unigram one: :func:`tasks.metrics.fluency.slor_totals`) each swap is the synonym that
+    reads best in its context, and one that reads much worse than the word it replaces is not made; without, the
+    most frequent synonym. ``parses`` keeps each text's parse for the next call (a protect rung rewords the same
+    texts with one and with more senses)."""
     nlp = nlp if nlp is not None else load_pipeline()
     parses = {} if parses is None else parses
     texts = [str(t) for t in texts]
+    sources = [None] * len(texts) if sources is None else [str(t) for t in sources]
+    runs = [runs_of_source(t, src, min_chars) for t, src in zip(texts, sources, strict=True)]
+    need = [i for i, r in enumerate(runs) if r]  # a text sharing no run with its source is left as it is
     with resource_lock(nlp):
-        todo = list(dict.fromkeys(t for t in texts if t not in parses))
+        todo = list(dict.fromkeys(texts[i] for i in need if texts[i] not in parses))
         parses.update(zip(todo, nlp.pipe(todo, batch_size=batch_size), strict=True))
-        return [reword_doc(parses[t], min_chars, senses) for t in texts]
+    out = list(texts)
+    if judge is None:
+        for i in need:
+            out[i] = reword_doc(parses[texts[i]], min_chars, senses, sources[i])
+        return out
+    chosen = judged_choices([parses[texts[i]] for i in need], min_chars, senses, judge, [runs[i] for i in need])
+    for i, c in zip(need, chosen, strict=True):
+        out[i] = _render(parses[texts[i]], c)
+    return out
