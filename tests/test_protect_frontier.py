@@ -13,7 +13,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
@@ -149,17 +148,3 @@ def test_several_floors_in_one_flag_are_parsed_and_a_bad_one_exits_2(run):
                           capture_output=True, text=True, env=run["env"], cwd=REPO, timeout=300)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1] == (
         "synthugc: error: --meaning-floor '0.9,high': 'high' is not a number (e.g. 0.8 or 0.9,0.8,0.7)"), proc.stderr
-
-
-def test_held_back_only_what_an_unmet_bound_still_catches():
-    """A document the feedback still catches and every rung left below the floor is held back while an attack's
-    bound is unmet; once the attacks are within their bounds and only verbatim is not, only the documents holding
-    a run are, and nothing is when the whole budget is met."""
-    from tasks.protect.loop import held_back
-
-    caught = np.array([True, True, False, True])   # the feedback attack still links its timeline
-    alone = np.array([False, True, False, False])  # holds a run of its source
-    blocked = np.array([True, False, False, False])  # every rung fell below the floors
-    assert held_back(caught, alone, blocked, met=False, attacks_met=False).tolist() == [True, True, False, False]
-    assert held_back(caught, alone, blocked, met=False, attacks_met=True).tolist() == [False, True, False, False]
-    assert not held_back(caught, alone, blocked, met=True, attacks_met=True).any()

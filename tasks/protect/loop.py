@@ -90,7 +90,7 @@ from tasks.protect.rounds import (
     next_round,
     round_zero,
 )
-from tasks.protect.settings import SHARES, ProtectSettings
+from tasks.protect.settings import ProtectSettings
 from tasks.signatures import make_signature
 from tasks.store import code_version, fingerprint_config, fingerprint_frame, tool_version
 
@@ -175,12 +175,6 @@ def _decided(bounds: Sequence[Bound], figures: Mapping[str, Mapping[str, Any]], 
         who = "/".join(str(f[k]) for k in ("attack", "adversary") if f.get(k) and f[k] not in ("pii", "verbatim"))
         words.append(d.short + (f" ({who})" if who else ""))
     return all(d.met for d in decisions), words
-
-
-def _attack_bounds_met(bounds: Sequence[Bound], figures: Mapping[str, Mapping[str, Any]], decide_on: str) -> bool:
-    """Whether every bound an attack decides is met (all but the per-document ones, PII and verbatim, which hold
-    back each document they catch on its own)."""
-    return all(d.met for d in decide_all(bounds, figures, decide_on) if d.bound.column not in SHARES)
 
 
 def judge_strength(summaries_: list[dict[str, Any]], decide_on: str) -> str | None:
@@ -323,9 +317,7 @@ def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettin
         ok = state.docs["meaning"].to_numpy(float)
         rounds += _round_rows(state.round, round_summaries, float(np.mean(ok)) if len(ok) else math.nan,
                               state.rewritten, state.seconds)
-        figures = _judge_figures(state, round_summaries, protector)
-        met, words = _decided(settings.bounds, figures, settings.decide_on)
-        attacks_met = _attack_bounds_met(settings.bounds, figures, settings.decide_on)
+        met, words = _decided(settings.bounds, _judge_figures(state, round_summaries, protector), settings.decide_on)
         feedback = worst(round_summaries, "feedback", "point")
         log(f"round {k}: judge {', '.join(words)}; feedback {feedback['attack']} {feedback['value']:.3g}; "
             f"meaning {np.mean(ok):.3f}; {state.rewritten} rewritten ({state.seconds:.1f} s"
@@ -345,31 +337,22 @@ def _protect_point(corpus: pd.DataFrame, histories: str, settings: ProtectSettin
             stop = "the ladder is exhausted"
             break
     assert state is not None
-    return _result(protector, state, rounds, met, stop, key, strength, n_posts, gpu, invalid, attacks_met=attacks_met)
-
-
-def held_back(caught: np.ndarray, alone: np.ndarray, blocked: np.ndarray, *, met: bool, attacks_met: bool
-              ) -> np.ndarray:
-    """Per document, whether the loop's end holds it back: none where the judge met the budget; else one a bound
-    catches on its own (``alone``: it leaks PII or holds a run of its source), and, while an attack's bound is
-    unmet, one the feedback still catches (``caught``) that every rung left below the floors (``blocked``). Its
-    timeline's other documents are kept, and the certificate judges what is kept."""
-    if met:
-        return np.zeros(len(alone), bool)
-    still = alone if attacks_met else caught | alone
-    return still & (blocked | alone)
+    return _result(protector, state, rounds, met, stop, key, strength, n_posts, gpu, invalid)
 
 
 def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any]], met_in_loop: bool, stop: str,
             key: str, strength: str | None, n_posts: int, gpu: bool,
-            invalid: pd.DataFrame | None = None, *, attacks_met: bool = False) -> ProtectResult:
+            invalid: pd.DataFrame | None = None) -> ProtectResult:
     settings, corpus = protector.settings, protector.corpus
     docs = state.docs
-    caught_now = np.zeros(len(corpus), bool)
-    caught_now[protector.caught(state)] = True
+    still = np.zeros(len(corpus), bool)
+    if not met_in_loop:
+        still[protector.caught(state)] = True
+    # held back: a still-caught document every rung left below the floor, or one a bound catches on its own (it
+    # leaks PII, or holds a run of its source); its timeline's other documents are kept, and the certificate
+    # judges what is kept
     blocked, alone = docs["blocked"].to_numpy(bool), protector.must_move(docs)
-    caught = held_back(caught_now, alone, blocked, met=met_in_loop, attacks_met=attacks_met)
-    still = caught_now & (not met_in_loop)  # still caught at the loop's end (kept ones are counted in the summary)
+    caught = still & (blocked | alone)
     # round 0's start move is not held to the floors: a kept document that reads worse than the fluency floor (a
     # pseudonym where a common word stood) is held back too, so every row handed out is within it
     docs = _with_fluency(protector, docs, ~caught)
