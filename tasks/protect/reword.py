@@ -31,9 +31,11 @@ Judge = Callable[[Sequence[str]], np.ndarray]
 #: each side it is judged on.
 MAX_SWAP_COST = 4.0
 _CONTEXT = (4, 2)
-#: The replacements judged per place (the most frequent synonyms), and the rounds of judging a batch may take.
+#: The replacements judged per place (the most frequent synonyms), those judged first, and the rounds of judging a
+#: batch may take.
 MAX_OPTIONS = 5
-_MAX_PASSES = 8
+_FIRST_OPTIONS = 2
+_MAX_PASSES = 12
 #: How deep in WordNet's noun hierarchy a more general word must be (shallower ones are abstractions).
 _BROADER_DEPTH = 6
 
@@ -309,17 +311,25 @@ def _window(doc: Any, i: int, end: int, text: str | None = None) -> str:
 def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judge,
                    runs: Sequence[list[tuple[int, int]]]) -> list[dict[int, tuple[int, str]]]:
     """Per parse, the edits :func:`_choose` takes when each word swap it would take is first judged in context:
-    ``judge`` scores the words around the swap with each replacement and as written, the best replacement is kept
-    where it costs at most ``MAX_SWAP_COST`` nats, and a place with none is dropped (the chooser then reaches for
-    another). Only the places the chooser takes are judged, all parses' at once, until none is left unjudged.
-    ``runs``: per parse, the stretches to break (:func:`runs_of_source`)."""
+    ``judge`` scores the words around the swap as written and with its ``_FIRST_OPTIONS`` most frequent
+    replacements (the rest only where none of those passes), the best is kept where it costs at most
+    ``MAX_SWAP_COST`` nats, and a place with none is dropped (the chooser then reaches for another). Only the places
+    the chooser takes are judged, all parses' at once, until none is left unjudged. ``runs``: per parse, the
+    stretches to break (:func:`runs_of_source`)."""
     options = [edit_options(doc, senses, broader=True) for doc in docs]
-    verdict: list[dict[int, str | None]] = [{} for _ in docs]
+    verdict: list[dict[int, str | None]] = [{} for _ in docs]  # a place's replacement, or None where none fits
+    tried: list[dict[int, int]] = [{} for _ in docs]  # how many of a place's replacements were judged
+    written: dict[tuple[int, int], float] = {}  # a place's words as written, scored once
 
     def edits(k: int, tentative: bool) -> dict[int, tuple[int, str]]:
         out = {}
         for i, e in options[k].items():
-            text = e.options[0] if not e.judged or (tentative and i not in verdict[k]) else verdict[k].get(i)
+            if not e.judged:
+                text = e.options[0]
+            elif i in verdict[k]:
+                text = verdict[k][i]
+            else:
+                text = e.options[tried[k].get(i, 0)] if tentative else None
             if text is not None:
                 out[i] = (e.end, text)
         return out
@@ -331,14 +341,23 @@ def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judg
             break
         windows, bounds = [], []
         for k, i in asks:
-            e, first = options[k][i], len(windows)
-            windows += [_window(docs[k], i, e.end), *(_window(docs[k], i, e.end, o) for o in e.options)]
-            bounds.append((first, len(windows)))
+            e, done = options[k][i], tried[k].get(i, 0)
+            batch = e.options[done:_FIRST_OPTIONS] if done < _FIRST_OPTIONS else e.options[done:]
+            first = len(windows)
+            windows += [_window(docs[k], i, e.end, o) for o in batch]
+            if (k, i) not in written:
+                windows.append(_window(docs[k], i, e.end))
+            bounds.append((first, first + len(batch)))
         scores = np.nan_to_num(np.asarray(judge(windows), float), nan=-np.inf)
         for (k, i), (a, b) in zip(asks, bounds, strict=True):
-            best = int(np.argmax(scores[a + 1:b]))
-            ok = scores[a + 1 + best] >= scores[a] - MAX_SWAP_COST
-            verdict[k][i] = options[k][i].options[best] if ok else None
+            if (k, i) not in written:
+                written[(k, i)] = float(scores[b])
+            best = a + int(np.argmax(scores[a:b]))
+            tried[k][i] = tried[k].get(i, 0) + b - a
+            if scores[best] >= written[(k, i)] - MAX_SWAP_COST:
+                verdict[k][i] = options[k][i].options[best - a + tried[k][i] - (b - a)]
+            elif tried[k][i] >= len(options[k][i].options):
+                verdict[k][i] = None
     return [_choose(doc, edits(k, False), min_chars, runs[k]) for k, doc in enumerate(docs)]
 
 
