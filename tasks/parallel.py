@@ -98,8 +98,6 @@ def dask_client(address: str | None = None, *, n_workers: int = 1, threads_per_w
             client.close()
         return
     threads = threads_per_worker or max(1, os.cpu_count() or 1)
-    if not processes and n_workers * threads > 1:  # shards on this process's threads
-        import_before_threads()
     with LocalCluster(n_workers=n_workers, threads_per_worker=threads, processes=processes,
                       dashboard_address=None) as cluster, Client(cluster) as client:
         yield client
