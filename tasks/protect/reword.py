@@ -4,10 +4,14 @@ The verbatim bound asks for a change in every ``min_chars`` characters (a run th
 rewrite of a short sentence costs much of its meaning; a few edits cost little: a content word replaced by a
 WordNet synonym of the same part of speech, inflected as the word was; a contraction made or spelt out ("was not"
 <-> "wasn't"); a number below 100 written in words. Edits are chosen from the left: each is the farthest one the
-unchanged stretch before it can reach while staying under ``min_chars``, so as few words as possible change. A
-word of a named entity, a proper noun, an auxiliary and a word with no single-word synonym are never swapped; among
-a word's synonyms the most frequent English word by ``wordfreq`` is taken, so the swap reads naturally (the
-fluency floor checks the whole sentence). ``senses`` 1 (the safest) takes synonyms of the word's most frequent
+unchanged stretch before it can reach while staying under ``min_chars``, so as few words as possible change; only
+the runs the text still shares with its source need breaking, and a copy shorter than a run needs one edit. A word
+of a named entity, a proper noun, an auxiliary and a word with no single-word synonym are never swapped.
+
+Which synonym: without a judge, the most frequent English word by ``wordfreq``; with one (protect's fluency LM),
+the one that reads best in its context, and none where every one reads much worse than the word it replaces (a
+wrong sense: "make" -> "do"). A judged rewording may also use a noun's more general word, an adjective's similar
+one, and the optional "that" after a verb. ``senses`` 1 (the safest) takes synonyms of the word's most frequent
 sense and leaves spaCy's stop words alone; more senses let more words change, function words among them ("but" ->
 "yet"). Where a stretch has nothing to edit the run stays, and the loop's next move tries.
 """
