@@ -12,9 +12,9 @@ limit per resource class, on the flow's Prefect task runner (threads on one mach
   storage, its artifacts intact) ends the call ``Cached`` in milliseconds, without a task run; a miss runs the
   task, whose own cache check then finds nothing.
 - Calls are submitted in plan order whenever capacity allows, so ``max_parallel=1`` is the sequential run.
-- Before the first call runs beside others, what stages import on first use is imported here
-  (:func:`tasks.parallel.import_before_threads`): two threads' first imports of packages that import each other
-  can deadlock.
+- Before the first call runs beside others on this machine's threads, what stages import on first use is imported
+  here (:func:`tasks.parallel.import_before_threads`): two threads' first imports of packages that import each
+  other can deadlock. Workers of a Dask cluster import it themselves (``--preload tasks.parallel``).
 """
 
 from __future__ import annotations
@@ -152,13 +152,15 @@ def execute(plan: Plan, *, result_dir: Path, max_parallel: int, limits: Mapping[
     running: dict[Any, tuple[StageCall, float, bool]] = {}  # future -> (call, started, refreshed)
     busy: dict[str, int] = {}
     notify = listener or (lambda *_: None)
+    settings = get_settings()
+    stages_run_here = not (settings.task_runner == "dask" and settings.dask_address)  # not on a cluster's workers
     known = {c.name for c in pending} | set(results)
     for call in pending:
         if missing := [n for n in call.needs if n not in known]:
             raise ValueError(f"{call.name} reads {missing[0]}, which the plan does not run")
 
     def submit(call: StageCall, params: dict[str, Any], refresh: bool = False) -> None:
-        if max_parallel > 1 and not running:  # no stage thread is importing yet: safe to import for all of them
+        if max_parallel > 1 and not running and stages_run_here:  # no stage thread imports yet: import for all
             import_before_threads()
         configured = call.task.with_options(result_storage=result_dir, task_run_name=call.name,
                                             tags=[f"synthugc-{call.resource}"], refresh_cache=refresh or None)
