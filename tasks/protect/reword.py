@@ -50,36 +50,34 @@ _POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 _SKIP_TAGS = frozenset({"JJR", "JJS", "RBR", "RBS", "NNP", "NNPS"})
 
 
+def _common_words(senses: Sequence[Any], lemma: str) -> tuple[str, ...]:
+    """The single lower-case words naming ``senses`` (WordNet synsets), other than ``lemma``, the most frequent
+    English word first, none rarer than Zipf 3 (rarer words read as odd)."""
+    from wordfreq import zipf_frequency
+
+    names = {n for sense in senses for n in sense.lemma_names() if n.isalpha() and n.islower() and n != lemma}
+    ranked = sorted(sorted(names), key=lambda n: -zipf_frequency(n, "en"))
+    return tuple(n for n in ranked if zipf_frequency(n, "en") >= 3.0)
+
+
 @functools.cache
 def synonyms(lemma: str, pos: str, senses: int = 1) -> tuple[str, ...]:
     """The single-word synonyms of ``lemma`` in its ``senses`` most frequent WordNet senses of ``pos`` (``n``, ``v``,
-    ``a``, ``r``), the most frequent English word first, none rarer than Zipf 3 (rarer words read as odd)."""
-    from wordfreq import zipf_frequency
-
-    wn = load_wordnet()
-    names: set[str] = set()
-    for sense in wn.synsets(lemma, pos)[:senses]:
-        names.update(n for n in sense.lemma_names() if n.isalpha() and n.islower() and n != lemma)
-    ranked = sorted(sorted(names), key=lambda n: -zipf_frequency(n, "en"))
-    return tuple(n for n in ranked if zipf_frequency(n, "en") >= 3.0)
+    ``a``, ``r``), the most frequent English word first (:func:`_common_words`)."""
+    return _common_words(load_wordnet().synsets(lemma, pos)[:senses], lemma)
 
 
 @functools.cache
 def broader_words(lemma: str, pos: str) -> tuple[str, ...]:
     """Single words one step more general than ``lemma``'s most frequent WordNet sense of ``pos`` (a noun's hypernym
     at least ``_BROADER_DEPTH`` deep, "teacher" -> "educator" but not "education" -> "activity"; an adjective's
-    similar senses), the most frequent first, none rarer than Zipf 3: they keep the sense and lose a detail, so only
-    an LM-judged rewording offers them."""
-    from wordfreq import zipf_frequency
-
-    senses = load_wordnet().synsets(lemma, pos)[:1]
+    similar senses), the most frequent first: they keep the sense and lose a detail, so only an LM-judged rewording
+    offers them."""
+    first = load_wordnet().synsets(lemma, pos)[:1]
     if pos == "n":
-        related = [h for sense in senses for h in sense.hypernyms() if h.min_depth() >= _BROADER_DEPTH]
-    else:
-        related = [r for sense in senses for r in sense.similar_tos()] if pos == "a" else []
-    names = {n for r in related for n in r.lemma_names() if n.isalpha() and n.islower() and n != lemma}
-    ranked = sorted(sorted(names), key=lambda n: -zipf_frequency(n, "en"))
-    return tuple(n for n in ranked if zipf_frequency(n, "en") >= 3.0)
+        return _common_words([h for sense in first for h in sense.hypernyms() if h.min_depth() >= _BROADER_DEPTH],
+                             lemma)
+    return _common_words([r for sense in first for r in sense.similar_tos()] if pos == "a" else [], lemma)
 
 
 def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
