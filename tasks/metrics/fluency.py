@@ -165,24 +165,30 @@ def unigram_log_prob(text: str) -> tuple[float, int]:
     return sum(_unigram(w) for w in words), len(words)
 
 
+def _lm_less_unigram(texts: Sequence[str], spec: ModelSpec | None,
+                     cache: EmbeddingCache | None) -> tuple[np.ndarray, np.ndarray]:
+    """(per text, its LM log-probability less its unigram log-probability in nats, NaN with no word; its words)."""
+    unigrams = [unigram_log_prob(t) for t in texts]
+    words = np.array([n for _, n in unigrams], float)
+    out = np.full(len(texts), np.nan)
+    scored = [i for i, n in enumerate(words) if n > 0]
+    if scored:
+        out[scored] = lm_log_probs([texts[i] for i in scored], spec, cache) - np.array([unigrams[i][0] for i in scored])
+    return out, words
+
+
 def slor_totals(texts: Sequence[str], spec: ModelSpec | None = None,
                 cache: EmbeddingCache | None = None) -> np.ndarray:
     """Per text, its LM log-probability less its unigram log-probability (nats, not per word: what a local edit
     changes; NaN for a text with no word)."""
-    unigrams = [unigram_log_prob(t) for t in texts]
-    out = np.full(len(texts), np.nan)
-    scored = [i for i, (_, n) in enumerate(unigrams) if n > 0]
-    if scored:
-        lm = lm_log_probs([texts[i] for i in scored], spec, cache)
-        out[scored] = lm - np.array([unigrams[i][0] for i in scored])
-    return out
+    return _lm_less_unigram(texts, spec, cache)[0]
 
 
 def slor(texts: Sequence[str], spec: ModelSpec | None = None, cache: EmbeddingCache | None = None) -> np.ndarray:
     """SLOR per text (nats per word; NaN for a text with no word)."""
-    words = np.array([unigram_log_prob(t)[1] for t in texts], float)
+    totals, words = _lm_less_unigram(texts, spec, cache)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return slor_totals(texts, spec, cache) / np.where(words > 0, words, np.nan)
+        return totals / np.where(words > 0, words, np.nan)
 
 
 def fluency_signature(spec: ModelSpec | None = None) -> str:
