@@ -306,6 +306,8 @@ def test_reword_breaks_the_runs_of_its_source_with_few_edits():
     assert "Founding Fathers" in out[0] and "Detroit" in out[2] and "2009" in out[2]  # names and numbers stay
     assert "wasn't" in out[1]  # a contraction breaks a stretch of function words
     assert reword(["Gracias."], min_chars=30) == ["Gracias."]  # nothing to break in a short text
+    symbols = reword(["The other guys write $10 million checks and take 10% of it."], min_chars=30)[0]
+    assert "$10 " in symbols and "10%" in symbols, symbols  # a number with a symbol on it stays in digits
 
 
 def test_verbatim_is_always_in_the_loop_unless_lifted_by_name():
@@ -359,3 +361,61 @@ def test_reword_edits_only_where_the_text_still_holds_a_run_of_its_source():
     unrelated = "Lawmakers argued over the proposal for weeks."
     assert runs_of_source(unrelated, source, 30) == [] and reword([unrelated], min_chars=30, sources=[source]) == [unrelated]
     assert runs_of_source("Thanks.", "Thanks.", 30) == [(0, 7)]  # a short copy must change somewhere
+    spaced = "Our leader said: THE president  submitted this plan\nto the Congress."  # as the verbatim check reads it
+    assert runs_of_source(spaced, source, 30) == [(spaced.index("THE"), len(spaced) - 1)]
+    assert runs_of_source("thanks. ", "Thanks.", 30) == [(0, 8)]
+
+
+def test_span_similarity_tells_swaps_that_keep_the_sense_from_those_that_lose_it():
+    """On 125 single-word swaps from the conventions demo's releases, labelled by hand (does the new word keep the
+    sense of the old one in its sentence?), the contextual similarity of the two words ranks them as the labels do,
+    and the reword gate at ``SENSE_FLOOR`` keeps mostly good swaps and most of them (scikit-learn's AUC)."""
+    import json
+    from pathlib import Path
+
+    from sklearn.metrics import roc_auc_score
+
+    from tasks.metrics.meaning import span_similarity
+    from tasks.protect.reword import SENSE_FLOOR
+
+    rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "reword_swaps.jsonl").open()]
+    pairs = [(r["text"], (r["start"], r["end"]), r["text"][:r["start"]] + r["replacement"] + r["text"][r["end"]:],
+              (r["start"], r["start"] + len(r["replacement"]))) for r in rows]
+    keeps = np.array([r["keeps_sense"] for r in rows])
+    similarity = span_similarity(pairs)
+    assert len(rows) >= 100 and not np.isnan(similarity).any()
+    assert roc_auc_score(keeps, similarity) >= 0.72
+    kept = similarity >= SENSE_FLOOR
+    assert keeps[kept].mean() >= keeps.mean() + 0.12, (keeps[kept].mean(), keeps.mean())  # 0.72 against 0.54
+    assert keeps[kept].sum() >= 0.6 * keeps.sum()
+    same = span_similarity([("He ran home.", (3, 6), "He ran home.", (3, 6))])
+    assert same[0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_reword_keeps_only_swaps_that_keep_the_sense_in_their_sentence():
+    """The LM judges how a swap reads, not what it means: it takes "opposed" -> "defended" and "guy" -> "cat".
+    With the sense check (the swapped word's contextual vector against the old one's), those swaps are not made;
+    the edits that keep the sense still are (a run no such edit breaks stays, for the loop's next move)."""
+    from tasks.metrics.fluency import slor_totals
+    from tasks.metrics.meaning import span_similarity
+    from tasks.protect.reword import reword
+
+    sources = ["They even opposed our right to vote.", "— now, maybe just maybe that's OK for a guy who hunts varmints.",
+               "What has he learned from all this?"]
+    fluent = reword(sources, min_chars=30, senses=3, judge=slor_totals)
+    assert "defended" in fluent[0] and " cat " in fluent[1] and "heard" in fluent[2], fluent
+    kept = reword(sources, min_chars=30, senses=3, judge=slor_totals, sense=span_similarity)
+    assert "opposed" in kept[0] and " guy " in kept[1] and "learned" in kept[2], kept
+    assert kept[1] != sources[1]  # the edits that keep the sense are still made ("that's" -> "that is")
+
+
+def test_a_contraction_is_spelt_out_only_where_its_word_is_known():
+    """"'s" before a participle may be "is" or "has" ("it's done", "he's lived"): it is left as it is; before
+    "been" it is "has"; before anything else "is"."""
+    from tasks.protect.lexicon import load_pipeline
+    from tasks.protect.reword import edit_options
+
+    nlp = load_pipeline()
+    assert 1 not in edit_options(nlp("Because he's lived it."))
+    assert edit_options(nlp("It's been a year."))[0].options == ("It has",)
+    assert edit_options(nlp("He's going home."))[0].options == ("He is",)

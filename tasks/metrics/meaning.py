@@ -24,6 +24,7 @@ bert_score's unless said:
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -183,3 +184,53 @@ def bertscore(candidates: Sequence[str], references: Sequence[str], *, spec: Mod
     )
     return MetricResult(scores=scores, signatures={col: signature.replace("metric:bertscore", f"metric:{col}", 1)
                                                    for col in scores.columns})
+
+
+#: Words each side of a span that :func:`span_similarity` reads (the rest of a long sentence barely moves the
+#: span's vector, and costs the encoder most of its time).
+SPAN_CONTEXT_WORDS = 8
+
+
+def _around(text: str, span: tuple[int, int], words: int) -> tuple[str, tuple[int, int]]:
+    """The part of ``text`` from ``words`` words before ``span`` to ``words`` after it, and the span in that part."""
+    gaps = [m.start() for m in re.finditer(r"\s+", text)]
+    before = [g for g in gaps if g < span[0]]
+    after = [g for g in gaps if g >= span[1]]
+    lo = before[-words - 1] + 1 if len(before) > words else 0
+    hi = after[words] if len(after) > words else len(text)
+    return text[lo:hi], (span[0] - lo, span[1] - lo)
+
+
+def span_similarity(pairs: Sequence[tuple[str, tuple[int, int], str, tuple[int, int]]], *,
+                    spec: ModelSpec | None = None, layer: int | None = None,
+                    context_words: int = SPAN_CONTEXT_WORDS) -> np.ndarray:
+    """Per (text, span, rewritten text, span), the cosine of the span's contextual vector in each (the mean of the
+    BERTScore layer's vectors of the tokens the character span overlaps, ``context_words`` words each side read):
+    whether a swapped word keeps the sense of the one it replaced in this sentence (as in Zhou et al., "BERT-based
+    Lexical Substitution", ACL 2019), which a sentence-level score barely sees ("They even opposed our right" ->
+    "defended"). NaN where a span has no token (cut by the model's length)."""
+    spec = spec or resolve_model("token_encoder")
+    layer = bertscore_layer(spec, layer)
+    tokenizer = load_tokenizer(spec)
+    sides = [_around(text, span, context_words) for a, span_a, b, span_b in pairs
+             for text, span in ((a, span_a), (b, span_b))]
+    texts = list(dict.fromkeys(text for text, _ in sides))
+    vectors = dict(zip(texts, token_embeddings(texts, spec, layer), strict=True))
+    offsets = {}
+    for text in texts:
+        lead = len(text) - len(text.lstrip())
+        found = tokenizer(text.strip(), add_special_tokens=True, max_length=tokenizer.model_max_length,
+                          truncation=True, return_offsets_mapping=True)["offset_mapping"]
+        offsets[text] = np.array([(a + lead, b + lead) if b > a else (-1, -1) for a, b in found])
+
+    def vector(text: str, span: tuple[int, int]) -> np.ndarray | None:
+        at = offsets[text]
+        rows = np.flatnonzero((at[:, 1] > span[0]) & (at[:, 0] < span[1]) & (at[:, 0] >= 0))
+        return vectors[text][rows].mean(0) if len(rows) else None
+
+    out = np.full(len(pairs), np.nan)
+    for n in range(len(pairs)):
+        u, v = vector(*sides[2 * n]), vector(*sides[2 * n + 1])
+        if u is not None and v is not None:
+            out[n] = float(u @ v / (np.linalg.norm(u) * np.linalg.norm(v)))
+    return out

@@ -14,6 +14,7 @@ from tasks.corpus.schema import STATUS_OK
 from tasks.generate.base import build_strategy, generate_synthetic, is_unchanged
 from tasks.generate.pseudonymize import pseudonymize_corpus
 from tasks.metrics.fluency import slor_totals
+from tasks.metrics.meaning import span_similarity
 from tasks.protect.components import Components
 from tasks.protect.generalize import generalize
 from tasks.protect.moves import (
@@ -68,10 +69,11 @@ def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[lis
         p.mappings.append(mapping)
         return replaced["text"].astype(str).tolist()
     if move.name == REWORD:
-        judge = None if p.settings.fluency_floor is None else functools.partial(slor_totals, cache=p.embeddings())
+        judged = p.settings.fluency_floor is not None
         return reword(rows["text"].astype(str).tolist(), min_chars=p.settings.verbatim_chars,
                       senses=int(move.params.get("senses", 1)), sources=p.sources.loc[rows.index].tolist(),
-                      parses=p.shared.parses, judge=judge)
+                      parses=p.shared.parses, judge=functools.partial(slor_totals, cache=p.embeddings()) if judged
+                      else None, sense=span_similarity if judged else None)
     if move.name == MASK_EVIDENCE:
         return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
     if move.name == GENERALIZE:

@@ -11,7 +11,8 @@ of a named entity, a proper noun, an auxiliary and a word with no single-word sy
 Which synonym: without a judge, the most frequent English word by ``wordfreq``; with one (protect's fluency LM),
 the one that reads best in its context, and none where every one reads much worse than the word it replaces (a
 wrong sense: "make" -> "do"). A judged rewording may also use a noun's more general word, an adjective's similar
-one, and the optional "that" after a verb. ``senses`` 1 (the safest) takes synonyms of the word's most frequent
+one, and the optional "that" after a verb; with a sense check too, a swap must keep the replaced word's sense in its
+sentence (the LM judges how a swap reads, not what it means: "opposed" -> "defended" reads well). ``senses`` 1 (the safest) takes synonyms of the word's most frequent
 sense and leaves spaCy's stop words alone; more senses let more words change, function words among them ("but" ->
 "yet"). Where a stretch has nothing to edit the run stays, and the loop's next move tries.
 """
@@ -25,16 +26,23 @@ from typing import Any
 
 import numpy as np
 
+from tasks.metrics.verbatim import normalise
 from tasks.parallel import resource_lock
 from tasks.protect.lexicon import inflect_verb, load_pipeline, load_wordnet, plural
 
 #: Per text, a score of how well it reads (higher: better); a swap is judged on the words around it.
 Judge = Callable[[Sequence[str]], np.ndarray]
+#: Per (text, span, text with the swap, its span), how close the swapped word's sense in context is to the one it
+#: replaced (:func:`tasks.metrics.meaning.span_similarity`).
+Sense = Callable[[Sequence[tuple[str, tuple[int, int], str, tuple[int, int]]]], np.ndarray]
 #: The most a word swap may cost the words around it (nats of LM log-probability less unigram log-probability: a
 #: fitting synonym costs little or gains, a wrong sense or a broken idiom several nats), and the tokens of context
 #: each side it is judged on.
 MAX_SWAP_COST = 4.0
 _CONTEXT = (4, 2)
+#: The least contextual similarity a swapped word must keep to the word it replaced (:data:`Sense`), calibrated on
+#: the swaps labelled by hand in ``tests/data/reword_swaps.jsonl`` (docs/protect.md gives what it keeps).
+SENSE_FLOOR = 0.5
 #: The replacements judged per place (the most frequent synonyms), those judged first, and the rounds of judging a
 #: batch may take.
 MAX_OPTIONS = 5
@@ -86,7 +94,7 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
     on spaCy's stop list may be swapped too, and a function word for its near-synonym); a number below 100 is
     written in words."""
     if tok.like_num and tok.is_digit and not (tok.ent_type_ in ("DATE", "TIME") and len(tok.text) > 2):
-        words = _number_words(tok.text)
+        words = _number_words(tok.text) if not _attached_symbol(tok) else None
         return [words] if words else []
     if senses > 1 and tok.lower_ in _FUNCTION_SWAPS and tok.pos_ == _FUNCTION_SWAPS[tok.lower_][1]:
         found = _FUNCTION_SWAPS[tok.lower_][0]
@@ -109,6 +117,16 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
         if found.lower() != tok.lower_ and found not in out:
             out.append(found)
     return out
+
+
+def _attached_symbol(tok: Any) -> bool:
+    """Whether a symbol is written onto ``tok`` ("$10", "10%", "#1"): a number there stays in digits ("$ten")."""
+    doc = tok.doc
+    before = tok.i > 0 and not doc[tok.i - 1].whitespace_ and (doc[tok.i - 1].is_currency or doc[tok.i - 1].pos_ == "SYM"
+                                                              or doc[tok.i - 1].text in "#+-±~<>=")
+    after = tok.i + 1 < len(doc) and not tok.whitespace_ and (doc[tok.i + 1].text in ("%", "‰") or
+                                                              doc[tok.i + 1].is_alpha or doc[tok.i + 1].pos_ == "SYM")
+    return bool(before or after)
 
 
 #: Auxiliary + ``not`` and pronoun + auxiliary, contracted; and each contraction spelt out (spaCy splits
@@ -151,6 +169,8 @@ def _number_words(digits: str) -> str | None:
     return _TENS[n // 10] + ("" if n % 10 == 0 else f"-{_SMALL[n % 10]}")
 _EXPAND = {"n't": "not", "'s": "is", "'re": "are", "'m": "am", "'ll": "will", "'ve": "have", "'d": "would"}
 _IRREGULAR_NOT = {"ca": "can", "wo": "will", "sha": "shall"}
+#: Contractions that stand for a form of "have" before a participle.
+_HAVE_OR_NOT = {"'s": "has", "'d": "had"}
 
 
 def _contraction(doc: Any, i: int) -> tuple[int, str] | None:
@@ -162,10 +182,17 @@ def _contraction(doc: Any, i: int) -> tuple[int, str] | None:
     if not tok.whitespace_ and nxt.lower_ in _EXPAND and (nxt.pos_ in ("AUX", "PART") or nxt.lower_ == "n't"):
         if nxt.lower_ == "'s" and nxt.pos_ != "AUX":  # a possessive
             return None
+        word = _EXPAND[nxt.lower_]
+        if nxt.lower_ in _HAVE_OR_NOT:  # "'s" is "has" and "'d" "had" before a participle ("he's lived")
+            after = doc[i + 2] if i + 2 < len(doc) else None
+            if after is not None and after.lower_ == "been":
+                word = _HAVE_OR_NOT[nxt.lower_]
+            elif after is not None and after.tag_ in ("VBN", "VBD"):
+                return None  # "it's done" (is) or "he's lived" (has): the tagger does not tell them apart
         head = _IRREGULAR_NOT.get(tok.lower_, tok.text) if nxt.lower_ == "n't" else tok.text
         if head != tok.text and tok.text[0].isupper():
             head = head.capitalize()
-        return i + 2, f"{head} {_EXPAND[nxt.lower_]}"
+        return i + 2, f"{head} {word}"
     pair = (tok.lower_, nxt.lower_)
     if pair in _CONTRACT and tok.whitespace_ and (tok.pos_ in ("AUX", "PRON") and
                                                   (nxt.pos_ in ("AUX", "PART") or nxt.lower_ == "not")):
@@ -233,19 +260,42 @@ def _complementizers(doc: Any) -> dict[int, tuple[int, str]]:
     return out
 
 
+def _normalised_offsets(text: str) -> tuple[str, np.ndarray]:
+    """``text`` as the verbatim check reads it (:func:`tasks.metrics.verbatim.normalise`: whitespace runs one space,
+    ends stripped, case folded) and, per character of that, the offset of the character of ``text`` it comes from."""
+    chars: list[str] = []
+    where: list[int] = []
+    for i, c in enumerate(text):
+        if c.isspace():
+            if chars and chars[-1] != " ":
+                chars.append(" ")
+                where.append(i)
+            continue
+        folded = c.casefold()
+        chars += folded
+        where += [i] * len(folded)
+    if chars and chars[-1] == " ":
+        chars.pop()
+        where.pop()
+    return "".join(chars), np.array(where, np.int64)
+
+
 def runs_of_source(text: str, source: str | None, min_chars: int) -> list[tuple[int, int]]:
     """The stretches of ``text`` (character offsets) an edit must break: those covered by runs of ``min_chars``
-    characters it shares with ``source`` (case folded), or the whole text where it is a copy of ``source`` shorter
-    than a run; without a source, the whole text (itself taken as its source)."""
-    if source is None or text.lower() == source.lower():
+    characters it shares with ``source``, compared as the verbatim check compares them (case folded, whitespace
+    collapsed), or the whole text where it is a copy of ``source`` shorter than a run; without a source, the whole
+    text (itself taken as its source)."""
+    low, where = _normalised_offsets(text)
+    if source is None or low == normalise(source):
         return [(0, len(text))] if text else []
-    low, grams = text.lower(), {source.lower()[j:j + min_chars] for j in range(len(source) - min_chars + 1)}
-    covered = np.zeros(len(text) + 1, bool)
-    for j in range(len(text) - min_chars + 1):
+    reference = normalise(source)
+    grams = {reference[j:j + min_chars] for j in range(len(reference) - min_chars + 1)}
+    covered = np.zeros(len(low) + 1, bool)
+    for j in range(len(low) - min_chars + 1):
         if low[j:j + min_chars] in grams:
             covered[j:j + min_chars] = True
     edges = np.flatnonzero(np.diff(np.concatenate([[False], covered])))  # starts and ends, alternating
-    return [(int(x), int(y)) for x, y in zip(edges[::2], edges[1::2], strict=True)]
+    return [(int(where[x]), int(where[y - 1]) + 1) for x, y in zip(edges[::2], edges[1::2], strict=True)]
 
 
 def _choose(doc: Any, edits: dict[int, tuple[int, str]], min_chars: int,
@@ -310,14 +360,22 @@ def _window(doc: Any, i: int, end: int, text: str | None = None) -> str:
         whole[hi:doc[b - 1].idx + len(doc[b - 1].text)]
 
 
+def _swapped(doc: Any, i: int, end: int, text: str) -> tuple[str, tuple[int, int], str, tuple[int, int]]:
+    """``doc``'s text and the span of tokens ``i:end``, and the text with ``text`` in that span and its span (what
+    :data:`Sense` compares)."""
+    lo, hi = doc[i].idx, doc[end - 1].idx + len(doc[end - 1].text)
+    return doc.text, (lo, hi), doc.text[:lo] + text + doc.text[hi:], (lo, lo + len(text))
+
+
 def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judge,
-                   runs: Sequence[list[tuple[int, int]]]) -> list[dict[int, tuple[int, str]]]:
+                   runs: Sequence[list[tuple[int, int]]], sense: Sense | None = None) -> list[dict[int, tuple[int, str]]]:
     """Per parse, the edits :func:`_choose` takes when each word swap it would take is first judged in context:
     ``judge`` scores the words around the swap as written and with its ``_FIRST_OPTIONS`` most frequent
     replacements (the rest only where none of those passes), the best is kept where it costs at most
     ``MAX_SWAP_COST`` nats, and a place with none is dropped (the chooser then reaches for another). Only the places
     the chooser takes are judged, all parses' at once, until none is left unjudged. ``runs``: per parse, the
-    stretches to break (:func:`runs_of_source`)."""
+    stretches to break (:func:`runs_of_source`). With ``sense``, a replacement must also keep ``SENSE_FLOOR`` of the
+    word's sense in its sentence, and of those that do, the closest in sense is kept."""
     options = [edit_options(doc, senses, broader=True) for doc in docs]
     verdict: list[dict[int, str | None]] = [{} for _ in docs]  # a place's replacement, or None where none fits
     tried: list[dict[int, int]] = [{} for _ in docs]  # how many of a place's replacements were judged
@@ -341,23 +399,33 @@ def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judg
                 if options[k][i].judged and i not in verdict[k]]
         if not asks:
             break
-        windows, bounds = [], []
+        windows, bounds, swaps = [], [], []
         for k, i in asks:
             e, done = options[k][i], tried[k].get(i, 0)
             batch = e.options[done:_FIRST_OPTIONS] if done < _FIRST_OPTIONS else e.options[done:]
             first = len(windows)
             windows += [_window(docs[k], i, e.end, o) for o in batch]
+            swaps += [_swapped(docs[k], i, e.end, o) for o in batch]
             if (k, i) not in written:
                 windows.append(_window(docs[k], i, e.end))
+                swaps.append(None)
             bounds.append((first, first + len(batch)))
         scores = np.nan_to_num(np.asarray(judge(windows), float), nan=-np.inf)
-        for (k, i), (a, b) in zip(asks, bounds, strict=True):
+        for (k, i), (_, b) in zip(asks, bounds, strict=True):
             if (k, i) not in written:
                 written[(k, i)] = float(scores[b])
-            best = a + int(np.argmax(scores[a:b]))
-            tried[k][i] = tried[k].get(i, 0) + b - a
-            if scores[best] >= written[(k, i)] - MAX_SWAP_COST:
-                verdict[k][i] = options[k][i].options[best - a + tried[k][i] - (b - a)]
+        reads_well = [[n for n in range(a, b) if scores[n] >= written[key] - MAX_SWAP_COST]
+                      for key, (a, b) in zip(asks, bounds, strict=True)]
+        close = np.ones(len(windows))  # the sense is read only where the swap reads well
+        if sense is not None and (at := [n for fluent in reads_well for n in fluent]):
+            close[at] = np.nan_to_num(np.asarray(sense([swaps[n] for n in at]), float), nan=-1.0)
+        for (k, i), (a, b), fluent in zip(asks, bounds, reads_well, strict=True):
+            done = tried[k].get(i, 0)
+            tried[k][i] = done + b - a
+            fits = [n for n in fluent if close[n] >= SENSE_FLOOR] if sense is not None else fluent
+            if fits:
+                best = max(fits, key=lambda n: (close[n], scores[n]))
+                verdict[k][i] = options[k][i].options[done + best - a]
             elif tried[k][i] >= len(options[k][i].options):
                 verdict[k][i] = None
     return [_choose(doc, edits(k, False), min_chars, runs[k]) for k, doc in enumerate(docs)]
@@ -365,13 +433,14 @@ def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judg
 
 def reword(texts: Sequence[str], *, min_chars: int, senses: int = 1, sources: Sequence[str] | None = None,
            nlp: Any = None, parses: dict[str, Any] | None = None, batch_size: int = 64,
-           judge: Judge | None = None) -> list[str]:
+           judge: Judge | None = None, sense: Sense | None = None) -> list[str]:
     """Each text with the fewest edits that break the runs of ``min_chars`` characters it shares with its source
     (``sources``; None: each text is its own source) (see the module); synonyms from the ``senses`` most frequent
     senses of a word (1: the safest; more: more words can be swapped). With ``judge`` (per text, its LM
     log-probability less its unigram one: :func:`tasks.metrics.fluency.slor_totals`) each swap is the synonym that
-    reads best in its context, and one that reads much worse than the word it replaces is not made; without, the
-    most frequent synonym. ``parses`` keeps each text's parse for the next call (a protect rung rewords the same
+    reads best in its context, and one that reads much worse than the word it replaces is not made (and with
+    ``sense`` too, :func:`judged_choices`, one that loses the word's sense in its sentence); without, the most
+    frequent synonym. ``parses`` keeps each text's parse for the next call (a protect rung rewords the same
     texts with one and with more senses)."""
     nlp = nlp if nlp is not None else load_pipeline()
     parses = {} if parses is None else parses
@@ -387,7 +456,8 @@ def reword(texts: Sequence[str], *, min_chars: int, senses: int = 1, sources: Se
         for i in need:
             out[i] = reword_doc(parses[texts[i]], min_chars, senses, sources[i])
         return out
-    chosen = judged_choices([parses[texts[i]] for i in need], min_chars, senses, judge, [runs[i] for i in need])
+    chosen = judged_choices([parses[texts[i]] for i in need], min_chars, senses, judge, [runs[i] for i in need],
+                            sense)
     for i, c in zip(need, chosen, strict=True):
         out[i] = _render(parses[texts[i]], c)
     return out
