@@ -419,3 +419,18 @@ def test_a_contraction_is_spelt_out_only_where_its_word_is_known():
     assert 1 not in edit_options(nlp("Because he's lived it."))
     assert edit_options(nlp("It's been a year."))[0].options == ("It has",)
     assert edit_options(nlp("He's going home."))[0].options == ("He is",)
+
+
+def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_clause():
+    """A synonym's inflected form must be in use ("schools" -> not "schoolings"); "that" opens a tensed clause ("we
+    know (that) he cares"), not a bare infinitive ("help others achieve it" -> not "help that others")."""
+    from tasks.protect.lexicon import load_pipeline
+    from tasks.protect.reword import edit_options
+
+    nlp = load_pipeline()
+    schools = nlp("Our schools are where our children grow.")
+    assert all("schoolings" not in e.options for e in edit_options(schools, 3, broader=True).values())
+    helping = nlp("And he is fighting to help others achieve it.")
+    assert not any(o.startswith("that ") for e in edit_options(helping, 3, broader=True).values() for o in e.options)
+    knowing = nlp("We know that he cares.")
+    assert edit_options(knowing, 3, broader=True)[2].options[-1] == "he"  # "that" dropped where it opens one

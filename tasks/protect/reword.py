@@ -48,11 +48,15 @@ SENSE_FLOOR = 0.5
 MAX_OPTIONS = 5
 _FIRST_OPTIONS = 2
 _MAX_PASSES = 12
+#: The least ``wordfreq`` Zipf frequency of a replacement, as written (rarer words read as odd).
+_MIN_ZIPF = 3.0
 #: How deep in WordNet's noun hierarchy a more general word must be (shallower ones are abstractions).
 _BROADER_DEPTH = 6
 
 #: Tags of a wh-word, which opens a clause that takes no "that" ("understands what it takes").
 _WH_TAGS = frozenset({"WDT", "WP", "WP$", "WRB"})
+#: Tags of a tensed verb or modal.
+_FINITE_TAGS = frozenset({"VBD", "VBZ", "VBP", "MD"})
 _POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 #: Penn tags whose form the inflection helpers cannot make (comparatives, superlatives).
 _SKIP_TAGS = frozenset({"JJR", "JJS", "RBR", "RBS", "NNP", "NNPS"})
@@ -65,7 +69,15 @@ def _common_words(senses: Sequence[Any], lemma: str) -> tuple[str, ...]:
 
     names = {n for sense in senses for n in sense.lemma_names() if n.isalpha() and n.islower() and n != lemma}
     ranked = sorted(sorted(names), key=lambda n: -zipf_frequency(n, "en"))
-    return tuple(n for n in ranked if zipf_frequency(n, "en") >= 3.0)
+    return tuple(n for n in ranked if zipf_frequency(n, "en") >= _MIN_ZIPF)
+
+
+@functools.cache
+def _in_use(word: str) -> bool:
+    """Whether ``word`` is as common as a synonym must be (Zipf 3, :func:`_common_words`)."""
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word.lower(), "en") >= _MIN_ZIPF
 
 
 @functools.cache
@@ -112,6 +124,8 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
             found = plural(found)
         elif tok.pos_ == "VERB":
             found = inflect_verb(found, tok.tag_)
+        if not _in_use(found):  # an inflected form English does not use ("schoolings", "informations")
+            continue
         if tok.text[0].isupper():
             found = found[0].upper() + found[1:]
         if found.lower() != tok.lower_ and found not in out:
@@ -254,7 +268,7 @@ def _complementizers(doc: Any) -> dict[int, tuple[int, str]]:
             continue
         if marks and marks[0].lower_ == "that" and marks[0] == first and first.i + 1 < len(doc):
             out[first.i] = (first.i + 2, doc[first.i + 1].text)  # "know that their" -> "know their"
-        elif not marks and first.tag_ not in _WH_TAGS and first.pos_ != "PUNCT" and \
+        elif not marks and first.tag_ not in _WH_TAGS and first.pos_ != "PUNCT" and _finite(tok) and \
                 any(c.dep_ in ("nsubj", "expl") for c in tok.children):
             out[first.i] = (first.i + 1, f"that {first.text}")  # "know he understands" -> "know that he ..."
     return out
@@ -278,6 +292,13 @@ def _normalised_offsets(text: str) -> tuple[str, np.ndarray]:
         chars.pop()
         where.pop()
     return "".join(chars), np.array(where, np.int64)
+
+
+def _finite(verb: Any) -> bool:
+    """Whether ``verb`` heads a finite clause (a tensed verb or a tensed auxiliary), which "that" may open: not
+    "help others achieve it" (a bare infinitive)."""
+    return verb.tag_ in _FINITE_TAGS or any(c.dep_ in ("aux", "auxpass") and c.tag_ in _FINITE_TAGS
+                                            for c in verb.children)
 
 
 def runs_of_source(text: str, source: str | None, min_chars: int) -> list[tuple[int, int]]:
