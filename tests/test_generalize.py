@@ -158,3 +158,17 @@ def test_small_number_words_stay_and_numbers_in_a_duration_become_quantifiers(nl
     texts = ["We fought two wars and won 3 seats.", "I was 13 years old and walked 5 miles in two hours."]
     assert generalize(texts, ["a", "a"], [[], []], nlp=nlp) == [
         "We fought two wars and won a few seats.", "I was many years old and walked a few miles in two hours."]
+
+
+def test_an_evidence_words_hypernym_is_put_in_only_where_it_keeps_the_sense():
+    """WordNet's first sense is not always the text's: "bank" -> "slope" in "The bank raised interest rates". With
+    the sense check (the hypernym's contextual vector against the word's) that one is not put in, and one that keeps
+    the sense ("choir" -> "chorus") still is."""
+    from tasks.metrics.meaning import span_similarity
+
+    texts = ["The bank raised interest rates again.", "She sang in the church choir on Sundays."]
+    features = [[("bank", "word")], [("choir", "word")]]
+    plain = generalize(texts, ["a", "b"], features)
+    assert plain == ["The slope raised interest rates again.", "She sang in the church chorus on Sundays."]
+    checked = generalize(texts, ["a", "b"], features, sense=span_similarity)
+    assert checked == [texts[0], plain[1]]

@@ -33,6 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from tasks.parallel import resource_lock
 from tasks.protect.lexicon import (
     hypernym,
@@ -43,6 +45,7 @@ from tasks.protect.lexicon import (
     place_kind,
     plural,
 )
+from tasks.protect.reword import SENSE_FLOOR, Sense, sense_pair
 
 # ------------------------------------------------------------------------------------------------ surrogates
 
@@ -398,10 +401,12 @@ class _Doc(_Phrases):
             self.put(tok.i, tok.i + 1, "" if self.modifier(tok.i, tok.i + 1) else
                      noun if determined else f"{first} {noun}")
 
-    def evidence(self) -> None:
-        """The evidence's content words (nouns and verbs) as their WordNet hypernym, inflected as they were."""
+    def evidence(self) -> list[tuple[int, str]]:
+        """The evidence's content words (nouns and verbs) as their WordNet hypernym, inflected as they were: per word,
+        its token and its replacement (not yet put in)."""
+        found: list[tuple[int, str]] = []
         if not self.evidence_words:
-            return
+            return found
         for tok in self.doc:
             if self.taken[tok.i] or not tok.is_alpha or tok.is_stop or tok.pos_ not in ("NOUN", "VERB"):
                 continue
@@ -417,7 +422,8 @@ class _Doc(_Phrases):
                 general = inflect_verb(general, tok.tag_)
             if tok.text.isupper() and len(tok.text) > 1:
                 general = general.upper()
-            self.put(tok.i, tok.i + 1, general)
+            found.append((tok.i, general))
+        return found
 
 
 def evidence_words(features: Iterable[tuple[str, str]]) -> frozenset[str]:
@@ -434,15 +440,19 @@ def evidence_words(features: Iterable[tuple[str, str]]) -> frozenset[str]:
 
 
 def generalize(texts: Sequence[str], authors: Sequence[str], features: Sequence[Sequence[tuple[str, str]]], *,
-               surrogates: Surrogates | None = None, nlp: Any = None, batch_size: int = 64) -> list[str]:
+               surrogates: Surrogates | None = None, nlp: Any = None, batch_size: int = 64,
+               sense: Sense | None = None) -> list[str]:
     """Each text with its named entities, identifiers, numbers, dates and its evidence's content words
     generalised (see the module's docstring); ``features`` per text as (feature, kind) pairs, kind ``word`` or
-    ``char``. ``surrogates`` keeps the per-author phrases across calls (a fresh one when not given)."""
+    ``char``. ``surrogates`` keeps the per-author phrases across calls (a fresh one when not given). With
+    ``sense``, an evidence word's hypernym is put in only where it keeps the word's sense in its sentence
+    (:data:`tasks.protect.reword.SENSE_FLOOR`: "a seat in his Cabinet" is not "in his furniture")."""
     if not len(texts) == len(authors) == len(features):
         raise ValueError(f"generalize: {len(texts)} texts, {len(authors)} authors, {len(features)} feature lists")
     surrogates = surrogates if surrogates is not None else Surrogates()
     nlp = nlp if nlp is not None else load_pipeline()
-    out: list[str] = []
+    states: list[_Doc] = []
+    pending: list[tuple[int, int, str]] = []  # (text, token, hypernym) of the evidence words
     with resource_lock(nlp):
         docs = nlp.pipe([str(t) for t in texts], batch_size=batch_size)
         for doc, author, feats in zip(docs, authors, features, strict=True):
@@ -450,6 +460,13 @@ def generalize(texts: Sequence[str], authors: Sequence[str], features: Sequence[
             state.identifiers()
             state.entities()
             state.stray_numbers()
-            state.evidence()
-            out.append(state.text() if state.spans else doc.text)
-    return out
+            pending += [(len(states), i, general) for i, general in state.evidence()]
+            states.append(state)
+    keeps = np.ones(len(pending), bool)
+    if sense is not None and pending:
+        pairs = [sense_pair(states[n].doc, i, i + 1, general) for n, i, general in pending]
+        keeps = np.nan_to_num(np.asarray(sense(pairs), float), nan=-1.0) >= SENSE_FLOOR
+    for (n, i, general), keep in zip(pending, keeps, strict=True):
+        if keep:
+            states[n].put(i, i + 1, general)
+    return [state.text() if state.spans else state.doc.text for state in states]

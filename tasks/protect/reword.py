@@ -381,7 +381,7 @@ def _window(doc: Any, i: int, end: int, text: str | None = None) -> str:
         whole[hi:doc[b - 1].idx + len(doc[b - 1].text)]
 
 
-def _swapped(doc: Any, i: int, end: int, text: str) -> tuple[str, tuple[int, int], str, tuple[int, int]]:
+def sense_pair(doc: Any, i: int, end: int, text: str) -> tuple[str, tuple[int, int], str, tuple[int, int]]:
     """``doc``'s text and the span of tokens ``i:end``, and the text with ``text`` in that span and its span (what
     :data:`Sense` compares)."""
     lo, hi = doc[i].idx, doc[end - 1].idx + len(doc[end - 1].text)
@@ -426,7 +426,7 @@ def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judg
             batch = e.options[done:_FIRST_OPTIONS] if done < _FIRST_OPTIONS else e.options[done:]
             first = len(windows)
             windows += [_window(docs[k], i, e.end, o) for o in batch]
-            swaps += [_swapped(docs[k], i, e.end, o) for o in batch]
+            swaps += [sense_pair(docs[k], i, e.end, o) for o in batch]
             if (k, i) not in written:
                 windows.append(_window(docs[k], i, e.end))
                 swaps.append(None)
