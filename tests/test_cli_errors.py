@@ -53,3 +53,18 @@ def test_bad_input_after_the_run_is_one_line_and_exit_2():
     assert done.returncode == 2
     assert "synthugc: error: timelines.parquet: row 3: no text" in done.stderr.splitlines()
     assert "Traceback" not in done.stderr
+
+
+def test_the_default_console_keeps_liblinears_convergence_warning_out_of_the_log():
+    """A fit that stops at max_iter is still used (the classifiers say so); the warning's ``catch_warnings`` is
+    process-wide, so stages on threads leaked it: the default console filters it for the whole process."""
+    import warnings
+
+    from flows.cli.common import _quiet_libraries
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _quiet_libraries()
+        warnings.warn("Liblinear failed to converge, increase the number of iterations.", UserWarning, stacklevel=1)
+        warnings.warn("another warning", UserWarning, stacklevel=1)
+    assert [str(w.message) for w in caught] == ["another warning"]
