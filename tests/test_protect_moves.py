@@ -422,8 +422,9 @@ def test_a_contraction_is_spelt_out_only_where_its_word_is_known():
 
 
 def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_clause():
-    """A synonym's inflected form must be in use ("schools" -> not "schoolings"); "that" opens a tensed clause ("we
-    know (that) he cares"), not a bare infinitive ("help others achieve it" -> not "help that others")."""
+    """A synonym's inflected form must be in use ("schools" -> not "schoolings"); a phrasal verb keeps both its
+    words ("take away" -> not "take off"); "that" opens a tensed clause ("we know (that) he cares"), not a bare
+    infinitive ("help others achieve it" -> not "help that others")."""
     from tasks.protect.lexicon import load_pipeline
     from tasks.protect.reword import edit_options
 
@@ -432,5 +433,7 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     assert all("schoolings" not in e.options for e in edit_options(schools, 3, broader=True).values())
     helping = nlp("And he is fighting to help others achieve it.")
     assert not any(o.startswith("that ") for e in edit_options(helping, 3, broader=True).values() for o in e.options)
+    phrasal = nlp("They will take away our rights, and we gave up on them.")
+    assert not {"take", "away", "gave", "up"} & {phrasal[i].text for i in edit_options(phrasal, 3, broader=True)}
     knowing = nlp("We know that he cares.")
     assert edit_options(knowing, 3, broader=True)[2].options[-1] == "he"  # "that" dropped where it opens one

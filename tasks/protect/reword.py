@@ -55,6 +55,8 @@ _BROADER_DEPTH = 6
 
 #: Tags of a wh-word, which opens a clause that takes no "that" ("understands what it takes").
 _WH_TAGS = frozenset({"WDT", "WP", "WP$", "WRB"})
+#: Adverbs that make a phrasal verb with the verb before them (spaCy tags "take away" as an adverb, not a particle).
+_PARTICLES = frozenset({"away", "up", "down", "off", "out", "back", "over", "on", "in", "around", "through"})
 #: Tags of a tensed verb or modal.
 _FINITE_TAGS = frozenset({"VBD", "VBZ", "VBP", "MD"})
 _POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
@@ -113,7 +115,7 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
         return [found[0].upper() + found[1:] if tok.text[0].isupper() else found]
     pos = _POS.get(tok.pos_)
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
-            (tok.is_stop and senses == 1) or tok.lower_ in _FIXED:
+            (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok):
         return []
     out = []
     lemma = tok.lemma_.lower()
@@ -131,6 +133,18 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
         if found.lower() != tok.lower_ and found not in out:
             out.append(found)
     return out
+
+
+def _particle(tok: Any) -> bool:
+    """Whether ``tok`` is the particle of a phrasal verb ("take away", "gave up")."""
+    return tok.head.pos_ == "VERB" and tok.head.i < tok.i and (
+        tok.dep_ == "prt" or (tok.dep_ == "advmod" and tok.lower_ in _PARTICLES))
+
+
+def _phrasal(tok: Any) -> bool:
+    """Whether ``tok`` is a phrasal verb or its particle: a synonym of either part breaks the pair ("take away" ->
+    "take off")."""
+    return _particle(tok) or (tok.pos_ == "VERB" and any(_particle(c) for c in tok.children))
 
 
 def _attached_symbol(tok: Any) -> bool:
