@@ -186,3 +186,15 @@ def test_the_suite_scores_it_by_default_and_the_report_and_a_budget_read_it(tmp_
     assert best == {"rewrite"}
     page = render_markdown(ReportData(title="t", facts={}, summary=summary, budget="verbatim<=0.3"))
     assert "Verbatim ↓" in page and "0.500 [" in page and "## Budget: `verbatim<=0.3`" in page
+
+
+@pytest.mark.parametrize("text", ["  The  PRESIDENT\tsaid:\n\nno ", "Straße İstanbul ﬁne", "", "   ", "ok", "a \u00a0 b"])
+def test_normalise_with_offsets_reads_text_as_normalise_does_and_points_back_into_it(text):
+    """Reword finds the runs to break with it: its text must be the comparison's, character for character, and each
+    character must come from the offset it names (folded case: "ß" -> "ss" both from one)."""
+    from tasks.metrics.verbatim import normalise, normalise_with_offsets
+
+    low, where = normalise_with_offsets(text)
+    assert low == normalise(text) and len(where) == len(low)
+    assert all(c == " " and text[k].isspace() or c in text[k].casefold() for c, k in zip(low, where, strict=True))
+    assert list(where) == sorted(where)

@@ -36,6 +36,7 @@ from tasks.metrics.base import MetricResult
 from tasks.models.embeddings import EmbeddingCache, bert_score_encode, token_embeddings
 from tasks.models.loaders import device, load_model_config, load_tokenizer
 from tasks.models.registry import ModelSpec, model_id, resolve_model
+from tasks.parallel import resource_lock
 from tasks.signatures import make_signature
 from tasks.store import sha256_bytes
 
@@ -216,11 +217,12 @@ def span_similarity(pairs: Sequence[tuple[str, tuple[int, int], str, tuple[int, 
              for text, span in ((a, span_a), (b, span_b))]
     texts = list(dict.fromkeys(text for text, _ in sides))
     vectors = dict(zip(texts, token_embeddings(texts, spec, layer), strict=True))
+    with resource_lock(tokenizer):  # a fast tokenizer shared by threads ("Already borrowed"); stripped as encoded
+        mapped = tokenizer([t.strip() for t in texts], add_special_tokens=True, max_length=tokenizer.model_max_length,
+                           truncation=True, return_offsets_mapping=True)["offset_mapping"]
     offsets = {}
-    for text in texts:
+    for text, found in zip(texts, mapped, strict=True):
         lead = len(text) - len(text.lstrip())
-        found = tokenizer(text.strip(), add_special_tokens=True, max_length=tokenizer.model_max_length,
-                          truncation=True, return_offsets_mapping=True)["offset_mapping"]
         offsets[text] = np.array([(a + lead, b + lead) if b > a else (-1, -1) for a, b in found])
 
     def vector(text: str, span: tuple[int, int]) -> np.ndarray | None:

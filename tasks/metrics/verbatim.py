@@ -53,6 +53,26 @@ def normalise(text: str) -> str:
     return " ".join(str(text).split()).casefold()
 
 
+def normalise_with_offsets(text: str) -> tuple[str, np.ndarray]:
+    """:func:`normalise`'s text and, per character of it, the offset in ``text`` of the character it comes from (to
+    point at a shared run in the text as written)."""
+    chars: list[str] = []
+    where: list[int] = []
+    for i, c in enumerate(text):
+        if c.isspace():
+            if chars and chars[-1] != " ":
+                chars.append(" ")
+                where.append(i)
+            continue
+        folded = c.casefold()
+        chars += folded
+        where += [i] * len(folded)
+    if chars and chars[-1] == " ":
+        chars.pop()
+        where.pop()
+    return "".join(chars), np.array(where, np.int64)
+
+
 def _check_min_chars(min_chars: int) -> int:
     if isinstance(min_chars, bool) or not isinstance(min_chars, int | np.integer) or min_chars < 1:
         raise ValueError(f"min_chars must be a positive integer, got {min_chars!r}")

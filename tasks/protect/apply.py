@@ -68,18 +68,18 @@ def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[lis
                                                 detected=detected)
         p.mappings.append(mapping)
         return replaced["text"].astype(str).tolist()
+    judged = p.settings.fluency_floor is not None  # the fluency LM and the sense check judge word swaps
+    sense = span_similarity if judged else None
     if move.name == REWORD:
-        judged = p.settings.fluency_floor is not None
         return reword(rows["text"].astype(str).tolist(), min_chars=p.settings.verbatim_chars,
                       senses=int(move.params.get("senses", 1)), sources=p.sources.loc[rows.index].tolist(),
                       parses=p.shared.parses, judge=functools.partial(slor_totals, cache=p.embeddings()) if judged
-                      else None, sense=span_similarity if judged else None)
+                      else None, sense=sense)
     if move.name == MASK_EVIDENCE:
         return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
     if move.name == GENERALIZE:
         return generalize(rows["text"].astype(str).tolist(), rows["author_id"].astype(str).tolist(), features,
-                          surrogates=p.shared.surrogates,
-                          sense=span_similarity if p.settings.fluency_floor is not None else None)
+                          surrogates=p.shared.surrogates, sense=sense)
     if move.name == LLM_ANONYMIZE:
         return llm_anonymize(rows["text"].astype(str).tolist(), features, p.llm(),
                              seed=p.settings.seed + round_)

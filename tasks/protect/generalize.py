@@ -45,7 +45,7 @@ from tasks.protect.lexicon import (
     place_kind,
     plural,
 )
-from tasks.protect.reword import SENSE_FLOOR, Sense, sense_pair
+from tasks.protect.reword import SENSE_FLOOR, Sense, sense_pair, sense_scores
 
 # ------------------------------------------------------------------------------------------------ surrogates
 
@@ -465,7 +465,7 @@ def generalize(texts: Sequence[str], authors: Sequence[str], features: Sequence[
     keeps = np.ones(len(pending), bool)
     if sense is not None and pending:
         pairs = [sense_pair(states[n].doc, i, i + 1, general) for n, i, general in pending]
-        keeps = np.nan_to_num(np.asarray(sense(pairs), float), nan=-1.0) >= SENSE_FLOOR
+        keeps = sense_scores(sense, pairs) >= SENSE_FLOOR
     for (n, i, general), keep in zip(pending, keeps, strict=True):
         if keep:
             states[n].put(i, i + 1, general)

@@ -12,9 +12,9 @@ Which synonym: without a judge, the most frequent English word by ``wordfreq``; 
 the one that reads best in its context, and none where every one reads much worse than the word it replaces (a
 wrong sense: "make" -> "do"). A judged rewording may also use a noun's more general word, an adjective's similar
 one, and the optional "that" after a verb; with a sense check too, a swap must keep the replaced word's sense in its
-sentence (the LM judges how a swap reads, not what it means: "opposed" -> "defended" reads well). ``senses`` 1 (the safest) takes synonyms of the word's most frequent
-sense and leaves spaCy's stop words alone; more senses let more words change, function words among them ("but" ->
-"yet"). Where a stretch has nothing to edit the run stays, and the loop's next move tries.
+sentence (the LM judges how a swap reads, not what it means: "opposed" -> "defended" reads well). ``senses`` 1 (the
+safest) takes synonyms of the word's most frequent sense and leaves spaCy's stop words alone; more senses let more
+words change, function words among them ("but" -> "yet"). Where a stretch has nothing to edit the run stays, and the loop's next move tries.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.metrics.verbatim import normalise
+from tasks.metrics.verbatim import normalise, normalise_with_offsets
 from tasks.parallel import resource_lock
 from tasks.protect.lexicon import inflect_verb, load_pipeline, load_wordnet, plural
 
@@ -40,8 +40,9 @@ Sense = Callable[[Sequence[tuple[str, tuple[int, int], str, tuple[int, int]]]], 
 #: each side it is judged on.
 MAX_SWAP_COST = 4.0
 _CONTEXT = (4, 2)
-#: The least contextual similarity a swapped word must keep to the word it replaced (:data:`Sense`), calibrated on
-#: the swaps labelled by hand in ``tests/data/reword_swaps.jsonl`` (docs/protect.md gives what it keeps).
+#: The least contextual similarity a swapped word must keep to the word it replaced (:data:`Sense`), calibrated for
+#: :func:`tasks.metrics.meaning.span_similarity`'s default encoder on the swaps labelled by hand in
+#: ``tests/data/reword_swaps.jsonl`` (docs/protect.md gives what it keeps).
 SENSE_FLOOR = 0.5
 #: The replacements judged per place (the most frequent synonyms), those judged first, and the rounds of judging a
 #: batch may take.
@@ -57,6 +58,8 @@ _BROADER_DEPTH = 6
 _WH_TAGS = frozenset({"WDT", "WP", "WP$", "WRB"})
 #: Adverbs that make a phrasal verb with the verb before them (spaCy tags "take away" as an adverb, not a particle).
 _PARTICLES = frozenset({"away", "up", "down", "off", "out", "back", "over", "on", "in", "around", "through"})
+#: Signs written onto a number ("#1", "+5", "10%").
+_SIGNS = frozenset({"#", "+", "-", "±", "~", "<", ">", "=", "%", "‰"})
 #: Tags of a tensed verb or modal.
 _FINITE_TAGS = frozenset({"VBD", "VBZ", "VBP", "MD"})
 _POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
@@ -149,11 +152,11 @@ def _phrasal(tok: Any) -> bool:
 
 def _attached_symbol(tok: Any) -> bool:
     """Whether a symbol is written onto ``tok`` ("$10", "10%", "#1"): a number there stays in digits ("$ten")."""
-    doc = tok.doc
-    before = tok.i > 0 and not doc[tok.i - 1].whitespace_ and (doc[tok.i - 1].is_currency or doc[tok.i - 1].pos_ == "SYM"
-                                                              or doc[tok.i - 1].text in "#+-±~<>=")
-    after = tok.i + 1 < len(doc) and not tok.whitespace_ and (doc[tok.i + 1].text in ("%", "‰") or
-                                                              doc[tok.i + 1].is_alpha or doc[tok.i + 1].pos_ == "SYM")
+    doc, i = tok.doc, tok.i
+    before = i > 0 and not doc[i - 1].whitespace_ and (doc[i - 1].is_currency or doc[i - 1].pos_ == "SYM" or
+                                                       doc[i - 1].text in _SIGNS)
+    after = i + 1 < len(doc) and not tok.whitespace_ and (doc[i + 1].text in _SIGNS or doc[i + 1].is_alpha or
+                                                          doc[i + 1].pos_ == "SYM")
     return bool(before or after)
 
 
@@ -198,7 +201,7 @@ def _number_words(digits: str) -> str | None:
 _EXPAND = {"n't": "not", "'s": "is", "'re": "are", "'m": "am", "'ll": "will", "'ve": "have", "'d": "would"}
 _IRREGULAR_NOT = {"ca": "can", "wo": "will", "sha": "shall"}
 #: Contractions that stand for a form of "have" before a participle.
-_HAVE_OR_NOT = {"'s": "has", "'d": "had"}
+_HAVE_FORMS = {"'s": "has", "'d": "had"}
 
 
 def _contraction(doc: Any, i: int) -> tuple[int, str] | None:
@@ -211,10 +214,10 @@ def _contraction(doc: Any, i: int) -> tuple[int, str] | None:
         if nxt.lower_ == "'s" and nxt.pos_ != "AUX":  # a possessive
             return None
         word = _EXPAND[nxt.lower_]
-        if nxt.lower_ in _HAVE_OR_NOT:  # "'s" is "has" and "'d" "had" before a participle ("he's lived")
+        if nxt.lower_ in _HAVE_FORMS:  # "'s" is "has" and "'d" "had" before a participle ("he's lived")
             after = doc[i + 2] if i + 2 < len(doc) else None
             if after is not None and after.lower_ == "been":
-                word = _HAVE_OR_NOT[nxt.lower_]
+                word = _HAVE_FORMS[nxt.lower_]
             elif after is not None and after.tag_ in ("VBN", "VBD"):
                 return None  # "it's done" (is) or "he's lived" (has): the tagger does not tell them apart
         head = _IRREGULAR_NOT.get(tok.lower_, tok.text) if nxt.lower_ == "n't" else tok.text
@@ -288,26 +291,6 @@ def _complementizers(doc: Any) -> dict[int, tuple[int, str]]:
     return out
 
 
-def _normalised_offsets(text: str) -> tuple[str, np.ndarray]:
-    """``text`` as the verbatim check reads it (:func:`tasks.metrics.verbatim.normalise`: whitespace runs one space,
-    ends stripped, case folded) and, per character of that, the offset of the character of ``text`` it comes from."""
-    chars: list[str] = []
-    where: list[int] = []
-    for i, c in enumerate(text):
-        if c.isspace():
-            if chars and chars[-1] != " ":
-                chars.append(" ")
-                where.append(i)
-            continue
-        folded = c.casefold()
-        chars += folded
-        where += [i] * len(folded)
-    if chars and chars[-1] == " ":
-        chars.pop()
-        where.pop()
-    return "".join(chars), np.array(where, np.int64)
-
-
 def _finite(verb: Any) -> bool:
     """Whether ``verb`` heads a finite clause (a tensed verb or a tensed auxiliary), which "that" may open: not
     "help others achieve it" (a bare infinitive)."""
@@ -320,7 +303,7 @@ def runs_of_source(text: str, source: str | None, min_chars: int) -> list[tuple[
     characters it shares with ``source``, compared as the verbatim check compares them (case folded, whitespace
     collapsed), or the whole text where it is a copy of ``source`` shorter than a run; without a source, the whole
     text (itself taken as its source)."""
-    low, where = _normalised_offsets(text)
+    low, where = normalise_with_offsets(text)
     if source is None or low == normalise(source):
         return [(0, len(text))] if text else []
     reference = normalise(source)
@@ -395,6 +378,12 @@ def _window(doc: Any, i: int, end: int, text: str | None = None) -> str:
         whole[hi:doc[b - 1].idx + len(doc[b - 1].text)]
 
 
+def sense_scores(sense: Sense, pairs: Sequence[tuple[str, tuple[int, int], str, tuple[int, int]]]) -> np.ndarray:
+    """``sense``'s similarity per pair, -1 where it has none (a span the encoder cut off): compared with
+    ``SENSE_FLOOR``, such a swap is not made."""
+    return np.nan_to_num(np.asarray(sense(pairs), float), nan=-1.0)
+
+
 def sense_pair(doc: Any, i: int, end: int, text: str) -> tuple[str, tuple[int, int], str, tuple[int, int]]:
     """``doc``'s text and the span of tokens ``i:end``, and the text with ``text`` in that span and its span (what
     :data:`Sense` compares)."""
@@ -453,7 +442,7 @@ def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judg
                       for key, (a, b) in zip(asks, bounds, strict=True)]
         close = np.ones(len(windows))  # the sense is read only where the swap reads well
         if sense is not None and (at := [n for fluent in reads_well for n in fluent]):
-            close[at] = np.nan_to_num(np.asarray(sense([swaps[n] for n in at]), float), nan=-1.0)
+            close[at] = sense_scores(sense, [swaps[n] for n in at])
         for (k, i), (a, b), fluent in zip(asks, bounds, reads_well, strict=True):
             done = tried[k].get(i, 0)
             tried[k][i] = done + b - a
