@@ -446,7 +446,7 @@ def generalize(texts: Sequence[str], authors: Sequence[str], features: Sequence[
     generalised (see the module's docstring); ``features`` per text as (feature, kind) pairs, kind ``word`` or
     ``char``. ``surrogates`` keeps the per-author phrases across calls (a fresh one when not given). With
     ``sense``, an evidence word's hypernym is put in only where it keeps the word's sense in its sentence
-    (:data:`tasks.protect.reword.SENSE_FLOOR`: "a seat in his Cabinet" is not "in his furniture")."""
+    (:data:`tasks.protect.reword.SENSE_FLOOR`: "The bank raised rates" does not become "The slope ...")."""
     if not len(texts) == len(authors) == len(features):
         raise ValueError(f"generalize: {len(texts)} texts, {len(authors)} authors, {len(features)} feature lists")
     surrogates = surrogates if surrogates is not None else Surrogates()
