@@ -196,5 +196,5 @@ def test_normalise_with_offsets_reads_text_as_normalise_does_and_points_back_int
 
     low, where = normalise_with_offsets(text)
     assert low == normalise(text) and len(where) == len(low)
-    assert all(c == " " and text[k].isspace() or c in text[k].casefold() for c, k in zip(low, where, strict=True))
+    assert all((c == " " and text[k].isspace()) or c in text[k].casefold() for c, k in zip(low, where, strict=True))
     assert list(where) == sorted(where)
