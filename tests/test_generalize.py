@@ -86,8 +86,11 @@ def test_the_same_entity_gets_the_same_surrogate_within_an_author_and_another_au
 def test_an_evidence_word_becomes_its_wordnet_hypernym_inflected_as_it_was(nlp):
     wn = load_wordnet()
     assert wn.get_version() == "3.0"
-    expected = wn.synsets("guitar", "n")[0].hypernyms()[0].lemma_names()[0].replace("_", " ")
-    assert hypernym("guitar", "n") == expected == "stringed instrument"
+    parent = wn.synsets("guitar", "n")[0].hypernyms()[0]
+    assert parent.lemma_names() == ["stringed_instrument"]  # only a phrase: the word is looked for a level up
+    expected = "instrument"
+    assert expected in parent.hypernyms()[0].lemma_names() and hypernym("guitar", "n") == expected
+    assert [hypernym(w, "n") for w in ("tree", "bed", "month")] == ["plant", "furniture", "period"]
     coffee = wn.synsets("espresso", "n")[0].hypernyms()[0].lemma_names()[0]
     whisper = wn.synsets("whisper", "v")[0].hypernyms()[0].lemma_names()[0]
     texts = ["She sold her guitars and ordered an espresso.", "They whispered about the guitar."]
@@ -95,7 +98,7 @@ def test_an_evidence_word_becomes_its_wordnet_hypernym_inflected_as_it_was(nlp):
     out = generalize(texts, ["a", "a"], features, nlp=nlp)
     assert out[0] == f"She sold her {plural(expected)} and ordered a {coffee}."  # "an" follows the new word
     assert out[1] == f"They {inflect_verb(whisper, 'VBD')} about the {expected}."
-    assert out[1] == "They talked about the stringed instrument."
+    assert out[1] == "They talked about the instrument."
     # no evidence: the same words stay
     assert generalize(texts, ["a", "a"], [[], []], nlp=nlp) == texts
 
@@ -172,3 +175,18 @@ def test_an_evidence_words_hypernym_is_put_in_only_where_it_keeps_the_sense():
     assert plain == ["The slope raised interest rates again.", "She sang in the church chorus on Sundays."]
     checked = generalize(texts, ["a", "b"], features, sense=span_similarity)
     assert checked == [texts[0], plain[1]]
+
+
+def test_groups_places_and_deities_get_phrases_that_keep_the_sentence_true(nlp):
+    """A party stays a party, a nation's people citizens ("fellow Americans" -> "fellow citizens", not "locals"),
+    a place the kind a text likelier means ("Wisconsin": a state before a river), and God is no one to hide."""
+    from tasks.protect.lexicon import place_kind
+
+    assert [place_kind(p) for p in ("Wisconsin", "Ohio", "Israel", "Miami")] == ["state", "state", "country", "city"]
+    texts = ["Even Republicans agree with Democratic policies.", "Hear me, my fellow Americans.",
+             "In Wisconsin, we believe in hard work.", "God bless you."]
+    out = generalize(texts, ["a"] * 4, [[]] * 4, nlp=nlp)
+    assert out[0] == "Even party members agree with party policies.", out
+    assert out[1] == "Hear me, my fellow citizens.", out
+    assert out[2] == "In my state, we believe in hard work.", out
+    assert out[3] == "God bless you.", out

@@ -401,7 +401,7 @@ def test_reword_keeps_only_swaps_that_keep_the_sense_in_their_sentence():
     from tasks.protect.reword import reword
 
     sources = ["They even opposed our right to vote.", "— now, maybe just maybe that's OK for a guy who hunts varmints.",
-               "What has he learned from all this?"]
+               "So what has he learned from them?"]
     fluent = reword(sources, min_chars=30, senses=3, judge=slor_totals)
     assert "defended" in fluent[0] and " cat " in fluent[1] and "heard" in fluent[2], fluent
     kept = reword(sources, min_chars=30, senses=3, judge=slor_totals, sense=span_similarity)
@@ -423,7 +423,7 @@ def test_a_contraction_is_spelt_out_only_where_its_word_is_known():
 
 def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_clause():
     """A synonym's inflected form must be in use ("schools" -> not "schoolings"); a phrasal verb keeps both its
-    words ("take away" -> not "take off"); "that" opens a tensed clause ("we know (that) he cares"), not a bare
+    words ("take away" -> not "take off"; the particle may move: "take our rights away"); "that" opens a tensed clause ("we know (that) he cares"), not a bare
     infinitive ("help others achieve it" -> not "help that others")."""
     from tasks.protect.lexicon import load_pipeline
     from tasks.protect.reword import edit_options
@@ -434,6 +434,67 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     helping = nlp("And he is fighting to help others achieve it.")
     assert not any(o.startswith("that ") for e in edit_options(helping, 3, broader=True).values() for o in e.options)
     phrasal = nlp("They will take away our rights, and we gave up on them.")
-    assert not {"take", "away", "gave", "up"} & {phrasal[i].text for i in edit_options(phrasal, 3, broader=True)}
+    options = edit_options(phrasal, 3, broader=True)
+    assert not {"take", "gave", "up"} & {phrasal[i].text for i in options}
+    assert options[3].options == ("our rights away",)  # the particle may move past its object, not change
     knowing = nlp("We know that he cares.")
     assert edit_options(knowing, 3, broader=True)[2].options[-1] == "he"  # "that" dropped where it opens one
+
+
+@pytest.mark.parametrize(("text", "alternative"), [
+    ("Romney and his partners shut our plant down and left.", "Romney and his partners shut down our plant and left."),
+    ("They will take away our rights.", "They will take our rights away."),
+    ("We could never pay for all the care she needs.", "We could never pay for all the care that she needs."),
+    ("We prioritized those things that we value.", "We prioritized those things we value."),
+    ("I watched him as he helped make America stronger.", "I watched him as he helped to make America stronger."),
+    ("He is fighting to help others achieve it.", "He is fighting to help others to achieve it."),
+    ("We thank the soldiers returning from Iraq and Afghanistan.",
+     "We thank the soldiers returning from Afghanistan and Iraq."),
+    ("Some officers asked us whether we wanted to press charges.",
+     "Some officers asked us if we wanted to press charges."),
+    ("We must help each other in order to win.", "We must help one another in order to win."),
+    ("We must help each other in order to win.", "We must help each other to win."),
+    ("A lot of small business owners feel the same way.", "Lots of small business owners feel the same way."),
+    ("All of the men served.", "All the men served."),
+    ("We know he cares.", "We know that he cares."),
+    ("Now, we must act. Well, you know, it is late.", "We must act. Well, you know, it is late."),
+    ("You know, we must act.", "We must act."),
+])
+def test_an_alternation_says_the_same_with_the_same_words(text, alternative):
+    """Each alternation keeps the sentence's words, give or take a function word, and its sense."""
+    from tasks.protect.alternations import alternations
+    from tasks.protect.lexicon import load_pipeline
+    from tasks.protect.reword import _render
+
+    doc = load_pipeline()(text)
+    made = {_render(doc, {i: found}) for i, each in alternations(doc).items() for found in each}
+    assert alternative in made, made
+
+
+def test_no_alternation_where_it_would_change_what_is_said():
+    """No "that" before a wh-clause or a bare infinitive, no "if" for "whether ... or", no order swapped across a
+    determiner ("the men and women" -> not "women and the men"), no particle moved past a pronoun it follows."""
+    from tasks.protect.alternations import alternations
+    from tasks.protect.lexicon import load_pipeline
+    from tasks.protect.reword import _render
+
+    nlp = load_pipeline()
+    for text in ["He understands what it takes.", "Ask whether it rains or shines.", "They thank the men and women.",
+                 "They gave it up.", "All of us voted."]:
+        doc = nlp(text)
+        assert {_render(doc, {i: f}) for i, each in alternations(doc).items() for f in each} == set(), text
+
+
+def test_a_swapped_word_gets_its_article_and_an_ordinal_is_written_in_words():
+    """"an honor" -> "an honour", not "a honour"; "a duty" -> "an obligation"; "the 29th month" -> "the
+    twenty-ninth month", while "the 4th" with a symbol on it stays."""
+    from tasks.protect.lexicon import indefinite_article, load_pipeline
+    from tasks.protect.reword import _render, edit_options
+
+    nlp = load_pipeline()
+    doc = nlp("It was an honor and a duty.")
+    assert _render(doc, {3: (4, "honour"), 6: (7, "obligation")}) == "It was an honour and an obligation."
+    assert [indefinite_article(w) for w in ("hour", "union", "idea", "house", "European")] == ["an", "a", "an", "a", "a"]
+    months = nlp("It was the 29th consecutive month and the 1st of many.")
+    options = {months[i].text: e.options for i, e in edit_options(months).items()}
+    assert options["29th"] == ("twenty-ninth",) and options["1st"] == ("first",), options

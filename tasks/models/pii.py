@@ -293,7 +293,7 @@ def names_vocabulary() -> str:
 
 
 @cache
-def _no_one(word: str) -> bool:
+def no_one(word: str) -> bool:
     """WordNet knows ``word``, capitalised exactly so (or its singular), as the proper name of one deity or
     other spiritual being (God, Allah, Satan, Zeus; not a kind, as the Graces) and not as that of a person, a
     place or an organisation: the name of no one a text could identify. (A first name people also carry,
@@ -341,7 +341,7 @@ def names_only(spans: Iterable[PiiSpan], text: str) -> tuple[PiiSpan, ...]:
             if not words:
                 continue
             if len(span.text.split()) == 1:
-                if _no_one(span.text):
+                if no_one(span.text):
                     continue
                 after = _NEXT_WORD.match(text, span.end)
                 if after and after.group(1).islower() and not _english_word(after.group(1)):

@@ -35,10 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from tasks.models.pii import no_one
 from tasks.parallel import resource_lock
 from tasks.protect.lexicon import (
     hypernym,
     identifier_word,
+    indefinite_article,
     inflect_verb,
     load_pipeline,
     organisation_noun,
@@ -109,6 +111,22 @@ _NOUN_CATEGORIES = {
     "WORK_OF_ART": ("work", "a", ""), "PRODUCT": ("product", "a", ""), "LAW": ("law", "the", ""),
     "LANGUAGE": ("language", "a", ""),
 }
+#: A group's name (spaCy's NORP) by what it names: a party, a faith, or else a nation or people; and its phrases as
+#: an adjective, a plural noun and a singular one ("Democratic policies" -> "party policies", "fellow Americans" ->
+#: "fellow citizens", "a Catholic" -> "a believer").
+_PARTIES = frozenset({"republican", "democrat", "democratic", "gop", "conservative", "liberal", "labour", "labor",
+                      "tory", "tories", "libertarian", "socialist", "communist", "progressive", "independent"})
+_FAITHS = frozenset({"christian", "catholic", "protestant", "muslim", "islamic", "jewish", "jew", "hindu", "buddhist",
+                     "sikh", "mormon", "evangelical", "baptist", "methodist", "lutheran", "orthodox", "atheist"})
+_NORP_PHRASES = {"party": ("party", "party members", "party member"), "faith": ("religious", "believers", "believer"),
+                 "nation": ("national", "citizens", "citizen")}
+
+
+def _norp_kind(text: str) -> str:
+    words = {w.lower().removesuffix("s") for w in re.findall(r"[A-Za-z]+", text)}
+    return "party" if words & _PARTIES else "faith" if words & _FAITHS else "nation"
+
+
 _PLACE_FIRST = {"state": "my", "country": "the", "city": "the", "town": "the", "place": "the"}
 
 
@@ -234,8 +252,7 @@ class _Parse:
                 continue
             nxt = next((p for p in pieces[k + 1:] if p[0]), None)
             if nxt is not None and nxt[2]:
-                vowel = nxt[0][0].lower() in "aeiou" and not nxt[0].lower().startswith(("uni", "use", "one", "eu"))
-                article = "an" if vowel else "a"
+                article = indefinite_article(nxt[0])
                 pieces[k][0] = article.capitalize() if text[0].isupper() else article
         return "".join(p[0] + p[1] for p in pieces)
 
@@ -267,11 +284,12 @@ class _Phrases(_Parse):
             return ("someone", "someone else")[index] if index < 2 else numbered("person", index, first="a",
                                                                                   determined=False)
         if label == "NORP":
+            adjective, many, one = _NORP_PHRASES[_norp_kind(text)]
             if modifier or root.pos_ == "ADJ" or root.dep_ in ("amod", "acomp"):
-                return "local"
+                return adjective
             if root.tag_ in ("NNS", "NNPS"):
-                return "locals"
-            return "local" if determined else "a local"
+                return many
+            return one if determined else f"{indefinite_article(one)} {one}"
         if label == "GPE":
             kind = place_kind(text) or "place"
             if modifier:
@@ -364,6 +382,8 @@ class _Doc(_Phrases):
                 continue
             if label == "MONEY" and start and self.doc[start - 1].lower_ in _CURRENCY:
                 start -= 1
+            if label == "PERSON" and no_one(ent.text):
+                continue  # God, Allah: no one a text could identify
             if label == "PERSON" and start and self.doc[start - 1].lower_ in _TITLES:
                 start -= 1
             while end > start and self.doc[end - 1].tag_ == "POS":  # the possessive stays the text's

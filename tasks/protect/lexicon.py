@@ -47,44 +47,58 @@ _TOO_GENERAL = frozenset({
 })
 
 
+#: The least ``wordfreq`` Zipf frequency of a hypernym put in a text: rarer ones read as a dictionary's words.
+_HYPERNYM_ZIPF = 3.0
+#: How many levels up a hypernym is looked for (a parent with only phrases as names: "stringed instrument", then
+#: "musical instrument" or "instrument").
+_HYPERNYM_LEVELS = 3
+
+
 @functools.cache
 def hypernym(lemma: str, pos: str) -> str | None:
-    """The first usable hypernym of the most frequent WordNet sense of ``lemma`` (``pos`` ``n`` or ``v``), as
-    words (``stringed instrument``); None where WordNet has none or only an uninformative one. The parents are
+    """The first usable hypernym of the most frequent WordNet sense of ``lemma`` (``pos`` ``n`` or ``v``): a single
+    word in common use ("guitar" -> "instrument"); None where WordNet has none, or only an uninformative one or one
+    no one writes ("tree" -> "woody plant", "month" -> "time period", "bed" -> "bedroom furniture"). The parents are
     taken in the order of their names: NLTK keeps a synset's pointers in a set, whose order changes with the
     process's hash seed (``woman`` gave ``adult`` in one run and ``female`` in the next)."""
+    from wordfreq import zipf_frequency
+
     wn = load_wordnet()
     senses = wn.synsets(lemma.replace(" ", "_"), pos)
     if not senses:
         return None
-    parents = sorted(senses[0].hypernyms(), key=lambda s: s.name())
-    for parent in [*parents, *sorted(senses[0].instance_hypernyms(), key=lambda s: s.name())]:
-        for name in parent.lemma_names():
-            words = name.replace("_", " ")
-            if words.lower() != lemma.lower() and not any(c.isupper() for c in words) and words not in _TOO_GENERAL:
-                return words
+    level = [*sorted(senses[0].hypernyms(), key=lambda s: s.name()),
+             *sorted(senses[0].instance_hypernyms(), key=lambda s: s.name())]
+    for _ in range(_HYPERNYM_LEVELS):
+        for parent in level:
+            for name in parent.lemma_names():
+                if name in _TOO_GENERAL or name.replace("_", " ") in _TOO_GENERAL:
+                    return None  # above here WordNet says nothing
+                if name.isalpha() and name.islower() and name != lemma.lower() and \
+                        zipf_frequency(name, "en") >= _HYPERNYM_ZIPF:
+                    return name
+        level = sorted({g for parent in level for g in parent.hypernyms()}, key=lambda s: s.name())
     return None
 
 
+#: The kinds of place a name may be an instance of, the likelier one a text means first ("Wisconsin" is a state
+#: before it is a river; "Georgia" a state before a country).
 _PLACE_KINDS = (("state.n.01", "state"), ("country.n.02", "country"), ("city.n.01", "city"),
                 ("municipality.n.01", "city"), ("town.n.01", "town"), ("continent.n.01", "continent"),
-                ("body_of_water.n.01", "sea"), ("island.n.01", "island"), ("mountain.n.01", "mountain"),
-                ("river.n.01", "river"))
+                ("island.n.01", "island"), ("mountain.n.01", "mountain"), ("river.n.01", "river"),
+                ("lake.n.01", "lake"), ("sea.n.01", "sea"), ("body_of_water.n.01", "water"))
 
 
 @functools.cache
 def place_kind(name: str) -> str | None:
-    """What kind of place WordNet says ``name`` is an instance of (``state``, ``city``, ``country``, ...)."""
+    """What kind of place WordNet says ``name`` is an instance of (``state``, ``city``, ``country``, ...), over all
+    its senses, in the order of ``_PLACE_KINDS``."""
     wn = load_wordnet()
+    ancestors: set[str] = set()
     for sense in wn.synsets(name.strip().replace(" ", "_"), "n"):
         kinds = sense.instance_hypernyms()
-        if not kinds:
-            continue
-        ancestors = {s.name() for k in kinds for s in k.closure(lambda s: s.hypernyms())} | {k.name() for k in kinds}
-        for synset, kind in _PLACE_KINDS:
-            if synset in ancestors:
-                return kind
-    return None
+        ancestors |= {s.name() for k in kinds for s in k.closure(lambda s: s.hypernyms())} | {k.name() for k in kinds}
+    return next((kind for synset, kind in _PLACE_KINDS if synset in ancestors), None)
 
 
 @functools.cache
@@ -198,3 +212,15 @@ def inflect_verb(verb: str, tag: str) -> str:
         else:
             first += (first[-1] if _SHORT_CVC.match(first) else "") + "ing"
     return f"{first} {rest}" if rest else first
+
+
+#: Beginnings of words whose first sound differs from their first letter ("an hour", "a union").
+_SILENT_H = ("hour", "honest", "honor", "honour", "heir")
+_YOU_SOUND = ("uni", "use", "usu", "uti", "eu", "one", "once", "ewe")
+
+
+def indefinite_article(word: str) -> str:
+    """``a`` or ``an`` before ``word``, by its first sound as spelt ("an hour", "a union", "an honour")."""
+    low = word.lower()
+    return "an" if low.startswith(_SILENT_H) or (low[:1] in tuple("aeiou") and not low.startswith(_YOU_SOUND)) else "a"
+

@@ -20,6 +20,7 @@ words change, function words among them ("but" -> "yet"). Where a stretch has no
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,8 @@ import numpy as np
 
 from tasks.metrics.verbatim import normalise, normalise_with_offsets
 from tasks.parallel import resource_lock
-from tasks.protect.lexicon import inflect_verb, load_pipeline, load_wordnet, plural
+from tasks.protect.alternations import alternations, particle
+from tasks.protect.lexicon import indefinite_article, inflect_verb, load_pipeline, load_wordnet, plural
 
 #: Per text, a score of how well it reads (higher: better); a swap is judged on the words around it.
 Judge = Callable[[Sequence[str]], np.ndarray]
@@ -54,14 +56,8 @@ _MIN_ZIPF = 3.0
 #: How deep in WordNet's noun hierarchy a more general word must be (shallower ones are abstractions).
 _BROADER_DEPTH = 6
 
-#: Tags of a wh-word, which opens a clause that takes no "that" ("understands what it takes").
-_WH_TAGS = frozenset({"WDT", "WP", "WP$", "WRB"})
-#: Adverbs that make a phrasal verb with the verb before them (spaCy tags "take away" as an adverb, not a particle).
-_PARTICLES = frozenset({"away", "up", "down", "off", "out", "back", "over", "on", "in", "around", "through"})
 #: Signs written onto a number ("#1", "+5", "10%").
 _SIGNS = frozenset({"#", "+", "-", "±", "~", "<", ">", "=", "%", "‰"})
-#: Tags of a tensed verb or modal.
-_FINITE_TAGS = frozenset({"VBD", "VBZ", "VBP", "MD"})
 _POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 #: Penn tags whose form the inflection helpers cannot make (comparatives, superlatives).
 _SKIP_TAGS = frozenset({"JJR", "JJS", "RBR", "RBS", "NNP", "NNPS"})
@@ -113,6 +109,9 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
     if tok.like_num and tok.is_digit and not (tok.ent_type_ in ("DATE", "TIME") and len(tok.text) > 2):
         words = _number_words(tok.text) if not _attached_symbol(tok) else None
         return [words] if words else []
+    if (ordinal := _ORDINAL.fullmatch(tok.lower_)) and not _attached_symbol(tok):
+        words = _number_words(ordinal.group(1), ordinal=True)
+        return [words] if words else []
     if senses > 1 and tok.lower_ in _FUNCTION_SWAPS and tok.pos_ == _FUNCTION_SWAPS[tok.lower_][1]:
         found = _FUNCTION_SWAPS[tok.lower_][0]
         return [found[0].upper() + found[1:] if tok.text[0].isupper() else found]
@@ -138,16 +137,10 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
     return out
 
 
-def _particle(tok: Any) -> bool:
-    """Whether ``tok`` is the particle of a phrasal verb ("take away", "gave up")."""
-    return tok.head.pos_ == "VERB" and tok.head.i < tok.i and (
-        tok.dep_ == "prt" or (tok.dep_ == "advmod" and tok.lower_ in _PARTICLES))
-
-
 def _phrasal(tok: Any) -> bool:
     """Whether ``tok`` is a phrasal verb or its particle: a synonym of either part breaks the pair ("take away" ->
     "take off")."""
-    return _particle(tok) or (tok.pos_ == "VERB" and any(_particle(c) for c in tok.children))
+    return particle(tok) or (tok.pos_ == "VERB" and any(particle(c) for c in tok.children))
 
 
 def _attached_symbol(tok: Any) -> bool:
@@ -188,16 +181,25 @@ _FIXED = frozenset({"other", "course", "lot", "least", "most", "kind", "sort", "
 _SMALL = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
           "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
 _TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+_ORDINALS = {"one": "first", "two": "second", "three": "third", "five": "fifth", "eight": "eighth", "nine": "ninth",
+             "twelve": "twelfth"}
+#: An ordinal in digits ("29th").
+_ORDINAL = re.compile(r"(\d{1,2})(?:st|nd|rd|th)")
 
 
-def _number_words(digits: str) -> str | None:
-    """A whole number below 100 written in words (``62`` -> ``sixty-two``); None for anything else."""
+def _number_words(digits: str, ordinal: bool = False) -> str | None:
+    """A whole number below 100 written in words (``62`` -> ``sixty-two``; an ``ordinal`` ``29`` ->
+    ``twenty-ninth``); None for anything else."""
     if not digits.isdigit() or len(digits) > 2 or (len(digits) == 2 and digits[0] == "0"):
         return None
     n = int(digits)
+    if ordinal and n == 0:
+        return None
     if n < 20:
-        return _SMALL[n]
-    return _TENS[n // 10] + ("" if n % 10 == 0 else f"-{_SMALL[n % 10]}")
+        return _ORDINALS.get(_SMALL[n], _SMALL[n] + "th") if ordinal else _SMALL[n]
+    if n % 10 == 0:
+        return _TENS[n // 10][:-1] + "ieth" if ordinal else _TENS[n // 10]
+    return f"{_TENS[n // 10]}-{_number_words(str(n % 10), ordinal)}"
 _EXPAND = {"n't": "not", "'s": "is", "'re": "are", "'m": "am", "'ll": "will", "'ve": "have", "'d": "would"}
 _IRREGULAR_NOT = {"ca": "can", "wo": "will", "sha": "shall"}
 #: Contractions that stand for a form of "have" before a participle.
@@ -244,58 +246,40 @@ def _common(a: str, b: str) -> tuple[int, int]:
 
 @dataclass(frozen=True)
 class Edit:
-    """One place a text can change: the token after it, the replacements (preferred first), and whether the LM
-    judges them in context (a word swap) or they read the same either way (a contraction, a number in words)."""
+    """One place a text can change: the replacements (preferred first), the token after each, whether the LM
+    judges them in context (a word swap, an alternation) or they read the same either way (a contraction, a number
+    in words), and how many of them, the first, put a word in another's place (a sense check reads those)."""
 
-    end: int
+    ends: tuple[int, ...]
     options: tuple[str, ...]
     judged: bool
+    swaps: int = 0
+
+    @property
+    def end(self) -> int:
+        """The token after the preferred replacement."""
+        return self.ends[0]
 
 
 def edit_options(doc: Any, senses: int = 1, broader: bool = False) -> dict[int, Edit]:
-    """Every edit ``doc`` allows, by the token it starts at (see the module; ``broader``: more general words too)."""
+    """Every edit ``doc`` allows, by the token it starts at (see the module; ``broader``: more general words too,
+    and the alternations of :mod:`tasks.protect.alternations`, after a place's synonyms)."""
     edits: dict[int, Edit] = {}
     for tok in doc:
         if (c := _contraction(doc, tok.i)) is not None:
-            edits[tok.i] = Edit(c[0], (c[1],), judged=False)
+            edits[tok.i] = Edit((c[0],), (c[1],), judged=False)
         elif swaps := _swaps(tok, senses, broader):
-            edits[tok.i] = Edit(tok.i + 1, tuple(swaps[:MAX_OPTIONS]), judged=not tok.is_digit)
+            swaps = swaps[:MAX_OPTIONS]
+            edits[tok.i] = Edit((tok.i + 1,) * len(swaps), tuple(swaps), judged=tok.is_alpha, swaps=len(swaps))
     if broader:
-        for i, (end, text) in _complementizers(doc).items():
+        for i, found in alternations(doc).items():
             known = edits.get(i)
             if known is None:
-                edits[i] = Edit(end, (text,), judged=True)
-            elif known.end == end and known.judged:
-                edits[i] = Edit(end, (*known.options, text), judged=True)
+                edits[i] = Edit(tuple(e for e, _ in found), tuple(t for _, t in found), judged=True)
+            elif known.judged:
+                edits[i] = Edit(known.ends + tuple(e for e, _ in found), known.options + tuple(t for _, t in found),
+                                judged=True, swaps=known.swaps)
     return edits
-
-
-def _complementizers(doc: Any) -> dict[int, tuple[int, str]]:
-    """Where the optional "that" of a clause after a verb ("I know (that) he understands") can be dropped or put
-    in, by the token the edit starts at: (end token, text). Both keep the sense; the LM judges how each reads."""
-    out: dict[int, tuple[int, str]] = {}
-    for tok in doc:
-        if tok.dep_ != "ccomp" or tok.head.pos_ != "VERB" or tok.head.i > tok.i:
-            continue
-        marks = [c for c in tok.children if c.dep_ == "mark"]
-        first = tok.left_edge
-        before = doc[first.i - 1] if first.i else None  # the verb, or its object ("told me (that) there ...")
-        if before is None or not before.whitespace_ or not (before == tok.head or (
-                before.head == tok.head and before.dep_ in ("dobj", "dative", "iobj"))):
-            continue
-        if marks and marks[0].lower_ == "that" and marks[0] == first and first.i + 1 < len(doc):
-            out[first.i] = (first.i + 2, doc[first.i + 1].text)  # "know that their" -> "know their"
-        elif not marks and first.tag_ not in _WH_TAGS and first.pos_ != "PUNCT" and _finite(tok) and \
-                any(c.dep_ in ("nsubj", "expl") for c in tok.children):
-            out[first.i] = (first.i + 1, f"that {first.text}")  # "know he understands" -> "know that he ..."
-    return out
-
-
-def _finite(verb: Any) -> bool:
-    """Whether ``verb`` heads a finite clause (a tensed verb or a tensed auxiliary), which "that" may open: not
-    "help others achieve it" (a bare infinitive)."""
-    return verb.tag_ in _FINITE_TAGS or any(c.dep_ in ("aux", "auxpass") and c.tag_ in _FINITE_TAGS
-                                            for c in verb.children)
 
 
 def runs_of_source(text: str, source: str | None, min_chars: int) -> list[tuple[int, int]]:
@@ -356,7 +340,7 @@ def _render(doc: Any, chosen: dict[int, tuple[int, str]]) -> str:
     for n, (text, ws, _) in enumerate(words[:-1]):  # a/an before a swapped word
         after, _, swapped = words[n + 1]
         if text.lower() in ("a", "an") and swapped:
-            article = "an" if after[0].lower() in "aeiou" else "a"
+            article = indefinite_article(after)
             words[n] = (article.capitalize() if text[0].isupper() else article, ws, False)
     return "".join(text + ws for text, ws, _ in words)
 
@@ -401,21 +385,17 @@ def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judg
     stretches to break (:func:`runs_of_source`). With ``sense``, a replacement must also keep ``SENSE_FLOOR`` of the
     word's sense in its sentence, and of those that do, the closest in sense is kept."""
     options = [edit_options(doc, senses, broader=True) for doc in docs]
-    verdict: list[dict[int, str | None]] = [{} for _ in docs]  # a place's replacement, or None where none fits
-    tried: list[dict[int, int]] = [{} for _ in docs]  # how many of a place's replacements were judged
-    written: dict[tuple[int, int], float] = {}  # a place's words as written, scored once
+    verdict: list[dict[int, int | None]] = [{} for _ in docs]  # a place's chosen option, or None where none fits
+    tried: list[dict[int, int]] = [{} for _ in docs]  # how many of a place's options were judged
+    written: dict[tuple[int, int, int], float] = {}  # a stretch's words as written, scored once
 
     def edits(k: int, tentative: bool) -> dict[int, tuple[int, str]]:
         out = {}
         for i, e in options[k].items():
-            if not e.judged:
-                text = e.options[0]
-            elif i in verdict[k]:
-                text = verdict[k][i]
-            else:
-                text = e.options[tried[k].get(i, 0)] if tentative else None
-            if text is not None:
-                out[i] = (e.end, text)
+            n = 0 if not e.judged else verdict[k][i] if i in verdict[k] else \
+                tried[k].get(i, 0) if tentative else None
+            if n is not None:
+                out[i] = (e.ends[n], e.options[n])
         return out
 
     for _ in range(_MAX_PASSES):
@@ -423,33 +403,28 @@ def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judg
                 if options[k][i].judged and i not in verdict[k]]
         if not asks:
             break
-        windows, bounds, swaps = [], [], []
+        windows, bounds, pairs, base = [], [], [], []
         for k, i in asks:
             e, done = options[k][i], tried[k].get(i, 0)
-            batch = e.options[done:_FIRST_OPTIONS] if done < _FIRST_OPTIONS else e.options[done:]
-            first = len(windows)
-            windows += [_window(docs[k], i, e.end, o) for o in batch]
-            swaps += [sense_pair(docs[k], i, e.end, o) for o in batch]
-            if (k, i) not in written:
-                windows.append(_window(docs[k], i, e.end))
-                swaps.append(None)
-            bounds.append((first, first + len(batch)))
-        scores = np.nan_to_num(np.asarray(judge(windows), float), nan=-np.inf)
-        for (k, i), (_, b) in zip(asks, bounds, strict=True):
-            if (k, i) not in written:
-                written[(k, i)] = float(scores[b])
-        reads_well = [[n for n in range(a, b) if scores[n] >= written[key] - MAX_SWAP_COST]
-                      for key, (a, b) in zip(asks, bounds, strict=True)]
-        close = np.ones(len(windows))  # the sense is read only where the swap reads well
-        if sense is not None and (at := [n for fluent in reads_well for n in fluent]):
-            close[at] = sense_scores(sense, [swaps[n] for n in at])
+            batch = range(done, min(_FIRST_OPTIONS, len(e.options)) if done < _FIRST_OPTIONS else len(e.options))
+            bounds.append((len(windows), len(windows) + len(batch)))
+            windows += [_window(docs[k], i, e.ends[n], e.options[n]) for n in batch]
+            pairs += [sense_pair(docs[k], i, e.ends[n], e.options[n]) if n < e.swaps else None for n in batch]
+            base += [(k, i, e.ends[n]) for n in batch]
+        unscored = list(dict.fromkeys(key for key in base if key not in written))
+        scores = np.nan_to_num(np.asarray(judge(windows + [_window(docs[k], i, end) for k, i, end in unscored]),
+                                          float), nan=-np.inf)
+        written.update(zip(unscored, scores[len(windows):].tolist(), strict=True))
+        reads_well = [[n for n in range(a, b) if scores[n] >= written[base[n]] - MAX_SWAP_COST] for a, b in bounds]
+        close = np.ones(len(windows))  # the sense is read only where a word swap reads well
+        if sense is not None and (at := [n for fluent in reads_well for n in fluent if pairs[n] is not None]):
+            close[at] = sense_scores(sense, [pairs[n] for n in at])
         for (k, i), (a, b), fluent in zip(asks, bounds, reads_well, strict=True):
             done = tried[k].get(i, 0)
             tried[k][i] = done + b - a
             fits = [n for n in fluent if close[n] >= SENSE_FLOOR] if sense is not None else fluent
             if fits:
-                best = max(fits, key=lambda n: (close[n], scores[n]))
-                verdict[k][i] = options[k][i].options[done + best - a]
+                verdict[k][i] = done + max(fits, key=lambda n: (close[n], scores[n])) - a
             elif tried[k][i] >= len(options[k][i].options):
                 verdict[k][i] = None
     return [_choose(doc, edits(k, False), min_chars, runs[k]) for k, doc in enumerate(docs)]
