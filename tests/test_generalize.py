@@ -99,6 +99,8 @@ def test_an_evidence_word_becomes_its_wordnet_hypernym_inflected_as_it_was(nlp):
     assert out[0] == f"She sold her {plural(expected)} and ordered a {coffee}."  # "an" follows the new word
     assert out[1] == f"They {inflect_verb(whisper, 'VBD')} about the {expected}."
     assert out[1] == "They talked about the instrument."
+    # a unit of time stays: nothing above it reads ("two years ago" -> not "two periods ago")
+    assert generalize(["We won two years ago."], ["a"], [[("years", "word")]], nlp=nlp) == ["We won two years ago."]
     # no evidence: the same words stay
     assert generalize(texts, ["a", "a"], [[], []], nlp=nlp) == texts
 
@@ -179,14 +181,17 @@ def test_an_evidence_words_hypernym_is_put_in_only_where_it_keeps_the_sense():
 
 def test_groups_places_and_deities_get_phrases_that_keep_the_sentence_true(nlp):
     """A party stays a party, a nation's people citizens ("fellow Americans" -> "fellow citizens", not "locals"),
-    a place the kind a text likelier means ("Wisconsin": a state before a river), and God is no one to hide."""
+    a place the kind a text likelier means ("Wisconsin": a state before a river), a titled person the office ("the
+    governor", not "someone"), and God is no one to hide."""
     from tasks.protect.lexicon import place_kind
 
     assert [place_kind(p) for p in ("Wisconsin", "Ohio", "Israel", "Miami")] == ["state", "state", "country", "city"]
     texts = ["Even Republicans agree with Democratic policies.", "Hear me, my fellow Americans.",
-             "In Wisconsin, we believe in hard work.", "God bless you."]
-    out = generalize(texts, ["a"] * 4, [[]] * 4, nlp=nlp)
+             "In Wisconsin, we believe in hard work.", "God bless you.",
+             "Governor Romney met President Obama and Mr. Smith."]
+    out = generalize(texts, ["a"] * 5, [[]] * 5, nlp=nlp)
     assert out[0] == "Even party members agree with party policies.", out
     assert out[1] == "Hear me, my fellow citizens.", out
     assert out[2] == "In my state, we believe in hard work.", out
     assert out[3] == "God bless you.", out
+    assert out[4] == "The governor met the president and someone.", out

@@ -101,12 +101,14 @@ def test_every_input_document_is_kept_or_held_back_with_its_reason_and_timelines
     assert docs["kept"] + sum(w["count"] for w in withheld) == docs["input"] == len(corpus)
     assert all(w["reason"] and w["count"] > 0 for w in withheld)
     # every kept row has its fluency within the floor (round 0's too); a moved row repeats no word its source did not
-    from tasks.metrics.fluency import adds_doubled_words
+    # and is not cut short
+    from tasks.metrics.fluency import adds_doubled_words, cut_short
 
     assert table["fluency"].notna().all() and summary["fluency"]["floor"] == summary["fluency_floor"] == -1.0
     assert (table["fluency"] >= -1.0).all()
     moved = table[table["round"] > 0].merge(corpus[["doc_id", "text"]], on="doc_id", suffixes=("", "_source"))
-    assert not any(adds_doubled_words(s, t) for s, t in zip(moved["text_source"], moved["text"], strict=True))
+    assert not any(adds_doubled_words(s, t) or cut_short(s, t)
+                   for s, t in zip(moved["text_source"], moved["text"], strict=True))
     assert failures["reason"].str.len().gt(0).all()
     held = failures[failures["reason"].str.startswith("floor: every move left meaning below")]
     assert len(held) == len(failures)  # no PII or verbatim bound: only the floor holds a document back

@@ -287,6 +287,23 @@ def test_mask_evidence_leaves_no_word_doubled_that_was_not():
     assert adds_doubled_words("We went to the shop.", "We went to the the shop.")
 
 
+@pytest.mark.parametrize(("source", "text", "short"), [
+    ("Through Medicare contributions, he paid it forward.", "Through Medicare and donations, he paid it", True),
+    ("People say, I am just too busy to think about politics.", "I am just too busy to.", True),
+    ("x x x decline.", "x x x", True),
+    ("Where are you from?", "Where are you from?", False),  # the source ends so too
+    ("You should be able —", "You should be capable —", False),  # the source ends no sentence
+    ("He said \"go.\"", "He said \"leave.\"", False),
+    ("Thank you.", "Thanks!", False),
+])
+def test_a_text_cut_short_is_told_from_one_that_ends_as_its_source_does(source, text, short):
+    """mask-evidence removing a text's last words leaves fragments the fluency LM reads as plausible ("he paid it"
+    scored -0.92 against its source, within the -1.0 floor): they are rejected by form."""
+    from tasks.metrics.fluency import cut_short
+
+    assert cut_short(source, text) is short
+
+
 def test_reword_breaks_the_runs_of_its_source_with_few_edits():
     from difflib import SequenceMatcher
 

@@ -226,3 +226,24 @@ def adds_doubled_words(source: str, text: str) -> bool:
     """Whether ``text`` repeats a word back to back more often than its source does: a rewrite that leaves "and
     and" reads as broken whatever its score ("that that" in the source stays allowed)."""
     return bool(doubled_words(text) - doubled_words(source))
+
+
+#: A sentence's end: terminal punctuation, then any closing quotes or brackets.
+_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s*$")
+_LAST_WORD = re.compile(r"(\w+)\W*$")
+#: Words no English sentence ends on: articles, possessive determiners, the infinitive's "to", prepositions that
+#: take an object, conjunctions.
+_NO_LAST_WORDS = frozenset({"the", "a", "an", "my", "our", "your", "his", "her", "their", "its", "to", "of", "from",
+                            "with", "and", "or", "but", "nor", "than", "because", "very", "whose", "every", "each"})
+
+
+def cut_short(source: str, text: str) -> bool:
+    """Whether ``text`` stops where a sentence cannot: its source ends a sentence (".", "!", "?") and it does not,
+    or it ends on a word no sentence ends on ("... too busy to", "... from my") that its source does not end on. A
+    removal that takes a text's last words leaves a fragment the fluency LM reads as plausible ("he paid it")."""
+    if _SENTENCE_END.search(source) and not _SENTENCE_END.search(text):
+        return True
+    last, source_last = _LAST_WORD.search(text), _LAST_WORD.search(source)
+    word = last.group(1).lower() if last else ""
+    return word in _NO_LAST_WORDS and (source_last is None or source_last.group(1).lower() != word)
+

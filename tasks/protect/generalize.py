@@ -1,6 +1,6 @@
 """The ``generalize`` move: what names, dates, numbers and the author's distinctive words are becomes a generic
 phrase of the same category in the same grammatical role ("Ohio" -> "my state", "2011" -> "that year",
-"RAPIDS_VER" -> "the version setting", an evidence word "guitar" -> "stringed instrument").
+"RAPIDS_VER" -> "the version setting", an evidence word "guitar" -> "instrument").
 
 Sources of the categories, both offline:
 
@@ -40,6 +40,7 @@ from tasks.parallel import resource_lock
 from tasks.protect.lexicon import (
     hypernym,
     identifier_word,
+    in_use,
     indefinite_article,
     inflect_verb,
     load_pipeline,
@@ -98,11 +99,19 @@ _MONTHS = frozenset(["january", "february", "march", "april", "may", "june", "ju
 _TIME_UNITS = frozenset(["second", "seconds", "minute", "minutes", "min", "mins", "hour", "hours", "hr", "hrs", "day", "days", "week", "weeks", "month", "months", "year", "years", "yr", "yrs", "decade", "decades", "century", "centuries", "night", "nights"])
 _CURRENCY = frozenset(["$", "£", "€", "¥", "us$", "usd", "eur", "gbp"])
 _DETERMINERS = frozenset(["the", "a", "an", "this", "that", "these", "those", "my", "your", "his", "her", "its", "our", "their", "whose", "every", "each", "another", "any", "no", "some"])
-#: Titles before a name, replaced with it ("President Bill Clinton" -> "someone").
+#: Titles before a name, replaced with it ("President Bill Clinton" -> "the president", "Mr. Smith" -> "someone").
 _TITLES = frozenset(["mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "prof", "prof.", "sir", "madam", "miss",
                      "president", "senator", "sen.", "governor", "gov.", "mayor", "judge", "justice", "rep.",
                      "congressman", "congresswoman", "general", "gen.", "captain", "capt.", "pope", "king", "queen",
                      "prince", "princess", "saint", "st.", "rev.", "reverend", "lord", "lady", "uncle", "aunt"])
+#: Titles that name an office or a relation, and the noun that stands for the titled person ("Governor Romney" ->
+#: "the governor"); a courtesy title ("Mr.") says nothing, and the person is "someone".
+_ROLES = {"president": "president", "senator": "senator", "sen.": "senator", "governor": "governor",
+          "gov.": "governor", "mayor": "mayor", "judge": "judge", "justice": "justice", "rep.": "representative",
+          "congressman": "congressman", "congresswoman": "congresswoman", "general": "general", "gen.": "general",
+          "captain": "captain", "capt.": "captain", "pope": "pope", "king": "king", "queen": "queen",
+          "prince": "prince", "princess": "princess", "uncle": "uncle", "aunt": "aunt", "dr": "doctor",
+          "dr.": "doctor", "prof": "professor", "prof.": "professor", "rev.": "reverend", "reverend": "reverend"}
 _VERSION_WORDS = frozenset(["version", "ver", "release", "v"])
 _KEEP_NUMBERS = frozenset({"one", "1", "zero", "0"})
 #: Noun-phrase categories: the category noun, the first surrogate's determiner, the modifier form.
@@ -278,6 +287,10 @@ class _Phrases(_Parse):
         if label == "PERSON":
             if modifier:
                 return ""
+            role = _ROLES.get(self.doc[start + own_det].lower_)
+            if role is not None:  # "President Obama" -> "the president": the office is not the person
+                index = self.surrogates.index(self.author, f"PERSON:{role}", text)
+                return numbered(role, index, first="the", determined=determined)
             index = self.surrogates.index(self.author, "PERSON", text)
             if determined:
                 return numbered("person", index, first="", determined=True)
@@ -431,8 +444,8 @@ class _Doc(_Phrases):
             if self.taken[tok.i] or not tok.is_alpha or tok.is_stop or tok.pos_ not in ("NOUN", "VERB"):
                 continue
             lemma = tok.lemma_.lower()
-            if tok.lower_ not in self.evidence_words and lemma not in self.evidence_words:
-                continue
+            if not {tok.lower_, lemma} & self.evidence_words or tok.lower_ in _TIME_UNITS:
+                continue  # a unit of time has no word above it that reads ("two years ago" -> "two periods ago")
             general = hypernym(lemma, "n" if tok.pos_ == "NOUN" else "v")
             if general is None:
                 continue
@@ -440,6 +453,8 @@ class _Doc(_Phrases):
                 general = plural(general)
             elif tok.pos_ == "VERB":
                 general = inflect_verb(general, tok.tag_)
+            if not in_use(general):  # an inflected form English does not use ("offsprings")
+                continue
             if tok.text.isupper() and len(tok.text) > 1:
                 general = general.upper()
             found.append((tok.i, general))

@@ -47,8 +47,18 @@ _TOO_GENERAL = frozenset({
 })
 
 
-#: The least ``wordfreq`` Zipf frequency of a hypernym put in a text: rarer ones read as a dictionary's words.
-_HYPERNYM_ZIPF = 3.0
+#: The least ``wordfreq`` Zipf frequency of a word put in a text (a synonym, a hypernym, their inflected forms):
+#: rarer ones read as a dictionary's words ("woody plant") or as no English at all ("schoolings", "offsprings").
+MIN_ZIPF = 3.0
+
+
+@functools.cache
+def in_use(word: str) -> bool:
+    """Whether ``word``, as written, is as common as a word put in a text must be (``MIN_ZIPF``)."""
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word.lower(), "en") >= MIN_ZIPF
+
 #: How many levels up a hypernym is looked for (a parent with only phrases as names: "stringed instrument", then
 #: "musical instrument" or "instrument").
 _HYPERNYM_LEVELS = 3
@@ -61,8 +71,6 @@ def hypernym(lemma: str, pos: str) -> str | None:
     no one writes ("tree" -> "woody plant", "month" -> "time period", "bed" -> "bedroom furniture"). The parents are
     taken in the order of their names: NLTK keeps a synset's pointers in a set, whose order changes with the
     process's hash seed (``woman`` gave ``adult`` in one run and ``female`` in the next)."""
-    from wordfreq import zipf_frequency
-
     wn = load_wordnet()
     senses = wn.synsets(lemma.replace(" ", "_"), pos)
     if not senses:
@@ -74,8 +82,7 @@ def hypernym(lemma: str, pos: str) -> str | None:
             for name in parent.lemma_names():
                 if name in _TOO_GENERAL or name.replace("_", " ") in _TOO_GENERAL:
                     return None  # above here WordNet says nothing
-                if name.isalpha() and name.islower() and name != lemma.lower() and \
-                        zipf_frequency(name, "en") >= _HYPERNYM_ZIPF:
+                if name.isalpha() and name.islower() and name != lemma.lower() and in_use(name):
                     return name
         level = sorted({g for parent in level for g in parent.hypernyms()}, key=lambda s: s.name())
     return None

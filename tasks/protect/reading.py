@@ -1,5 +1,6 @@
 """Whether a protect candidate still reads as language: its fluency against its source (:mod:`tasks.metrics.fluency`)
-at or above the point's fluency floor, and no word repeated back to back that its source did not repeat. Each
+at or above the point's fluency floor, no word repeated back to back that its source did not repeat, and no
+sentence cut short (:func:`tasks.metrics.fluency.cut_short`). Each
 (candidate, source) pair is scored once for the whole frontier (:class:`tasks.protect.components.Shared`), and each
 text's LM pass is kept in the point's embedding cache."""
 
@@ -9,7 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tasks.metrics.fluency import FLUENCY, adds_doubled_words, fluency
+from tasks.metrics.fluency import FLUENCY, adds_doubled_words, cut_short, fluency
 from tasks.protect.components import Components
 
 
@@ -32,9 +33,10 @@ def fluency_against_sources(p: Components, candidates: Sequence[str], references
 def reads_well(p: Components, candidates: Sequence[str], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(whether each candidate for documents ``idx`` passes, its fluency): a text a reader would not accept as
     language is rejected as one under the meaning floor is. A candidate without words to score (NaN) is judged by
-    the doubled-word rule alone."""
+    the doubled-word and cut-short rules alone."""
     sources = p.sources.iloc[idx].tolist()
-    clean = np.array([not adds_doubled_words(s, c) for s, c in zip(sources, candidates, strict=True)], bool)
+    clean = np.array([not adds_doubled_words(s, c) and not cut_short(s, c)
+                      for s, c in zip(sources, candidates, strict=True)], bool)
     floor = p.settings.fluency_floor
     scores = np.full(len(candidates), np.nan)
     if floor is None:

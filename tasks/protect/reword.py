@@ -3,7 +3,7 @@
 The verbatim bound asks for a change in every ``min_chars`` characters (a run that long is searchable). A whole
 rewrite of a short sentence costs much of its meaning; a few edits cost little: a content word replaced by a
 WordNet synonym of the same part of speech, inflected as the word was; a contraction made or spelt out ("was not"
-<-> "wasn't"); a number below 100 written in words. Edits are chosen from the left: each is the farthest one the
+<-> "wasn't"); a number below 100 or an ordinal written in words. Edits are chosen from the left: each is the farthest one the
 unchanged stretch before it can reach while staying under ``min_chars``, so as few words as possible change; only
 the runs the text still shares with its source need breaking, and a copy shorter than a run needs one edit. A word
 of a named entity, a proper noun, an auxiliary and a word with no single-word synonym are never swapped.
@@ -11,10 +11,11 @@ of a named entity, a proper noun, an auxiliary and a word with no single-word sy
 Which synonym: without a judge, the most frequent English word by ``wordfreq``; with one (protect's fluency LM),
 the one that reads best in its context, and none where every one reads much worse than the word it replaces (a
 wrong sense: "make" -> "do"). A judged rewording may also use a noun's more general word, an adjective's similar
-one, and the optional "that" after a verb; with a sense check too, a swap must keep the replaced word's sense in its
-sentence (the LM judges how a swap reads, not what it means: "opposed" -> "defended" reads well). ``senses`` 1 (the
-safest) takes synonyms of the word's most frequent sense and leaves spaCy's stop words alone; more senses let more
-words change, function words among them ("but" -> "yet"). Where a stretch has nothing to edit the run stays, and the loop's next move tries.
+one, and the alternations of :mod:`tasks.protect.alternations` (the same words put another way); with a sense
+check too, a swap must keep the replaced word's sense in its sentence (the LM judges how a swap reads, not what it
+means: "opposed" -> "defended" reads well). ``senses`` 1 (the safest) takes synonyms of the word's most frequent
+sense and leaves spaCy's stop words alone; more senses let more words change, function words among them ("but" ->
+"yet"). Where a stretch has nothing to edit the run stays, and the loop's next move tries.
 """
 
 from __future__ import annotations
@@ -30,7 +31,14 @@ import numpy as np
 from tasks.metrics.verbatim import normalise, normalise_with_offsets
 from tasks.parallel import resource_lock
 from tasks.protect.alternations import alternations, particle
-from tasks.protect.lexicon import indefinite_article, inflect_verb, load_pipeline, load_wordnet, plural
+from tasks.protect.lexicon import (
+    in_use,
+    indefinite_article,
+    inflect_verb,
+    load_pipeline,
+    load_wordnet,
+    plural,
+)
 
 #: Per text, a score of how well it reads (higher: better); a swap is judged on the words around it.
 Judge = Callable[[Sequence[str]], np.ndarray]
@@ -51,8 +59,6 @@ SENSE_FLOOR = 0.5
 MAX_OPTIONS = 5
 _FIRST_OPTIONS = 2
 _MAX_PASSES = 12
-#: The least ``wordfreq`` Zipf frequency of a replacement, as written (rarer words read as odd).
-_MIN_ZIPF = 3.0
 #: How deep in WordNet's noun hierarchy a more general word must be (shallower ones are abstractions).
 _BROADER_DEPTH = 6
 
@@ -70,15 +76,7 @@ def _common_words(senses: Sequence[Any], lemma: str) -> tuple[str, ...]:
 
     names = {n for sense in senses for n in sense.lemma_names() if n.isalpha() and n.islower() and n != lemma}
     ranked = sorted(sorted(names), key=lambda n: -zipf_frequency(n, "en"))
-    return tuple(n for n in ranked if zipf_frequency(n, "en") >= _MIN_ZIPF)
-
-
-@functools.cache
-def _in_use(word: str) -> bool:
-    """Whether ``word`` is as common as a synonym must be (Zipf 3, :func:`_common_words`)."""
-    from wordfreq import zipf_frequency
-
-    return zipf_frequency(word.lower(), "en") >= _MIN_ZIPF
+    return tuple(n for n in ranked if in_use(n))
 
 
 @functools.cache
@@ -128,7 +126,7 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
             found = plural(found)
         elif tok.pos_ == "VERB":
             found = inflect_verb(found, tok.tag_)
-        if not _in_use(found):  # an inflected form English does not use ("schoolings", "informations")
+        if not in_use(found):  # an inflected form English does not use ("schoolings", "informations")
             continue
         if tok.text[0].isupper():
             found = found[0].upper() + found[1:]
