@@ -515,3 +515,18 @@ def test_a_swapped_word_gets_its_article_and_an_ordinal_is_written_in_words():
     months = nlp("It was the 29th consecutive month and the 1st of many.")
     options = {months[i].text: e.options for i, e in edit_options(months).items()}
     assert options["29th"] == ("twenty-ninth",) and options["1st"] == ("first",), options
+
+
+def test_a_split_that_leaves_a_phrase_standing_alone_is_told_from_one_that_makes_two_sentences():
+    """stymask's split at "and" between two noun phrases left "His cronies in Congress being all too willing ..." as
+    a sentence (released by the demo): a candidate with more sentences than its source and more of them without a
+    tensed verb is refused; a split into two clauses, and a reply that was verbless already, are not."""
+    from tasks.protect.reading import splits_off
+
+    sources = ["We are tired of a president and his cronies in Congress being too willing to kick it.",
+               "We all know that education leads to opportunity and that education begins with a teacher.",
+               "Thank you.", "Next, he gave us purpose."]
+    candidates = ["We are tired of a president. His cronies in Congress being too willing to kick it.",
+                  "We all know that teaching leads to opportunity. That teaching begins with a teacher.",
+                  "Thanks.", "Next, he gave us purpose. Yes."]
+    assert splits_off(sources, candidates).tolist() == [True, False, False, True]

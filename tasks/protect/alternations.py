@@ -17,7 +17,7 @@ from typing import Any
 #: Tags of a wh-word, which opens a clause that takes no "that" ("understands what it takes").
 _WH_TAGS = frozenset({"WDT", "WP", "WP$", "WRB"})
 #: Tags of a tensed verb or modal.
-_FINITE_TAGS = frozenset({"VBD", "VBZ", "VBP", "MD"})
+FINITE_TAGS = frozenset({"VBD", "VBZ", "VBP", "MD"})
 #: Adverbs that make a phrasal verb with the verb before them (spaCy tags "take away" as an adverb, not a particle).
 PARTICLES = frozenset({"away", "up", "down", "off", "out", "back", "over", "on", "in", "around", "through"})
 #: Word sequences said either way (lower case, as whole words): each is offered for the other.
@@ -42,7 +42,7 @@ def _add(out: Edits, start: int, end: int, text: str) -> None:
 def finite(verb: Any) -> bool:
     """Whether ``verb`` heads a finite clause (a tensed verb or a tensed auxiliary), which "that" may open: not
     "help others achieve it" (a bare infinitive)."""
-    return verb.tag_ in _FINITE_TAGS or any(c.dep_ in ("aux", "auxpass") and c.tag_ in _FINITE_TAGS
+    return verb.tag_ in FINITE_TAGS or any(c.dep_ in ("aux", "auxpass") and c.tag_ in FINITE_TAGS
                                             for c in verb.children)
 
 

@@ -1,17 +1,22 @@
 """Whether a protect candidate still reads as language: its fluency against its source (:mod:`tasks.metrics.fluency`)
-at or above the point's fluency floor, no word repeated back to back that its source did not repeat, and no
-sentence cut short (:func:`tasks.metrics.fluency.cut_short`). Each
+at or above the point's fluency floor, no word repeated back to back that its source did not repeat, no sentence
+cut short (:func:`tasks.metrics.fluency.cut_short`) and no phrase split off to stand alone (:func:`splits_off`). Each
 (candidate, source) pair is scored once for the whole frontier (:class:`tasks.protect.components.Shared`), and each
 text's LM pass is kept in the point's embedding cache."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from tasks.metrics.fluency import FLUENCY, adds_doubled_words, cut_short, fluency
+from tasks.parallel import resource_lock
+from tasks.protect.alternations import FINITE_TAGS
 from tasks.protect.components import Components
+from tasks.protect.lexicon import load_pipeline
 
 
 def fluency_against_sources(p: Components, candidates: Sequence[str], references: Sequence[str]) -> np.ndarray:
@@ -30,13 +35,36 @@ def fluency_against_sources(p: Components, candidates: Sequence[str], references
     return out
 
 
+_SENTENCE_ENDS = re.compile(r"[.!?]+(?=\s|$)")
+
+
+def _verbless(docs: Sequence[Any]) -> list[int]:
+    """Per parse, its sentences with no tensed verb or modal."""
+    return [sum(not any(t.tag_ in FINITE_TAGS for t in sent) for sent in doc.sents) for doc in docs]
+
+
+def splits_off(sources: Sequence[str], candidates: Sequence[str]) -> np.ndarray:
+    """Per candidate, whether it has more sentences than its source and more of them without a tensed verb: a split
+    that left a phrase standing alone ("... tired of a president. His cronies in Congress being all too willing to
+    ..."). A candidate with no more sentences is not parsed ("Thank you." -> "Thanks." stays)."""
+    out = np.zeros(len(candidates), bool)
+    at = [i for i, (s, c) in enumerate(zip(sources, candidates, strict=True))
+          if len(_SENTENCE_ENDS.findall(c)) > len(_SENTENCE_ENDS.findall(s))]
+    if at:
+        nlp = load_pipeline()
+        with resource_lock(nlp):
+            counts = _verbless(list(nlp.pipe([*(sources[i] for i in at), *(candidates[i] for i in at)])))
+        out[at] = np.array(counts[len(at):]) > np.array(counts[:len(at)])
+    return out
+
+
 def reads_well(p: Components, candidates: Sequence[str], idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(whether each candidate for documents ``idx`` passes, its fluency): a text a reader would not accept as
     language is rejected as one under the meaning floor is. A candidate without words to score (NaN) is judged by
-    the doubled-word and cut-short rules alone."""
+    the rules of form alone."""
     sources = p.sources.iloc[idx].tolist()
     clean = np.array([not adds_doubled_words(s, c) and not cut_short(s, c)
-                      for s, c in zip(sources, candidates, strict=True)], bool)
+                      for s, c in zip(sources, candidates, strict=True)], bool) & ~splits_off(sources, candidates)
     floor = p.settings.fluency_floor
     scores = np.full(len(candidates), np.nan)
     if floor is None:
