@@ -530,3 +530,16 @@ def test_a_split_that_leaves_a_phrase_standing_alone_is_told_from_one_that_makes
                   "We all know that teaching leads to opportunity. That teaching begins with a teacher.",
                   "Thanks.", "Next, he gave us purpose. Yes."]
     assert splits_off(sources, candidates).tolist() == [True, False, False, True]
+
+
+def test_no_word_of_a_fixed_expression_is_swapped():
+    """A synonym for one word of an expression WordNet lists breaks it: the demo released "become a blind eye" and
+    "wellness care". Its words are not swapped; the words around it still are."""
+    from tasks.protect.lexicon import fixed_expressions, load_pipeline
+    from tasks.protect.reword import edit_options
+
+    doc = load_pipeline()("They turned a blind eye to the cost of health care for hardworking families.")
+    fixed = {doc[i].text for i in fixed_expressions(doc)}
+    assert {"turned", "blind", "eye", "health", "care"} <= fixed, fixed
+    swapped = {doc[i].text for i, e in edit_options(doc, 3, broader=True).items() if e.swaps}
+    assert not swapped & {"turned", "blind", "eye", "health", "care"} and swapped, swapped

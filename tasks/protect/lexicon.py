@@ -88,6 +88,35 @@ def hypernym(lemma: str, pos: str) -> str | None:
     return None
 
 
+@functools.cache
+def _multiword_lemmas() -> frozenset[str]:
+    """WordNet's lemmas of two or more words, as it writes them (``turn_a_blind_eye``, ``health_care``)."""
+    return frozenset(name for name in load_wordnet().all_lemma_names() if "_" in name)
+
+
+#: The longest fixed expression looked for, in tokens.
+_LONGEST_EXPRESSION = 5
+
+
+def fixed_expressions(doc: Any) -> set[int]:
+    """The tokens of ``doc`` (a spaCy parse) inside a fixed expression WordNet lists ("turn a blind eye", "health
+    care", "make sure", "take place"): a synonym for one of its words breaks it ("become a blind eye", "wellness
+    care"). An expression matches with its first or last word inflected ("turned a blind eye", "middle classes")."""
+    known = _multiword_lemmas()
+    fixed: set[int] = set()
+    for i in range(len(doc)):
+        for n in range(min(_LONGEST_EXPRESSION, len(doc) - i), 1, -1):
+            words = [t.lower_ for t in doc[i:i + n]]
+            if not all(w.isalpha() for w in words):
+                continue
+            forms = {"_".join(words), "_".join([doc[i].lemma_.lower(), *words[1:]]),
+                     "_".join([*words[:-1], doc[i + n - 1].lemma_.lower()])}
+            if forms & known:
+                fixed.update(range(i, i + n))
+                break
+    return fixed
+
+
 #: The kinds of place a name may be an instance of, the likelier one a text means first ("Wisconsin" is a state
 #: before it is a river; "Georgia" a state before a country).
 _PLACE_KINDS = (("state.n.01", "state"), ("country.n.02", "country"), ("city.n.01", "city"),

@@ -6,7 +6,8 @@ WordNet synonym of the same part of speech, inflected as the word was; a contrac
 <-> "wasn't"); a number below 100 or an ordinal written in words. Edits are chosen from the left: each is the farthest one the
 unchanged stretch before it can reach while staying under ``min_chars``, so as few words as possible change; only
 the runs the text still shares with its source need breaking, and a copy shorter than a run needs one edit. A word
-of a named entity, a proper noun, an auxiliary and a word with no single-word synonym are never swapped.
+of a named entity, a proper noun, an auxiliary, a word of a fixed expression WordNet lists ("turn a blind eye") and
+a word with no single-word synonym are never swapped.
 
 Which synonym: without a judge, the most frequent English word by ``wordfreq``; with one (protect's fluency LM),
 the one that reads best in its context, and none where every one reads much worse than the word it replaces (a
@@ -32,6 +33,7 @@ from tasks.metrics.verbatim import normalise, normalise_with_offsets
 from tasks.parallel import resource_lock
 from tasks.protect.alternations import alternations, particle
 from tasks.protect.lexicon import (
+    fixed_expressions,
     in_use,
     indefinite_article,
     inflect_verb,
@@ -263,10 +265,11 @@ def edit_options(doc: Any, senses: int = 1, broader: bool = False) -> dict[int, 
     """Every edit ``doc`` allows, by the token it starts at (see the module; ``broader``: more general words too,
     and the alternations of :mod:`tasks.protect.alternations`, after a place's synonyms)."""
     edits: dict[int, Edit] = {}
+    fixed = fixed_expressions(doc)
     for tok in doc:
         if (c := _contraction(doc, tok.i)) is not None:
             edits[tok.i] = Edit((c[0],), (c[1],), judged=False)
-        elif swaps := _swaps(tok, senses, broader):
+        elif tok.i not in fixed and (swaps := _swaps(tok, senses, broader)):
             swaps = swaps[:MAX_OPTIONS]
             edits[tok.i] = Edit((tok.i + 1,) * len(swaps), tuple(swaps), judged=tok.is_alpha, swaps=len(swaps))
     if broader:
