@@ -529,7 +529,10 @@ def test_a_split_that_leaves_a_phrase_standing_alone_is_told_from_one_that_makes
     candidates = ["We are tired of a president. His cronies in Congress being too willing to kick it.",
                   "We all know that teaching leads to opportunity. That teaching begins with a teacher.",
                   "Thanks.", "Next, he gave us purpose. Yes."]
-    assert splits_off(sources, candidates).tolist() == [True, False, False, True]
+    parses: dict = {}
+    assert splits_off(sources, candidates, parses).tolist() == [True, False, False, True]
+    assert set(parses) == {sources[0], sources[1], sources[3], candidates[0], candidates[1], candidates[3]}  # kept
+    assert splits_off(sources, candidates, parses).tolist() == [True, False, False, True]  # read back, same verdict
 
 
 def test_no_word_of_a_fixed_expression_is_swapped():

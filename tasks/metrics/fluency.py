@@ -228,8 +228,15 @@ def adds_doubled_words(source: str, text: str) -> bool:
     return bool(doubled_words(text) - doubled_words(source))
 
 
-#: A sentence's end: terminal punctuation, then any closing quotes or brackets.
-_SENTENCE_END = re.compile(r"[.!?…]+[\"'”’)\]]*\s*$")
+#: Terminal punctuation; a text's end when only closing quotes or brackets follow it.
+_SENTENCE_MARK = r"[.!?…]+"
+_SENTENCE_END = re.compile(_SENTENCE_MARK + r"[\"'”’)\]]*\s*$")
+_SENTENCE_BREAK = re.compile(_SENTENCE_MARK + r"(?=\s|$)")
+
+
+def sentence_ends(text: str) -> int:
+    """How many sentences ``text`` ends by its punctuation (a mark followed by a space or the end)."""
+    return len(_SENTENCE_BREAK.findall(text))
 _LAST_WORD = re.compile(r"(\w+)\W*$")
 #: Words no English sentence ends on: articles, possessive determiners, the infinitive's "to", prepositions that
 #: take an object, conjunctions.

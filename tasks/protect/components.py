@@ -41,7 +41,7 @@ class Shared:
     outputs: dict[tuple, str | None] = field(default_factory=dict)
     meanings: dict[tuple[str, str], float] = field(default_factory=dict)
     fluencies: dict[tuple[str, str], float] = field(default_factory=dict)
-    parses: dict[str, Any] = field(default_factory=dict)  # reword's spaCy parses, by text
+    parses: dict[str, Any] = field(default_factory=dict)  # spaCy parses by text (reword, the split check)
 
     def __post_init__(self) -> None:
         if self.surrogates is None:

@@ -80,7 +80,7 @@ def hypernym(lemma: str, pos: str) -> str | None:
     for _ in range(_HYPERNYM_LEVELS):
         for parent in level:
             for name in parent.lemma_names():
-                if name in _TOO_GENERAL or name.replace("_", " ") in _TOO_GENERAL:
+                if name.replace("_", " ") in _TOO_GENERAL:
                     return None  # above here WordNet says nothing
                 if name.isalpha() and name.islower() and name != lemma.lower() and in_use(name):
                     return name

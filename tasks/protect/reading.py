@@ -6,13 +6,12 @@ text's LM pass is kept in the point's embedding cache."""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from tasks.metrics.fluency import FLUENCY, adds_doubled_words, cut_short, fluency
+from tasks.metrics.fluency import FLUENCY, adds_doubled_words, cut_short, fluency, sentence_ends
 from tasks.parallel import resource_lock
 from tasks.protect.alternations import FINITE_TAGS
 from tasks.protect.components import Components
@@ -35,25 +34,27 @@ def fluency_against_sources(p: Components, candidates: Sequence[str], references
     return out
 
 
-_SENTENCE_ENDS = re.compile(r"[.!?]+(?=\s|$)")
-
-
 def _verbless(docs: Sequence[Any]) -> list[int]:
     """Per parse, its sentences with no tensed verb or modal."""
     return [sum(not any(t.tag_ in FINITE_TAGS for t in sent) for sent in doc.sents) for doc in docs]
 
 
-def splits_off(sources: Sequence[str], candidates: Sequence[str]) -> np.ndarray:
+def splits_off(sources: Sequence[str], candidates: Sequence[str], parses: dict[str, Any] | None = None
+               ) -> np.ndarray:
     """Per candidate, whether it has more sentences than its source and more of them without a tensed verb: a split
     that left a phrase standing alone ("... tired of a president. His cronies in Congress being all too willing to
-    ..."). A candidate with no more sentences is not parsed ("Thank you." -> "Thanks." stays)."""
+    ..."). A candidate with no more sentences is not parsed ("Thank you." -> "Thanks." stays). ``parses`` keeps each
+    text's parse across calls (protect's, which reword fills with the same pipeline)."""
     out = np.zeros(len(candidates), bool)
-    at = [i for i, (s, c) in enumerate(zip(sources, candidates, strict=True))
-          if len(_SENTENCE_ENDS.findall(c)) > len(_SENTENCE_ENDS.findall(s))]
+    at = [i for i, (s, c) in enumerate(zip(sources, candidates, strict=True)) if sentence_ends(c) > sentence_ends(s)]
     if at:
+        parses = {} if parses is None else parses
         nlp = load_pipeline()
+        texts = [*(sources[i] for i in at), *(candidates[i] for i in at)]
         with resource_lock(nlp):
-            counts = _verbless(list(nlp.pipe([*(sources[i] for i in at), *(candidates[i] for i in at)])))
+            todo = list(dict.fromkeys(t for t in texts if t not in parses))
+            parses.update(zip(todo, nlp.pipe(todo), strict=True))
+        counts = _verbless([parses[t] for t in texts])
         out[at] = np.array(counts[len(at):]) > np.array(counts[:len(at)])
     return out
 
@@ -64,7 +65,8 @@ def reads_well(p: Components, candidates: Sequence[str], idx: np.ndarray) -> tup
     the rules of form alone."""
     sources = p.sources.iloc[idx].tolist()
     clean = np.array([not adds_doubled_words(s, c) and not cut_short(s, c)
-                      for s, c in zip(sources, candidates, strict=True)], bool) & ~splits_off(sources, candidates)
+                      for s, c in zip(sources, candidates, strict=True)], bool) & \
+        ~splits_off(sources, candidates, p.shared.parses)
     floor = p.settings.fluency_floor
     scores = np.full(len(candidates), np.nan)
     if floor is None:

@@ -393,8 +393,12 @@ def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judg
     def edits(k: int, tentative: bool) -> dict[int, tuple[int, str]]:
         out = {}
         for i, e in options[k].items():
-            n = 0 if not e.judged else verdict[k][i] if i in verdict[k] else \
-                tried[k].get(i, 0) if tentative else None
+            if not e.judged:
+                n = 0
+            elif i in verdict[k]:
+                n = verdict[k][i]
+            else:  # not judged yet: the next option to judge, while the chooser looks for places
+                n = tried[k].get(i, 0) if tentative else None
             if n is not None:
                 out[i] = (e.ends[n], e.options[n])
         return out
@@ -407,7 +411,8 @@ def judged_choices(docs: Sequence[Any], min_chars: int, senses: int, judge: Judg
         windows, bounds, pairs, base = [], [], [], []
         for k, i in asks:
             e, done = options[k][i], tried[k].get(i, 0)
-            batch = range(done, min(_FIRST_OPTIONS, len(e.options)) if done < _FIRST_OPTIONS else len(e.options))
+            last = min(_FIRST_OPTIONS, len(e.options)) if done < _FIRST_OPTIONS else len(e.options)
+            batch = range(done, last)
             bounds.append((len(windows), len(windows) + len(batch)))
             windows += [_window(docs[k], i, e.ends[n], e.options[n]) for n in batch]
             pairs += [sense_pair(docs[k], i, e.ends[n], e.options[n]) if n < e.swaps else None for n in batch]
