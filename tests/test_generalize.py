@@ -195,3 +195,5 @@ def test_groups_places_and_deities_get_phrases_that_keep_the_sentence_true(nlp):
     assert out[2] == "In my state, we believe in hard work.", out
     assert out[3] == "God bless you.", out
     assert out[4] == "The governor met the president and someone.", out
+    plurals = generalize(["Even the Tories agree.", "Many Jews came."], ["a", "a"], [[], []], nlp=nlp)
+    assert plurals == ["Even the party members agree.", "Many believers came."]  # "tories", "jews": plural forms

@@ -100,10 +100,6 @@ _TIME_UNITS = frozenset(["second", "seconds", "minute", "minutes", "min", "mins"
 _CURRENCY = frozenset(["$", "£", "€", "¥", "us$", "usd", "eur", "gbp"])
 _DETERMINERS = frozenset(["the", "a", "an", "this", "that", "these", "those", "my", "your", "his", "her", "its", "our", "their", "whose", "every", "each", "another", "any", "no", "some"])
 #: Titles before a name, replaced with it ("President Bill Clinton" -> "the president", "Mr. Smith" -> "someone").
-_TITLES = frozenset(["mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "prof", "prof.", "sir", "madam", "miss",
-                     "president", "senator", "sen.", "governor", "gov.", "mayor", "judge", "justice", "rep.",
-                     "congressman", "congresswoman", "general", "gen.", "captain", "capt.", "pope", "king", "queen",
-                     "prince", "princess", "saint", "st.", "rev.", "reverend", "lord", "lady", "uncle", "aunt"])
 #: Titles that name an office or a relation, and the noun that stands for the titled person ("Governor Romney" ->
 #: "the governor"); a courtesy title ("Mr.") says nothing, and the person is "someone".
 _ROLES = {"president": "president", "senator": "senator", "sen.": "senator", "governor": "governor",
@@ -112,6 +108,9 @@ _ROLES = {"president": "president", "senator": "senator", "sen.": "senator", "go
           "captain": "captain", "capt.": "captain", "pope": "pope", "king": "king", "queen": "queen",
           "prince": "prince", "princess": "princess", "uncle": "uncle", "aunt": "aunt", "dr": "doctor",
           "dr.": "doctor", "prof": "professor", "prof.": "professor", "rev.": "reverend", "reverend": "reverend"}
+#: Titles before a name, replaced with it ("President Bill Clinton" -> "the president", "Mr. Smith" -> "someone").
+_TITLES = frozenset(_ROLES) | frozenset(["mr", "mr.", "mrs", "mrs.", "ms", "ms.", "sir", "madam", "miss", "saint",
+                                         "st.", "lord", "lady"])
 _VERSION_WORDS = frozenset(["version", "ver", "release", "v"])
 _KEEP_NUMBERS = frozenset({"one", "1", "zero", "0"})
 #: Noun-phrase categories: the category noun, the first surrogate's determiner, the modifier form.
@@ -132,7 +131,7 @@ _NORP_PHRASES = {"party": ("party", "party members", "party member"), "faith": (
 
 
 def _norp_kind(text: str) -> str:
-    words = {w.lower().removesuffix("s") for w in re.findall(r"[A-Za-z]+", text)}
+    words = {form for w in re.findall(r"[A-Za-z]+", text.lower()) for form in (w, w.removesuffix("s"))}
     return "party" if words & _PARTIES else "faith" if words & _FAITHS else "nation"
 
 
