@@ -472,6 +472,8 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     ("We must help each other in order to win.", "We must help one another in order to win."),
     ("We must help each other in order to win.", "We must help each other to win."),
     ("A lot of small business owners feel the same way.", "Lots of small business owners feel the same way."),
+    ("Lots of owners help one another.", "A lot of owners help one another."),
+    ("Lots of owners help one another.", "Lots of owners help each other."),
     ("All of the men served.", "All the men served."),
     ("We know he cares.", "We know that he cares."),
     ("Now, we must act. Well, you know, it is late.", "We must act. Well, you know, it is late."),

@@ -20,9 +20,10 @@ _WH_TAGS = frozenset({"WDT", "WP", "WP$", "WRB"})
 FINITE_TAGS = frozenset({"VBD", "VBZ", "VBP", "MD"})
 #: Adverbs that make a phrasal verb with the verb before them (spaCy tags "take away" as an adverb, not a particle).
 PARTICLES = frozenset({"away", "up", "down", "off", "out", "back", "over", "on", "in", "around", "through"})
-#: Word sequences said either way (lower case, as whole words): each is offered for the other.
-_PHRASES = ((("each", "other"), ("one", "another")), (("a", "lot", "of"), ("lots", "of")),
-            (("in", "order", "to"), ("to",)))
+#: Word sequences said another way (lower case, as whole words): each is offered for the one before it ("to" is not
+#: offered as "in order to").
+_PHRASES = ((("each", "other"), ("one", "another")), (("one", "another"), ("each", "other")),
+            (("a", "lot", "of"), ("lots", "of")), (("lots", "of"), ("a", "lot", "of")), (("in", "order", "to"), ("to",)))
 #: Determiners after which "all of" may lose its "of" ("all of the men" -> "all the men").
 _ALL_OF = frozenset({"the", "our", "my", "your", "his", "her", "their", "these", "those", "this", "that", "its"})
 #: Fillers that open a spoken sentence before a comma and say nothing of their own.
@@ -147,12 +148,11 @@ def _phrases(doc: Any, out: Edits) -> None:
     """The word sequences of ``_PHRASES`` said the other way; "all of the" <-> "all the"; "whether" -> "if"."""
     low = [t.lower_ for t in doc]
     for i in range(len(doc)):
-        for one, other in _PHRASES:
-            for this, that in ((one, other), (other, one)):
-                n = len(this)
-                if this != ("to",) and tuple(low[i:i + n]) == this and all(t.whitespace_ for t in doc[i:i + n - 1]):
-                    text = " ".join(that)
-                    _add(out, i, i + n, text[0].upper() + text[1:] if doc[i].text[0].isupper() else text)
+        for this, that in _PHRASES:
+            n = len(this)
+            if tuple(low[i:i + n]) == this and all(t.whitespace_ for t in doc[i:i + n - 1]):
+                text = " ".join(that)
+                _add(out, i, i + n, text[0].upper() + text[1:] if doc[i].text[0].isupper() else text)
         if low[i] == "all" and i + 2 < len(doc) and low[i + 1] == "of" and low[i + 2] in _ALL_OF and \
                 doc[i + 2].pos_ in ("DET", "PRON") and doc[i + 2].head.i > i + 2:
             _add(out, i, i + 2, doc[i].text)  # "all of the men" -> "all the men"
