@@ -5,13 +5,12 @@ characters (30 by default, ``metrics.verbatim.min_chars``). Pasting such a run i
 the original post, whatever else was rewritten: a pseudonymised copy (names swapped, every other word the
 source's) is verbatim, and so is an unchanged copy.
 
-The comparison (:func:`normalise`, named ``casefold+space`` in the signature): both texts with every run of
-whitespace collapsed to one space, the ends stripped, and case folded (``str.casefold``); every other
-character must be equal. Whitespace is collapsed because a re-wrapped line or a doubled space hides
-nothing; case is folded because search engines ignore it, so a run that differs only in case finds the
-source as surely (and lower-casing a text would otherwise pass for rewriting it); this is also the
-comparison ``pii_leakage`` makes. Punctuation is compared as it is. ``min_chars`` counts characters of
-the normalised texts.
+The comparison (:func:`normalise`, named ``casefold+words`` in the signature): both texts read as their words,
+case folded (``str.casefold``): every character that is not a letter or digit (punctuation, symbols, whitespace)
+breaks words, and a run of breaks is one space, the ends stripped. A search engine reads text this way, so a run that differs only in case, spacing or punctuation finds the source as surely: "Well, Mr. President,
+like who?" is a copy of "Well, Mr President, like who?", and a sentence split in two at a comma still holds the
+run across the full stop. (Lower-casing or re-punctuating a text would otherwise pass for rewriting it.)
+``min_chars`` counts characters of the normalised texts.
 
 A text shorter than ``min_chars`` (after normalising) holds no such run; such an output is verbatim only
 when it equals its source (an unchanged "Thank you." is a copy; a short output that is a fragment of a long
@@ -26,6 +25,7 @@ for copies (``benchmarks/verbatim.py``).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,14 +43,18 @@ METRIC = "verbatim"
 #: The shortest shared run (characters of the normalised texts) that makes a document verbatim.
 DEFAULT_MIN_CHARS = VERBATIM_MIN_CHARS
 #: How texts are compared (see the module docstring), as the signature names it.
-COMPARISON = "casefold+space"
+COMPARISON = "casefold+words"
 FAILED = "generation failed"
 NO_PAIRS = "no scored pairs"
 
 
+#: A run of characters that separate words for the comparison: anything but a letter or digit (``str.isalnum``).
+_WORD_BREAKS = re.compile(r"[\W_]+")
+
+
 def normalise(text: str) -> str:
-    """``text`` as the comparison reads it: whitespace runs collapsed to one space, ends stripped, case folded."""
-    return " ".join(str(text).split()).casefold()
+    """``text`` as the comparison reads it: its words, case folded, one space between them (see the module)."""
+    return _WORD_BREAKS.sub(" ", str(text)).strip().casefold()
 
 
 def normalise_with_offsets(text: str) -> tuple[str, np.ndarray]:
@@ -58,8 +62,8 @@ def normalise_with_offsets(text: str) -> tuple[str, np.ndarray]:
     point at a shared run in the text as written)."""
     chars: list[str] = []
     where: list[int] = []
-    for i, c in enumerate(text):
-        if c.isspace():
+    for i, c in enumerate(str(text)):
+        if not c.isalnum():
             if chars and chars[-1] != " ":
                 chars.append(" ")
                 where.append(i)
