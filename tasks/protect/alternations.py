@@ -4,8 +4,8 @@ English lets many things be said two ways with the same words, give or take a fu
 a clause after a verb ("we know (that) he cares") or of a relative clause whose object it is ("the care (that) she
 needs"), the particle of a phrasal verb before or after its object ("shut our plant down" / "shut down our plant"),
 "help" with or without "to", two coordinated words in either order ("Iraq and Afghanistan"), "all (of) the",
-"in order to" / "to", "each other" / "one another", "a lot of" / "lots of", "whether" / "if", and a spoken sentence
-without its opening filler ("Well, ..."). :mod:`tasks.protect.reword`
+"in order to" / "to", "each other" / "one another", "a lot of" / "lots of", "whether" / "if", a spoken sentence
+without its opening filler ("Well, ...") and a word without the adverb that only strengthens it ("so proud"). :mod:`tasks.protect.reword`
 offers them where no synonym fits a stretch that must change; the LM judges how each reads in context, and no sense
 check is needed, since no word of the sentence takes another's place.
 """
@@ -30,6 +30,12 @@ _ALL_OF = frozenset({"the", "our", "my", "your", "his", "her", "their", "these",
 _FILLERS = frozenset({"well", "now", "you know", "look", "see", "listen", "oh", "okay", "ok"})
 #: The forms of "help", which takes an infinitive with or without "to".
 _HELP = frozenset({"help", "helps", "helped", "helping"})
+#: Adverbs that add only emphasis or degree to the word after them ("so proud", "really want", "just a piece of
+#: paper", "right here", "both X and Y"): the sentence says the same without them.
+_EMPHASIS = frozenset({"really", "very", "truly", "actually", "certainly", "simply", "absolutely", "literally",
+                       "definitely", "so", "just", "right", "both"})
+#: Words after which an emphasis adverb carries the sense ("not just the rich", "not very good").
+_NEGATIONS = frozenset({"not", "n't", "never", "no"})
 #: The longest conjunct or object (in tokens) an alternation moves: a longer one reads as a heavy phrase moved.
 _MOST_MOVED = 4
 
@@ -133,7 +139,8 @@ def _coordinations(doc: Any, out: Edits) -> None:
         if len(conj) != 1 or len(ccs) != 1 or a.pos_ not in ("NOUN", "PROPN", "ADJ"):
             continue
         b, cc = conj[0], ccs[0]
-        if b.pos_ != a.pos_ or not (a.i < cc.i < b.i) or not _bare(a) or not _bare(b):
+        if b.pos_ != a.pos_ or not (a.i < cc.i < b.i) or not _bare(a) or not _bare(b) or \
+                any(c.dep_ == "preconj" for c in a.children):  # "both X and Y" keeps its order
             continue
         first = [t for t in a.subtree if t.i < cc.i]
         start, stop = first[0].i, b.right_edge.i + 1
@@ -176,9 +183,28 @@ def _fillers(doc: Any, out: Edits) -> None:
             _add(out, first.i, after + 1, word[0].upper() + word[1:])
 
 
+def _emphasis(doc: Any, out: Edits) -> None:
+    """An adverb of ``_EMPHASIS`` left out before the word it strengthens: "I'm so proud" -> "I'm proud" ("both"
+    before a coordination, "right" before "here", "there" or "now"); not after a negation ("not just the rich")."""
+    for tok in doc[:-1]:
+        after = doc[tok.i + 1]
+        if tok.lower_ not in _EMPHASIS or not tok.whitespace_ or not after.is_alpha or \
+                (tok.i and doc[tok.i - 1].lower_ in _NEGATIONS):
+            continue
+        if tok.lower_ == "both":
+            if tok.dep_ != "preconj":
+                continue
+        elif tok.pos_ != "ADV" or tok.dep_ != "advmod" or (tok.lower_ == "so" and tok.head != after) or \
+                (tok.lower_ == "right" and after.lower_ not in ("here", "there", "now")):
+            continue
+        word = after.text
+        _add(out, tok.i, tok.i + 2, word[0].upper() + word[1:] if tok.is_sent_start else word)
+
+
 def alternations(doc: Any) -> Edits:
     """Every alternation ``doc`` allows, by the token it starts at: (end token, text) pairs (see the module)."""
     out: Edits = {}
-    for find in (_complementizers, _relativizers, _particle_shifts, _help_to, _coordinations, _phrases, _fillers):
+    for find in (_complementizers, _relativizers, _particle_shifts, _help_to, _coordinations, _phrases, _fillers,
+                 _emphasis):
         find(doc, out)
     return out
