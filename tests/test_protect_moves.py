@@ -441,7 +441,8 @@ def test_a_contraction_is_spelt_out_only_where_its_word_is_known():
 def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_clause():
     """A synonym's inflected form must be in use ("schools" -> not "schoolings"); a phrasal verb keeps both its
     words ("take away" -> not "take off"; the particle may move: "take our rights away"); "that" opens a tensed clause ("we know (that) he cares"), not a bare
-    infinitive ("help others achieve it" -> not "help that others")."""
+    infinitive ("help others achieve it" -> not "help that others"); a bare noun before "of" makes an idiom ("be part
+    of" -> not "be piece of")."""
     from tasks.protect.lexicon import load_pipeline
     from tasks.protect.reword import edit_options
 
@@ -454,6 +455,9 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     options = edit_options(phrasal, 3, broader=True)
     assert not {"take", "gave", "up"} & {phrasal[i].text for i in options}
     assert options[3].options == ("our rights away",)  # the particle may move past its object, not change
+    part = nlp("We deserve to be part of the dream, and a part of the plan failed.")  # "be part of" is an idiom
+    assert [part[i].text for i, e in edit_options(part, 3, broader=True).items() if "piece" in e.options] == ["part"]
+    assert 4 not in edit_options(part, 3, broader=True)
     knowing = nlp("We know that he cares.")
     assert edit_options(knowing, 3, broader=True)[2].options[-1] == "he"  # "that" dropped where it opens one
 

@@ -396,6 +396,9 @@ class _Doc(_Phrases):
                 start -= 1
             if label == "PERSON" and no_one(ent.text):
                 continue  # God, Allah: no one a text could identify
+            if label == "NORP" and start and self.doc[start - 1].is_title and not self.doc[start - 1].is_sent_start \
+                    and self.doc[start - 1].lower_ not in _DETERMINERS:
+                continue  # "the Young Republicans": the group's name is part of a longer name
             if label == "PERSON" and start and self.doc[start - 1].lower_ in _TITLES:
                 start -= 1
             while end > start and self.doc[end - 1].tag_ == "POS":  # the possessive stays the text's

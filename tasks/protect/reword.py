@@ -117,7 +117,7 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
         return [found[0].upper() + found[1:] if tok.text[0].isupper() else found]
     pos = _POS.get(tok.pos_)
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
-            (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok):
+            (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok) or _bare_before_of(tok):
         return []
     out = []
     lemma = tok.lemma_.lower()
@@ -141,6 +141,14 @@ def _phrasal(tok: Any) -> bool:
     """Whether ``tok`` is a phrasal verb or its particle: a synonym of either part breaks the pair ("take away" ->
     "take off")."""
     return particle(tok) or (tok.pos_ == "VERB" and any(particle(c) for c in tok.children))
+
+
+def _bare_before_of(tok: Any) -> bool:
+    """Whether ``tok`` is a singular noun with no word of its own before it and "of" after ("be part of", "in front
+    of", "on top of"): it makes an idiom with the "of", which a synonym breaks ("be piece of")."""
+    after = tok.doc[tok.i + 1] if tok.i + 1 < len(tok.doc) else None
+    return tok.tag_ == "NN" and after is not None and after.lower_ == "of" and not any(
+        c.i < tok.i for c in tok.children)
 
 
 def _attached_symbol(tok: Any) -> bool:
