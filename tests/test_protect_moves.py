@@ -339,21 +339,21 @@ def test_verbatim_is_always_in_the_loop_unless_lifted_by_name():
 
 
 def test_reword_judged_by_the_lm_keeps_only_swaps_that_fit_their_context():
-    """Judged by the fluency LM in context, reword takes no wrong-sense synonym a most-frequent choice takes ("make"
-    -> "do", "no one" -> "no single"), the judged rewordings read better than the unjudged ones, and a text shorter
+    """Judged by the fluency LM in context, reword takes no wrong-sense synonym a most-frequent choice takes ("works
+    hard" -> "works firmly", "no one" -> "no single"), the judged rewordings read better than the unjudged ones, and a text shorter
     than the verbatim run still gets the one edit that makes it other than a copy."""
     from tasks.metrics.fluency import FLUENCY, fluency, slor_totals
     from tasks.metrics.verbatim import verbatim_flags
     from tasks.protect.reword import reword
 
-    sources = ["He's fighting to make college more affordable.", "Now, let me be clear so no one misunderstands.",
+    sources = ["She works hard to pay for college and rent.", "Now, let me be clear so no one misunderstands.",
                "We all know that education leads to opportunity and that education begins with a great teacher.",
                "Maria is a custodian from California, and thanks to health care reform, her daughter is covered.",
                "He's wrong."]
     plain = reword(sources, min_chars=30, senses=3)
     judged = reword(sources, min_chars=30, senses=3, judge=slor_totals)
-    assert " do college" in plain[0] and "no single" in plain[1]  # what the most frequent synonym gives
-    assert " do college" not in judged[0] and "no single" not in judged[1], judged
+    assert " firmly" in plain[0] and "no single" in plain[1]  # what the most frequent synonym gives
+    assert " firmly" not in judged[0] and "no single" not in judged[1], judged
     assert judged[4] != sources[4] and not verbatim_flags(sources[4:], judged[4:], min_chars=30).any()
     plain_fluency = fluency(sources, plain).scores[FLUENCY].to_numpy()
     judged_fluency = fluency(sources, judged).scores[FLUENCY].to_numpy()
@@ -442,7 +442,7 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     """A synonym's inflected form must be in use ("schools" -> not "schoolings"); a phrasal verb keeps both its
     words ("take away" -> not "take off"; the particle may move: "take our rights away"); "that" opens a tensed clause ("we know (that) he cares"), not a bare
     infinitive ("help others achieve it" -> not "help that others"); a bare noun before "of" makes an idiom ("be part
-    of" -> not "be piece of")."""
+    of" -> not "be piece of"); the commonest verbs and "always" stay."""
     from tasks.protect.lexicon import load_pipeline
     from tasks.protect.reword import edit_options
 
@@ -458,6 +458,8 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     part = nlp("We deserve to be part of the dream, and a part of the plan failed.")  # "be part of" is an idiom
     assert [part[i].text for i, e in edit_options(part, 3, broader=True).items() if "piece" in e.options] == ["part"]
     assert 4 not in edit_options(part, 3, broader=True)
+    light = nlp("It was something I had to do, something I always wanted to do.")  # "got to", "ever needed"
+    assert not {"had", "always", "wanted"} & {light[i].text for i in edit_options(light, 3, broader=True)}
     knowing = nlp("We know that he cares.")
     assert edit_options(knowing, 3, broader=True)[2].options[-1] == "he"  # "that" dropped where it opens one
 
@@ -515,6 +517,9 @@ def test_no_alternation_where_it_would_change_what_is_said():
         assert {_render(doc, {i: f}) for i, each in alternations(doc).items() for f in each} == set(), text
     both = nlp("It includes both painful chapters and hopeful ones.")
     assert not any("and both" in _render(both, {i: f}) for i, each in alternations(both).items() for f in each)
+    much = nlp("We have so much potential and so much to be proud of.")  # conjuncts of another kind, with adverbs
+    assert not any("and so much potential" in _render(much, {i: f}) for i, each in alternations(much).items()
+                   for f in each)
 
 
 def test_a_swapped_word_gets_its_article_and_an_ordinal_is_written_in_words():

@@ -139,13 +139,13 @@ def _coordinations(doc: Any, out: Edits) -> None:
         if len(conj) != 1 or len(ccs) != 1 or a.pos_ not in ("NOUN", "PROPN", "ADJ"):
             continue
         b, cc = conj[0], ccs[0]
-        if b.pos_ != a.pos_ or not (a.i < cc.i < b.i) or not _bare(a) or not _bare(b) or \
+        if b.tag_ != a.tag_ or not (a.i < cc.i < b.i) or not _bare(a) or not _bare(b) or \
                 any(c.dep_ == "preconj" for c in a.children):  # "both X and Y" keeps its order
             continue
         first = [t for t in a.subtree if t.i < cc.i]
         start, stop = first[0].i, b.right_edge.i + 1
         if start == 0 or cc.i != first[-1].i + 1 or stop - start > 2 * _MOST_MOVED + 1 or \
-                any(t.is_punct for t in doc[start:stop]) or b.left_edge.i != cc.i + 1:
+                any(t.is_punct or t.pos_ == "ADV" for t in doc[start:stop]) or b.left_edge.i != cc.i + 1:
             continue
         left, right = doc[start:cc.i].text, doc[cc.i + 1:stop].text
         _add(out, start, stop, f"{right} {cc.text} {left}")

@@ -6,12 +6,13 @@ WordNet synonym of the same part of speech, inflected as the word was; a contrac
 <-> "wasn't"); a number below 100 or an ordinal written in words. Edits are chosen from the left: each is the farthest one the
 unchanged stretch before it can reach while staying under ``min_chars``, so as few words as possible change; only
 the runs the text still shares with its source need breaking, and a copy shorter than a run needs one edit. A word
-of a named entity, a proper noun, an auxiliary, a word of a fixed expression WordNet lists ("turn a blind eye") and
-a word with no single-word synonym are never swapped.
+of a named entity, a proper noun, an auxiliary, a word of a fixed expression WordNet lists ("turn a blind eye"), one
+of the commonest verbs ("have", "want": their synonyms most often take another sense, "had to" -> "got to") and a
+word with no single-word synonym are never swapped.
 
 Which synonym: without a judge, the most frequent English word by ``wordfreq``; with one (protect's fluency LM),
 the one that reads best in its context, and none where every one reads much worse than the word it replaces (a
-wrong sense: "make" -> "do"). A judged rewording may also use a noun's more general word, an adjective's similar
+wrong sense: "works hard" -> "works firmly"). A judged rewording may also use a noun's more general word, an adjective's similar
 one, and the alternations of :mod:`tasks.protect.alternations` (the same words put another way); with a sense
 check too, a swap must keep the replaced word's sense in its sentence (the LM judges how a swap reads, not what it
 means: "opposed" -> "defended" reads well). ``senses`` 1 (the safest) takes synonyms of the word's most frequent
@@ -117,7 +118,8 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
         return [found[0].upper() + found[1:] if tok.text[0].isupper() else found]
     pos = _POS.get(tok.pos_)
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
-            (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok) or _bare_before_of(tok):
+            (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok) or _bare_before_of(tok) or \
+            (tok.pos_ in ("VERB", "AUX") and tok.lemma_.lower() in _LIGHT_VERBS):
         return []
     out = []
     lemma = tok.lemma_.lower()
@@ -185,7 +187,12 @@ _FUNCTION_SWAPS = {"but": ("yet", "CCONJ"), "although": ("though", "SCONJ"), "th
                    "anyone": ("anybody", "PRON"), "anybody": ("anyone", "PRON"), "nobody": ("no one", "PRON")}
 #: Words of fixed expressions whose WordNet synonyms break them ("each other", "of course", "a lot", "at least").
 _FIXED = frozenset({"other", "course", "lot", "least", "most", "kind", "sort", "bit", "well", "even", "still", "just",
-                    "only", "right", "sure", "long", "far", "ever", "much", "way", "thing", "things", "time"})
+                    "only", "right", "sure", "long", "far", "ever", "much", "way", "thing", "things", "time",
+                    "always"})
+#: The commonest English verbs, which carry many senses: their WordNet synonyms most often take another one ("had
+#: to" -> "got to", "want" -> "need", "come" -> "arrive"; 4 of the 10 hand-labelled swaps of them kept the sense).
+_LIGHT_VERBS = frozenset({"have", "get", "make", "go", "come", "do", "take", "give", "put", "let", "keep", "want",
+                          "need", "feel"})
 _SMALL = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
           "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
 _TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
