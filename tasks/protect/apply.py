@@ -79,7 +79,8 @@ def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[lis
         return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
     if move.name == GENERALIZE:
         return generalize(rows["text"].astype(str).tolist(), rows["author_id"].astype(str).tolist(), features,
-                          surrogates=p.shared.surrogates, sense=sense)
+                          surrogates=p.shared.surrogates, sense=sense,
+                          pseudonyms=[s for m in p.mappings for s in m["surrogate"].astype(str)])
     if move.name == LLM_ANONYMIZE:
         return llm_anonymize(rows["text"].astype(str).tolist(), features, p.llm(),
                              seed=p.settings.seed + round_)

@@ -29,7 +29,7 @@ finds what to replace and phrases its surrogate.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,8 +186,10 @@ class _Parse:
     """One parsed document's replacements: token spans and what replaces them; where the parse puts a span
     (after a determiner, before the noun it modifies) and the text with the replacements made."""
 
-    def __init__(self, doc: Any, author: str, surrogates: Surrogates, evidence_words: frozenset[str]) -> None:
+    def __init__(self, doc: Any, author: str, surrogates: Surrogates, evidence_words: frozenset[str],
+                 pseudonyms: frozenset[str] = frozenset()) -> None:
         self.doc = doc
+        self.pseudonyms = pseudonyms
         self.author = author
         self.surrogates = surrogates
         self.evidence_words = evidence_words
@@ -396,6 +398,9 @@ class _Doc(_Phrases):
                 start -= 1
             if label == "PERSON" and no_one(ent.text):
                 continue  # God, Allah: no one a text could identify
+            words = [t.lower_ for t in self.doc[start:end] if t.is_alpha]
+            if words and all(w in self.pseudonyms for w in words):
+                continue  # a name the pseudonymiser put in: no one's (the NER may take it for a place)
             if label == "NORP" and start and self.doc[start - 1].is_title and not self.doc[start - 1].is_sent_start \
                     and self.doc[start - 1].lower_ not in _DETERMINERS:
                 continue  # "the Young Republicans": the group's name is part of a longer name
@@ -478,22 +483,24 @@ def evidence_words(features: Iterable[tuple[str, str]]) -> frozenset[str]:
 
 def generalize(texts: Sequence[str], authors: Sequence[str], features: Sequence[Sequence[tuple[str, str]]], *,
                surrogates: Surrogates | None = None, nlp: Any = None, batch_size: int = 64,
-               sense: Sense | None = None) -> list[str]:
+               sense: Sense | None = None, pseudonyms: Collection[str] = ()) -> list[str]:
     """Each text with its named entities, identifiers, numbers, dates and its evidence's content words
     generalised (see the module's docstring); ``features`` per text as (feature, kind) pairs, kind ``word`` or
     ``char``. ``surrogates`` keeps the per-author phrases across calls (a fresh one when not given). With
     ``sense``, an evidence word's hypernym is put in only where it keeps the word's sense in its sentence
-    (:data:`tasks.protect.reword.SENSE_FLOOR`: "The bank raised rates" does not become "The slope ...")."""
+    (:data:`tasks.protect.reword.SENSE_FLOOR`: "The bank raised rates" does not become "The slope ..."). An entity
+    all of whose words are words of ``pseudonyms`` (the surrogates the pseudonymiser put in) stays."""
     if not len(texts) == len(authors) == len(features):
         raise ValueError(f"generalize: {len(texts)} texts, {len(authors)} authors, {len(features)} feature lists")
     surrogates = surrogates if surrogates is not None else Surrogates()
     nlp = nlp if nlp is not None else load_pipeline()
+    pseudonym_words = frozenset(w.lower() for name in pseudonyms for w in str(name).split())
     states: list[_Doc] = []
     pending: list[tuple[int, int, str]] = []  # (text, token, hypernym) of the evidence words
     with resource_lock(nlp):
         docs = nlp.pipe([str(t) for t in texts], batch_size=batch_size)
         for doc, author, feats in zip(docs, authors, features, strict=True):
-            state = _Doc(doc, str(author), surrogates, evidence_words(feats))
+            state = _Doc(doc, str(author), surrogates, evidence_words(feats), pseudonym_words)
             state.identifiers()
             state.entities()
             state.stray_numbers()
