@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tasks.protect.lexicon import fixed_expressions
+
 #: Tags of a wh-word, which opens a clause that takes no "that" ("understands what it takes").
 _WH_TAGS = frozenset({"WDT", "WP", "WP$", "WRB"})
 #: Tags of a tensed verb or modal.
@@ -36,6 +38,11 @@ _EMPHASIS = frozenset({"really", "very", "truly", "actually", "certainly", "simp
                        "definitely", "so", "just", "right", "both"})
 #: Words after which an emphasis adverb carries the sense ("not just the rich", "not very good").
 _NEGATIONS = frozenset({"not", "n't", "never", "no"})
+#: Coordinations English says in one order only ("ladies and gentlemen", not "gentlemen and ladies"), beside those
+#: WordNet lists as one expression ("bread and butter").
+_FIXED_ORDER = frozenset({("ladies", "gentlemen"), ("law", "order"), ("pros", "cons"), ("ups", "downs"),
+                          ("salt", "pepper"), ("peace", "quiet"), ("trial", "error"), ("wear", "tear"),
+                          ("odds", "ends"), ("life", "death"), ("sooner", "later")})
 #: The longest conjunct or object (in tokens) an alternation moves: a longer one reads as a heavy phrase moved.
 _MOST_MOVED = 4
 
@@ -132,13 +139,17 @@ def _bare(tok: Any) -> bool:
 
 def _coordinations(doc: Any, out: Edits) -> None:
     """Two coordinated nouns or adjectives (a few words each, neither with a determiner of its own) in the other
-    order: "Iraq and Afghanistan" -> "Afghanistan and Iraq"."""
+    order: "Iraq and Afghanistan" -> "Afghanistan and Iraq"; not a pair said in one order only ("ladies and
+    gentlemen", a fixed expression of WordNet's)."""
+    fixed = fixed_expressions(doc)
     for a in doc:
         conj = [c for c in a.children if c.dep_ == "conj"]
         ccs = [c for c in a.children if c.dep_ == "cc" and c.lower_ in ("and", "or")]
         if len(conj) != 1 or len(ccs) != 1 or a.pos_ not in ("NOUN", "PROPN", "ADJ"):
             continue
         b, cc = conj[0], ccs[0]
+        if (a.lower_, b.lower_) in _FIXED_ORDER or a.i in fixed or b.i in fixed:
+            continue
         if b.tag_ != a.tag_ or not (a.i < cc.i < b.i) or not _bare(a) or not _bare(b) or \
                 any(c.dep_ == "preconj" for c in a.children):  # "both X and Y" keeps its order
             continue
