@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import re
 
+import pandas as pd
 import pytest
 
 from tasks.protect.generalize import Surrogates, generalize
@@ -203,8 +204,23 @@ def test_groups_places_and_deities_get_phrases_that_keep_the_sentence_true(nlp):
 
 def test_a_name_the_pseudonymiser_put_in_stays(nlp):
     """Protect's round 0 puts fictitious names in; generalize leaves them (the NER had taken one for a place: "I
-    know the place does too") and still generalises the rest."""
-    texts = ["And I know Rosa Becker does too.", "Then Kai Tanaka went to Ohio."]
-    assert generalize(texts, ["a", "a"], [[], []], nlp=nlp)[0] == "And I know someone does too."
-    kept = generalize(texts, ["a", "a"], [[], []], nlp=nlp, pseudonyms=["Rosa Becker", "Kai Tanaka"])
-    assert kept == ["And I know Rosa Becker does too.", "Then Kai Tanaka went to my state."]
+    know the place does too") and still generalises the rest, and a real name in a text where the pseudonymiser
+    wrote no such surrogate is generalised, even when it shares a word with another text's surrogate."""
+    texts = ["And I know Rosa Becker does too.", "Then Kai Tanaka went to Ohio.", "I know Rosa Becker."]
+    assert generalize(texts, ["a"] * 3, [[]] * 3, nlp=nlp)[0] == "And I know someone does too."
+    kept = generalize(texts, ["a"] * 3, [[]] * 3, nlp=nlp, pseudonyms=[{"Rosa Becker"}, {"Kai Tanaka"}, set()])
+    assert kept == ["And I know Rosa Becker does too.", "Then Kai Tanaka went to my state.", "I know someone."]
+
+
+def test_protect_hands_generalize_the_surrogates_of_each_rows_own_scope():
+    """A surrogate counts as a pseudonym only in the scope (author, by default) the pseudonymiser wrote it in."""
+    from types import SimpleNamespace
+
+    from tasks.generate.pseudonymize import MAPPING_COLUMNS
+    from tasks.protect.apply import _pseudonyms
+
+    mapping = pd.DataFrame([["author", "author_id=a", "PERSON", "Mitt Romney", "Rosa Becker", 2]],
+                           columns=MAPPING_COLUMNS)
+    p = SimpleNamespace(mappings=[mapping], settings=SimpleNamespace(pii_scope="author"))
+    rows = pd.DataFrame({"doc_id": ["d1", "d2"], "author_id": ["a", "b"], "group_id": ["g", "g"]})
+    assert _pseudonyms(p, rows) == [{"Rosa Becker"}, set()]

@@ -12,7 +12,7 @@ import pandas as pd
 
 from tasks.corpus.schema import STATUS_OK
 from tasks.generate.base import build_strategy, generate_synthetic, is_unchanged
-from tasks.generate.pseudonymize import pseudonymize_corpus
+from tasks.generate.pseudonymize import pseudonymize_corpus, scope_keys
 from tasks.metrics.fluency import slor_totals
 from tasks.metrics.meaning import span_similarity
 from tasks.protect.components import Components
@@ -59,6 +59,15 @@ def apply_move(p: Components, move: Move, idx: np.ndarray, texts: pd.Series, evi
             for o, t in zip(out, rows["text"].astype(str), strict=True)]
 
 
+def _pseudonyms(p: Components, rows: pd.DataFrame) -> list[set[str]]:
+    """Per row, the surrogates the pseudonymiser put in within the row's scope (its author's, by default)."""
+    by_scope: dict[str, set[str]] = {}
+    for mapping in p.mappings:
+        for key, surrogate in zip(mapping["scope_key"].astype(str), mapping["surrogate"].astype(str), strict=True):
+            by_scope.setdefault(key, set()).add(surrogate)
+    return [by_scope.get(key, set()) for key in scope_keys(rows, p.settings.pii_scope)]
+
+
 def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[list[tuple[str, str]]],
                round_: int) -> list[str | None]:
     """The move run on ``rows`` (their current texts), each with its timeline's evidence ``features``."""
@@ -79,8 +88,7 @@ def _apply_now(p: Components, move: Move, rows: pd.DataFrame, features: list[lis
         return [mask_evidence(t, f) for t, f in zip(rows["text"].astype(str), features, strict=True)]
     if move.name == GENERALIZE:
         return generalize(rows["text"].astype(str).tolist(), rows["author_id"].astype(str).tolist(), features,
-                          surrogates=p.shared.surrogates, sense=sense,
-                          pseudonyms=[s for m in p.mappings for s in m["surrogate"].astype(str)])
+                          surrogates=p.shared.surrogates, sense=sense, pseudonyms=_pseudonyms(p, rows))
     if move.name == LLM_ANONYMIZE:
         return llm_anonymize(rows["text"].astype(str).tolist(), features, p.llm(),
                              seed=p.settings.seed + round_)

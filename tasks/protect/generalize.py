@@ -483,24 +483,26 @@ def evidence_words(features: Iterable[tuple[str, str]]) -> frozenset[str]:
 
 def generalize(texts: Sequence[str], authors: Sequence[str], features: Sequence[Sequence[tuple[str, str]]], *,
                surrogates: Surrogates | None = None, nlp: Any = None, batch_size: int = 64,
-               sense: Sense | None = None, pseudonyms: Collection[str] = ()) -> list[str]:
+               sense: Sense | None = None, pseudonyms: Sequence[Collection[str]] | None = None) -> list[str]:
     """Each text with its named entities, identifiers, numbers, dates and its evidence's content words
     generalised (see the module's docstring); ``features`` per text as (feature, kind) pairs, kind ``word`` or
     ``char``. ``surrogates`` keeps the per-author phrases across calls (a fresh one when not given). With
     ``sense``, an evidence word's hypernym is put in only where it keeps the word's sense in its sentence
     (:data:`tasks.protect.reword.SENSE_FLOOR`: "The bank raised rates" does not become "The slope ..."). An entity
-    all of whose words are words of ``pseudonyms`` (the surrogates the pseudonymiser put in) stays."""
+    all of whose words are words of the text's ``pseudonyms`` (per text, the surrogates the pseudonymiser put in
+    where it wrote: a real name it missed elsewhere is still generalised) stays."""
     if not len(texts) == len(authors) == len(features):
         raise ValueError(f"generalize: {len(texts)} texts, {len(authors)} authors, {len(features)} feature lists")
     surrogates = surrogates if surrogates is not None else Surrogates()
     nlp = nlp if nlp is not None else load_pipeline()
-    pseudonym_words = frozenset(w.lower() for name in pseudonyms for w in str(name).split())
+    names = pseudonyms if pseudonyms is not None else [()] * len(texts)
     states: list[_Doc] = []
     pending: list[tuple[int, int, str]] = []  # (text, token, hypernym) of the evidence words
     with resource_lock(nlp):
         docs = nlp.pipe([str(t) for t in texts], batch_size=batch_size)
-        for doc, author, feats in zip(docs, authors, features, strict=True):
-            state = _Doc(doc, str(author), surrogates, evidence_words(feats), pseudonym_words)
+        for doc, author, feats, own in zip(docs, authors, features, names, strict=True):
+            words = frozenset(w.lower() for name in own for w in str(name).split())
+            state = _Doc(doc, str(author), surrogates, evidence_words(feats), words)
             state.identifiers()
             state.entities()
             state.stray_numbers()
