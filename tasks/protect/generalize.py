@@ -401,9 +401,10 @@ class _Doc(_Phrases):
             words = [t.lower_ for t in self.doc[start:end] if t.is_alpha]
             if words and all(w in self.pseudonyms for w in words):
                 continue  # a name the pseudonymiser put in: no one's (the NER may take it for a place)
-            if label == "NORP" and start and self.doc[start - 1].is_title and not self.doc[start - 1].is_sent_start \
-                    and self.doc[start - 1].lower_ not in _DETERMINERS:
-                continue  # "the Young Republicans": the group's name is part of a longer name
+            while label == "NORP" and start and self.doc[start - 1].is_title and \
+                    not self.doc[start - 1].is_sent_start and self.doc[start - 1].lower_ not in _DETERMINERS and \
+                    not self.taken[start - 1]:
+                start -= 1  # "the Young Republicans": the longer name goes with the group's ("the party members")
             if label == "PERSON" and start and self.doc[start - 1].lower_ in _TITLES:
                 start -= 1
             while end > start and self.doc[end - 1].tag_ == "POS":  # the possessive stays the text's
