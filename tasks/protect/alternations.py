@@ -12,6 +12,7 @@ check is needed, since no word of the sentence takes another's place.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from tasks.protect.lexicon import fixed_expressions
@@ -137,11 +138,10 @@ def _bare(tok: Any) -> bool:
     return not any(c.dep_ in ("det", "poss", "predet", "nummod") for c in tok.children)
 
 
-def _coordinations(doc: Any, out: Edits) -> None:
+def _coordinations(doc: Any, out: Edits, fixed: set[int]) -> None:
     """Two coordinated nouns or adjectives (a few words each, neither with a determiner of its own) in the other
     order: "Iraq and Afghanistan" -> "Afghanistan and Iraq"; not a pair said in one order only ("ladies and
-    gentlemen", a fixed expression of WordNet's)."""
-    fixed = fixed_expressions(doc)
+    gentlemen", a word of a fixed expression of WordNet's, ``fixed``)."""
     for a in doc:
         conj = [c for c in a.children if c.dep_ == "conj"]
         ccs = [c for c in a.children if c.dep_ == "cc" and c.lower_ in ("and", "or")]
@@ -212,10 +212,13 @@ def _emphasis(doc: Any, out: Edits) -> None:
         _add(out, tok.i, tok.i + 2, word[0].upper() + word[1:] if tok.is_sent_start else word)
 
 
-def alternations(doc: Any) -> Edits:
-    """Every alternation ``doc`` allows, by the token it starts at: (end token, text) pairs (see the module)."""
+def alternations(doc: Any, fixed: set[int] | None = None) -> Edits:
+    """Every alternation ``doc`` allows, by the token it starts at: (end token, text) pairs (see the module).
+    ``fixed``: the tokens of its fixed expressions (:func:`tasks.protect.lexicon.fixed_expressions`, found when
+    None), whose order stays."""
     out: Edits = {}
-    for find in (_complementizers, _relativizers, _particle_shifts, _help_to, _coordinations, _phrases, _fillers,
+    coordinations = partial(_coordinations, fixed=fixed_expressions(doc) if fixed is None else fixed)
+    for find in (_complementizers, _relativizers, _particle_shifts, _help_to, coordinations, _phrases, _fillers,
                  _emphasis):
         find(doc, out)
     return out

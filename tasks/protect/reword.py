@@ -288,7 +288,7 @@ def edit_options(doc: Any, senses: int = 1, broader: bool = False) -> dict[int, 
             swaps = swaps[:MAX_OPTIONS]
             edits[tok.i] = Edit((tok.i + 1,) * len(swaps), tuple(swaps), judged=tok.is_alpha, swaps=len(swaps))
     if broader:
-        for i, found in alternations(doc).items():
+        for i, found in alternations(doc, fixed).items():
             known = edits.get(i)
             if known is None:
                 edits[i] = Edit(tuple(e for e, _ in found), tuple(t for _, t in found), judged=True)
