@@ -409,6 +409,25 @@ def test_span_similarity_tells_swaps_that_keep_the_sense_from_those_that_lose_it
     assert same[0] == pytest.approx(1.0, abs=1e-5)
 
 
+def test_the_light_verbs_kept_their_sense_less_often_than_the_other_labelled_swaps():
+    """Why reword leaves the commonest verbs alone: of the hand-labelled swaps, 3 of the 7 of those verbs kept the
+    sense, against 65 of the other 118."""
+    import json
+    from pathlib import Path
+
+    from tasks.protect.lexicon import load_pipeline
+    from tasks.protect.reword import _LIGHT_VERBS
+
+    nlp = load_pipeline()
+    rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "reword_swaps.jsonl").open()]
+    light = []
+    for r in rows:
+        span = nlp(r["text"]).char_span(r["start"], r["end"])
+        light.append(span is not None and span.root.pos_ == "VERB" and span.root.lemma_.lower() in _LIGHT_VERBS)
+    keeps, light = np.array([r["keeps_sense"] for r in rows]), np.array(light)
+    assert (keeps[light].sum(), light.sum()) == (3, 7) and (keeps[~light].sum(), (~light).sum()) == (65, 118)
+
+
 def test_reword_keeps_only_swaps_that_keep_the_sense_in_their_sentence():
     """The LM judges how a swap reads, not what it means: it takes "opposed" -> "defended" and "guy" -> "cat".
     With the sense check (the swapped word's contextual vector against the old one's), those swaps are not made;
@@ -440,9 +459,10 @@ def test_a_contraction_is_spelt_out_only_where_its_word_is_known():
 
 def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_clause():
     """A synonym's inflected form must be in use ("schools" -> not "schoolings"); a phrasal verb keeps both its
-    words ("take away" -> not "take off"; the particle may move: "take our rights away"); "that" opens a tensed clause ("we know (that) he cares"), not a bare
-    infinitive ("help others achieve it" -> not "help that others"); a bare noun before "of" makes an idiom ("be part
-    of" -> not "be piece of"); the commonest verbs and "always" stay."""
+    words ("take away" -> not "take off"; the particle may move: "take our rights away"); "that" opens a tensed
+    clause ("we know (that) he cares"), not a bare infinitive ("help others achieve it" -> not "help that others");
+    a bare noun before "of" makes an idiom ("be part of" -> not "be piece of"); the commonest verbs and "always"
+    stay."""
     from tasks.protect.lexicon import load_pipeline
     from tasks.protect.reword import edit_options
 

@@ -7,8 +7,9 @@ source's) is verbatim, and so is an unchanged copy.
 
 The comparison (:func:`normalise`, named ``casefold+words`` in the signature): both texts read as their words,
 case folded (``str.casefold``): every character that is not a letter or digit (punctuation, symbols, whitespace)
-breaks words, and a run of breaks is one space, the ends stripped. A search engine reads text this way, so a run that differs only in case, spacing or punctuation finds the source as surely: "Well, Mr. President,
-like who?" is a copy of "Well, Mr President, like who?", and a sentence split in two at a comma still holds the
+breaks words, and a run of breaks is one space, the ends stripped. A search engine reads text this way, so a run
+that differs only in case, spacing or punctuation finds the source as surely: "Well, Mr. President, like who?" is a
+copy of "Well, Mr President, like who?", and a sentence split in two at a comma still holds the
 run across the full stop. (Lower-casing or re-punctuating a text would otherwise pass for rewriting it.)
 ``min_chars`` counts characters of the normalised texts.
 

@@ -3,11 +3,11 @@
 English lets many things be said two ways with the same words, give or take a function word: the optional "that" of
 a clause after a verb ("we know (that) he cares") or of a relative clause whose object it is ("the care (that) she
 needs"), the particle of a phrasal verb before or after its object ("shut our plant down" / "shut down our plant"),
-"help" with or without "to", two coordinated words in either order ("Iraq and Afghanistan"), "all (of) the",
-"in order to" / "to", "each other" / "one another", "a lot of" / "lots of", "whether" / "if", a spoken sentence
-without its opening filler ("Well, ...") and a word without the adverb that only strengthens it ("so proud"). :mod:`tasks.protect.reword`
-offers them where no synonym fits a stretch that must change; the LM judges how each reads in context, and no sense
-check is needed, since no word of the sentence takes another's place.
+"help" with or without "to", two coordinated words in either order ("Iraq and Afghanistan"), "all (of) the", "in
+order to" / "to", "each other" / "one another", "a lot of" / "lots of", "whether" / "if", a spoken sentence without
+its opening filler ("Well, ...") and a word without the adverb that only strengthens it ("so proud").
+:mod:`tasks.protect.reword` offers them where no synonym fits a stretch that must change; the LM judges how each
+reads in context, and no sense check is needed, since no word of the sentence takes another's place.
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ PARTICLES = frozenset({"away", "up", "down", "off", "out", "back", "over", "on",
 #: Word sequences said another way (lower case, as whole words): each is offered for the one before it ("to" is not
 #: offered as "in order to").
 _PHRASES = ((("each", "other"), ("one", "another")), (("one", "another"), ("each", "other")),
-            (("a", "lot", "of"), ("lots", "of")), (("lots", "of"), ("a", "lot", "of")), (("in", "order", "to"), ("to",)))
+            (("a", "lot", "of"), ("lots", "of")), (("lots", "of"), ("a", "lot", "of")),
+            (("in", "order", "to"), ("to",)))
 #: Determiners after which "all of" may lose its "of" ("all of the men" -> "all the men").
 _ALL_OF = frozenset({"the", "our", "my", "your", "his", "her", "their", "these", "those", "this", "that", "its"})
 #: Fillers that open a spoken sentence before a comma and say nothing of their own.

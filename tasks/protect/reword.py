@@ -10,14 +10,14 @@ of a named entity, a proper noun, an auxiliary, a word of a fixed expression Wor
 of the commonest verbs ("have", "want": their synonyms most often take another sense, "had to" -> "got to") and a
 word with no single-word synonym are never swapped.
 
-Which synonym: without a judge, the most frequent English word by ``wordfreq``; with one (protect's fluency LM),
-the one that reads best in its context, and none where every one reads much worse than the word it replaces (a
-wrong sense: "works hard" -> "works firmly"). A judged rewording may also use a noun's more general word, an adjective's similar
-one, and the alternations of :mod:`tasks.protect.alternations` (the same words put another way); with a sense
-check too, a swap must keep the replaced word's sense in its sentence (the LM judges how a swap reads, not what it
-means: "opposed" -> "defended" reads well). ``senses`` 1 (the safest) takes synonyms of the word's most frequent
-sense and leaves spaCy's stop words alone; more senses let more words change, function words among them ("but" ->
-"yet"). Where a stretch has nothing to edit the run stays, and the loop's next move tries.
+Which synonym: without a judge, the most frequent English word by ``wordfreq``; with one (protect's fluency LM), the
+one that reads best in its context, and none where every one reads much worse than the word it replaces (a wrong
+sense: "works hard" -> "works firmly"). A judged rewording may also use a noun's more general word, an adjective's
+similar one, and the alternations of :mod:`tasks.protect.alternations` (the same words put another way); with a
+sense check too, a swap must keep the replaced word's sense in its sentence (the LM judges how a swap reads, not
+what it means: "opposed" -> "defended" reads well). ``senses`` 1 (the safest) takes synonyms of the word's most
+frequent sense and leaves spaCy's stop words alone; more senses let more words change, function words among them
+("but" -> "yet"). Where a stretch has nothing to edit the run stays, and the loop's next move tries.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
     pos = _POS.get(tok.pos_)
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
             (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok) or _bare_before_of(tok) or \
-            (tok.pos_ in ("VERB", "AUX") and tok.lemma_.lower() in _LIGHT_VERBS):
+            (tok.pos_ == "VERB" and tok.lemma_.lower() in _LIGHT_VERBS):
         return []
     out = []
     lemma = tok.lemma_.lower()
@@ -185,12 +185,13 @@ _FUNCTION_SWAPS = {"but": ("yet", "CCONJ"), "although": ("though", "SCONJ"), "th
                    "nearly": ("almost", "ADV"), "almost": ("nearly", "ADV"), "everyone": ("everybody", "PRON"),
                    "everybody": ("everyone", "PRON"), "someone": ("somebody", "PRON"), "somebody": ("someone", "PRON"),
                    "anyone": ("anybody", "PRON"), "anybody": ("anyone", "PRON"), "nobody": ("no one", "PRON")}
-#: Words of fixed expressions whose WordNet synonyms break them ("each other", "of course", "a lot", "at least").
+#: Words of fixed expressions whose WordNet synonyms break them ("each other", "of course", "a lot", "at least"), and
+#: "always", whose synonyms say something else ("ever", "forever").
 _FIXED = frozenset({"other", "course", "lot", "least", "most", "kind", "sort", "bit", "well", "even", "still", "just",
                     "only", "right", "sure", "long", "far", "ever", "much", "way", "thing", "things", "time",
                     "always"})
 #: The commonest English verbs, which carry many senses: their WordNet synonyms most often take another one ("had
-#: to" -> "got to", "want" -> "need", "come" -> "arrive"; 4 of the 10 hand-labelled swaps of them kept the sense).
+#: to" -> "got to", "want" -> "need", "come" -> "arrive"; 3 of the 7 hand-labelled swaps of them kept the sense).
 _LIGHT_VERBS = frozenset({"have", "get", "make", "go", "come", "do", "take", "give", "put", "let", "keep", "want",
                           "need", "feel"})
 _SMALL = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
