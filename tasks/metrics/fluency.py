@@ -237,6 +237,8 @@ _SENTENCE_BREAK = re.compile(_SENTENCE_MARK + r"(?=\s|$)")
 def sentence_ends(text: str) -> int:
     """How many sentences ``text`` ends by its punctuation (a mark followed by a space or the end)."""
     return len(_SENTENCE_BREAK.findall(text))
+
+
 _LAST_WORD = re.compile(r"(\w+)\W*$")
 #: Words no English sentence ends on: articles, possessive determiners, the infinitive's "to", prepositions that
 #: take an object, conjunctions.
