@@ -17,13 +17,16 @@ import pytest
 from tasks.generate.base import build_strategy, generate_synthetic
 from tasks.generate.pseudonymize import (
     FIRST_NAMES,
+    FIRST_NAMES_BY_SEX,
     LAST_NAMES,
     NAMES_SEARCHED_COLUMN,
     REPLACED_COLUMN,
+    Pseudonymizer,
     ordinary_words,
     pseudonymize_corpus,
 )
 from tasks.metrics.pii import ALL_ENTITIES, pii_leakage
+from tasks.models.given_names import FEMALE, MALE, given_name_sex, is_given_name
 from tasks.models.pii import (
     DEFAULT_ENTITIES,
     PiiDetector,
@@ -32,6 +35,7 @@ from tasks.models.pii import (
     names_only,
     normalise,
     occurs,
+    only_a_place,
     supported_entities,
 )
 
@@ -218,6 +222,39 @@ def test_no_ones_names_are_not_names(detector: PiiDetector) -> None:
     assert {"Donald", "Hillary"} <= {s.text for s in found[3].spans}
     kept = (PiiSpan("PERSON", 0, 6, "Kenyet", 0.85),)
     assert names_only(kept, "Kenyet noches") == () and names_only(kept, "Kenyet brought it") == kept
+
+
+def test_a_place_alone_is_not_a_name() -> None:
+    """A lone word WordNet knows only as a place's name is no one's name unless people are given it: "Bermuda" and
+    "Ohio" go, "Virginia" and "Charlotte" (first names), "Washington" and "Madison" (presidents) stay."""
+    assert only_a_place("Bermuda") and only_a_place("Ohio") and only_a_place("Cuba")
+    for name in ("Virginia", "Charlotte", "Washington", "Madison", "Houston", "Mitt", "bermuda"):
+        assert not only_a_place(name), name
+    alone = (PiiSpan("PERSON", 26, 33, "Bermuda", 0.85),)
+    assert names_only(alone, "Mitt is betting on a shell Bermuda corporation.") == ()
+    virginia = (PiiSpan("PERSON", 10, 18, "Virginia", 0.85),)
+    assert names_only(virginia, "I thanked Virginia.") == virginia
+
+
+def test_surrogate_first_names_keep_the_original_sex() -> None:
+    """A first name the lists give one sex gets a surrogate of that sex or of either, under every seed; one of
+    both sexes or of neither may get any."""
+    assert (given_name_sex("Jason"), given_name_sex("ROSA"), given_name_sex("Hector")) == (MALE, FEMALE, MALE)
+    assert given_name_sex("Jordan") is None and given_name_sex("Mitt") is None and is_given_name("Jordan")
+    either = set(FIRST_NAMES_BY_SEX[FEMALE]) & set(FIRST_NAMES_BY_SEX[MALE])
+    assert either and set(FIRST_NAMES_BY_SEX[FEMALE]) - either and set(FIRST_NAMES_BY_SEX[MALE]) - either
+    for name, surrogate_sex in (FIRST_NAMES_BY_SEX[FEMALE], FEMALE), (FIRST_NAMES_BY_SEX[MALE], MALE):
+        assert all(given_name_sex(n) in (surrogate_sex, None) for n in name)  # the pools agree with the lists
+    text = "Hector and his wife Rosa, they have a beautiful citizen son, Jason."
+    spans = [(PiiSpan("PERSON", text.index(n), text.index(n) + len(n), n, 0.85)) for n in ("Hector", "Rosa", "Jason")]
+    drawn = {"Hector": set(), "Rosa": set(), "Jason": set()}
+    for seed in range(30):
+        pseudonymizer = Pseudonymizer(seed)
+        for span in spans:
+            drawn[span.text].add(pseudonymizer.surrogate(span, "u1"))
+    assert drawn["Rosa"] <= set(FIRST_NAMES_BY_SEX[FEMALE]) and len(drawn["Rosa"] - either) > 5
+    assert drawn["Hector"] | drawn["Jason"] <= set(FIRST_NAMES_BY_SEX[MALE])
+    assert drawn["Jason"] - either
 
 
 def test_words_the_corpus_writes_in_lower_case_are_not_names(detector: PiiDetector) -> None:

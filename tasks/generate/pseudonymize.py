@@ -2,9 +2,10 @@
 
 Each identifier :class:`~tasks.models.pii.PiiDetector` finds is replaced by a surrogate of the same type:
 a person's name by names from :data:`FIRST_NAMES` / :data:`LAST_NAMES` (token by token, so "Jane Doe" and
-a later "Doe" stay the same person), an e-mail by ``first.last@example.com``, a @handle by another
-handle, a URL by an ``example.com`` address, an IP address by one of the documentation ranges (RFC 5737 /
-RFC 3849), and every other type (phone, credit card, IBAN, SSN, ...) by the same shape with other digits
+a later "Doe" stay the same person; a first name the name lists give one sex,
+:func:`tasks.models.given_names.given_name_sex`, by a name of that sex or of either, so "his son, Jason" stays a
+son's name), an e-mail by ``first.last@example.com``, a @handle by another handle, a URL by an ``example.com``
+address, an IP address by one of the documentation ranges (RFC 5737 / RFC 3849), and every other type (phone, credit card, IBAN, SSN, ...) by the same shape with other digits
 and letters (``(555) 123-4567`` -> ``(803) 619-2240``).
 
 Names only where there are names: besides the detector's own checks (:func:`tasks.models.pii.names_only`), a
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from tasks.models.given_names import FEMALE, MALE, given_name_sex
 from tasks.models.pii import DEFAULT_ENTITIES, SOCIAL_HANDLE, DetectedText, PiiDetector, PiiSpan, normalise
 
 #: Where the consistency of surrogates holds: the corpus column that names the scope.
@@ -42,10 +44,18 @@ MAPPING_COLUMNS = ["scope", "scope_key", "entity", "original", "surrogate", "cou
 REPLACED_COLUMN = "pii_replaced"
 NAMES_SEARCHED_COLUMN = "pii_names_searched"
 
-_FIRST_NAMES = """
-Aaliyah Adam Aiko Alex Amara Ana Andrei Anika Arjun Ava Ben Bianca Carlos Chen Chloe Daniel Dara Diego Elena
-Eli Emeka Emma Farah Felix Grace Hana Hugo Ines Isaac Jamal Jin Julia Kai Kofi Lara Leo Lina Luca Maya Mei
-Mila Musa Nadia Nina Noah Omar Priya Rafael Rosa Sam Sara Sean Sofia Tariq Tess Theo Uma Vera Yara Zoe
+#: Surrogate first names by the sex they are given to (female, male, either), for an original first name of that
+#: sex (or of either, or of none the name lists know: then all of them).
+_FEMALE_FIRST_NAMES = """
+Aaliyah Aiko Amara Ana Anika Ava Bianca Chloe Elena Emma Farah Grace Hana Ines Julia Lara Lina Maya Mei Mila
+Nadia Nina Priya Rosa Sara Sofia Tess Uma Vera Yara Zoe
+"""
+_MALE_FIRST_NAMES = """
+Adam Andrei Arjun Ben Carlos Daniel Diego Emeka Felix Hugo Isaac Jamal Kofi Leo Luca Marco Musa Noah Omar Rafael
+Sean Tariq Theo Tomas Yusuf
+"""
+_EITHER_FIRST_NAMES = """
+Alex Chen Dara Eli Jin Robin Sam
 """
 _LAST_NAMES = """
 Abbott Adeyemi Alvarez Baker Becker Bianchi Brooks Castro Cohen Costa Dubois Ellis Evans Fischer Flores
@@ -53,7 +63,12 @@ Garcia Gupta Haddad Hansen Ito Jensen Kaur Keller Kim Kowalski Larsen Lopez Mahl
 Murphy Nakamura Nguyen Novak Okafor Olsen Patel Perez Quinn Reyes Rossi Santos Schmidt Silva Singh Sato
 Tanaka Torres Varga Vogel Walsh Weber Wright Yamamoto Young Zhang Ziegler
 """
-FIRST_NAMES: tuple[str, ...] = tuple(_FIRST_NAMES.split())
+_EITHER: tuple[str, ...] = tuple(_EITHER_FIRST_NAMES.split())
+#: First names for an original of each sex (:func:`tasks.models.given_names.given_name_sex`), and for one of none.
+FIRST_NAMES_BY_SEX: dict[str | None, tuple[str, ...]] = {
+    FEMALE: tuple(_FEMALE_FIRST_NAMES.split()) + _EITHER, MALE: tuple(_MALE_FIRST_NAMES.split()) + _EITHER,
+    None: tuple(_FEMALE_FIRST_NAMES.split()) + tuple(_MALE_FIRST_NAMES.split()) + _EITHER}
+FIRST_NAMES: tuple[str, ...] = FIRST_NAMES_BY_SEX[None]
 LAST_NAMES: tuple[str, ...] = tuple(_LAST_NAMES.split())
 #: Words kept as they are inside a name span (titles): "Dr. Jane Doe" -> "Dr. Maya Keller".
 _TITLES = frozenset({"mr", "mr.", "mrs", "mrs.", "ms", "ms.", "dr", "dr.", "prof", "prof.", "sir", "madam"})
@@ -155,7 +170,7 @@ class Pseudonymizer:
         if norm in _TITLES or not any(c.isalpha() for c in token) or (token in _PARTICLES and not first):
             return token
         if norm not in state.name_tokens:
-            names = FIRST_NAMES if first else LAST_NAMES
+            names = FIRST_NAMES_BY_SEX[given_name_sex(token)] if first else LAST_NAMES
             state.name_tokens[norm] = self._draw(state, key, "PERSON", token, lambda r: r.choice(names))
         return _same_case(state.name_tokens[norm], token)
 

@@ -17,7 +17,9 @@ pattern recognisers only (names are not searched), and :class:`DetectedText` say
 Names only where there are names (:func:`names_only`): the small NER model also calls words that are no one's
 name PERSON ("God bless America", "Buenas noches", "so am I."). A PERSON span is dropped when it has no word
 of two letters; when WordNet knows its exact capitalised form as the name of a deity and not of a person, a
-place or an organisation (God, Allah, Satan); or when it is a single word followed by a lower-case word that
+place or an organisation (God, Allah, Satan); when it is a single word WordNet knows only as the name of a place
+(a city, an island, a river) and the name lists (:mod:`tasks.models.given_names`) do not give as a first name
+("Bermuda", "Ohio"; not "Virginia" or "Charlotte"); or when it is a single word followed by a lower-case word that
 is not English (neither an English stop word, an irregular inflection nor a WordNet lemma: "Buenas noches",
 "Feliz navidad"). The pseudonymiser adds a rule that needs the whole corpus: ordinary words the NER model
 took for names because they were capitalised (:func:`tasks.generate.pseudonymize.ordinary_words`).
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tasks.errors import ModelUnavailable, shown
+from tasks.models import given_names
 from tasks.parallel import resource_lock
 
 if TYPE_CHECKING:
@@ -270,6 +273,9 @@ def _non_overlapping(results: Iterable[Any], text: str) -> tuple[PiiSpan, ...]:
 _SOMEONE = ("person.n.01", "location.n.01", "organization.n.01", "social_group.n.01", "mythical_being.n.01")
 #: ... and the kind a deity's name is an instance of: God, Allah, Satan, Zeus, Venus.
 _DEITY = "spiritual_being.n.01"
+#: The kinds of place a proper name is an instance of: a location (a city, a state), land (an island) or water (a
+#: river, an ocean).
+_PLACES = ("location.n.01", "land.n.04", "body_of_water.n.01")
 _WORD = re.compile(r"[^\W\d_]{2,}")
 _NEXT_WORD = re.compile(r"[ \t]+([^\W\d_]+)(?=[\s,.;:!?)\]}\"”—-]|$)")
 
@@ -287,9 +293,20 @@ def _wordnet() -> Any:
 
 def names_vocabulary() -> str:
     """What :func:`names_only` looks words up in (part of a detector's signature): WordNet's version, or
-    ``none`` when it is not installed (then only the rule on two-letter words applies)."""
+    ``none`` when it is not installed (then only the rule on two-letter words applies), and the name lists."""
     wordnet = _wordnet()
-    return f"wordnet-{wordnet.get_version()}" if wordnet is not None else "none"
+    return (f"wordnet-{wordnet.get_version()}" if wordnet is not None else "none") + f"+{given_names.vocabulary()}"
+
+
+def _proper_senses(word: str) -> dict[Any, set[Any]]:
+    """WordNet's noun senses of ``word`` capitalised exactly so (or its singular), each with every kind it is (its
+    hypernyms and instance hypernyms, all the way up); none without WordNet or a capital."""
+    wordnet = _wordnet()
+    if wordnet is None or not word[:1].isupper():
+        return {}
+    forms = {word, word[:-1]} if word.endswith("s") else {word}
+    senses = [s for s in wordnet.synsets(word.lower(), pos="n") if forms & {lemma.name() for lemma in s.lemmas()}]
+    return {s: set(s.closure(lambda x: x.hypernyms() + x.instance_hypernyms())) for s in senses}
 
 
 @cache
@@ -298,16 +315,28 @@ def no_one(word: str) -> bool:
     other spiritual being (God, Allah, Satan, Zeus; not a kind, as the Graces) and not as that of a person, a
     place or an organisation: the name of no one a text could identify. (A first name people also carry,
     Aurora or Krishna, goes unreplaced when alone; with a surname the span is a name.)"""
-    wordnet = _wordnet()
-    if wordnet is None or not word[:1].isupper():
+    kinds = _proper_senses(word)
+    if not kinds:
         return False
-    forms = {word, word[:-1]} if word.endswith("s") else {word}
-    senses = [s for s in wordnet.synsets(word.lower(), pos="n") if forms & {lemma.name() for lemma in s.lemmas()}]
-    kinds = {s: set(s.closure(lambda x: x.hypernyms() + x.instance_hypernyms())) for s in senses}
+    wordnet = _wordnet()
     someone = {wordnet.synset(name) for name in _SOMEONE}
     deity = wordnet.synset(_DEITY)
     return (any(deity in k for s, k in kinds.items() if s.instance_hypernyms())
             and not any(someone & k for k in kinds.values()))
+
+
+@cache
+def only_a_place(word: str) -> bool:
+    """WordNet knows ``word``, capitalised exactly so, only as the proper name of places (:data:`_PLACES`: every
+    sense an instance of one, none of a person or a group), and the name lists do not give it as a first name:
+    "Bermuda", "Ohio", "Cuba"; not "Virginia", "Charlotte" or "Madison" (a first name, or a president too)."""
+    kinds = _proper_senses(word)
+    if not kinds or given_names.is_given_name(word):
+        return False
+    wordnet = _wordnet()
+    places = {wordnet.synset(name) for name in _PLACES}
+    people = {wordnet.synset(name) for name in _SOMEONE if name != "location.n.01"}
+    return all(s.instance_hypernyms() and places & k and not people & k for s, k in kinds.items())
 
 
 @cache
@@ -332,7 +361,8 @@ def _english_word(word: str) -> bool:
 
 def names_only(spans: Iterable[PiiSpan], text: str) -> tuple[PiiSpan, ...]:
     """The spans of ``text`` less the PERSON spans that are no one's name (the module's docstring): no word of
-    two letters ("I."), a word WordNet knows only as the name of no one ("God"), or a single word that starts a
+    two letters ("I."), a word WordNet knows only as the name of no one ("God") or of a place ("Bermuda"), or a
+    single word that starts a
     phrase in another language ("Buenas noches"). Spans of every other type pass unchanged."""
     kept = []
     for span in spans:
@@ -341,7 +371,7 @@ def names_only(spans: Iterable[PiiSpan], text: str) -> tuple[PiiSpan, ...]:
             if not words:
                 continue
             if len(span.text.split()) == 1:
-                if no_one(span.text):
+                if no_one(span.text) or only_a_place(span.text):
                     continue
                 after = _NEXT_WORD.match(text, span.end)
                 if after and after.group(1).islower() and not _english_word(after.group(1)):
