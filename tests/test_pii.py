@@ -255,6 +255,11 @@ def test_surrogate_first_names_keep_the_original_sex() -> None:
     assert drawn["Rosa"] <= set(FIRST_NAMES_BY_SEX[FEMALE]) and len(drawn["Rosa"] - either) > 5
     assert drawn["Hector"] | drawn["Jason"] <= set(FIRST_NAMES_BY_SEX[MALE])
     assert drawn["Jason"] - either
+    alone = Pseudonymizer(0)
+    for text, pool in (("President Obama", LAST_NAMES), ("Dr. King", LAST_NAMES), ("Michelle", FIRST_NAMES_BY_SEX[FEMALE])):
+        name = text.split()[-1]
+        span = PiiSpan("PERSON", text.index(name), len(text), name, 0.85)
+        assert alone.surrogate(span, "u1") in pool, text  # a lone surname stays a surname
 
 
 def test_words_the_corpus_writes_in_lower_case_are_not_names(detector: PiiDetector) -> None:

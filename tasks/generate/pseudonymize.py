@@ -2,11 +2,13 @@
 
 Each identifier :class:`~tasks.models.pii.PiiDetector` finds is replaced by a surrogate of the same type:
 a person's name by names from :data:`FIRST_NAMES` / :data:`LAST_NAMES` (token by token, so "Jane Doe" and
-a later "Doe" stay the same person; a first name the name lists give one sex,
+a later "Doe" stay the same person; a lone word is a first name only where the name lists know it as one, so
+"President Obama" keeps a surname; a first name the name lists give one sex,
 :func:`tasks.models.given_names.given_name_sex`, by a name of that sex or of either, so "his son, Jason" stays a
 son's name), an e-mail by ``first.last@example.com``, a @handle by another handle, a URL by an ``example.com``
-address, an IP address by one of the documentation ranges (RFC 5737 / RFC 3849), and every other type (phone, credit card, IBAN, SSN, ...) by the same shape with other digits
-and letters (``(555) 123-4567`` -> ``(803) 619-2240``).
+address, an IP address by one of the documentation ranges (RFC 5737 / RFC 3849), and every other type (phone,
+credit card, IBAN, SSN, ...) by the same shape with other digits and letters (``(555) 123-4567`` ->
+``(803) 619-2240``).
 
 Names only where there are names: besides the detector's own checks (:func:`tasks.models.pii.names_only`), a
 one-word name the corpus itself writes in lower case more often than with a capital inside a sentence is an
@@ -34,7 +36,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from tasks.models.given_names import FEMALE, MALE, given_name_sex
+from tasks.models.given_names import FEMALE, MALE, given_name_sex, is_given_name
 from tasks.models.pii import DEFAULT_ENTITIES, SOCIAL_HANDLE, DetectedText, PiiDetector, PiiSpan, normalise
 
 #: Where the consistency of surrogates holds: the corpus column that names the scope.
@@ -175,12 +177,16 @@ class Pseudonymizer:
         return _same_case(state.name_tokens[norm], token)
 
     def _person(self, state: _Scope, key: str, value: str) -> str:
+        """A name's surrogate: a first name for its first word, a surname for the others; a name of one word is a
+        first name only where the name lists know it as one ("Michelle"; "President Obama", "Dr. King" take
+        surnames)."""
         tokens = value.split()
         named = [t for t in tokens if normalise(t) not in _TITLES]
         out, seen = [], 0
         for token in tokens:
             is_name = normalise(token) not in _TITLES
-            out.append(self._name_token(state, key, token, first=(seen == 0 and len(named) > 1) or len(named) == 1))
+            first = (seen == 0 and len(named) > 1) or (len(named) == 1 and is_given_name(token))
+            out.append(self._name_token(state, key, token, first=first))
             seen += is_name
         return " ".join(out)
 
