@@ -227,3 +227,28 @@ def test_protect_hands_generalize_the_surrogates_of_each_rows_own_scope():
     p = SimpleNamespace(mappings=[mapping], settings=SimpleNamespace(pii_scope="author"))
     rows = pd.DataFrame({"doc_id": ["d1", "d2"], "author_id": ["a", "b"], "group_id": ["g", "g"]})
     assert _pseudonyms(p, rows) == [{"Rosa Becker"}, set()]
+
+
+def test_names_get_the_kind_wordnet_gives_them_and_common_words_with_a_capital_stay(nlp):
+    """A titled name is the office whatever the NER took it for ("Governor Romney would ..."); an organisation
+    WordNet knows gets its kind ("Congress" -> "the legislature"), an acronym never itself in lower case ("the
+    aarp"); "the great state of Michigan" is "the great state"; a place takes its likelier sense ("Washington":
+    the capital, not "my state"); a common word with a capital names nothing ("believe in Magic")."""
+    from tasks.protect.lexicon import place_kind
+
+    assert [place_kind(p) for p in ("Washington", "Georgia", "Jordan")] == ["city", "state", "country"]
+    texts = ["Governor Romney would replace the guarantee of Medicare with a voucher system.",
+             "I represent the Research Triangle area in Congress.",
+             "It won the support of the AARP.",
+             "I'm Jennifer Granholm from the great state of Michigan, where the trees are just the right height.",
+             "It's in the form of the Democrat leaders in Washington.",
+             "This is not a time for America to believe in Magic.",
+             'My father wrote about it in "Profiles in Courage."']
+    out = generalize(texts, ["a"] * len(texts), [[]] * len(texts), nlp=nlp)
+    assert out[0].startswith("The governor would replace") and "Medicare" not in out[0], out
+    assert out[1].endswith(" area in the legislature."), out
+    assert "AARP" not in out[2] and "aarp" not in out[2], out
+    assert "from the great state, where" in out[3] and "Michigan" not in out[3], out
+    assert out[4] == "It's in the form of the party leaders in the city.", out
+    assert out[5] == "This is not a time for the country to believe in Magic.", out
+    assert out[6] == texts[6], out

@@ -38,6 +38,7 @@ import numpy as np
 from tasks.models.pii import no_one
 from tasks.parallel import resource_lock
 from tasks.protect.lexicon import (
+    common_word,
     hypernym,
     identifier_word,
     in_use,
@@ -47,6 +48,7 @@ from tasks.protect.lexicon import (
     organisation_noun,
     place_kind,
     plural,
+    proper_kind,
 )
 from tasks.protect.reword import SENSE_FLOOR, Sense, sense_pair, sense_scores
 
@@ -113,6 +115,8 @@ _TITLES = frozenset(_ROLES) | frozenset(["mr", "mr.", "mrs", "mrs.", "ms", "ms."
                                          "st.", "lord", "lady"])
 _VERSION_WORDS = frozenset(["version", "ver", "release", "v"])
 _KEEP_NUMBERS = frozenset({"one", "1", "zero", "0"})
+#: Punctuation that follows a word without a space.
+_CLOSING = frozenset({",", ".", ";", ":", "!", "?", ")", "]"})
 #: Noun-phrase categories: the category noun, the first surrogate's determiner, the modifier form.
 _NOUN_CATEGORIES = {
     "LOC": ("area", "the", "local"), "FAC": ("place", "the", "local"), "EVENT": ("event", "the", ""),
@@ -246,8 +250,8 @@ class _Parse:
                 continue
             initial = tok.is_sent_start or i == 0
             ws = self.doc[span.end - 1].whitespace_ if span.text else ""
-            if not span.text and pieces and span.end >= len(self.doc):
-                pieces[-1][1] = ""
+            if not span.text and pieces and (span.end >= len(self.doc) or self.doc[span.end].text in _CLOSING):
+                pieces[-1][1] = ""  # nothing put in before the end or a comma: no space left before it
             pieces.append([span.text, ws, True, initial])
             i = span.end
         capitalise = False
@@ -311,7 +315,9 @@ class _Phrases(_Parse):
             index = self.surrogates.index(self.author, f"GPE:{kind}", text)
             return numbered(kind, index, first=_PLACE_FIRST.get(kind, "the"), determined=determined)
         if label == "ORG":
-            noun = organisation_noun(self.doc[end - 1].text) or "organisation"
+            head = self.doc[end - 1].text
+            noun = None if head.isupper() else organisation_noun(head)  # "the army"; not "the aarp" for AARP
+            noun = noun or proper_kind(text) or (proper_kind(head) if head.isupper() else None) or "organisation"
             if modifier:
                 return noun
             index = self.surrogates.index(self.author, f"ORG:{noun}", text)
@@ -405,8 +411,15 @@ class _Doc(_Phrases):
                     not self.doc[start - 1].is_sent_start and self.doc[start - 1].lower_ not in _DETERMINERS and \
                     not self.taken[start - 1]:
                 start -= 1  # "the Young Republicans": the longer name goes with the group's ("the party members")
-            if label == "PERSON" and start and self.doc[start - 1].lower_ in _TITLES:
-                start -= 1
+            if label in _NOUN_CATEGORIES.keys() | {"ORG"} and end - start == 1 and common_word(self.doc[start].text):
+                continue  # "Profiles in Courage", "believe in Magic": a common word with a capital names nothing
+            titled = start and self.doc[start - 1].lower_ in _TITLES and self.doc[start - 1].text[:1].isupper()
+            if titled and label in ("PERSON", "ORG", "GPE", "NORP", "PRODUCT", "FAC"):
+                label, start = "PERSON", start - 1  # "Governor Romney", whatever the NER took it for, is a person
+            if label == "GPE" and start > 1 and self.doc[start - 1].lower_ == "of" and \
+                    self.doc[start - 2].lower_ == place_kind(ent.text) and self.free(start - 1, end):
+                self.put(start - 1, end, "")  # "the great state of Michigan" -> "the great state"
+                continue
             while end > start and self.doc[end - 1].tag_ == "POS":  # the possessive stays the text's
                 end -= 1
             if not self.free(start, end):

@@ -123,18 +123,52 @@ _PLACE_KINDS = (("state.n.01", "state"), ("country.n.02", "country"), ("city.n.0
                 ("municipality.n.01", "city"), ("town.n.01", "town"), ("continent.n.01", "continent"),
                 ("island.n.01", "island"), ("mountain.n.01", "mountain"), ("river.n.01", "river"),
                 ("lake.n.01", "lake"), ("sea.n.01", "sea"), ("body_of_water.n.01", "water"))
+#: The kinds of place that are governed (a state, a country, a city, a town), preferred to a river of the same name.
+_GOVERNED = frozenset({"state", "country", "city", "town"})
 
 
 @functools.cache
 def place_kind(name: str) -> str | None:
-    """What kind of place WordNet says ``name`` is an instance of (``state``, ``city``, ``country``, ...), over all
-    its senses, in the order of ``_PLACE_KINDS``."""
+    """What kind of place WordNet says ``name`` is an instance of (``state``, ``city``, ``country``, ...): that of its
+    first sense that is a place one governs (:data:`_GOVERNED`; WordNet lists the commoner sense first: "Washington"
+    the capital before the state, "Georgia" the state before the country, "Jordan" the country after the river), else
+    of its first sense that is a place."""
     wn = load_wordnet()
-    ancestors: set[str] = set()
+    kinds = []
     for sense in wn.synsets(name.strip().replace(" ", "_"), "n"):
-        kinds = sense.instance_hypernyms()
-        ancestors |= {s.name() for k in kinds for s in k.closure(lambda s: s.hypernyms())} | {k.name() for k in kinds}
-    return next((kind for synset, kind in _PLACE_KINDS if synset in ancestors), None)
+        instances = sense.instance_hypernyms()
+        ancestors = {s.name() for k in instances for s in k.closure(lambda s: s.hypernyms())} | \
+            {k.name() for k in instances}
+        kind = next((kind for synset, kind in _PLACE_KINDS if synset in ancestors), None)
+        if kind is not None:
+            kinds.append(kind)
+    return next((k for k in kinds if k in _GOVERNED), kinds[0] if kinds else None)
+
+
+@functools.cache
+def proper_kind(name: str) -> str | None:
+    """The kind WordNet gives a proper name it lists with exactly that spelling (its first such sense's instance
+    hypernym, or hypernym; not a person, a made thing or a program: "Ford" is not "film maker", "Google" not "search
+    engine"): "Congress" -> "legislature", "Medicare" -> "health care", "AARP" -> "association"."""
+    wn = load_wordnet()
+    form = name.strip().replace(" ", "_")
+    things = {wn.synset(name) for name in ("person.n.01", "artifact.n.01", "software.n.01")}
+    for sense in wn.synsets(form, "n"):
+        if form in {lemma.name() for lemma in sense.lemmas()} and \
+                not things & set(sense.closure(lambda s: s.hypernyms() + s.instance_hypernyms())):
+            above = sense.instance_hypernyms() or sense.hypernyms()
+            return above[0].lemmas()[0].name().replace("_", " ") if above else None
+    return None
+
+
+@functools.cache
+def common_word(word: str) -> bool:
+    """Whether ``word`` (one word, not all capitals) is a common noun WordNet lists only in lower case, capitalised
+    for a title or for emphasis ("Profiles in Courage", "believe in Magic"): a name of nothing in particular."""
+    if " " in word.strip() or word.isupper():
+        return False
+    senses = load_wordnet().synsets(word.lower(), "n")
+    return bool(senses) and not any(word in {lemma.name() for lemma in s.lemmas()} for s in senses)
 
 
 @functools.cache
