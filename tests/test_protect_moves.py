@@ -310,10 +310,10 @@ def test_reword_breaks_the_runs_of_its_source_with_few_edits():
     from tasks.metrics.verbatim import verbatim_flags
     from tasks.protect.reword import reword
 
-    sources = ["In this way, we are in a similar position as our Founding Fathers.",
+    sources = ["In this way, we are in a similar place as our Founding Fathers.",
                "You see, for me, college was not an option; it was mandatory.",
                "When the jobs of auto workers were threatened in 2009, some said: Let Detroit fail.",
-               "The president submitted this plan to the Congress."]
+               "The president sent this plan to the Congress last week."]
     out = reword(sources, min_chars=30)
     assert not verbatim_flags(sources, out, min_chars=30).any(), out
     for source, text in zip(sources, out, strict=True):
@@ -339,9 +339,9 @@ def test_verbatim_is_always_in_the_loop_unless_lifted_by_name():
 
 
 def test_reword_judged_by_the_lm_keeps_only_swaps_that_fit_their_context():
-    """Judged by the fluency LM in context, reword takes no wrong-sense synonym a most-frequent choice takes ("works
-    hard" -> "works firmly", "no one" -> "no single"), the judged rewordings read better than the unjudged ones, and a text shorter
-    than the verbatim run still gets the one edit that makes it other than a copy."""
+    """Judged by the fluency LM in context, reword takes no wrong-sense synonym a most-frequent choice takes ("college
+    and rent" -> "college and tear", "no one" -> "no single"), the judged rewordings read better than the unjudged
+    ones, and a text shorter than the verbatim run still gets the one edit that makes it other than a copy."""
     from tasks.metrics.fluency import FLUENCY, fluency, slor_totals
     from tasks.metrics.verbatim import verbatim_flags
     from tasks.protect.reword import reword
@@ -352,8 +352,8 @@ def test_reword_judged_by_the_lm_keeps_only_swaps_that_fit_their_context():
                "He's wrong."]
     plain = reword(sources, min_chars=30, senses=3)
     judged = reword(sources, min_chars=30, senses=3, judge=slor_totals)
-    assert " firmly" in plain[0] and "no single" in plain[1]  # what the most frequent synonym gives
-    assert " firmly" not in judged[0] and "no single" not in judged[1], judged
+    assert " tear." in plain[0] and "no single" in plain[1]  # what the most frequent synonym gives
+    assert " tear" not in judged[0] and "no single" not in judged[1], judged
     assert judged[4] != sources[4] and not verbatim_flags(sources[4:], judged[4:], min_chars=30).any()
     plain_fluency = fluency(sources, plain).scores[FLUENCY].to_numpy()
     judged_fluency = fluency(sources, judged).scores[FLUENCY].to_numpy()
@@ -368,10 +368,10 @@ def test_reword_edits_only_where_the_text_still_holds_a_run_of_its_source():
     from tasks.metrics.verbatim import verbatim_flags
     from tasks.protect.reword import reword, runs_of_source
 
-    source = "The president submitted this plan to the Congress, and the members debated it for many long weeks."
-    text = "Our leader handed a proposal to lawmakers, and the members debated it for many long weeks."
+    source = "The president submitted this plan to the Congress, and the members examined it for many long weeks."
+    text = "Our leader handed a proposal to lawmakers, and the members examined it for many long weeks."
     runs = runs_of_source(text, source, 30)
-    assert len(runs) == 1 and text[runs[0][0]:runs[0][1]] == "s, and the members debated it for many long weeks"
+    assert len(runs) == 1 and text[runs[0][0]:runs[0][1]] == "s, and the members examined it for many long weeks"
     out = reword([text], min_chars=30, senses=3, sources=[source])[0]
     assert not verbatim_flags([source], [out], min_chars=30).any(), out
     assert out.startswith("Our leader handed a proposal to lawmakers,"), out  # the part already rewritten stays
@@ -428,9 +428,41 @@ def test_the_light_verbs_kept_their_sense_less_often_than_the_other_labelled_swa
     assert (keeps[light].sum(), light.sum()) == (3, 7) and (keeps[~light].sum(), (~light).sum()) == (65, 118)
 
 
+def test_a_replacement_is_offered_only_in_a_sense_a_reader_takes_it_in():
+    """Why a synonym must name the shared sense among its own two commonest ("sleeve" -> "arm" reads as the body
+    part): of the hand-labelled swaps that pass the sense check, 36 of the 46 it keeps kept the sense, against 47 of
+    65 without it."""
+    import json
+    from pathlib import Path
+
+    from tasks.metrics.meaning import span_similarity
+    from tasks.protect.lexicon import load_pipeline, load_wordnet
+    from tasks.protect.reword import _POS, SENSE_FLOOR, read_in, synonyms
+
+    assert "arm" not in synonyms("sleeve", "n", 3) and "alter" in synonyms("change", "v", 3)
+    nlp, wordnet = load_pipeline(), load_wordnet()
+    rows = [json.loads(line) for line in (Path(__file__).parent / "data" / "reword_swaps.jsonl").open()]
+    offered = []
+    for r in rows:
+        span = nlp(r["text"]).char_span(r["start"], r["end"])
+        pos = _POS.get(span.root.pos_) if span is not None else None
+        if pos is None or not r["replacement"]:
+            offered.append(True)
+            continue
+        word = nlp(r["replacement"])[0].lemma_.lower()
+        shared = set(wordnet.synsets(span.root.lemma_.lower(), pos)[:3]) & set(wordnet.synsets(word, pos))
+        offered.append(not shared or any(read_in(word, sense) for sense in shared))
+    keeps, offered = np.array([r["keeps_sense"] for r in rows]), np.array(offered)
+    pairs = [(r["text"], (r["start"], r["end"]), r["text"][:r["start"]] + r["replacement"] + r["text"][r["end"]:],
+              (r["start"], r["start"] + len(r["replacement"]))) for r in rows]
+    close = np.asarray(span_similarity(pairs)) >= SENSE_FLOOR
+    assert (keeps[close & offered].sum(), (close & offered).sum()) == (36, 46)
+    assert (keeps[close].sum(), close.sum()) == (47, 65)
+
+
 def test_reword_keeps_only_swaps_that_keep_the_sense_in_their_sentence():
-    """The LM judges how a swap reads, not what it means: it takes "opposed" -> "defended" and "guy" -> "cat".
-    With the sense check (the swapped word's contextual vector against the old one's), those swaps are not made;
+    """The LM judges how a swap reads, not what it means: it takes "guy" -> "cat" and "learned" -> "heard". With
+    the sense check (the swapped word's contextual vector against the old one's), those swaps are not made;
     the edits that keep the sense still are (a run no such edit breaks stays, for the loop's next move)."""
     from tasks.metrics.fluency import slor_totals
     from tasks.metrics.meaning import span_similarity
@@ -439,7 +471,7 @@ def test_reword_keeps_only_swaps_that_keep_the_sense_in_their_sentence():
     sources = ["They even opposed our right to vote.", "— now, maybe just maybe that's OK for a guy who hunts varmints.",
                "So what has he learned from them?"]
     fluent = reword(sources, min_chars=30, senses=3, judge=slor_totals)
-    assert "defended" in fluent[0] and " cat " in fluent[1] and "heard" in fluent[2], fluent
+    assert " cat " in fluent[1] and "heard" in fluent[2], fluent
     kept = reword(sources, min_chars=30, senses=3, judge=slor_totals, sense=span_similarity)
     assert "opposed" in kept[0] and " guy " in kept[1] and "learned" in kept[2], kept
     assert kept[1] != sources[1]  # the edits that keep the sense are still made ("that's" -> "that is")
@@ -476,7 +508,7 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     assert not {"take", "gave", "up"} & {phrasal[i].text for i in options}
     assert options[3].options == ("our rights away",)  # the particle may move past its object, not change
     part = nlp("We deserve to be part of the dream, and a part of the plan failed.")  # "be part of" is an idiom
-    assert [part[i].text for i, e in edit_options(part, 3, broader=True).items() if "piece" in e.options] == ["part"]
+    assert [part[i].text for i, e in edit_options(part, 3, broader=True).items() if "portion" in e.options] == ["part"]
     assert 4 not in edit_options(part, 3, broader=True)
     light = nlp("It was something I had to do, something I always wanted to do.")  # "got to", "ever needed"
     assert not {"had", "always", "wanted"} & {light[i].text for i in edit_options(light, 3, broader=True)}
@@ -577,8 +609,8 @@ def test_a_split_that_leaves_a_phrase_standing_alone_is_told_from_one_that_makes
 
 
 def test_no_word_of_a_fixed_expression_is_swapped():
-    """A synonym for one word of an expression WordNet lists breaks it: the demo released "become a blind eye" and
-    "wellness care". Its words are not swapped; the words around it still are."""
+    """A synonym for one word of an expression WordNet lists breaks it: the demo released "become a blind eye",
+    "wellness care" and "named upon". Its words are not swapped; the words around it still are."""
     from tasks.protect.lexicon import fixed_expressions, load_pipeline
     from tasks.protect.reword import edit_options
 
@@ -587,3 +619,5 @@ def test_no_word_of_a_fixed_expression_is_swapped():
     assert {"turned", "blind", "eye", "health", "care"} <= fixed, fixed
     swapped = {doc[i].text for i, e in edit_options(doc, 3, broader=True).items() if e.swaps}
     assert not swapped & {"turned", "blind", "eye", "health", "care"} and swapped, swapped
+    called = load_pipeline()("Just as they were called upon, we are being called upon.")  # WordNet: "call on"
+    assert not any(e.swaps for i, e in edit_options(called, 3, broader=True).items() if called[i].lower_ == "called")

@@ -101,7 +101,8 @@ _LONGEST_EXPRESSION = 5
 def fixed_expressions(doc: Any) -> set[int]:
     """The tokens of ``doc`` (a spaCy parse) inside a fixed expression WordNet lists ("turn a blind eye", "health
     care", "make sure", "take place"): a synonym for one of its words breaks it ("become a blind eye", "wellness
-    care"). An expression matches with its first or last word inflected ("turned a blind eye", "middle classes")."""
+    care"). An expression matches with its first or last word inflected ("turned a blind eye", "middle classes"), and
+    with "upon" for its "on" ("called upon")."""
     known = _multiword_lemmas()
     fixed: set[int] = set()
     for i in range(len(doc)):
@@ -111,6 +112,7 @@ def fixed_expressions(doc: Any) -> set[int]:
                 continue
             forms = {"_".join(words), "_".join([doc[i].lemma_.lower(), *words[1:]]),
                      "_".join([*words[:-1], doc[i + n - 1].lemma_.lower()])}
+            forms |= {f.replace("_upon", "_on") for f in forms}  # "called upon": WordNet lists "call on"
             if forms & known:
                 fixed.update(range(i, i + n))
                 break

@@ -62,6 +62,10 @@ SENSE_FLOOR = 0.5
 MAX_OPTIONS = 5
 _FIRST_OPTIONS = 2
 _MAX_PASSES = 12
+#: How many of a replacement's commonest WordNet senses the one it shares with the word may be (:func:`read_in`);
+#: of the hand-labelled swaps that pass the sense check, 36 of the 46 it keeps kept the sense (0.78), against 47 of
+#: 65 without it (0.72).
+_READ_SENSES = 2
 #: How deep in WordNet's noun hierarchy a more general word must be (shallower ones are abstractions).
 _BROADER_DEPTH = 6
 
@@ -72,12 +76,22 @@ _POS = {"NOUN": "n", "VERB": "v", "ADJ": "a", "ADV": "r"}
 _SKIP_TAGS = frozenset({"JJR", "JJS", "RBR", "RBS", "NNP", "NNPS"})
 
 
+def read_in(word: str, sense: Any) -> bool:
+    """Whether a reader takes ``word`` in ``sense`` (a WordNet synset it names): ``sense`` is among the word's
+    ``_READ_SENSES`` commonest senses of that part of speech. A word named by a sense only far down its list reads
+    as its common sense ("sleeve" -> "arm", "called" -> "named")."""
+    pos = "a" if sense.pos() == "s" else sense.pos()
+    return sense in load_wordnet().synsets(word, pos)[:_READ_SENSES]
+
+
 def _common_words(senses: Sequence[Any], lemma: str) -> tuple[str, ...]:
-    """The single lower-case words naming ``senses`` (WordNet synsets), other than ``lemma``, the most frequent
-    English word first, none rarer than Zipf 3 (rarer words read as odd)."""
+    """The single lower-case words naming ``senses`` (WordNet synsets), other than ``lemma``, that a reader takes in
+    that sense (:func:`read_in`), the most frequent English word first, none rarer than Zipf 3 (rarer words read as
+    odd)."""
     from wordfreq import zipf_frequency
 
-    names = {n for sense in senses for n in sense.lemma_names() if n.isalpha() and n.islower() and n != lemma}
+    names = {n for sense in senses for n in sense.lemma_names()
+             if n.isalpha() and n.islower() and n != lemma and read_in(n, sense)}
     ranked = sorted(sorted(names), key=lambda n: -zipf_frequency(n, "en"))
     return tuple(n for n in ranked if in_use(n))
 
