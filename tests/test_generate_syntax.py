@@ -191,6 +191,7 @@ def test_transforms_exact(nlp, transform, source, expected):
     (to_passive, "I think that the senator supports the bill."),  # clausal complement
     (to_passive, "Did the committee approve the plan?"),  # question
     (to_passive, "We need more jobs."),  # stative verb
+    (to_passive, "The late Stephen Covey writes about two kinds of people."),  # "about" parsed as "roughly"
     (to_active, "The plan was approved."),  # no agent to promote
     (to_active, "The plan has been approved by the committee."),  # another auxiliary
     (front_pp, "I met him."),

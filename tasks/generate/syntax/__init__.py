@@ -42,7 +42,8 @@ Here (offline, no AESOP checkpoint):
 
 Transforms (:data:`TRANSFORMS`) work sentence by sentence on spaCy parses and return None when they
 do not apply to any sentence: ``to_passive`` (finite main verb in simple past/present, one subject,
-one direct object, no auxiliary, negation, particle or clausal complement), ``to_active`` (``was/
+one direct object, no auxiliary, negation, particle or clausal complement, and no object opening on a
+preposition the parser took for a number's modifier: "writes about two kinds"), ``to_active`` (``was/
 were/is/are/am`` + participle with a ``by`` agent; anything with another auxiliary is left alone),
 ``front_pp`` (a sentence-final PP attached to the main verb moves to the front with a comma),
 ``back_pp`` (the reverse). Questions and sentences with inner line breaks are left alone.

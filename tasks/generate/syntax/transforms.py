@@ -26,6 +26,9 @@ _REFLEXIVE = re.compile(r"(self|selves)$|^each other$|^one another$", re.I)
 #: Verbs whose passive reads wrong (stative or light verbs).
 _NO_PASSIVE = {"have", "get", "want", "need", "cost", "weigh", "lack", "resemble", "fit", "suit", "become",
                "let", "be", "mean", "equal", "marry"}
+#: Words a parser may take for a number's modifier right after a verb they are the preposition of ("writes about
+#: two kinds of people"): such an object is not passivised.
+_PREPOSITION_LIKE = frozenset({"about", "around", "over", "under", "like"})
 _ACTIVE_OK = {"nsubj", "dobj", "advmod", "prep", "npadvmod", "punct", "advcl"}
 _PASSIVE_OK = {"nsubjpass", "auxpass", "agent", "advmod", "prep", "npadvmod", "punct", "advcl"}
 
@@ -125,6 +128,9 @@ def _passivise(sent: _Sentence) -> list[Piece] | None:
             return None
     if any(t.tag_ in ("WDT", "WP", "WP$") for t in sent.doc[o_lo:o_hi + 1]) and o_lo == o_hi:
         return None
+    if o_lo == root.i + 1 and sent.doc[o_lo].lower_ in _PREPOSITION_LIKE and sent.doc[o_lo].dep_ in ("quantmod",
+                                                                                                       "advmod"):
+        return None  # "writes about two kinds": a preposition the parser took for "about" = "roughly"
     lemma = root.lemma_.lower()
     if lemma in IRREGULAR:
         participle = IRREGULAR[lemma][1]
