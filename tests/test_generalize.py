@@ -18,7 +18,7 @@ from tasks.protect.lexicon import hypernym, inflect_verb, load_pipeline, load_wo
 
 #: (sentence, what must leave it, what must be in it after)
 SENTENCES = [
-    ("I moved to Ohio in 2011 and never looked back.", ["Ohio", "2011"], ["my state", "that year"]),
+    ("I moved to Ohio in 2011 and never looked back.", ["Ohio", "2011"], ["the state", "that year"]),
     ("Obama's speech in Chicago was great.", ["Obama", "Chicago"], ["Someone's speech", "the city"]),
     ("We paid $500 for the Ohio river cruise.", ["$", "500", "Ohio"], ["a sum", "the state river"]),
     ("Set RAPIDS_VER to 23.02 before building.", ["RAPIDS_VER", "23.02"], ["the version setting"]),
@@ -73,14 +73,14 @@ def test_the_same_entity_gets_the_same_surrogate_within_an_author_and_another_au
     authors = ["ann", "ann", "ann", "ann", "bob"]
     surrogates = Surrogates()
     out = generalize(texts, authors, [[]] * len(texts), surrogates=surrogates, nlp=nlp)
-    assert out[0] == "I grew up in my state near the city."
-    assert out[1] == "Another state is hot but my state is home."  # Ohio stays "my state", Texas is another
+    assert out[0] == "I grew up in the state near the city."
+    assert out[1] == "Another state is hot but the state is home."  # Ohio stays "the state", Texas is another
     assert out[2] == "In that year we left the city."  # Columbus again: the same as in the first document
     assert out[3] == "State winters are long."  # as a modifier: the kind alone
-    assert out[4] == "My state is where I live now."  # bob's first state: his own numbering
+    assert out[4] == "The state is where I live now."  # bob's first state: his own numbering
     # a later round (a later call with the same mapping) keeps ann's phrases
     [again] = generalize(["We drove from Texas to Ohio."], ["ann"], [[]], surrogates=surrogates, nlp=nlp)
-    assert again == "We drove from another state to my state."
+    assert again == "We drove from another state to the state."
     assert surrogates.index("ann", "GPE:state", "OHIO") == 0 and surrogates.index("ann", "GPE:state", "texas") == 1
 
 
@@ -155,7 +155,7 @@ def test_a_protect_round_with_generalize_moves_a_document_with_an_entity(tmp_pat
     moved = one.docs[one.docs["rung"] > 0]
     assert len(moved) and (moved["move"] == "generalize").all()
     assert not moved["text"].str.contains("Ohio|2011").any()
-    assert moved["text"].str.contains("my state in that year", regex=False).all()
+    assert moved["text"].str.contains("the state in that year", regex=False).all()
     untouched = one.docs[one.docs["rung"] == 0]
     assert untouched["text"].str.contains("Ohio").all()
 
@@ -193,7 +193,7 @@ def test_groups_places_and_deities_get_phrases_that_keep_the_sentence_true(nlp):
     out = generalize(texts, ["a"] * 5, [[]] * 5, nlp=nlp)
     assert out[0] == "Even party members agree with party policies.", out
     assert out[1] == "Hear me, my fellow citizens.", out
-    assert out[2] == "In my state, we believe in hard work.", out
+    assert out[2] == "In the state, we believe in hard work.", out
     assert out[3] == "God bless you.", out
     assert out[4] == "The governor met the president and someone.", out
     plurals = generalize(["Even the Tories agree.", "Many Jews came."], ["a", "a"], [[], []], nlp=nlp)
@@ -212,7 +212,7 @@ def test_a_name_the_pseudonymiser_put_in_stays(nlp):
     texts = ["And I know Rosa Becker does too.", "Then Kai Tanaka went to Ohio.", "I know Rosa Becker."]
     assert generalize(texts, ["a"] * 3, [[]] * 3, nlp=nlp)[0] == "And I know someone does too."
     kept = generalize(texts, ["a"] * 3, [[]] * 3, nlp=nlp, pseudonyms=[{"Rosa Becker"}, {"Kai Tanaka"}, set()])
-    assert kept == ["And I know Rosa Becker does too.", "Then Kai Tanaka went to my state.", "I know someone."]
+    assert kept == ["And I know Rosa Becker does too.", "Then Kai Tanaka went to the state.", "I know someone."]
 
 
 def test_protect_hands_generalize_the_surrogates_of_each_rows_own_scope():
@@ -233,7 +233,7 @@ def test_names_get_the_kind_wordnet_gives_them_and_common_words_with_a_capital_s
     """A titled name is the office whatever the NER took it for ("Governor Romney would ..."); an organisation
     WordNet knows gets its kind ("Congress" -> "the legislature"), an acronym never itself in lower case ("the
     aarp"); "the great state of Michigan" is "the great state"; a place takes its likelier sense ("Washington":
-    the capital, not "my state"); a common word with a capital names nothing ("believe in Magic")."""
+    the capital, not "the state"); a common word with a capital names nothing ("believe in Magic")."""
     from tasks.protect.lexicon import place_kind
 
     assert [place_kind(p) for p in ("Washington", "Georgia", "Jordan")] == ["city", "state", "country"]

@@ -26,7 +26,7 @@ from tasks.generate.pseudonymize import (
     pseudonymize_corpus,
 )
 from tasks.metrics.pii import ALL_ENTITIES, pii_leakage
-from tasks.models.given_names import FEMALE, MALE, given_name_sex, is_given_name
+from tasks.models.given_names import EITHER, FEMALE, MALE, given_name_sex, is_given_name
 from tasks.models.pii import (
     DEFAULT_ENTITIES,
     PiiDetector,
@@ -240,11 +240,12 @@ def test_surrogate_first_names_keep_the_original_sex() -> None:
     """A first name the lists give one sex gets a surrogate of that sex or of either, under every seed; one of
     both sexes or of neither may get any."""
     assert (given_name_sex("Jason"), given_name_sex("ROSA"), given_name_sex("Hector")) == (MALE, FEMALE, MALE)
-    assert given_name_sex("Jordan") is None and given_name_sex("Mitt") is None and is_given_name("Jordan")
+    assert given_name_sex("Jordan") == EITHER and given_name_sex("Mitt") is None and is_given_name("Jordan")
     either = set(FIRST_NAMES_BY_SEX[FEMALE]) & set(FIRST_NAMES_BY_SEX[MALE])
     assert either and set(FIRST_NAMES_BY_SEX[FEMALE]) - either and set(FIRST_NAMES_BY_SEX[MALE]) - either
     for name, surrogate_sex in (FIRST_NAMES_BY_SEX[FEMALE], FEMALE), (FIRST_NAMES_BY_SEX[MALE], MALE):
-        assert all(given_name_sex(n) in (surrogate_sex, None) for n in name)  # the pools agree with the lists
+        assert all(given_name_sex(n) in (surrogate_sex, EITHER, None) for n in name)  # the pools agree with the lists
+    assert all(given_name_sex(n) in (EITHER, None) for n in FIRST_NAMES_BY_SEX[EITHER])
     text = "Hector and his wife Rosa, they have a beautiful citizen son, Jason."
     spans = [(PiiSpan("PERSON", text.index(n), text.index(n) + len(n), n, 0.85)) for n in ("Hector", "Rosa", "Jason")]
     drawn = {"Hector": set(), "Rosa": set(), "Jason": set()}
@@ -255,6 +256,8 @@ def test_surrogate_first_names_keep_the_original_sex() -> None:
     assert drawn["Rosa"] <= set(FIRST_NAMES_BY_SEX[FEMALE]) and len(drawn["Rosa"] - either) > 5
     assert drawn["Hector"] | drawn["Jason"] <= set(FIRST_NAMES_BY_SEX[MALE])
     assert drawn["Jason"] - either
+    charlie = PiiSpan("PERSON", 0, 7, "Charlie", 0.85)  # a name of either sex gets one too ("his sons Charlie")
+    assert {Pseudonymizer(seed).surrogate(charlie, "u1") for seed in range(10)} <= either
     alone = Pseudonymizer(0)
     for text, pool in (("President Obama", LAST_NAMES), ("Dr. King", LAST_NAMES), ("Michelle", FIRST_NAMES_BY_SEX[FEMALE])):
         name = text.split()[-1]

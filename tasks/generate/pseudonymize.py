@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from tasks.models.given_names import FEMALE, MALE, given_name_sex, is_given_name
+from tasks.models.given_names import EITHER, FEMALE, MALE, given_name_sex, is_given_name
 from tasks.models.pii import DEFAULT_ENTITIES, SOCIAL_HANDLE, DetectedText, PiiDetector, PiiSpan, normalise
 
 #: Where the consistency of surrogates holds: the corpus column that names the scope.
@@ -66,10 +66,11 @@ Murphy Nakamura Nguyen Novak Okafor Olsen Patel Perez Quinn Reyes Rossi Santos S
 Tanaka Torres Varga Vogel Walsh Weber Wright Yamamoto Young Zhang Ziegler
 """
 _EITHER: tuple[str, ...] = tuple(_EITHER_FIRST_NAMES.split())
-#: First names for an original of each sex (:func:`tasks.models.given_names.given_name_sex`), and for one of none.
+#: First names for an original of each sex (:func:`tasks.models.given_names.given_name_sex`), of either ("his
+#: sons Charlie and Sam": a name of either sex), and of none the lists know (all of them).
 FIRST_NAMES_BY_SEX: dict[str | None, tuple[str, ...]] = {
     FEMALE: tuple(_FEMALE_FIRST_NAMES.split()) + _EITHER, MALE: tuple(_MALE_FIRST_NAMES.split()) + _EITHER,
-    None: tuple(_FEMALE_FIRST_NAMES.split()) + tuple(_MALE_FIRST_NAMES.split()) + _EITHER}
+    EITHER: _EITHER, None: tuple(_FEMALE_FIRST_NAMES.split()) + tuple(_MALE_FIRST_NAMES.split()) + _EITHER}
 FIRST_NAMES: tuple[str, ...] = FIRST_NAMES_BY_SEX[None]
 LAST_NAMES: tuple[str, ...] = tuple(_LAST_NAMES.split())
 #: Words kept as they are inside a name span (titles): "Dr. Jane Doe" -> "Dr. Maya Keller".

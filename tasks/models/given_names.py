@@ -16,7 +16,7 @@ import importlib
 #: Spanish, French, German, Italian, Portuguese, Dutch, Polish, Swahili or Yoruba carries).
 LOCALES = ("en_US", "en_GB", "en_IE", "en_IN", "en_NZ", "es_ES", "es_MX", "fr_FR", "de_DE", "it_IT", "pt_BR",
            "nl_NL", "pl_PL", "sw", "yo_NG")
-FEMALE, MALE = "female", "male"
+FEMALE, MALE, EITHER = "female", "male", "either"
 
 
 @functools.cache
@@ -37,15 +37,13 @@ def _spelt(name: str) -> str:
 
 
 def given_name_sex(name: str) -> str | None:
-    """:data:`FEMALE` or :data:`MALE` where ``name`` is a given name of that sex only; None for one of both or
-    of neither."""
+    """:data:`FEMALE` or :data:`MALE` where ``name`` is a given name of that sex only, :data:`EITHER` where it is
+    one of both ("Charlie", "Jordan"); None for a name the lists do not hold."""
     female, male = _lists()
     spelt = _spelt(name)
-    if spelt in female and spelt not in male:
-        return FEMALE
-    if spelt in male and spelt not in female:
-        return MALE
-    return None
+    if spelt in female:
+        return EITHER if spelt in male else FEMALE
+    return MALE if spelt in male else None
 
 
 def is_given_name(name: str) -> bool:

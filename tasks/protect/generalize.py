@@ -1,5 +1,5 @@
 """The ``generalize`` move: what names, dates, numbers and the author's distinctive words are becomes a generic
-phrase of the same category in the same grammatical role ("Ohio" -> "my state", "2011" -> "that year",
+phrase of the same category in the same grammatical role ("Ohio" -> "the state", "2011" -> "that year",
 "RAPIDS_VER" -> "the version setting", an evidence word "guitar" -> "instrument").
 
 Sources of the categories, both offline:
@@ -77,7 +77,7 @@ class Surrogates:
 
 
 def numbered(noun: str, index: int, *, first: str, determined: bool) -> str:
-    """The ``index``-th surrogate of a category whose noun is ``noun``: ``first noun`` (``my state``), then
+    """The ``index``-th surrogate of a category whose noun is ``noun``: ``first noun`` (``the state``), then
     ``another noun``, ``a third noun``, ...; after a determiner of the text's own (``determined``) the noun
     without one (``state``, ``other state``, ``third state``)."""
     if index == 0:
@@ -137,9 +137,6 @@ _NORP_PHRASES = {"party": ("party", "party members", "party member"), "faith": (
 def _norp_kind(text: str) -> str:
     words = {form for w in re.findall(r"[A-Za-z]+", text.lower()) for form in (w, w.removesuffix("s"))}
     return "party" if words & _PARTIES else "faith" if words & _FAITHS else "nation"
-
-
-_PLACE_FIRST = {"state": "my", "country": "the", "city": "the", "town": "the", "place": "the"}
 
 
 def _number_value(text: str) -> float | None:
@@ -313,7 +310,8 @@ class _Phrases(_Parse):
             if modifier:
                 return kind if kind != "place" else "local"
             index = self.surrogates.index(self.author, f"GPE:{kind}", text)
-            return numbered(kind, index, first=_PLACE_FIRST.get(kind, "the"), determined=determined)
+            # "the state", not "my state": a text names other states than its author's
+            return numbered(kind, index, first="the", determined=determined)
         if label == "ORG":
             head = self.doc[end - 1].text
             noun = None if head.isupper() else organisation_noun(head)  # "the army"; not "the aarp" for AARP

@@ -9,7 +9,7 @@ A ladder is a list of moves tried in order, one rung per round for each document
   (:meth:`tasks.privacy.attacks.Attack.evidence`) are removed or normalised where the document carries them
   (:func:`mask_evidence`);
 - ``generalize``: named entities, identifiers, numbers, dates and the evidence's content words become generic
-  phrases of the same category in the same grammatical role ("Ohio" -> "my state", "2011" -> "that year", a
+  phrases of the same category in the same grammatical role ("Ohio" -> "the state", "2011" -> "that year", a
   noun -> its WordNet hypernym), the same entity the same phrase within an author
   (:mod:`tasks.protect.generalize`);
 - ``llm-anonymize``: an LLM is shown the document and the attacker's evidence and asked to generalise what
