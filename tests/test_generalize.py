@@ -252,3 +252,5 @@ def test_names_get_the_kind_wordnet_gives_them_and_common_words_with_a_capital_s
     assert out[4] == "It's in the form of the party leaders in the city.", out
     assert out[5] == "This is not a time for the country to believe in Magic.", out
     assert out[6] == texts[6], out
+    [relative] = generalize(["I worked at a plant that Governor Romney bought."], ["a"], [[]], nlp=nlp)
+    assert relative == "I worked at a plant that the governor bought.", relative  # "that" opens a clause here

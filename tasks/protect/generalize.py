@@ -210,7 +210,8 @@ class _Parse:
         if start == 0:
             return False
         prev = self.doc[start - 1]
-        if prev.tag_ in ("POS", "PRP$", "WP$") or prev.lower_ in _DETERMINERS:
+        relative = prev.lower_ in ("that", "which") and prev.dep_ != "det"  # "a plant that Governor Romney bought"
+        if prev.tag_ in ("POS", "PRP$", "WP$") or (prev.lower_ in _DETERMINERS and not relative):
             return True
         root = self.doc[start:end].root
         return any(c.dep_ in ("det", "poss") and c.i < start for c in root.children)
