@@ -245,7 +245,7 @@ def test_names_get_the_kind_wordnet_gives_them_and_common_words_with_a_capital_s
              "This is not a time for America to believe in Magic.",
              'My father wrote about it in "Profiles in Courage."']
     out = generalize(texts, ["a"] * len(texts), [[]] * len(texts), nlp=nlp)
-    assert out[0].startswith("The governor would replace") and "Medicare" not in out[0], out
+    assert out[0] == "The governor would replace the guarantee of health care with a voucher system.", out
     assert out[1].endswith(" area in the legislature."), out
     assert "AARP" not in out[2] and "aarp" not in out[2], out
     assert "from the great state, where" in out[3] and "Michigan" not in out[3], out

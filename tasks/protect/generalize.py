@@ -316,11 +316,13 @@ class _Phrases(_Parse):
         if label == "ORG":
             head = self.doc[end - 1].text
             noun = None if head.isupper() else organisation_noun(head)  # "the army"; not "the aarp" for AARP
-            noun = noun or proper_kind(text) or (proper_kind(head) if head.isupper() else None) or "organisation"
+            known = None if noun else proper_kind(text) or (proper_kind(head) if head.isupper() else None)
+            noun = noun or (known[0] if known else "organisation")
             if modifier:
                 return noun
             index = self.surrogates.index(self.author, f"ORG:{noun}", text)
-            return numbered(noun, index, first="the", determined=determined)
+            activity = known is not None and known[1]  # "the promise of health care", not "of the health care"
+            return numbered(noun, index, first="" if activity else "the", determined=determined)
         if label in _NOUN_CATEGORIES:
             noun, first, modifier_form = _NOUN_CATEGORIES[label]
             if label == "LOC":

@@ -148,10 +148,11 @@ def place_kind(name: str) -> str | None:
 
 
 @functools.cache
-def proper_kind(name: str) -> str | None:
+def proper_kind(name: str) -> tuple[str, bool] | None:
     """The kind WordNet gives a proper name it lists with exactly that spelling (its first such sense's instance
     hypernym, or hypernym; not a person, a made thing or a program: "Ford" is not "film maker", "Google" not "search
-    engine"): "Congress" -> "legislature", "Medicare" -> "health care", "AARP" -> "association"."""
+    engine"): "Congress" -> "legislature", "Medicare" -> "health care", "AARP" -> "association"; with whether the
+    kind is an activity ("health care"), said without an article."""
     wn = load_wordnet()
     form = name.strip().replace(" ", "_")
     things = {wn.synset(name) for name in ("person.n.01", "artifact.n.01", "software.n.01")}
@@ -159,7 +160,7 @@ def proper_kind(name: str) -> str | None:
         if form in {lemma.name() for lemma in sense.lemmas()} and \
                 not things & set(sense.closure(lambda s: s.hypernyms() + s.instance_hypernyms())):
             above = sense.instance_hypernyms() or sense.hypernyms()
-            return above[0].lemmas()[0].name().replace("_", " ") if above else None
+            return (above[0].lemmas()[0].name().replace("_", " "), above[0].lexname() == "noun.act") if above else None
     return None
 
 
