@@ -225,20 +225,24 @@ def test_no_ones_names_are_not_names(detector: PiiDetector) -> None:
 
 
 def test_a_place_alone_is_not_a_name() -> None:
-    """A lone word WordNet knows only as a place's name is no one's name unless people are given it: "Bermuda" and
-    "Ohio" go, "Virginia" and "Charlotte" (first names), "Washington" and "Madison" (presidents) stay."""
+    """A lone word WordNet knows only as a place's name, used as a place, is no one's name unless people are given
+    it: "Bermuda" and "Ohio" go, "Virginia" and "Charlotte" (first names), "Washington" and "Madison" (presidents)
+    stay, and so does "Dallas" where the text uses it as a person's name."""
     assert only_a_place("Bermuda") and only_a_place("Ohio") and only_a_place("Cuba")
     for name in ("Virginia", "Charlotte", "Washington", "Madison", "Houston", "Mitt", "bermuda"):
         assert not only_a_place(name), name
-    alone = (PiiSpan("PERSON", 26, 33, "Bermuda", 0.85),)
-    assert names_only(alone, "Mitt is betting on a shell Bermuda corporation.") == ()
+    text = "Mitt is betting on a Bermuda shell corporation."
+    alone = (PiiSpan("PERSON", text.index("Bermuda"), text.index("Bermuda") + 7, "Bermuda", 0.85),)
+    assert names_only(alone, text) == ()
+    dallas = (PiiSpan("PERSON", 10, 16, "Dallas", 0.85),)  # a place's name used as a person's stays a name
+    assert only_a_place("Dallas") and names_only(dallas, "I thanked Dallas.") == dallas
     virginia = (PiiSpan("PERSON", 10, 18, "Virginia", 0.85),)
     assert names_only(virginia, "I thanked Virginia.") == virginia
 
 
 def test_surrogate_first_names_keep_the_original_sex() -> None:
     """A first name the lists give one sex gets a surrogate of that sex or of either, under every seed; one of
-    both sexes or of neither may get any."""
+    both sexes gets one of either; a lone word the lists do not hold, a surname."""
     assert (given_name_sex("Jason"), given_name_sex("ROSA"), given_name_sex("Hector")) == (MALE, FEMALE, MALE)
     assert given_name_sex("Jordan") == EITHER and given_name_sex("Mitt") is None and is_given_name("Jordan")
     either = set(FIRST_NAMES_BY_SEX[FEMALE]) & set(FIRST_NAMES_BY_SEX[MALE])

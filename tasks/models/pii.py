@@ -18,8 +18,9 @@ Names only where there are names (:func:`names_only`): the small NER model also 
 name PERSON ("God bless America", "Buenas noches", "so am I."). A PERSON span is dropped when it has no word
 of two letters; when WordNet knows its exact capitalised form as the name of a deity and not of a person, a
 place or an organisation (God, Allah, Satan); when it is a single word WordNet knows only as the name of a place
-(a city, an island, a river) and the name lists (:mod:`tasks.models.given_names`) do not give as a first name
-("Bermuda", "Ohio"; not "Virginia" or "Charlotte"); or when it is a single word followed by a lower-case word that
+(a city, an island, a river), that the name lists (:mod:`tasks.models.given_names`) do not give as a first name
+("Bermuda", "Ohio"; not "Virginia" or "Charlotte"), after an article or a preposition of place ("a Bermuda
+shell corporation", "in Ohio"; "I thanked Dallas" keeps its name); or when it is a single word followed by a lower-case word that
 is not English (neither an English stop word, an irregular inflection nor a WordNet lemma: "Buenas noches",
 "Feliz navidad"). The pseudonymiser adds a rule that needs the whole corpus: ordinary words the NER model
 took for names because they were capitalised (:func:`tasks.generate.pseudonymize.ordinary_words`).
@@ -277,6 +278,10 @@ _DEITY = "spiritual_being.n.01"
 #: river, an ocean).
 _PLACES = ("location.n.01", "land.n.04", "body_of_water.n.01")
 _WORD = re.compile(r"[^\W\d_]{2,}")
+#: The words before a name that make it a place's: an article ("a Bermuda shell corporation") or a preposition of
+#: place ("in Ohio"). A place name elsewhere may be a person's ("I thanked Dallas"), so it stays a name there.
+_PLACE_BEFORE = re.compile(r"\b(?:a|an|the|in|to|from|at|of|across|near|around|through|into|via)\s+$",
+                           re.IGNORECASE)
 _NEXT_WORD = re.compile(r"[ \t]+([^\W\d_]+)(?=[\s,.;:!?)\]}\"”—-]|$)")
 
 
@@ -361,9 +366,9 @@ def _english_word(word: str) -> bool:
 
 def names_only(spans: Iterable[PiiSpan], text: str) -> tuple[PiiSpan, ...]:
     """The spans of ``text`` less the PERSON spans that are no one's name (the module's docstring): no word of
-    two letters ("I."), a word WordNet knows only as the name of no one ("God") or of a place ("Bermuda"), or a
-    single word that starts a
-    phrase in another language ("Buenas noches"). Spans of every other type pass unchanged."""
+    two letters ("I."), a word WordNet knows only as the name of no one ("God"), or of a place where the text
+    uses it as one ("a Bermuda shell corporation"), or a single word that starts a phrase in another language
+    ("Buenas noches"). Spans of every other type pass unchanged."""
     kept = []
     for span in spans:
         if span.entity == "PERSON":
@@ -371,7 +376,7 @@ def names_only(spans: Iterable[PiiSpan], text: str) -> tuple[PiiSpan, ...]:
             if not words:
                 continue
             if len(span.text.split()) == 1:
-                if no_one(span.text) or only_a_place(span.text):
+                if no_one(span.text) or (only_a_place(span.text) and _PLACE_BEFORE.search(text[:span.start])):
                     continue
                 after = _NEXT_WORD.match(text, span.end)
                 if after and after.group(1).islower() and not _english_word(after.group(1)):
@@ -397,7 +402,7 @@ class PiiDetector:
 
         return {"detector": f"presidio-{version('presidio-analyzer')}", "model": f"{self.model}@{version(self.model)}",
                 "entities": "+".join(self.entities), "threshold": self.score_threshold,
-                "names": f"names-only-1+{names_vocabulary()}"}
+                "names": f"names-only-2+{names_vocabulary()}"}  # the rules of names_only, versioned
 
     @property
     def cache_key(self) -> str:
