@@ -123,6 +123,10 @@ _NOUN_CATEGORIES = {
     "WORK_OF_ART": ("work", "a", ""), "PRODUCT": ("product", "a", ""), "LAW": ("law", "the", ""),
     "LANGUAGE": ("language", "a", ""),
 }
+#: Labels of named things, where a single common word with a capital names nothing ("believe in Magic"), and the
+#: labels a capitalised title before the name turns into a person's ("Governor Romney" tagged ORG).
+_NAMED_THINGS = frozenset(_NOUN_CATEGORIES) | {"ORG"}
+_TITLED = frozenset({"ORG", "GPE", "NORP", "PRODUCT", "FAC"})
 #: A group's name (spaCy's NORP) by what it names: a party, a faith, or else a nation or people; and its phrases as
 #: an adjective, a plural noun and a singular one ("Democratic policies" -> "party policies", "fellow Americans" ->
 #: "fellow citizens", "a Catholic" -> "a believer").
@@ -412,10 +416,11 @@ class _Doc(_Phrases):
                     not self.doc[start - 1].is_sent_start and self.doc[start - 1].lower_ not in _DETERMINERS and \
                     not self.taken[start - 1]:
                 start -= 1  # "the Young Republicans": the longer name goes with the group's ("the party members")
-            if label in _NOUN_CATEGORIES.keys() | {"ORG"} and end - start == 1 and common_word(self.doc[start].text):
+            if label in _NAMED_THINGS and end - start == 1 and common_word(self.doc[start].text):
                 continue  # "Profiles in Courage", "believe in Magic": a common word with a capital names nothing
-            titled = start and self.doc[start - 1].lower_ in _TITLES and self.doc[start - 1].text[:1].isupper()
-            if titled and label in ("PERSON", "ORG", "GPE", "NORP", "PRODUCT", "FAC"):
+            title = self.doc[start - 1] if start else None
+            if title is not None and title.lower_ in _TITLES and (label == "PERSON" or (
+                    label in _TITLED and title.text[:1].isupper())):
                 label, start = "PERSON", start - 1  # "Governor Romney", whatever the NER took it for, is a person
             if label == "GPE" and start > 1 and self.doc[start - 1].lower_ == "of" and \
                     self.doc[start - 2].lower_ == place_kind(ent.text) and self.free(start - 1, end):
