@@ -65,12 +65,12 @@ Garcia Gupta Haddad Hansen Ito Jensen Kaur Keller Kim Kowalski Larsen Lopez Mahl
 Murphy Nakamura Nguyen Novak Okafor Olsen Patel Perez Quinn Reyes Rossi Santos Schmidt Silva Singh Sato
 Tanaka Torres Varga Vogel Walsh Weber Wright Yamamoto Young Zhang Ziegler
 """
-_EITHER: tuple[str, ...] = tuple(_EITHER_FIRST_NAMES.split())
+_FEMALE, _MALE, _EITHER = (tuple(names.split()) for names in (_FEMALE_FIRST_NAMES, _MALE_FIRST_NAMES,
+                                                                _EITHER_FIRST_NAMES))
 #: First names for an original of each sex (:func:`tasks.models.given_names.given_name_sex`), of either ("his
 #: sons Charlie and Sam": a name of either sex), and of none the lists know (all of them).
-FIRST_NAMES_BY_SEX: dict[str | None, tuple[str, ...]] = {
-    FEMALE: tuple(_FEMALE_FIRST_NAMES.split()) + _EITHER, MALE: tuple(_MALE_FIRST_NAMES.split()) + _EITHER,
-    EITHER: _EITHER, None: tuple(_FEMALE_FIRST_NAMES.split()) + tuple(_MALE_FIRST_NAMES.split()) + _EITHER}
+FIRST_NAMES_BY_SEX: dict[str | None, tuple[str, ...]] = {FEMALE: _FEMALE + _EITHER, MALE: _MALE + _EITHER,
+                                                         EITHER: _EITHER, None: _FEMALE + _MALE + _EITHER}
 FIRST_NAMES: tuple[str, ...] = FIRST_NAMES_BY_SEX[None]
 LAST_NAMES: tuple[str, ...] = tuple(_LAST_NAMES.split())
 #: Words kept as they are inside a name span (titles): "Dr. Jane Doe" -> "Dr. Maya Keller".

@@ -3,8 +3,8 @@ first-name lists of the locales in :data:`LOCALES`, drawn from national name sta
 
 The pseudonymiser reads an original first name here, so that its surrogate keeps the name's gender ("his son,
 Jason" does not become "his son, Vera"), and the PII detector asks whether a word a place is named by is also a
-person's given name ("Virginia" and "Charlotte" are; "Bermuda" is not). A name both lists hold (Jordan, Leslie),
-or neither, has no sex here.
+person's given name ("Virginia" and "Charlotte" are; "Bermuda" is not). A name both lists hold (Jordan, Leslie) is
+one of either sex; one neither holds has none here.
 """
 
 from __future__ import annotations
@@ -48,9 +48,7 @@ def given_name_sex(name: str) -> str | None:
 
 def is_given_name(name: str) -> bool:
     """Whether ``name`` is a given name (of either sex) in the lists."""
-    female, male = _lists()
-    spelt = _spelt(name)
-    return spelt in female or spelt in male
+    return given_name_sex(name) is not None
 
 
 def vocabulary() -> str:

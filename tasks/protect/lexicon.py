@@ -155,7 +155,7 @@ def proper_kind(name: str) -> tuple[str, bool] | None:
     kind is an activity ("health care"), said without an article."""
     wn = load_wordnet()
     form = name.strip().replace(" ", "_")
-    things = {wn.synset(name) for name in ("person.n.01", "artifact.n.01", "software.n.01")}
+    things = {wn.synset(kind) for kind in ("person.n.01", "artifact.n.01", "software.n.01")}
     for sense in wn.synsets(form, "n"):
         if form in {lemma.name() for lemma in sense.lemmas()} and \
                 not things & set(sense.closure(lambda s: s.hypernyms() + s.instance_hypernyms())):

@@ -128,8 +128,8 @@ def _passivise(sent: _Sentence) -> list[Piece] | None:
             return None
     if any(t.tag_ in ("WDT", "WP", "WP$") for t in sent.doc[o_lo:o_hi + 1]) and o_lo == o_hi:
         return None
-    if o_lo == root.i + 1 and sent.doc[o_lo].lower_ in _PREPOSITION_LIKE and sent.doc[o_lo].dep_ in ("quantmod",
-                                                                                                       "advmod"):
+    opening = sent.doc[o_lo]
+    if o_lo == root.i + 1 and opening.lower_ in _PREPOSITION_LIKE and opening.dep_ in ("quantmod", "advmod"):
         return None  # "writes about two kinds": a preposition the parser took for "about" = "roughly"
     lemma = root.lemma_.lower()
     if lemma in IRREGULAR:
