@@ -254,3 +254,5 @@ def test_names_get_the_kind_wordnet_gives_them_and_common_words_with_a_capital_s
     assert out[6] == texts[6], out
     [relative] = generalize(["I worked at a plant that Governor Romney bought."], ["a"], [[]], nlp=nlp)
     assert relative == "I worked at a plant that the governor bought.", relative  # "that" opens a clause here
+    [lower] = generalize(["Yesterday I met president Obama in the city."], ["a"], [[]], nlp=nlp)
+    assert lower == "Yesterday I met the president in the city.", lower  # a person's title needs no capital
