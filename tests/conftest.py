@@ -3,12 +3,17 @@ tmp folder), and no analytics. Set before Prefect is imported anywhere."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 from tasks.settings import apply_environment_defaults  # imports no Prefect: the env is set before it loads
 
 _PREFECT_HOME = tempfile.mkdtemp(prefix="synthugc-prefect-home-")
+# registered before Prefect is imported, so it runs after Prefect's own exit handler has stopped the temporary
+# server: the folder (its database, ~20 MB a process) does not outlive the run
+atexit.register(shutil.rmtree, _PREFECT_HOME, ignore_errors=True)
 os.environ.setdefault("PREFECT_HOME", _PREFECT_HOME)
 os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 apply_environment_defaults(allow_downloads=False)  # the suite never reaches the internet
