@@ -22,6 +22,7 @@ from tasks.protect.frontier import choose_point, monotone_notes
 
 REPO = Path(__file__).resolve().parent.parent
 FLOORS = (0.95, 0.6)
+NAMED = "Maria Lopez told me about the new school they are building in our town."
 
 
 @pytest.fixture(scope="module")
@@ -30,8 +31,9 @@ def run(tmp_path_factory) -> dict:
     with mask-evidence and stymask (the embedding attack kept off the CPU)."""
     root = tmp_path_factory.mktemp("frontier")
     histories = simulate_histories(30, 3_000, seed=1, out_path=root / "histories.parquet")
-    simulate_synthetic(histories, n_timelines=20, n_posts=100, rewrite_strength=0.0, seed=2).to_parquet(
-        root / "corpus.parquet", index=False)
+    corpus = simulate_synthetic(histories, n_timelines=20, n_posts=100, rewrite_strength=0.0, seed=2)
+    corpus.loc[:3, "text"] = NAMED  # English with a real name: the pseudonymiser's
+    corpus.to_parquet(root / "corpus.parquet", index=False)
     out = root / "out" / "P.parquet"
     env = {**os.environ, "SYNTHUGC_CACHE_DIR": str(root / "cache"), "HF_HUB_OFFLINE": "1",
            "SYNTHUGC_CPU_ATTACK_POSTS": "0"}
@@ -42,7 +44,20 @@ def run(tmp_path_factory) -> dict:
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=900)
     paths = protect_paths(out)
     return {"proc": proc, "paths": paths, "corpus": pd.read_parquet(root / "corpus.parquet"),
-            "root": root, "env": env}
+            "root": root, "env": env, "args": proc.args}
+
+
+def test_the_pseudonym_mapping_is_written_where_round_zero_comes_from_the_cache(run):
+    """The pseudonymiser runs once, in the round 0 the floors share: the second floor and a rerun read round 0
+    from the cache, and still write its mapping under private/ (the same one)."""
+    paths = run["paths"]
+    mapping = pd.read_parquet(paths.mapping)
+    assert "Maria Lopez" in set(mapping["original"]), mapping
+    again = run["root"] / "again" / "P.parquet"
+    args = [str(again) if a == str(paths.table) else a for a in run["args"]]
+    proc = subprocess.run(args, capture_output=True, text=True, env=run["env"], cwd=REPO, timeout=300)
+    assert proc.returncode == 1 and "cached" in proc.stderr, proc.stderr
+    pd.testing.assert_frame_equal(pd.read_parquet(protect_paths(again).mapping), mapping)
 
 
 def test_every_floor_is_a_certified_point_and_p_is_the_chosen_one(run):

@@ -6,7 +6,7 @@ frontier share."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,25 @@ def load_round(folder: Path, zero_folder: Path, k: int) -> RoundState | None:
                       info.get("summaries"))
 
 
-def save_round(folder: Path, zero_folder: Path, state: RoundState) -> None:
-    """Round ``state`` written with its attacks' summaries, its meta file last."""
+def mapping_of_round_zero(zero_folder: Path) -> Path:
+    """Where round 0's pseudonym mapping is kept: a point or a rerun that reads round 0 from here writes the same
+    mapping, and generalize leaves its surrogates alone, as where round 0 ran."""
+    return zero_folder / "round-000.pii_mapping.parquet"
+
+
+def load_mapping(zero_folder: Path) -> list[pd.DataFrame]:
+    """Round 0's pseudonym mapping as it was saved (none where its start move made none)."""
+    path = mapping_of_round_zero(zero_folder)
+    return [pd.read_parquet(path)] if path.exists() else []
+
+
+def save_round(folder: Path, zero_folder: Path, state: RoundState, mappings: Sequence[pd.DataFrame] = ()) -> None:
+    """Round ``state`` written with its attacks' summaries (round 0 with its pseudonym ``mappings``), its meta file
+    last."""
     docs, attacks, meta = round_paths(folder, zero_folder, state.round)
     meta.parent.mkdir(parents=True, exist_ok=True)
+    if state.round == 0 and mappings:
+        write_parquet_atomic(pd.concat(list(mappings), ignore_index=True), mapping_of_round_zero(zero_folder))
     write_parquet_atomic(state.docs, docs)
     write_parquet_atomic(state.attacks, attacks)
     _write_json_atomic(meta, {"rewritten": state.rewritten, "seconds": state.seconds,

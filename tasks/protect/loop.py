@@ -64,7 +64,7 @@ from tasks.privacy.attacks import AttackPlan, gpu_present
 from tasks.privacy.linkability import same_author_auc
 from tasks.privacy.reidentify import history_rows
 from tasks.protect.attackers import attack_figures, residual, share_figure, summaries, worst
-from tasks.protect.cache import _kept_in, load_round, save_round
+from tasks.protect.cache import _kept_in, load_mapping, load_round, save_round
 from tasks.protect.certificate import certify
 from tasks.protect.components import Components, Shared
 from tasks.protect.files import (
@@ -137,10 +137,13 @@ class _Protector(Components):
         return must_move(self, docs)
 
     def load(self, k: int) -> RoundState | None:
-        return load_round(self.folder, self.zero_folder, k)
+        state = load_round(self.folder, self.zero_folder, k)
+        if state is not None and k == 0:
+            self.mappings = load_mapping(self.zero_folder)
+        return state
 
     def save(self, state: RoundState) -> None:
-        save_round(self.folder, self.zero_folder, state)
+        save_round(self.folder, self.zero_folder, state, self.mappings)
 
 
 def _round_rows(round_: int, summaries_: list[dict[str, Any]], meaning: float, rewritten: int,
