@@ -203,6 +203,9 @@ def test_groups_places_and_deities_get_phrases_that_keep_the_sentence_true(nlp):
     # part of a longer name, which goes with it: not "the Young party members"; and no party is left in the text
     assert named[:2] == ["And the party members are excited.", "We, the party members, agree."], named
     assert not any(re.search("Republican|Democrat", t) for t in named), named
+    # a group's adjective in lower case names no group ("a republican form of government" is not a party's)
+    form = "Our law guarantees us a republican form of government."
+    assert generalize([form], ["a"], [[]], nlp=nlp) == [form]
 
 
 def test_a_name_the_pseudonymiser_put_in_stays(nlp):

@@ -489,6 +489,23 @@ def test_a_contraction_is_spelt_out_only_where_its_word_is_known():
     assert edit_options(nlp("He's going home."))[0].options == ("He is",)
 
 
+def test_a_verb_is_contracted_only_before_what_it_governs_and_a_count_noun_takes_no_gerund():
+    """A subject and its verb are contracted where the verb's complement or main verb follows ("we are proud",
+    "I have graduated"), not where the verb ends its clause ("not because we say we are, but ..." cannot read "we're")
+    nor for main-verb "have" ("I've a job"); and a noun is not replaced by a gerund ("a dream" -> not "a dreaming")."""
+    from tasks.protect.lexicon import load_pipeline
+    from tasks.protect.reword import edit_options
+
+    nlp = load_pipeline()
+    stranded = nlp("We are exceptional not because we say we are but because we do exceptional things.")
+    assert [stranded[i].text for i, e in edit_options(stranded, 3).items() if "'re" in e.options[0]] == ["We"]
+    job = nlp("Now that I have graduated, I have a job.")
+    assert [(i, e.options) for i, e in edit_options(job, 3).items() if "'ve" in e.options[0]] == [(2, ("I've",))]
+    dream = nlp("I came here with a dream in my heart.")
+    assert not any(o.endswith("ing") for e in edit_options(dream, 3, broader=True).values() for o in e.options)
+    assert "dream" in [dream[i].text for i in edit_options(dream, 3, broader=True)]  # its other synonyms stay
+
+
 def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_clause():
     """A synonym's inflected form must be in use ("schools" -> not "schoolings"); a phrasal verb keeps both its
     words ("take away" -> not "take off"; the particle may move: "take our rights away"); "that" opens a tensed

@@ -409,6 +409,8 @@ class _Doc(_Phrases):
                 start -= 1
             if label == "PERSON" and no_one(ent.text):
                 continue  # God, Allah: no one a text could identify
+            if label == "NORP" and ent.text.islower():
+                continue  # "a republican form of government": an adjective, no group
             words = [t.lower_ for t in self.doc[start:end] if t.is_alpha]
             if words and all(w in self.pseudonyms for w in words):
                 continue  # a name the pseudonymiser put in: no one's (the NER may take it for a place)

@@ -138,6 +138,8 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
     out = []
     lemma = tok.lemma_.lower()
     for found in synonyms(lemma, pos, senses) + (broader_words(lemma, pos) if broader else ()):
+        if pos == "n" and found.endswith("ing") and not lemma.endswith("ing"):
+            continue  # a gerund for a count noun loses its article's sense ("a dream" -> "a dreaming")
         if tok.tag_ == "NNS":
             if found.endswith("s"):  # a plural-only synonym ("contemporaries")
                 continue
@@ -259,11 +261,23 @@ def _contraction(doc: Any, i: int) -> tuple[int, str] | None:
     pair = (tok.lower_, nxt.lower_)
     if pair in _CONTRACT and tok.whitespace_ and (tok.pos_ in ("AUX", "PRON") and
                                                   (nxt.pos_ in ("AUX", "PART") or nxt.lower_ == "not")):
+        if nxt.lower_ != "not" and not _contractible(nxt):
+            return None
         short = _CONTRACT[pair]
         if tok.text[0].isupper() and short[0].islower():
             short = short[0].upper() + short[1:]
         return i + 2, short
     return None
+
+
+def _contractible(verb: Any) -> bool:
+    """Whether a subject's verb may lose its vowel to a contraction: an auxiliary whose verb follows ("we are
+    going", "I have graduated"), or a copula with its complement after it ("we are proud"); not one left at the end
+    of its clause ("... not because we say we are, but" cannot be "we're") nor main-verb "have" ("I've a job" is
+    not American English)."""
+    if verb.dep_ in ("aux", "auxpass"):
+        return verb.head.i > verb.i
+    return verb.lower_ != "have" and any(c.i > verb.i and c.dep_ not in ("punct", "cc", "conj") for c in verb.children)
 
 
 def _common(a: str, b: str) -> tuple[int, int]:
