@@ -240,6 +240,19 @@ def test_a_place_alone_is_not_a_name() -> None:
     assert names_only(virginia, "I thanked Virginia.") == virginia
 
 
+def test_english_words_none_of_them_a_name_are_not_a_persons_name() -> None:
+    """A span of English words of which none is a given name or a surname in the lists names a thing, not a person
+    ("Head Start", a programme, had become "Chen Lopez"); one of common words of which one is a name stays."""
+    def span(text: str, name: str) -> tuple[PiiSpan, ...]:
+        return (PiiSpan("PERSON", text.index(name), text.index(name) + len(name), name, 0.85),)
+
+    text = "— to Head Start, to community college, to job training."
+    assert names_only(span(text, "Head Start"), text) == ()
+    for text, name in (("I met Will Smith.", "Will Smith"), ("Ask Bill Gates.", "Bill Gates"),
+                       ("I met Rich Little.", "Rich Little"), ("We met Maria Lopez.", "Maria Lopez")):
+        assert names_only(span(text, name), text) == span(text, name), name
+
+
 def test_surrogate_first_names_keep_the_original_sex() -> None:
     """A first name the lists give one sex gets a surrogate of that sex or of either, under every seed; one of
     both sexes gets one of either; a lone word the lists do not hold, a surname."""

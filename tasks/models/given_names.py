@@ -1,10 +1,11 @@
-"""Given names and the sex they are usually given to, read from the person providers of Faker (MIT licensed; the
-first-name lists of the locales in :data:`LOCALES`, drawn from national name statistics).
+"""Given names and the sex they are usually given to, and surnames, read from the person providers of Faker (MIT
+licensed; the first- and last-name lists of the locales in :data:`LOCALES`, drawn from national name statistics).
 
 The pseudonymiser reads an original first name here, so that its surrogate keeps the name's gender ("his son,
 Jason" does not become "his son, Vera"), and the PII detector asks whether a word a place is named by is also a
 person's given name ("Virginia" and "Charlotte" are; "Bermuda" is not). A name both lists hold (Jordan, Leslie) is
-one of either sex; one neither holds has none here.
+one of either sex; one neither holds has none here. The detector also asks whether a span of common words holds a
+name at all ("Will Smith" does; "Head Start", a programme, does not).
 """
 
 from __future__ import annotations
@@ -49,6 +50,20 @@ def given_name_sex(name: str) -> str | None:
 def is_given_name(name: str) -> bool:
     """Whether ``name`` is a given name (of either sex) in the lists."""
     return given_name_sex(name) is not None
+
+
+@functools.cache
+def _surnames() -> frozenset[str]:
+    """The last names of every locale of :data:`LOCALES`, as Faker spells them (some locales weight them: a dict)."""
+    out: set[str] = set()
+    for locale in LOCALES:
+        out.update(importlib.import_module(f"faker.providers.person.{locale}").Provider.last_names)
+    return frozenset(out)
+
+
+def is_name(word: str) -> bool:
+    """Whether ``word`` is a given name or a surname in the lists ("Bill", "Smith", "Gates"; not "Head")."""
+    return is_given_name(word) or _spelt(word) in _surnames()
 
 
 def vocabulary() -> str:

@@ -367,8 +367,9 @@ def _english_word(word: str) -> bool:
 def names_only(spans: Iterable[PiiSpan], text: str) -> tuple[PiiSpan, ...]:
     """The spans of ``text`` less the PERSON spans that are no one's name (the module's docstring): no word of
     two letters ("I."), a word WordNet knows only as the name of no one ("God"), or of a place where the text
-    uses it as one ("a Bermuda shell corporation"), or a single word that starts a phrase in another language
-    ("Buenas noches"). Spans of every other type pass unchanged."""
+    uses it as one ("a Bermuda shell corporation"), a single word that starts a phrase in another language
+    ("Buenas noches"), or words that are all English and none a given name or a surname ("Head Start", a programme;
+    "Will Smith" stays). Spans of every other type pass unchanged."""
     kept = []
     for span in spans:
         if span.entity == "PERSON":
@@ -381,6 +382,8 @@ def names_only(spans: Iterable[PiiSpan], text: str) -> tuple[PiiSpan, ...]:
                 after = _NEXT_WORD.match(text, span.end)
                 if after and after.group(1).islower() and not _english_word(after.group(1)):
                     continue
+            elif all(_english_word(w) and not given_names.is_name(w) for w in span.text.split()):
+                continue  # "Head Start": English words, none a name people carry
         kept.append(span)
     return tuple(kept)
 
@@ -402,7 +405,7 @@ class PiiDetector:
 
         return {"detector": f"presidio-{version('presidio-analyzer')}", "model": f"{self.model}@{version(self.model)}",
                 "entities": "+".join(self.entities), "threshold": self.score_threshold,
-                "names": f"names-only-2+{names_vocabulary()}"}  # the rules of names_only, versioned
+                "names": f"names-only-3+{names_vocabulary()}"}  # the rules of names_only, versioned
 
     @property
     def cache_key(self) -> str:
