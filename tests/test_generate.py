@@ -305,6 +305,21 @@ def test_rule_contractions_examples():
     assert rule_contractions("Don’t worry", rng, expand_p=1.0, contract_p=0.0) == "Do not worry"
 
 
+def test_rule_contractions_leaves_a_verb_that_ends_its_clause_and_main_verb_have():
+    """English contracts a subject and its verb only where something the verb governs follows: not "we say we're
+    but", "Yes, we're.", nor main-verb "have" ("they've their lives"); "do not" contracts anywhere."""
+    rng = random.Random(0)
+
+    def contract(text: str) -> str:
+        return rule_contractions(text, rng, expand_p=0.0, contract_p=1.0)
+
+    assert contract("Not because we say we are but because we do.") == "Not because we say we are but because we do."
+    assert contract("Yes, we are. I do not.") == "Yes, we are. I don't."
+    assert contract("Though they have lost limbs, they have their lives.") == \
+        "Though they've lost limbs, they have their lives."
+    assert contract("I have always been there, and we are proud.") == "I've always been there, and we're proud."
+
+
 def test_rule_lexical_examples():
     rng = random.Random(0)
     assert rule_lexical("Maybe we should go cuz it is late", rng, p=1.0) == "Perhaps we should go because it is late"

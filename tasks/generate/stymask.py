@@ -16,7 +16,8 @@ Rules (each can be switched off; ``intensity`` in [0, 1] scales how far a text m
   short lone acronyms like USA stay); when the text has fewer capitals than the corpus, capitalise
   sentence starts and a lone ``i``.
 - ``contractions``: expand (``don't`` -> ``do not``) or contract (``do not`` -> ``don't``) each
-  candidate with the probability that brings the text's expected contraction rate to the corpus rate.
+  candidate with the probability that brings the text's expected contraction rate to the corpus rate (a verb
+  that ends its clause, or main-verb "have", is not contracted).
 - ``lexical``: swap frequent function and discourse words from :data:`SYNONYMS` (a small built-in
   table: ``maybe`` -> ``perhaps``, ``cuz`` -> ``because``, ``very`` -> ``really``/``quite``, ...) with
   probability ``intensity * lexical_rate``.
@@ -31,6 +32,7 @@ once with :func:`corpus_stats` on the whole corpus so results do not depend on h
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from collections.abc import Iterable
@@ -96,6 +98,11 @@ _CONTRACTION_RE = re.compile(r"\b(" + "|".join(re.escape(c).replace("'", "['’]
                              + r")\b", re.IGNORECASE)
 _EXPANSION_RE = re.compile(r"\b(" + "|".join(re.escape(e) for e in sorted(EXPANSIONS, key=len, reverse=True))
                            + r")\b", re.IGNORECASE)
+#: What may follow an expansion that is contracted: not the end of its clause ("not because we say we are, but"
+#: cannot read "we're, but"), and after "have" a participle ("I have a job" is not "I've a job"; "I have always
+#: been" is "I've always been").
+_CLAUSE_END = re.compile(r"\s*(?:[^\w\s'’]|$)|\s+(?:and|but|or|nor|so|because|if|then|too|either)\b", re.IGNORECASE)
+_NEXT_VERB = re.compile(r"\s+(?:(?:always|never|just|already|ever|not|also|really|all|since)\s+)?([a-z]+)", re.IGNORECASE)
 _SYNONYM_RE = re.compile(r"\b(" + "|".join(re.escape(w) for w in sorted(SYNONYMS, key=len, reverse=True))
                          + r")\b", re.IGNORECASE)
 
@@ -226,11 +233,32 @@ def rule_contractions(line: str, rng: random.Random, *, expand_p: float, contrac
     if contract_p > 0:
         def contract(m: re.Match[str]) -> str:
             phrase = m.group()
-            if rng.random() >= contract_p:
+            if rng.random() >= contract_p or not _contractible(phrase, m.string[m.end():]):
                 return phrase
             return _match_case(phrase, EXPANSIONS[" ".join(phrase.lower().split())])
         line = _EXPANSION_RE.sub(contract, line)
     return re.sub(r"\bi(?=['’](?:m|ve|ll|d)\b| am\b| have\b| will\b)", "I", line)
+
+
+def _contractible(phrase: str, after: str) -> bool:
+    """Whether ``phrase`` (an expansion) may be contracted before the text ``after`` it (:data:`_CLAUSE_END`)."""
+    if phrase.lower().endswith(" not"):
+        return True  # "do not" -> "don't" reads at a clause's end too
+    if _CLAUSE_END.match(after):
+        return False
+    if not phrase.lower().endswith("have"):
+        return True
+    verb = _NEXT_VERB.match(after)
+    return verb is not None and (verb.group(1).lower() in _participles() or verb.group(1).lower().endswith("ed"))
+
+
+@functools.cache
+def _participles() -> frozenset[str]:
+    """The irregular past participles (the syntax strategies' table; imported here, as that package imports this
+    module) and "been"."""
+    from tasks.generate.syntax.morphology import IRREGULAR
+
+    return frozenset(p for _, p in IRREGULAR.values()) | {"been"}
 
 
 def rule_lexical(line: str, rng: random.Random, *, p: float) -> str:
