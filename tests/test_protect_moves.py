@@ -510,7 +510,8 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     """A synonym's inflected form must be in use ("schools" -> not "schoolings"); a phrasal verb keeps both its
     words ("take away" -> not "take off"; the particle may move: "take our rights away"); "that" opens a tensed
     clause ("we know (that) he cares"), not a bare infinitive ("help others achieve it" -> not "help that others");
-    a bare noun before "of" makes an idiom ("be part of" -> not "be piece of"); the commonest verbs and "always"
+    a bare noun before "of" makes an idiom ("be part of" -> not "be piece of"), and a noun before "of" and a name
+    is how the name is said ("the great state of Michigan" -> not "province"); the commonest verbs and "always"
     stay."""
     from tasks.protect.lexicon import load_pipeline
     from tasks.protect.reword import edit_options
@@ -531,6 +532,8 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     assert not {"had", "always", "wanted"} & {light[i].text for i in edit_options(light, 3, broader=True)}
     knowing = nlp("We know that he cares.")
     assert edit_options(knowing, 3, broader=True)[2].options[-1] == "he"  # "that" dropped where it opens one
+    named = nlp("I'm from the great state of Michigan, and the state pays.")  # how the name is said
+    assert [i for i in edit_options(named, 3, broader=True) if named[i].lower_ == "state"] == [11]  # not 5
 
 
 @pytest.mark.parametrize(("text", "alternative"), [

@@ -133,6 +133,7 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
     pos = _POS.get(tok.pos_)
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
             (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok) or _bare_before_of(tok) or \
+            _naming_of(tok) or \
             (tok.pos_ == "VERB" and tok.lemma_.lower() in _LIGHT_VERBS):
         return []
     out = []
@@ -167,6 +168,14 @@ def _bare_before_of(tok: Any) -> bool:
     after = tok.doc[tok.i + 1] if tok.i + 1 < len(tok.doc) else None
     return tok.tag_ == "NN" and after is not None and after.lower_ == "of" and not any(
         c.i < tok.i for c in tok.children)
+
+
+def _naming_of(tok: Any) -> bool:
+    """Whether ``tok`` is a noun that names a place or body with "of" and a name after it ("the great state of
+    Michigan", "the city of Detroit"): the phrase is how the name is said, and generalize reads the noun there."""
+    doc = tok.doc
+    return tok.pos_ == "NOUN" and tok.i + 2 < len(doc) and doc[tok.i + 1].lower_ == "of" and \
+        doc[tok.i + 2].ent_type_ in ("GPE", "LOC", "ORG", "FAC")
 
 
 def _attached_symbol(tok: Any) -> bool:
