@@ -332,6 +332,13 @@ def test_rule_sentences_split_and_merge():
     long = "We have to fix the economy for working families, and we have to do it before the next election."
     assert rule_sentences(long, rng, target=8, direction=-1, tolerance=0.25, min_words=4, p=1.0) == (
         "We have to fix the economy for working families. We have to do it before the next election.")
+    # a split leaves two full sentences: "but" stays to open the second, a bare comma or "because" is no split point
+    contrast = "We have to fix the economy for working families, but we cannot do it all in one single year."
+    assert rule_sentences(contrast, rng, target=8, direction=-1, tolerance=0.25, min_words=4, p=1.0) == (
+        "We have to fix the economy for working families. But we cannot do it all in one single year.")
+    aside = ("I was surprised I ever won, because this message, I thought, would not go well with the people who "
+             "came to hear it.")
+    assert rule_sentences(aside, rng, target=8, direction=-1, tolerance=0.25, min_words=4, p=1.0) == aside
     short = "I agree. Totally. Trump said no."
     # "Trump" may be a name: it keeps its capital and its sentence
     assert rule_sentences(short, rng, target=12, direction=+1, tolerance=0.25, min_words=4, p=1.0) == (

@@ -22,7 +22,8 @@ Rules (each can be switched off; ``intensity`` in [0, 1] scales how far a text m
   table: ``maybe`` -> ``perhaps``, ``cuz`` -> ``because``, ``very`` -> ``really``/``quite``, ...) with
   probability ``intensity * lexical_rate``.
 - ``sentences``: when the text's sentences are longer than the corpus mean, split each over-long
-  sentence at the conjunction or comma nearest its middle; when shorter, merge adjacent short
+  sentence where two full sentences result (a semicolon, ", and", ", but", ", so", ", yet") nearest its
+  middle; when shorter, merge adjacent short
   sentences with a comma (only when the second starts with a common word, so names keep their capital).
 
 A text whose feature lies within ``tolerance`` (relative) of the corpus value is left alone for that
@@ -93,7 +94,10 @@ _SENT_END = re.compile(r"(?<=[.!?…])[\"')\]]*\s+(?=\S)")
 _REPEAT_BANG = re.compile(r"[!?]*[!?]{2,}[!?]*")
 _REPEAT_DOTS = re.compile(r"\.{4,}|…+")
 _REPEAT_COMMA = re.compile(r"([,;:])\1+")
-_SPLIT_POINT = re.compile(r",?\s+(?:and|but|so|or|because|while|whereas)\s+|[;,]\s+", re.IGNORECASE)
+#: Where a sentence may be split in two full ones: a semicolon, ", and" (dropped), ", but", ", so" and ", yet" (kept to
+#: open the second: "But ..."). Not a bare comma ("this message, I thought, would not" left "I believed. Wouldn't
+#: go well"), nor a subordinating word ("because", "while": the second part would lose why or when).
+_SPLIT_POINT = re.compile(r"\s*;\s+|,\s+and\s+|,\s+(?=(?:but|so|yet)\s)", re.IGNORECASE)
 _CONTRACTION_RE = re.compile(r"\b(" + "|".join(re.escape(c).replace("'", "['’]") for c in CONTRACTIONS)
                              + r")\b", re.IGNORECASE)
 _EXPANSION_RE = re.compile(r"\b(" + "|".join(re.escape(e) for e in sorted(EXPANSIONS, key=len, reverse=True))
@@ -276,7 +280,7 @@ def _n_words(s: str) -> int:
 
 
 def _split_sentence(sent: str, min_words: int) -> list[str]:
-    """Split at the conjunction/comma nearest the middle whose both sides have min_words words."""
+    """Split at the split point (:data:`_SPLIT_POINT`) nearest the middle whose both sides have min_words words."""
     total = _n_words(sent)
     best, best_gap = None, None
     for m in _SPLIT_POINT.finditer(sent):
