@@ -532,6 +532,8 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     assert not {"had", "always", "wanted"} & {light[i].text for i in edit_options(light, 3, broader=True)}
     knowing = nlp("We know that he cares.")
     assert edit_options(knowing, 3, broader=True)[2].options[-1] == "he"  # "that" dropped where it opens one
+    speech = nlp("We said no, we come in peace.")  # the clause opens on "no": speech, which takes no "that"
+    assert not any(o.startswith("that ") for e in edit_options(speech, 3, broader=True).values() for o in e.options)
     named = nlp("I'm from the great state of Michigan, and the state pays.")  # how the name is said
     assert [i for i in edit_options(named, 3, broader=True) if named[i].lower_ == "state"] == [11]  # not 5
 

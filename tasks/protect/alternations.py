@@ -81,8 +81,9 @@ def _complementizers(doc: Any, out: Edits) -> None:
             continue
         if marks and marks[0].lower_ == "that" and marks[0] == first and first.i + 1 < len(doc):
             _add(out, first.i, first.i + 2, doc[first.i + 1].text)  # "know that their" -> "know their"
-        elif not marks and first.tag_ not in _WH_TAGS and first.pos_ != "PUNCT" and finite(tok) and \
-                any(c.dep_ in ("nsubj", "expl") for c in tok.children):
+        elif not marks and first.tag_ not in _WH_TAGS and finite(tok) and any(
+                c.dep_ in ("nsubj", "expl") and c.left_edge == first for c in tok.children):
+            # the clause opens on its subject: "said (that) we come", not "said no, we come" (speech, quoted)
             _add(out, first.i, first.i + 1, f"that {first.text}")  # "know he understands" -> "know that he ..."
 
 
