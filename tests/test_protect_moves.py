@@ -510,9 +510,9 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     """A synonym's inflected form must be in use ("schools" -> not "schoolings"); a phrasal verb keeps both its
     words ("take away" -> not "take off"; the particle may move: "take our rights away"); "that" opens a tensed
     clause ("we know (that) he cares"), not a bare infinitive ("help others achieve it" -> not "help that others");
-    a bare noun before "of" makes an idiom ("be part of" -> not "be piece of"), and a noun before "of" and a name
-    is how the name is said ("the great state of Michigan" -> not "province"); the commonest verbs and "always"
-    stay."""
+    a bare noun before "of" makes an idiom ("be part of" -> not "be piece of"), a noun before "of" and a name
+    is how the name is said ("the great state of Michigan" -> not "province"), and a light verb's object picks its
+    verb ("make a choice" -> not "make an option"); the commonest verbs and "always" stay."""
     from tasks.protect.lexicon import load_pipeline
     from tasks.protect.reword import edit_options
 
@@ -532,6 +532,10 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     assert not {"had", "always", "wanted"} & {light[i].text for i in edit_options(light, 3, broader=True)}
     knowing = nlp("We know that he cares.")
     assert edit_options(knowing, 3, broader=True)[2].options[-1] == "he"  # "that" dropped where it opens one
+    support = nlp("It is our job to make a new choice, and we have work to do.")  # a light verb's noun stays
+    assert not {"choice", "work"} & {support[i].text for i in edit_options(support, 3, broader=True)}
+    choice = nlp("We need a new choice.")  # the noun of another verb may change
+    assert "choice" in {choice[i].text for i in edit_options(choice, 3, broader=True)}
     speech = nlp("We said no, we come in peace.")  # the clause opens on "no": speech, which takes no "that"
     assert not any(o.startswith("that ") for e in edit_options(speech, 3, broader=True).values() for o in e.options)
     named = nlp("I'm from the great state of Michigan, and the state pays.")  # how the name is said

@@ -134,7 +134,8 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
             (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok) or _bare_before_of(tok) or \
             _naming_of(tok) or \
-            (tok.pos_ == "VERB" and tok.lemma_.lower() in _LIGHT_VERBS):
+            (tok.pos_ == "VERB" and tok.lemma_.lower() in _LIGHT_VERBS) or \
+            (tok.pos_ == "NOUN" and tok.dep_ == "dobj" and tok.head.lemma_.lower() in _SUPPORT_VERBS):
         return []
     out = []
     lemma = tok.lemma_.lower()
@@ -219,6 +220,10 @@ _FIXED = frozenset({"other", "course", "lot", "least", "most", "kind", "sort", "
 #: to" -> "got to", "want" -> "need", "come" -> "arrive"; 3 of the 7 hand-labelled swaps of them kept the sense).
 _LIGHT_VERBS = frozenset({"have", "get", "make", "go", "come", "do", "take", "give", "put", "let", "keep", "want",
                           "need", "feel"})
+#: The support verbs of English light-verb constructions, whose object noun carries the meaning and picks its verb
+#: ("make a choice", "get results", "have work to do"): a synonym of that noun breaks the pairing ("make a new
+#: option", "gets outcomes", "have employment to do").
+_SUPPORT_VERBS = frozenset({"make", "take", "have", "get", "give", "do"})
 _SMALL = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve",
           "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen"]
 _TENS = ["_", "_", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
