@@ -512,7 +512,8 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     clause ("we know (that) he cares"), not a bare infinitive ("help others achieve it" -> not "help that others");
     a bare noun before "of" makes an idiom ("be part of" -> not "be piece of"), a noun before "of" and a name
     is how the name is said ("the great state of Michigan" -> not "province"), and a light verb's object picks its
-    verb ("make a choice" -> not "make an option"); the commonest verbs and "always" stay."""
+    verb ("make a choice" -> not "make an option"), and a part of a hyphenated word stays ("middle-class" -> not
+    "middle-grade"); the commonest verbs and "always" stay."""
     from tasks.protect.lexicon import load_pipeline
     from tasks.protect.reword import edit_options
 
@@ -534,6 +535,8 @@ def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_cla
     assert edit_options(knowing, 3, broader=True)[2].options[-1] == "he"  # "that" dropped where it opens one
     support = nlp("It is our job to make a new choice, and we have work to do.")  # a light verb's noun stays
     assert not {"choice", "work"} & {support[i].text for i in edit_options(support, 3, broader=True)}
+    hyphen = nlp("Middle-class families need a well-known plan.")  # a part of a hyphenated word stays
+    assert not {"Middle", "class", "well", "known"} & {hyphen[i].text for i in edit_options(hyphen, 3, broader=True)}
     choice = nlp("We need a new choice.")  # the noun of another verb may change
     assert "choice" in {choice[i].text for i in edit_options(choice, 3, broader=True)}
     speech = nlp("We said no, we come in peace.")  # the clause opens on "no": speech, which takes no "that"

@@ -133,7 +133,7 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
     pos = _POS.get(tok.pos_)
     if pos is None or tok.ent_type_ or not tok.is_alpha or len(tok.text) < 3 or tok.tag_ in _SKIP_TAGS or \
             (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok) or _bare_before_of(tok) or \
-            _naming_of(tok) or \
+            _naming_of(tok) or _hyphenated(tok) or \
             (tok.pos_ == "VERB" and tok.lemma_.lower() in _LIGHT_VERBS) or \
             (tok.pos_ == "NOUN" and tok.dep_ == "dobj" and tok.head.lemma_.lower() in _SUPPORT_VERBS):
         return []
@@ -177,6 +177,14 @@ def _naming_of(tok: Any) -> bool:
     doc = tok.doc
     return tok.pos_ == "NOUN" and tok.i + 2 < len(doc) and doc[tok.i + 1].lower_ == "of" and \
         doc[tok.i + 2].ent_type_ in ("GPE", "LOC", "ORG", "FAC")
+
+
+def _hyphenated(tok: Any) -> bool:
+    """Whether ``tok`` is part of a hyphenated word ("middle-class", "well-known"): a synonym of one part breaks the
+    compound ("middle-grade")."""
+    doc, i = tok.doc, tok.i
+    return (i > 0 and doc[i - 1].text == "-" and not doc[i - 1].whitespace_) or (
+        i + 1 < len(doc) and doc[i + 1].text == "-" and not tok.whitespace_)
 
 
 def _attached_symbol(tok: Any) -> bool:
