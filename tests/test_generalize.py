@@ -160,6 +160,32 @@ def test_a_protect_round_with_generalize_moves_a_document_with_an_entity(tmp_pat
     assert untouched["text"].str.contains("Ohio").all()
 
 
+def test_a_document_in_another_language_gets_no_move_that_reads_english(tmp_path):
+    """A Spanish post is not given generalize (nor any move that reads English: apertium had made "E un placer
+    estar deceit ustedes" of one): it keeps its text, while the English ones are generalised."""
+    from tasks.corpus.simulate import simulate_histories, simulate_synthetic
+    from tasks.privacy.attacks import plan_attacks
+    from tasks.protect.loop import ProtectSettings, _Protector
+    from tasks.protect.moves import Move
+    from tasks.store import fingerprint_file
+
+    histories = simulate_histories(8, 300, seed=1, out_path=tmp_path / "histories.parquet")
+    corpus = simulate_synthetic(histories, n_timelines=4, n_posts=16, rewrite_strength=0.0, seed=2)
+    corpus["text"] = "I moved to Ohio in 2011 and I have lived there since then with my family."
+    spanish = "Me mudé a Ohio en 2011 y desde entonces vivo allí con mi familia."
+    corpus.loc[0, "text"] = spanish
+    settings = ProtectSettings(start="mask-evidence", ladder=(Move("generalize"),), meaning_floors=(0.0,),
+                               fluency_floor=None, judge=(("delta", {}),),
+                               budget="reidentification<=1,verbatim<=0.05")  # every document must move
+    protector = _Protector(corpus, str(histories), settings, tmp_path / "rounds", lambda _: None,
+                           fingerprint_file(histories), plan_attacks(["delta"], 0))
+    assert protector.english.tolist() == [False] + [True] * (len(corpus) - 1)
+    one = protector.next_round(protector.round_zero(), 1)
+    assert one.docs["text"].iloc[0] == spanish and one.docs["rejected"].iloc[0] == "unchanged"
+    assert one.docs["move"].iloc[1:].str.startswith("generalize").all()
+    assert not one.docs["text"].iloc[1:].str.contains("Ohio").any()
+
+
 def test_small_number_words_stay_and_numbers_in_a_duration_become_quantifiers(nlp):
     texts = ["We fought two wars and won 3 seats.", "I was 13 years old and walked 5 miles in two hours."]
     assert generalize(texts, ["a", "a"], [[], []], nlp=nlp) == [

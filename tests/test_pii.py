@@ -298,6 +298,19 @@ def test_words_the_corpus_writes_in_lower_case_are_not_names(detector: PiiDetect
     assert {"Jack", "Grace"} <= set(mapping["original"]) and out["text"].iloc[1] == "It was grace, pure grace."
 
 
+def test_another_language_is_one_langid_names_and_whose_words_it_has() -> None:
+    """Spanish and French are in another language; English, a text too short to tell, and made-up words langid is
+    just as sure of (simulated text) are not."""
+    from tasks.models.pii import in_another_language, is_english
+
+    assert in_another_language("Es un placer estar con ustedes esta noche.")
+    assert in_another_language("Nous sommes ici ce soir pour parler de notre avenir.")
+    assert not in_another_language("We are here tonight to talk about our future.")
+    assert not in_another_language("Gracias.")
+    made_up = "Dede, nogujipi stanfi luch pefulo voze gatenira dade fuci rirare dirare, luch edanliga vufe dirade?!"
+    assert not is_english(made_up) and not in_another_language(made_up)  # langid: Italian, sure of it
+
+
 def test_non_english_text_keeps_names_and_says_so(detector: PiiDetector) -> None:
     corpus = _corpus(["Ich habe gestern mit Peter Müller gesprochen, er wohnt jetzt in Berlin. "
                       "Schreib ihm an peter.mueller@web.de", "I talked to Peter Miller yesterday."])

@@ -223,6 +223,30 @@ def is_english(text: str) -> bool:
     return language == LANGUAGE or probability < NON_ENGLISH_PROBABILITY
 
 
+#: A text is in another language when at least this share of its words are words of the language langid names
+#: (wordfreq's lists): langid is as sure of made-up words (simulated text) as of Spanish.
+KNOWN_WORDS_OTHER_LANGUAGE = 0.5
+
+
+def in_another_language(text: str) -> bool:
+    """Whether ``text`` is in a language other than English: langid is confident of it (:func:`is_english` is
+    False) and most of its words are that language's words (``wordfreq``; a language wordfreq does not list, or made-up
+    words, are not confirmed)."""
+    if is_english(text):
+        return False
+    from wordfreq import available_languages, zipf_frequency
+
+    language, _ = _language_identifier().classify(text)
+    words = re.findall(r"[^\W\d_]+", text.casefold())
+    if language not in available_languages() or not words:
+        return False
+    try:
+        known = sum(zipf_frequency(w, language) > 0 for w in words)
+    except Exception:  # a language whose tokenizer needs an extra package (zh, ja): not confirmed
+        return False
+    return known >= KNOWN_WORDS_OTHER_LANGUAGE * len(words)
+
+
 def supported_entities(model: str = SPACY_MODEL) -> list[str]:
     """Every entity type the configured analyzer can detect (the valid values of ``entities``)."""
     return sorted(_analyzer(model).get_supported_entities(language=LANGUAGE))

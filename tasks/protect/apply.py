@@ -18,6 +18,7 @@ from tasks.metrics.meaning import span_similarity
 from tasks.protect.components import Components
 from tasks.protect.generalize import generalize
 from tasks.protect.moves import (
+    ANY_LANGUAGE,
     GENERALIZE,
     LLM_ANONYMIZE,
     MASK_EVIDENCE,
@@ -33,7 +34,8 @@ from tasks.store import fingerprint_config
 
 def apply_move(p: Components, move: Move, idx: np.ndarray, texts: pd.Series, evidence: pd.DataFrame,
                round_: int) -> list[str | None]:
-    """The move's output for each document ``idx`` (None where it failed or changed nothing). An output is
+    """The move's output for each document ``idx`` (None where it failed or changed nothing, or where the move reads
+    English and the document's source is in another language: :data:`tasks.protect.moves.ANY_LANGUAGE`). An output is
     remembered for the whole run by what it depends on (the move, the round's seed, the document, its text and
     its timeline's evidence): the points of a frontier ask for the same ones, and only their floors differ."""
     rows = p.corpus.iloc[idx].assign(text=texts.iloc[idx].to_numpy())
@@ -55,8 +57,9 @@ def apply_move(p: Components, move: Move, idx: np.ndarray, texts: pd.Series, evi
             done.update({keys[i]: o for i, o in zip(todo, fresh, strict=True)})
         out = [done[k] for k in keys]
 
-    return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) else None
-            for o, t in zip(out, rows["text"].astype(str), strict=True)]
+    reads = p.english[idx] if move.name not in ANY_LANGUAGE else np.ones(len(idx), bool)
+    return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) and ok else None
+            for o, t, ok in zip(out, rows["text"].astype(str), reads, strict=True)]
 
 
 def _pseudonyms(p: Components, rows: pd.DataFrame) -> list[set[str]]:

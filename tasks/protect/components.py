@@ -6,6 +6,7 @@ round step (:mod:`tasks.protect.rounds`) and the moves (:mod:`tasks.protect.appl
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -85,6 +86,15 @@ class Components:
         self.doc_timeline = _timelines(self.corpus, self.sources, settings.attack_posts).set_index("doc_id")["group_id"]
         self.corpus_docs = frozenset(self.corpus["doc_id"].astype(str))
         self.evidence_authors: set[str] | None = None  # fixed by round 0 (:func:`tasks.protect.rounds.fit_evidence`)
+
+    @functools.cached_property
+    def english(self) -> np.ndarray:
+        """Per document, whether its source may be read as English (not in another language:
+        :func:`tasks.models.pii.in_another_language`): the moves not in :data:`tasks.protect.moves.ANY_LANGUAGE`
+        rewrite only those."""
+        from tasks.models.pii import in_another_language
+
+        return ~np.array([in_another_language(t) for t in self.sources], bool)
 
     def halves(self) -> dict[str, str]:
         """The feedback and judge halves of the histories (split once, kept beside the rounds)."""

@@ -78,6 +78,7 @@ from tasks.protect.files import (
     VERBATIM_COLUMN,
 )
 from tasks.protect.frontier import choose_point, frontier_figure, frontier_table, point_utility
+from tasks.protect.moves import ANY_LANGUAGE
 from tasks.protect.reading import fluency_against_sources
 from tasks.protect.rounds import (
     REJECTED_COLUMN,
@@ -368,11 +369,14 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                            f"{settings.meaning_floor:g} or read worse than the fluency floor "
                            f"{settings.fluency_floor if settings.fluency_floor is not None else 'off'}",
                            f"floor: every move left {MEANING_COLUMN} below {settings.meaning_floor:g}")
+    other_language = ("language: langid puts its source in another language, and the ladder's moves that rewrite other "
+                      "languages (" + (", ".join(m.label for m in settings.ladder if m.name in ANY_LANGUAGE) or "none") +
+                      ") left none at the floors")
     reason = np.where(unread, f"fluency: reads worse than its source beyond the fluency floor {floor}",
-                      np.where(blocked, floor_words,
+                      np.where(blocked & ~protector.english, other_language, np.where(blocked, floor_words,
                       np.where(docs["leaked"].to_numpy() > 0 if protector.pii else False,
                                f"still leaks PII after {state.round} round(s): {stop}",
-                               f"still holds a run of its source after {state.round} round(s): {stop}")))
+                               f"still holds a run of its source after {state.round} round(s): {stop}"))))
     failures = pd.DataFrame({"doc_id": docs["doc_id"].to_numpy()[caught], "author_id": corpus["author_id"].to_numpy()[caught],
                              "round": docs["round"].to_numpy()[caught], "move": docs["move"].to_numpy()[caught],
                              MEANING_COLUMN: docs["meaning"].to_numpy()[caught], "reason": reason[caught]})
@@ -516,6 +520,7 @@ WITHHELD_REASONS: tuple[tuple[str, str], ...] = (
     ("fluency:", "it reads worse than its source beyond the fluency floor"),
     ("still leaks PII", "it still leaks personal information"),
     ("still holds a run of its source", "it still holds a run of its source text"),
+    ("language:", "it is not in English, and the moves that rewrite other languages did not protect it"),
 )
 
 

@@ -34,6 +34,11 @@ PSEUDONYMIZE, MASK_EVIDENCE, LLM_ANONYMIZE = "pseudonymize", "mask-evidence", "l
 GENERALIZE, REWORD = "generalize", "reword"
 #: Moves that are not generation strategies.
 OWN_MOVES: tuple[str, ...] = (PSEUDONYMIZE, REWORD, MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE)
+#: The moves that rewrite a text in any language: the pseudonymiser (its names only in English, its patterns in
+#: any), evidence masking and style masking (they remove or recase what is there), and the LLM moves. Every other
+#: move reads English (WordNet, the English parser, apertium's English pairs) and is not given a document langid
+#: puts in another language: it made "E un placer estar deceit ustedes" of a Spanish sentence.
+ANY_LANGUAGE: frozenset[str] = frozenset({PSEUDONYMIZE, MASK_EVIDENCE, "stymask", "llm", LLM_ANONYMIZE, "dp"})
 
 
 @dataclass(frozen=True)
