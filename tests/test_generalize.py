@@ -186,6 +186,12 @@ def test_a_document_in_another_language_gets_no_move_that_reads_english(tmp_path
     assert not one.docs["text"].iloc[1:].str.contains("Ohio").any()
 
 
+def test_an_evidence_noun_gets_no_gerund_for_its_hypernym(nlp):
+    """WordNet's parent of "choice" is "deciding": a gerund loses the noun's count ("a clear deciding")."""
+    text = "We have a clear choice this campaign."
+    assert generalize([text], ["a"], [[("choice", "word")]], nlp=nlp) == [text]
+
+
 def test_small_number_words_stay_and_numbers_in_a_duration_become_quantifiers(nlp):
     texts = ["We fought two wars and won 3 seats.", "I was 13 years old and walked 5 miles in two hours."]
     assert generalize(texts, ["a", "a"], [[], []], nlp=nlp) == [

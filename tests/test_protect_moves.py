@@ -492,7 +492,8 @@ def test_a_contraction_is_spelt_out_only_where_its_word_is_known():
 def test_a_verb_is_contracted_only_before_what_it_governs_and_a_count_noun_takes_no_gerund():
     """A subject and its verb are contracted where the verb's complement or main verb follows ("we are proud",
     "I have graduated"), not where the verb ends its clause ("not because we say we are, but ..." cannot read "we're")
-    nor for main-verb "have" ("I've a job"); and a noun is not replaced by a gerund ("a dream" -> not "a dreaming")."""
+    nor for main-verb "have" ("I've a job"); a noun is not replaced by a gerund ("a dream" -> not "a dreaming"),
+    nor one that makes a term with the noun after it ("a job crisis" -> not "an occupation crisis")."""
     from tasks.protect.lexicon import load_pipeline
     from tasks.protect.reword import edit_options
 
@@ -504,6 +505,8 @@ def test_a_verb_is_contracted_only_before_what_it_governs_and_a_count_noun_takes
     dream = nlp("I came here with a dream in my heart.")
     assert not any(o.endswith("ing") for e in edit_options(dream, 3, broader=True).values() for o in e.options)
     assert "dream" in [dream[i].text for i in edit_options(dream, 3, broader=True)]  # its other synonyms stay
+    compound = nlp("It ends with a job crisis.")  # a noun that makes a term with the next: not "occupation crisis"
+    assert "job" not in {compound[i].text for i in edit_options(compound, 3, broader=True)}
 
 
 def test_reword_offers_only_forms_english_uses_and_that_only_before_a_finite_clause():

@@ -39,6 +39,7 @@ from tasks.models.pii import no_one
 from tasks.parallel import resource_lock
 from tasks.protect.lexicon import (
     common_word,
+    gerund_for_noun,
     hypernym,
     identifier_word,
     in_use,
@@ -476,7 +477,7 @@ class _Doc(_Phrases):
             if not {tok.lower_, lemma} & self.evidence_words or tok.lower_ in _TIME_UNITS:
                 continue  # a unit of time has no word above it that reads ("two years ago" -> "two periods ago")
             general = hypernym(lemma, "n" if tok.pos_ == "NOUN" else "v")
-            if general is None:
+            if general is None or (tok.pos_ == "NOUN" and gerund_for_noun(general, lemma)):
                 continue
             if tok.pos_ == "NOUN" and tok.tag_ in ("NNS", "NNPS"):
                 general = plural(general)

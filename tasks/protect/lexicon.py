@@ -59,6 +59,12 @@ def in_use(word: str) -> bool:
 
     return zipf_frequency(word.lower(), "en") >= MIN_ZIPF
 
+
+def gerund_for_noun(replacement: str, noun: str) -> bool:
+    """Whether ``replacement`` is a gerund put for a ``noun`` (its lemma) that is none: it loses the noun's count and
+    article ("a dream" -> "a dreaming", "a clear choice" -> "a clear deciding")."""
+    return replacement.endswith("ing") and not noun.endswith("ing")
+
 #: How many levels up a hypernym is looked for (a parent with only phrases as names: "stringed instrument", then
 #: "musical instrument" or "instrument").
 _HYPERNYM_LEVELS = 3

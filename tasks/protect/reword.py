@@ -35,6 +35,7 @@ from tasks.parallel import resource_lock
 from tasks.protect.alternations import alternations, particle
 from tasks.protect.lexicon import (
     fixed_expressions,
+    gerund_for_noun,
     in_use,
     indefinite_article,
     inflect_verb,
@@ -135,13 +136,14 @@ def _swaps(tok: Any, senses: int = 1, broader: bool = False) -> list[str]:
             (tok.is_stop and senses == 1) or tok.lower_ in _FIXED or _phrasal(tok) or _bare_before_of(tok) or \
             _naming_of(tok) or _hyphenated(tok) or \
             (tok.pos_ == "VERB" and tok.lemma_.lower() in _LIGHT_VERBS) or \
-            (tok.pos_ == "NOUN" and tok.dep_ == "dobj" and tok.head.lemma_.lower() in _SUPPORT_VERBS):
+            (tok.pos_ == "NOUN" and tok.dep_ == "dobj" and tok.head.lemma_.lower() in _SUPPORT_VERBS) or \
+            (tok.pos_ == "NOUN" and tok.dep_ == "compound"):  # a noun-noun term ("job crisis": not "occupation")
         return []
     out = []
     lemma = tok.lemma_.lower()
     for found in synonyms(lemma, pos, senses) + (broader_words(lemma, pos) if broader else ()):
-        if pos == "n" and found.endswith("ing") and not lemma.endswith("ing"):
-            continue  # a gerund for a count noun loses its article's sense ("a dream" -> "a dreaming")
+        if pos == "n" and gerund_for_noun(found, lemma):
+            continue
         if tok.tag_ == "NNS":
             if found.endswith("s"):  # a plural-only synonym ("contemporaries")
                 continue
