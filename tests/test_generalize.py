@@ -165,6 +165,7 @@ def test_a_document_in_another_language_gets_no_move_that_reads_english(tmp_path
     estar deceit ustedes" of one): it keeps its text, while the English ones are generalised."""
     from tasks.corpus.simulate import simulate_histories, simulate_synthetic
     from tasks.privacy.attacks import plan_attacks
+    from tasks.protect.components import english_sources
     from tasks.protect.loop import ProtectSettings, _Protector
     from tasks.protect.moves import Move
     from tasks.store import fingerprint_file
@@ -179,7 +180,7 @@ def test_a_document_in_another_language_gets_no_move_that_reads_english(tmp_path
                                budget="reidentification<=1,verbatim<=0.05")  # every document must move
     protector = _Protector(corpus, str(histories), settings, tmp_path / "rounds", lambda _: None,
                            fingerprint_file(histories), plan_attacks(["delta"], 0))
-    assert protector.english.tolist() == [False] + [True] * (len(corpus) - 1)
+    assert english_sources(protector).tolist() == [False] + [True] * (len(corpus) - 1)
     one = protector.next_round(protector.round_zero(), 1)
     assert one.docs["text"].iloc[0] == spanish and one.docs["rejected"].iloc[0] == "unchanged"
     assert one.docs["move"].iloc[1:].str.startswith("generalize").all()

@@ -15,7 +15,7 @@ from tasks.generate.base import build_strategy, generate_synthetic, is_unchanged
 from tasks.generate.pseudonymize import pseudonymize_corpus, scope_keys
 from tasks.metrics.fluency import slor_totals
 from tasks.metrics.meaning import span_similarity
-from tasks.protect.components import Components
+from tasks.protect.components import Components, english_sources
 from tasks.protect.generalize import generalize
 from tasks.protect.moves import (
     ANY_LANGUAGE,
@@ -57,7 +57,7 @@ def apply_move(p: Components, move: Move, idx: np.ndarray, texts: pd.Series, evi
             done.update({keys[i]: o for i, o in zip(todo, fresh, strict=True)})
         out = [done[k] for k in keys]
 
-    reads = p.english[idx] if move.name not in ANY_LANGUAGE else np.ones(len(idx), bool)
+    reads = english_sources(p)[idx] if move.name not in ANY_LANGUAGE else np.ones(len(idx), bool)
     return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) and ok else None
             for o, t, ok in zip(out, rows["text"].astype(str), reads, strict=True)]
 

@@ -6,7 +6,6 @@ round step (:mod:`tasks.protect.rounds`) and the moves (:mod:`tasks.protect.appl
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +42,22 @@ class Shared:
     meanings: dict[tuple[str, str], float] = field(default_factory=dict)
     fluencies: dict[tuple[str, str], float] = field(default_factory=dict)
     parses: dict[str, Any] = field(default_factory=dict)  # spaCy parses by text (reword, the split check)
+    english: np.ndarray | None = None  # per document, whether its source may be read as English
 
     def __post_init__(self) -> None:
         if self.surrogates is None:
             self.surrogates = Surrogates()
+
+
+def english_sources(p: Components) -> np.ndarray:
+    """Per document of ``p``, whether its source may be read as English (it is not in another language:
+    :func:`tasks.models.pii.in_another_language`): the moves outside :data:`tasks.protect.moves.ANY_LANGUAGE`
+    rewrite only those. Read once for the points of a frontier, which share their corpus."""
+    if p.shared.english is None:
+        from tasks.models.pii import in_another_language
+
+        p.shared.english = ~np.array([in_another_language(t) for t in p.sources], bool)
+    return p.shared.english
 
 
 def _timelines(corpus: pd.DataFrame, texts: pd.Series, timeline_posts: int | None) -> pd.DataFrame:
@@ -86,15 +97,6 @@ class Components:
         self.doc_timeline = _timelines(self.corpus, self.sources, settings.attack_posts).set_index("doc_id")["group_id"]
         self.corpus_docs = frozenset(self.corpus["doc_id"].astype(str))
         self.evidence_authors: set[str] | None = None  # fixed by round 0 (:func:`tasks.protect.rounds.fit_evidence`)
-
-    @functools.cached_property
-    def english(self) -> np.ndarray:
-        """Per document, whether its source may be read as English (not in another language:
-        :func:`tasks.models.pii.in_another_language`): the moves not in :data:`tasks.protect.moves.ANY_LANGUAGE`
-        rewrite only those."""
-        from tasks.models.pii import in_another_language
-
-        return ~np.array([in_another_language(t) for t in self.sources], bool)
 
     def halves(self) -> dict[str, str]:
         """The feedback and judge halves of the histories (split once, kept beside the rounds)."""

@@ -66,7 +66,7 @@ from tasks.privacy.reidentify import history_rows
 from tasks.protect.attackers import attack_figures, residual, share_figure, summaries, worst
 from tasks.protect.cache import _kept_in, load_mapping, load_round, save_round
 from tasks.protect.certificate import certify
-from tasks.protect.components import Components, Shared
+from tasks.protect.components import Components, Shared, english_sources
 from tasks.protect.files import (
     FLUENCY_COLUMN,
     MOVE_COLUMN,
@@ -373,7 +373,7 @@ def _result(protector: _Protector, state: RoundState, rounds: list[dict[str, Any
                       "languages (" + (", ".join(m.label for m in settings.ladder if m.name in ANY_LANGUAGE) or "none") +
                       ") left none at the floors")
     reason = np.where(unread, f"fluency: reads worse than its source beyond the fluency floor {floor}",
-                      np.where(blocked & ~protector.english, other_language, np.where(blocked, floor_words,
+                      np.where(blocked & ~english_sources(protector), other_language, np.where(blocked, floor_words,
                       np.where(docs["leaked"].to_numpy() > 0 if protector.pii else False,
                                f"still leaks PII after {state.round} round(s): {stop}",
                                f"still holds a run of its source after {state.round} round(s): {stop}"))))
