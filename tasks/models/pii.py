@@ -214,13 +214,18 @@ _ENGLISH = (
 _ENGLISH_WORDS = frozenset(_ENGLISH.split())
 
 
-def is_english(text: str) -> bool:
-    """False when langid is confident (>= NON_ENGLISH_PROBABILITY) that the text is in another language."""
+def _other_language(text: str) -> str | None:
+    """The language langid is confident (>= NON_ENGLISH_PROBABILITY) ``text`` is in, when not English; else None."""
     words = re.findall(r"[^\W\d_]+", text.casefold())
     if len(words) < MIN_WORDS_NOT_ENGLISH or sum(w in _ENGLISH_WORDS for w in words) >= 0.2 * len(words):
-        return True  # too short to tell (missing a name costs more than a spurious one), or plainly English
+        return None  # too short to tell (missing a name costs more than a spurious one), or plainly English
     language, probability = _language_identifier().classify(text)
-    return language == LANGUAGE or probability < NON_ENGLISH_PROBABILITY
+    return None if language == LANGUAGE or probability < NON_ENGLISH_PROBABILITY else language
+
+
+def is_english(text: str) -> bool:
+    """False when langid is confident (>= NON_ENGLISH_PROBABILITY) that the text is in another language."""
+    return _other_language(text) is None
 
 
 #: A text is in another language when at least this share of its words are words of the language langid names
@@ -228,18 +233,23 @@ def is_english(text: str) -> bool:
 KNOWN_WORDS_OTHER_LANGUAGE = 0.5
 
 
+@cache
+def _wordfreq_languages() -> frozenset[str]:
+    from wordfreq import available_languages
+
+    return frozenset(available_languages())
+
+
 def in_another_language(text: str) -> bool:
     """Whether ``text`` is in a language other than English: langid is confident of it (:func:`is_english` is
     False) and most of its words are that language's words (``wordfreq``; a language wordfreq does not list, or made-up
     words, are not confirmed)."""
-    if is_english(text):
+    language = _other_language(text)
+    if language is None or language not in _wordfreq_languages():
         return False
-    from wordfreq import available_languages, zipf_frequency
+    from wordfreq import zipf_frequency
 
-    language, _ = _language_identifier().classify(text)
     words = re.findall(r"[^\W\d_]+", text.casefold())
-    if language not in available_languages() or not words:
-        return False
     try:
         known = sum(zipf_frequency(w, language) > 0 for w in words)
     except Exception:  # a language whose tokenizer needs an extra package (zh, ja): not confirmed

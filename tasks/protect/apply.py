@@ -38,6 +38,13 @@ def apply_move(p: Components, move: Move, idx: np.ndarray, texts: pd.Series, evi
     English and the document's source is in another language: :data:`tasks.protect.moves.ANY_LANGUAGE`). An output is
     remembered for the whole run by what it depends on (the move, the round's seed, the document, its text and
     its timeline's evidence): the points of a frontier ask for the same ones, and only their floors differ."""
+    english = english_sources(p)[idx]
+    if move.name not in ANY_LANGUAGE and not english.all():  # run only on the documents the move can read
+        out: list[str | None] = [None] * len(idx)
+        at = np.flatnonzero(english)
+        for j, o in zip(at, apply_move(p, move, idx[at], texts, evidence, round_) if len(at) else [], strict=True):
+            out[j] = o
+        return out
     rows = p.corpus.iloc[idx].assign(text=texts.iloc[idx].to_numpy())
     features: list[list[tuple[str, str]]] = [[] for _ in range(len(rows))]
     if move.name in (MASK_EVIDENCE, GENERALIZE, LLM_ANONYMIZE):
@@ -57,9 +64,8 @@ def apply_move(p: Components, move: Move, idx: np.ndarray, texts: pd.Series, evi
             done.update({keys[i]: o for i, o in zip(todo, fresh, strict=True)})
         out = [done[k] for k in keys]
 
-    reads = english_sources(p)[idx] if move.name not in ANY_LANGUAGE else np.ones(len(idx), bool)
-    return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) and ok else None
-            for o, t, ok in zip(out, rows["text"].astype(str), reads, strict=True)]
+    return [o if isinstance(o, str) and o.strip() and not is_unchanged(t, o) else None
+            for o, t in zip(out, rows["text"].astype(str), strict=True)]
 
 
 def _pseudonyms(p: Components, rows: pd.DataFrame) -> list[set[str]]:
